@@ -1,0 +1,346 @@
+"""Baking: run a training scenario in full space and stream it into a bake cache.
+
+The Python API a pipeline TD uses::
+
+    from neural_rom.core import mesh, fem, bake
+    V, F = mesh.icosphere(0.5, 3)
+    tets = mesh.tetrahedralize(V, F, target_edge_length=0.08)
+    spec = bake.BakeSpec(material=fem.Material.preset("rubber").to_dict(),
+                         scenario=bake.default_scenario("random_pokes"), frames=48, seed=1)
+    path = bake.bake(tets, spec, "ball.nrbake")
+
+Channels written per frame (frame 0 is the initial state): ``positions`` and
+``velocities`` (n, 3) in m and m/s, ``forces`` (n, 3) external forces in N,
+``pin_targets`` (k, 3) when there are pins, ``colliders`` (c, 4, 4) transforms when there
+are colliders, and the scalars ``newton_iters``, ``substeps`` (steps actually taken,
+retries included) and ``converged``. Internal forces for cubature training are recomputed
+from positions with the material stored in the metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import fem as _fem
+from .cache import BakeCache, BakeWriter, mesh_hash
+from .errors import JobCancelled, NeuralRomError, SimulationError
+from .scenarios import SCENARIO_KINDS, SceneContext, ScenarioDriver, default_scenario, validate_scenario
+from .sim import SimSettings, Simulation, boundary_vertices
+
+__all__ = ["BakeSpec", "bake", "bake_variants", "variant_seed", "SCENARIO_KINDS", "default_scenario"]
+
+Progress = Callable[[int, int, dict], None]
+
+
+@dataclass
+class BakeSpec:
+    """Everything that defines a bake (JSON round trip with :meth:`to_dict` / :meth:`from_dict`).
+
+    Attributes
+    ----------
+    material : dict
+        :meth:`fem.Material.to_dict`.
+    scenario : dict
+        See :mod:`.scenarios`.
+    frames : int
+        Frames to simulate after the initial state.
+    dt : float
+        Seconds per frame.
+    substeps : int
+    gravity : (3,) float
+        m/s^2 (Blender is Z-up).
+    pinned : list of int
+        Tet node indices held by Dirichlet constraints.
+    pin_targets : (frames+1, k, 3) nested list or None
+        Animated pin positions (m); None holds them at rest.
+    damping : (alpha, beta)
+        Rayleigh damping: alpha in 1/s (mass), beta in s (stiffness).
+    colliders : list of dict
+        ``{"kind", "radius", "half_length", "transforms": (frames+1) 4x4 matrices}``.
+    seed : int
+    variants : int
+        How many randomized variants :func:`bake_variants` makes (seeds derived from ``seed``).
+    newton_tol, max_newton_iters : Newton settings, see :class:`sim.SimSettings`.
+    """
+
+    material: dict = field(default_factory=lambda: _fem.Material.preset("rubber").to_dict())
+    scenario: dict = field(default_factory=lambda: default_scenario("gravity_drop"))
+    frames: int = 48
+    dt: float = 1.0 / 24.0
+    substeps: int = 1
+    gravity: tuple = (0.0, 0.0, -9.81)
+    pinned: list = field(default_factory=list)
+    pin_targets: list | None = None
+    damping: tuple = (0.0, 0.0)
+    colliders: list = field(default_factory=list)
+    seed: int = 0
+    variants: int = 1
+    newton_tol: float = 1e-6
+    max_newton_iters: int = 30
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["gravity"] = [float(g) for g in self.gravity]
+        d["damping"] = [float(a) for a in self.damping]
+        d["pinned"] = [int(i) for i in self.pinned]
+        if self.pin_targets is not None:
+            d["pin_targets"] = np.asarray(self.pin_targets, dtype=float).tolist()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BakeSpec":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise NeuralRomError(f"Unknown bake setting(s): {', '.join(sorted(unknown))}.")
+        spec = cls(**d)
+        spec.gravity = tuple(spec.gravity)
+        spec.damping = tuple(spec.damping)
+        return spec
+
+    def validate(self, n_vertices: int | None = None) -> None:
+        """Raise a NeuralRomError naming the bad setting."""
+        if int(self.frames) < 1:
+            raise NeuralRomError(f"A bake needs at least one frame, got {self.frames}.")
+        if not (self.dt > 0):
+            raise NeuralRomError(f"dt must be positive, got {self.dt}.")
+        if int(self.variants) < 1:
+            raise NeuralRomError("variants must be at least 1.")
+        _fem.Material.from_dict(self.material).validate()
+        validate_scenario(self.scenario)
+        if n_vertices is not None and self.pinned:
+            p = np.asarray(self.pinned)
+            if p.min() < 0 or p.max() >= n_vertices:
+                raise NeuralRomError(
+                    f"Pinned vertex indices must lie in 0..{n_vertices - 1}; the pin group does not "
+                    "match this tet mesh. Re-tetrahedralize, then re-bake."
+                )
+
+    def sim_settings(self) -> SimSettings:
+        return SimSettings(
+            dt=float(self.dt),
+            substeps=int(self.substeps),
+            gravity=tuple(float(g) for g in self.gravity),
+            damping_alpha=float(self.damping[0]),
+            damping_beta=float(self.damping[1]),
+            newton_tol=float(self.newton_tol),
+            max_newton_iters=int(self.max_newton_iters),
+        )
+
+
+def variant_seed(seed: int, k: int) -> int:
+    """Seed of variant ``k`` of a bake seeded ``seed`` (independent streams, reproducible)."""
+    return int(np.random.SeedSequence([int(seed), int(k)]).generate_state(1)[0])
+
+
+def _setup(X, T, spec: BakeSpec):
+    material = _fem.Material.from_dict(spec.material)
+    settings = spec.sim_settings()
+    pinned = np.asarray(spec.pinned, dtype=np.int64)
+    sim = Simulation(X, T, material, settings, pinned=pinned)
+    ctx = SceneContext(
+        X=sim.X,
+        surface=boundary_vertices(sim.T),
+        mass=sim.mass,
+        pinned=sim.pinned,
+        frames=int(spec.frames),
+        dt=float(spec.dt),
+        gravity=np.asarray(spec.gravity, dtype=float),
+        colliders=list(spec.colliders),
+        pin_targets=None if spec.pin_targets is None else np.asarray(spec.pin_targets, dtype=float),
+    )
+    driver = ScenarioDriver(spec.scenario, ctx, int(spec.seed))
+    return sim, driver
+
+
+def _channels(n: int, k: int, c: int) -> dict:
+    ch = {
+        "positions": ((n, 3), "<f8"),
+        "velocities": ((n, 3), "<f8"),
+        "forces": ((n, 3), "<f8"),
+        "newton_iters": ((), "<i4"),
+        "substeps": ((), "<i4"),
+        "converged": ((), "<i4"),
+    }
+    if k:
+        ch["pin_targets"] = ((k, 3), "<f8")
+    if c:
+        ch["colliders"] = ((c, 4, 4), "<f8")
+    return ch
+
+
+def _frame(sim: Simulation, driver: ScenarioDriver, frame: int, report=None) -> dict:
+    out = {
+        "positions": sim.x,
+        "velocities": sim.v,
+        "forces": driver.forces[frame],
+        "newton_iters": np.int32(report.newton_iters if report else 0),
+        "substeps": np.int32(report.substeps if report else 0),
+        "converged": np.int32(1 if (report is None or report.converged) else 0),
+    }
+    if len(sim.pinned):
+        out["pin_targets"] = driver.pin_targets[frame]
+    if driver.collider_dicts:
+        out["colliders"] = driver.collider_matrices(frame)
+    return out
+
+
+def bake(
+    mesh,
+    spec: BakeSpec,
+    path: str | Path,
+    *,
+    progress: Progress | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> Path:
+    """Simulate ``spec`` on ``mesh`` and stream every frame into the bake at ``path``.
+
+    Parameters
+    ----------
+    mesh : TetMesh (anything with ``X`` (n, 3) and ``T`` (m, 4))
+    spec : BakeSpec
+    path : directory to write (``*.nrbake``)
+    progress : callable(frames_done, frames_total, info), optional
+        Called after each committed frame; ``info`` has ``newton_iters``, ``step_s``,
+        ``eta_s``.
+    should_cancel : callable() -> bool, optional
+        Polled after each committed frame; True stops the bake with :class:`JobCancelled`.
+        Every committed frame stays on disk and the bake reopens (status ``cancelled``).
+    overwrite : replace an existing bake at ``path``.
+    resume : continue a cancelled or crashed bake at ``path`` from its last committed
+        frame (same spec, hence the same frames as an uninterrupted bake).
+
+    Returns
+    -------
+    Path of the bake.
+    """
+    X = np.asarray(mesh.X, dtype=np.float64)
+    T = np.asarray(mesh.T, dtype=np.int64)
+    spec.validate(len(X))
+    path = Path(path)
+    sim, driver = _setup(X, T, spec)
+    n, k, c = len(X), len(sim.pinned), len(driver.collider_dicts)
+    metadata = {
+        "spec": spec.to_dict(),
+        "material": spec.material,
+        "scenario": driver.spec,
+        "dt": float(spec.dt),
+        "seed": int(spec.seed),
+        "frames_planned": int(spec.frames) + 1,
+    }
+    if resume and path.exists():
+        writer = BakeWriter.resume(path, expect_mesh_hash=mesh_hash(X, T))
+        old = BakeCache.open(path)
+        if old.meta.get("spec") != spec.to_dict():
+            writer.close(status=old.status)
+            raise NeuralRomError(
+                f"Cannot resume {path}: it was baked with other settings. Bake it again with overwrite."
+            )
+        start = writer.frames
+        if start > 0:
+            last = start - 1
+            sim.set_state(
+                {
+                    "x": old.channel("positions")[last],
+                    "v": old.channel("velocities")[last],
+                    "frame": last,
+                    "forces": driver.forces[last],
+                    "pin_targets": driver.pin_targets[last],
+                    "colliders": [cc.to_dict() for cc in driver.colliders(last)],
+                }
+            )
+    else:
+        writer = BakeWriter(
+            path,
+            X=X,
+            T=T,
+            channels=_channels(n, k, c),
+            metadata=metadata,
+            extra_arrays={"pinned": sim.pinned},
+            overwrite=overwrite,
+        )
+        start = 0
+    total = int(spec.frames) + 1
+    with writer:
+        if start == 0:
+            sim.reset(driver.x0, driver.v0)
+            sim.forces = driver.forces[0].copy()
+            sim.pin_targets = driver.pin_targets[0].copy()
+            sim.colliders = driver.colliders(0)
+            writer.append(**_frame(sim, driver, 0))
+            start = 1
+            _report(progress, 1, total, 0, 0.0, 0.0)
+        t_start = time.perf_counter()
+        for frame in range(start, total):
+            if should_cancel is not None and should_cancel():
+                raise JobCancelled(f"Bake cancelled after {frame} committed frames.")
+            try:
+                rep = sim.step(driver.inputs(frame))
+            except SimulationError as e:
+                raise SimulationError(f"{e} The bake keeps its {frame} committed frames.") from e
+            writer.append(**_frame(sim, driver, frame, rep))
+            elapsed = time.perf_counter() - t_start
+            done_here = frame - start + 1
+            eta = elapsed / done_here * (total - frame - 1)
+            _report(progress, frame + 1, total, rep.newton_iters, rep.wall_time, eta)
+    return path
+
+
+def _report(progress, done, total, iters, step_s, eta) -> None:
+    if progress is not None:
+        progress(done, total, {"newton_iters": int(iters), "step_s": float(step_s), "eta_s": float(eta)})
+
+
+def bake_variants(
+    mesh,
+    spec: BakeSpec,
+    out_dir: str | Path,
+    name: str,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    progress: Progress | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Bake the randomized variants of ``spec`` that belong to ``shard``.
+
+    Variant ``k`` (0 <= k < spec.variants) is written to ``out_dir / f"{name}_v{k:03d}.nrbake"``
+    with seed :func:`variant_seed` ``(spec.seed, k)``; shard ``(i, N)`` bakes the variants
+    with ``k % N == i``, so N farm jobs together bake every variant exactly once and
+    :class:`cache.BakeDataset` opens them as one dataset.
+    """
+    i, N = int(shard[0]), int(shard[1])
+    if N < 1 or not (0 <= i < N):
+        raise NeuralRomError(f"Shard {i}/{N} is invalid: use i/N with 0 <= i < N.")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mine = [k for k in range(int(spec.variants)) if k % N == i]
+    frames_each = int(spec.frames) + 1
+    paths = []
+    for j, k in enumerate(mine):
+        sub = dataclasses.replace(spec, seed=variant_seed(spec.seed, k), variants=1)
+
+        def sub_progress(done, total, info, j=j, k=k):
+            if progress is not None:
+                info = dict(info, variant=k)
+                progress(j * frames_each + done, len(mine) * frames_each, info)
+
+        paths.append(
+            bake(
+                mesh,
+                sub,
+                out_dir / f"{name}_v{k:03d}.nrbake",
+                progress=sub_progress,
+                should_cancel=should_cancel,
+                overwrite=overwrite,
+            )
+        )
+    return paths

@@ -1,0 +1,87 @@
+"""The import rules of DESIGN.md, checked on the source and on a live interpreter."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIRS = ["core", "training", "addon", "operators", "panels"]
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """(module, level) of every import statement in a file, nested ones included."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, 0) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.module or "", node.level))
+    return out
+
+
+def package_files():
+    files = [ROOT / "__init__.py", ROOT / "worker.py"]
+    for d in PACKAGE_DIRS:
+        files += sorted((ROOT / d).rglob("*.py"))
+    return [f for f in files if f.exists()]
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_core_imports_neither_bpy_nor_torch():
+    for f in (ROOT / "core").rglob("*.py"):
+        for mod, level in imports_of(f):
+            if level == 0:
+                assert top(mod) not in {"bpy", "torch", "bmesh", "mathutils"}, f"{f}: imports {mod}"
+            else:  # relative imports must stay inside core
+                assert level == 1, f"{f}: relative import leaves core ({'.' * level}{mod})"
+
+
+def test_training_never_imports_bpy():
+    for f in (ROOT / "training").rglob("*.py"):
+        for mod, level in imports_of(f):
+            assert level > 0 or top(mod) not in {"bpy", "bmesh", "mathutils"}, f"{f}: imports {mod}"
+
+
+def test_only_blender_layers_import_bpy():
+    for f in package_files():
+        rel = f.relative_to(ROOT)
+        layer = rel.parts[0] if len(rel.parts) > 1 else rel.name
+        if layer in {"addon", "operators", "panels"}:
+            continue
+        for mod, level in imports_of(f):
+            if level == 0 and top(mod) == "bpy":
+                # the root __init__ may import bpy lazily inside register(); nothing at module level
+                assert rel.name == "__init__.py" and len(rel.parts) == 1, f"{rel}: imports bpy"
+
+
+def test_package_imports_are_relative():
+    for f in package_files():
+        for mod, level in imports_of(f):
+            if level == 0:
+                assert top(mod) != "neural_rom", f"{f}: absolute import of {mod}; use a relative import"
+
+
+def test_importing_core_loads_no_bpy_or_torch():
+    code = (
+        "import sys, pkgutil, importlib\n"
+        "import neural_rom.core as c\n"
+        "for m in pkgutil.iter_modules(c.__path__):\n"
+        "    importlib.import_module('neural_rom.core.' + m.name)\n"
+        "bad = [m for m in ('bpy', 'torch') if m in sys.modules]\n"
+        "print(bad); sys.exit(1 if bad else 0)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_no_unsafe_loading_anywhere():
+    needles = ("allow_pickle=True", "pickle.load", "shell=True", "weights_only=False")
+    for f in package_files():
+        text = f.read_text()
+        for n in needles:
+            assert n not in text, f"{f}: {n}"
