@@ -67,7 +67,7 @@ def test_damping_makes_energy_decay_monotonically_and_faster():
 
 def test_cantilever_tip_deflection_converges_to_beam_theory():
     L, a = 1.0, 0.1
-    E, rho, g = 1e7, 1000.0, 9.81
+    E, rho, g = 1e8, 1000.0, 9.81  # tip deflection 1.5% of L: the linear-theory regime
     q = rho * g * a * a
     I = a**4 / 12
     analytic = q * L**4 / (8 * E * I)  # Euler-Bernoulli cantilever under its own weight
@@ -130,7 +130,7 @@ def test_resting_on_ground_plane():
     for _ in range(60):
         sim.step()
     L = sim.length_scale
-    assert sim.x[:, 2].min() > -2e-3 * L  # penetration about g / kappa = 0.1% of L
+    assert sim.x[:, 2].min() > -1e-3 * L  # the penalty lets the contact sink a little
     assert sim.x[:, 2].min() < 1e-3 * L  # it did land
     assert np.linalg.norm(sim.v, axis=1).max() < 0.05
 
