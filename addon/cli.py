@@ -1,0 +1,464 @@
+"""Headless commands: ``blender --background file.blend --command neural_rom <subcommand>``.
+
+Registered with :func:`bpy.utils.register_cli_command` (see ``registration.py``); the same
+:func:`main` is callable from Python, which is how scripts using the PyPI ``bpy`` (and the
+tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "--seed",
+"3", "--save"])`` returns the exit code.
+
+Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``export-pc2``; ``--help`` on each.
+Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
+error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
+the cancel is kept and recorded).
+
+Every stage goes through ``addon/stages.py``, the same functions the operators call, so
+a farm bake and a bake from the panel are the same bake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import traceback
+from pathlib import Path
+
+import bpy
+
+from ..core.errors import JobCancelled, NeuralRomError
+
+EXIT_OK, EXIT_CRASH, EXIT_USER_ERROR, EXIT_CANCELLED = 0, 1, 2, 3
+
+PROG = "blender --background FILE.blend --command neural_rom"
+
+_EPILOG = f"""\
+exit codes: 0 ok, 1 crash (see the log named in the message), 2 user error,
+3 cancelled (committed work is kept).
+
+examples:
+  {PROG} info
+  {PROG} tetrahedralize --object Body --save
+  {PROG} bake --object Body --seed 3 --variants 8 --shard 0/4 --save
+  {PROG} export-pc2 --object Body --out //cache/body.pc2
+"""
+
+
+class UserError(NeuralRomError):
+    """A command-line mistake (unknown object, bad --shard, ...)."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so a bad argument never ends Blender."""
+
+    def exit(self, status: int = 0, message: str | None = None):
+        if message:
+            (sys.stderr if status else sys.stdout).write(message)
+        raise _Exit(status)
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        raise _Exit(EXIT_USER_ERROR, f"{self.prog}: error: {message}")
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, message: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/N"`` -> ``(i, N)`` with ``0 <= i < N``: this node bakes the variants
+    ``k`` with ``k % N == i``."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not i/N: write the shard index and the shard count, "
+            "e.g. --shard 0/4 (indices start at 0)"
+        )
+    i, n = int(match.group(1)), int(match.group(2))
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the shard count N must be at least 1")
+    if i >= n:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the shard index must be in 0..{n - 1} for {n} shards (indices start at 0)"
+        )
+    return i, n
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog=PROG,
+        description="Neural ROM: tetrahedralize, bake and export deformable objects headless.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
+
+    common = _ArgumentParser(add_help=False)
+    common.add_argument(
+        "--file",
+        metavar="PATH",
+        help="open this .blend first (handy with the PyPI bpy; with Blender, pass the file "
+        "before --command)",
+    )
+    common.add_argument(
+        "--object",
+        "-o",
+        dest="objects",
+        action="append",
+        metavar="NAME",
+        help="object to process (repeat for several); default: every object whose Neural "
+        "ROM role is Deformable",
+    )
+    common.add_argument(
+        "--save",
+        action="store_true",
+        help="save the .blend afterwards (the paths and stats recorded on the objects)",
+    )
+
+    sub.add_parser(
+        "info",
+        parents=[common],
+        help="print each object's Neural ROM stages",
+        description="Print the Neural ROM role and stage state (tets, bakes) of the objects.",
+    )
+
+    tet = sub.add_parser(
+        "tetrahedralize",
+        parents=[common],
+        help="tetrahedralize objects into their cache directory",
+        description="Tetrahedralize objects with their Neural ROM settings; the tets go to "
+        "each object's cache directory.",
+    )
+    tet.add_argument(
+        "--tet-size",
+        type=float,
+        metavar="M",
+        help="target tet edge length, metres (overrides the object's setting)",
+    )
+    tet.add_argument(
+        "--quality",
+        type=float,
+        metavar="Q",
+        help="radius-edge ratio bound (overrides the object's setting)",
+    )
+    tet.add_argument(
+        "--embedding",
+        choices=("AUTO", "ALWAYS", "NEVER"),
+        type=str.upper,
+        help="simulate a cage around the mesh: AUTO when it is not closed, ALWAYS, or NEVER "
+        "(overrides the object's setting)",
+    )
+    tet.add_argument(
+        "--cage-resolution",
+        type=_positive_int,
+        metavar="N",
+        help="cells along the longest side of the embedding cage",
+    )
+
+    bake = sub.add_parser(
+        "bake",
+        parents=[common],
+        help="bake training simulations (a child process per object)",
+        description="Bake full-space simulations of each object's scenario into its cache "
+        "directory, one deterministic, seeded variant per file.",
+    )
+    bake.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        metavar="INT",
+        help="base random seed (overrides the object's)",
+    )
+    bake.add_argument(
+        "--variants",
+        type=_positive_int,
+        metavar="N",
+        help="number of scenario variants (overrides the object's)",
+    )
+    bake.add_argument(
+        "--shard",
+        type=parse_shard,
+        default=(0, 1),
+        metavar="i/N",
+        help="bake only variants k with k %% N == i (0 <= i < N), for farm managers; "
+        "default 0/1 (all)",
+    )
+    bake.add_argument(
+        "--out", metavar="DIR", help="write the bakes here instead of the object's cache directory"
+    )
+
+    pc2 = sub.add_parser(
+        "export-pc2",
+        parents=[common],
+        help="export a bake as a PC2 point cache (and add a Mesh Cache modifier)",
+        description="Write the object's bake, through its embedding, as a PC2 file of the "
+        "render mesh in object space, and add or update a Mesh Cache modifier.",
+    )
+    pc2.add_argument(
+        "--out",
+        metavar="PATH",
+        help="PC2 file (one object) or folder (<object>.pc2 each); default: the object's "
+        "cache directory",
+    )
+    pc2.add_argument(
+        "--bake", metavar="PATH", help="the .nrbake to export (default: the object's latest bake)"
+    )
+    return parser
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+
+def _out(message: str) -> None:
+    print(f"neural_rom: {message}", flush=True)
+
+
+def _stages():
+    from . import stages
+
+    return stages
+
+
+def _abspath(path: str) -> Path:
+    return Path(bpy.path.abspath(path)).expanduser()
+
+
+def _is_deformable(obj) -> bool:
+    settings = getattr(obj, "neural_rom", None)
+    role = getattr(settings, "role", "") if settings is not None else ""
+    return str(role).upper() == "DEFORMABLE"
+
+
+def select_objects(names: list[str] | None) -> list:
+    """The objects named (in order, each once), or every Deformable one."""
+    if names:
+        out = []
+        for name in dict.fromkeys(names):
+            obj = bpy.data.objects.get(name)
+            if obj is None:
+                known = ", ".join(sorted(o.name for o in bpy.data.objects)[:20]) or "none"
+                raise UserError(f"no object named {name!r} in {_file_label()} (objects: {known})")
+            out.append(obj)
+        return out
+    out = [obj for obj in bpy.data.objects if _is_deformable(obj)]
+    if not out:
+        raise UserError(
+            f"no object in {_file_label()} has the Neural ROM role Deformable: pass "
+            "--object NAME, or set the role in the Neural ROM sidebar"
+        )
+    return out
+
+
+def _file_label() -> str:
+    return bpy.data.filepath or "the unsaved file"
+
+
+def _open_file(path: str) -> None:
+    blend = Path(path).expanduser().resolve()
+    if not blend.is_file():
+        raise UserError(f"--file {path}: no such .blend file")
+    try:
+        bpy.ops.wm.open_mainfile(filepath=str(blend), load_ui=False)
+    except RuntimeError as exc:
+        raise UserError(f"--file {path}: Blender could not open it ({exc})") from exc
+
+
+def _save_file() -> None:
+    if not bpy.data.filepath:
+        raise UserError("--save: the file has never been saved; pass --file PATH.blend")
+    bpy.ops.wm.save_mainfile()
+    _out(f"saved {bpy.data.filepath}")
+
+
+def _describe(obj) -> list[str]:
+    """``key: value`` lines of the object's Neural ROM properties that are set."""
+    settings = getattr(obj, "neural_rom", None)
+    if settings is None:
+        return []
+    lines = []
+    for prop in settings.bl_rna.properties:
+        key = prop.identifier
+        if key in ("rna_type", "name"):
+            continue
+        try:
+            value = getattr(settings, key)
+        except AttributeError:
+            continue
+        if prop.type == "COLLECTION":
+            items = list(value)
+            if items:
+                names = ", ".join(getattr(i, "name", "") or str(n) for n, i in enumerate(items))
+                lines.append(f"{key}: {len(items)} ({names})")
+            continue
+        if prop.type == "POINTER":
+            continue
+        if hasattr(value, "__len__") and not isinstance(value, str):
+            value = tuple(value)
+        if value in ("", None):
+            continue
+        lines.append(f"{key}: {value}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# Subcommands
+# ---------------------------------------------------------------------------------------
+
+
+def cmd_info(args) -> int:
+    names = args.objects
+    objects = select_objects(names) if names else list(bpy.data.objects)
+    _out(f"file: {_file_label()}")
+    for obj in objects:
+        role = getattr(getattr(obj, "neural_rom", None), "role", "n/a")
+        print(f"{obj.name} ({obj.type}) role: {role}")
+        if _is_deformable(obj) or names:
+            for line in _describe(obj):
+                if not line.startswith("role:"):
+                    print(f"    {line}")
+    return EXIT_OK
+
+
+def cmd_tetrahedralize(args) -> int:
+    stages = _stages()
+    settings = {}
+    if args.tet_size is not None:
+        settings["tet_size"] = args.tet_size
+    if args.quality is not None:
+        settings["tet_quality"] = args.quality
+    if args.embedding is not None:
+        settings["embedding"] = args.embedding
+    if args.cage_resolution is not None:
+        settings["cage_resolution"] = args.cage_resolution
+    for obj in select_objects(args.objects):
+        _out(f"tetrahedralizing {obj.name}")
+        info = stages.tetrahedralize_object(obj, settings=settings or None)
+        quality = info.get("quality") or {}
+        extra = ""
+        if isinstance(quality, dict) and "min_dihedral_deg" in quality:
+            extra = f", min dihedral {quality['min_dihedral_deg']:.1f} deg"
+        _out(f"{obj.name}: {info.get('n_tets', '?')} tets{extra} -> {info.get('path', '?')}")
+    return EXIT_OK
+
+
+def cmd_bake(args) -> int:
+    from . import jobs
+
+    stages = _stages()
+    scene = bpy.context.scene
+    for obj in select_objects(args.objects):
+        spec = stages.make_bake_job(obj, scene, seed=args.seed, variants=args.variants)
+        spec["shard"] = list(args.shard)
+        if args.out:
+            spec["out_dir"] = str(_abspath(args.out))
+        i, n = args.shard
+        _out(
+            f"baking {obj.name}: variants {spec.get('spec', {}).get('variants', '?')}, "
+            f"shard {i}/{n}, seed {spec.get('spec', {}).get('seed', '?')} -> {spec.get('out_dir')}"
+        )
+        name = obj.name
+
+        def on_done(result: dict, name: str = name) -> None:
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                stages.on_bake_done(target, result)
+
+        jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
+    return EXIT_OK
+
+
+def cmd_export_pc2(args) -> int:
+    stages = _stages()
+    objects = select_objects(args.objects)
+    out = _abspath(args.out) if args.out else None
+    if out is not None and len(objects) > 1 and out.suffix.lower() == ".pc2":
+        raise UserError("--out names one .pc2 file but several objects are exported: pass a folder")
+    bake_path = str(_abspath(args.bake)) if args.bake else None
+    for obj in objects:
+        if out is None:
+            path = None  # the stage's default: <cache dir>/<object>.pc2
+        elif out.suffix.lower() == ".pc2":
+            path = out
+        else:
+            path = out / f"{bpy.path.clean_name(obj.name)}.pc2"
+        written = stages.export_pc2(obj, path, bake_path=bake_path)
+        _out(f"{obj.name}: wrote {written}")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "info": cmd_info,
+    "tetrahedralize": cmd_tetrahedralize,
+    "bake": cmd_bake,
+    "export-pc2": cmd_export_pc2,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; returns the exit code (never raises, never exits)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _Exit as exc:
+        if exc.message:
+            print(exc.message, file=sys.stderr)
+        return exc.code
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USER_ERROR
+    try:
+        if args.file:
+            _open_file(args.file)
+    except NeuralRomError as exc:
+        print(f"neural_rom: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    code = _run(args)
+    if args.save:
+        # Also after a cancel or a failure: stages record on an object only what they
+        # finished (paths, stats, committed frames), so the file is consistent.
+        try:
+            _save_file()
+        except NeuralRomError as exc:
+            print(f"neural_rom: error: {exc}", file=sys.stderr)
+            code = code or EXIT_USER_ERROR
+    return code
+
+
+def _run(args) -> int:
+    try:
+        return COMMANDS[args.command](args)
+    except JobCancelled as exc:
+        print(f"neural_rom: cancelled: {exc}", file=sys.stderr)
+        return EXIT_CANCELLED
+    except NeuralRomError as exc:
+        print(f"neural_rom: error: {exc}", file=sys.stderr)
+        return EXIT_CRASH if getattr(exc, "crashed", False) else EXIT_USER_ERROR
+    except Exception:  # noqa: BLE001 (a bug: exit code 1 with its traceback, Blender lives on)
+        traceback.print_exc()
+        print("neural_rom: internal error (traceback above): please report it", file=sys.stderr)
+        return EXIT_CRASH
+
+
+def cli_handler(argv: list[str]) -> int:
+    """The ``neural_rom`` command registered with :func:`bpy.utils.register_cli_command`."""
+    return main(argv)

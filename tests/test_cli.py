@@ -1,0 +1,285 @@
+"""The headless commands (``--command neural_rom ...``) through ``addon.cli.main``, as a
+script using the PyPI bpy calls them: help, argument errors, exit codes, and the
+tetrahedralize -> bake (seeds, shards) -> export-pc2 pipeline on a saved .blend."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
+
+
+def cli():
+    from neural_rom.addon import cli
+
+    return cli
+
+
+def make_ball(bpy, name="Ball", frames=3):
+    bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.5, location=(0.0, 0.0, 1.0))
+    obj = bpy.context.object
+    obj.name = name
+    obj.neural_rom.role = "DEFORMABLE"
+    obj.neural_rom.tet_size = 0.3
+    obj.neural_rom.frames = frames
+    return obj
+
+
+def saved_ball(bpy, path, **kw):
+    obj = make_ball(bpy, **kw)
+    bpy.ops.wm.save_as_mainfile(filepath=str(path))
+    return obj
+
+
+def bakes_of(bpy, name="Ball"):
+    return [(b.variant, b.frames, b.status) for b in bpy.data.objects[name].neural_rom.bakes]
+
+
+# ---------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--help"], ["info", "tetrahedralize", "bake", "export-pc2", "exit codes"]),
+        (["info", "--help"], ["--object NAME", "--file PATH", "--save"]),
+        (
+            ["tetrahedralize", "--help"],
+            [
+                "--tet-size M",
+                "--quality Q",
+                "--embedding {AUTO,ALWAYS,NEVER}",
+                "--cage-resolution N",
+            ],
+        ),
+        (
+            ["bake", "--help"],
+            ["--seed INT", "--variants N", "--shard i/N", "k % N == i", "--out DIR"],
+        ),
+        (["export-pc2", "--help"], ["--out PATH", "--bake PATH"]),
+    ],
+)
+def test_help_of_every_subcommand(argv, expected, capsys):
+    assert cli().main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: blender --background FILE.blend --command neural_rom")
+    for text in expected:
+        assert text in out
+
+
+@pytest.mark.parametrize(
+    ("shard", "message"),
+    [
+        ("3/2", "'3/2': the shard index must be in 0..1 for 2 shards (indices start at 0)"),
+        ("2/2", "'2/2': the shard index must be in 0..1 for 2 shards"),
+        ("0/0", "'0/0': the shard count N must be at least 1"),
+        ("1", "'1' is not i/N: write the shard index and the shard count, e.g. --shard 0/4"),
+        ("-1/2", "'-1/2' is not i/N"),
+        ("a/b", "'a/b' is not i/N"),
+    ],
+)
+def test_bad_shards_are_user_errors_with_the_fix(shard, message, capsys):
+    assert cli().main(["bake", f"--shard={shard}"]) == 2
+    err = capsys.readouterr().err
+    assert "error: argument --shard: " + message in err
+
+
+def test_shard_parsing():
+    parse = cli().parse_shard
+    assert parse("0/1") == (0, 1)
+    assert parse(" 3 / 4 ") == (3, 4)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], None),
+        (["explode"], "invalid choice: 'explode'"),
+        (["bake", "--seed", "-3"], "argument --seed: '-3' must be 0 or more"),
+        (["bake", "--variants", "0"], "argument --variants: '0' must be 1 or more"),
+        (["bake", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    ],
+)
+def test_argument_errors_exit_2(argv, message, capsys):
+    assert cli().main(argv) == 2
+    if message:
+        assert message in capsys.readouterr().err
+
+
+def test_missing_file_unknown_object_no_deformables_unsaved_save(addon, tmp_path, capsys):
+    bpy = addon.bpy
+    assert cli().main(["info", "--file", str(tmp_path / "nope.blend")]) == 2
+    assert (
+        "--file " + str(tmp_path / "nope.blend") + ": no such .blend file"
+        in capsys.readouterr().err
+    )
+
+    bpy.ops.mesh.primitive_cube_add()
+    assert cli().main(["bake"]) == 2
+    assert (
+        "no object in the unsaved file has the Neural ROM role Deformable: pass --object NAME"
+        in (capsys.readouterr().err)
+    )
+    assert cli().main(["tetrahedralize", "--object", "Sphere"]) == 2
+    assert "no object named 'Sphere' in the unsaved file (objects: Cube)" in capsys.readouterr().err
+    assert cli().main(["info", "--save"]) == 2
+    assert (
+        "--save: the file has never been saved; pass --file PATH.blend" in capsys.readouterr().err
+    )
+
+
+def test_stage_errors_are_user_errors(addon, capsys):
+    # Unsaved file with a relative cache directory: the stage's own message comes through.
+    make_ball(addon.bpy)
+    assert cli().main(["tetrahedralize"]) == 2
+    assert "error: Save the .blend file first" in capsys.readouterr().err
+
+
+def test_info_prints_the_objects_stages(addon, blend_file, capsys):
+    bpy = addon.bpy
+    make_ball(bpy)
+    bpy.ops.mesh.primitive_cube_add()
+    assert cli().main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert f"neural_rom: file: {blend_file}" in out
+    assert "Ball (MESH) role: DEFORMABLE" in out and "Cube (MESH) role: NONE" in out
+    assert "    frames: 3" in out
+
+
+# ---------------------------------------------------------------------------------------
+# The pipeline on a saved file
+# ---------------------------------------------------------------------------------------
+
+
+def test_tetrahedralize_bake_shards_and_export_pc2_headless(addon, tmp_path, capsys):
+    from neural_rom.core.pc2 import read_pc2
+
+    bpy = addon.bpy
+    blend = tmp_path / "shot.blend"
+    saved_ball(bpy, blend)
+    bpy.ops.wm.read_factory_settings(use_empty=True)  # the CLI opens the file itself
+
+    argv = [
+        "tetrahedralize",
+        "--file",
+        str(blend),
+        "--embedding",
+        "always",
+        "--cage-resolution",
+        "5",
+    ]
+    assert cli().main([*argv, "--save"]) == 0
+    out = capsys.readouterr().out
+    assert "neural_rom: Ball: " in out and " tets" in out and f"saved {blend}" in out
+    assert (tmp_path / "neural_rom" / "Ball" / "tets.npz").is_file()
+    assert (tmp_path / "neural_rom" / "Ball" / "embedding.npz").is_file()  # the override held
+
+    # Two farm shards of a 2-variant bake: each bakes its own variant only.
+    argv = [
+        "bake",
+        "--file",
+        str(blend),
+        "--object",
+        "Ball",
+        "--seed",
+        "3",
+        "--variants",
+        "2",
+        "--save",
+    ]
+    assert cli().main([*argv, "--shard", "1/2"]) == 0
+    out = capsys.readouterr().out
+    assert "shard 1/2, seed 3" in out and "100.0% frame 4/4" in out
+    bakes_dir = tmp_path / "neural_rom" / "Ball" / "bakes"
+    scenario = bpy.data.objects["Ball"].neural_rom.scenario
+    assert sorted(p.name for p in bakes_dir.glob("*.nrbake")) == [f"{scenario}_s3_v001.nrbake"]
+    assert cli().main([*argv, "--shard", "0/2"]) == 0
+    assert sorted(p.name for p in bakes_dir.glob("*.nrbake")) == [
+        f"{scenario}_s3_v000.nrbake",
+        f"{scenario}_s3_v001.nrbake",
+    ]
+    # --save kept each shard's record (the second run reopened the first one's file).
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    assert sorted(bakes_of(bpy)) == [(0, 4, "complete"), (1, 4, "complete")]
+
+    pc2 = tmp_path / "out" / "ball.pc2"
+    assert cli().main(["export-pc2", "--file", str(blend), "--out", str(pc2), "--save"]) == 0
+    frames, _start, rate = read_pc2(pc2)
+    assert frames.shape == (4, len(bpy.data.objects["Ball"].data.vertices), 3)
+    assert np.isfinite(frames).all() and rate == 1.0
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    mod = bpy.data.objects["Ball"].modifiers[0]
+    assert mod.type == "MESH_CACHE" and bpy.path.abspath(mod.filepath) == str(pc2)
+
+
+def test_export_pc2_of_several_objects_needs_a_folder(addon, blend_file, capsys):
+    bpy = addon.bpy
+    make_ball(bpy, name="A")
+    make_ball(bpy, name="B")
+    assert cli().main(["export-pc2", "--out", "x.pc2"]) == 2
+    assert (
+        "--out names one .pc2 file but several objects are exported: pass a folder"
+        in capsys.readouterr().err
+    )
+
+
+def _when_baking(action, timeout=60.0):
+    """Run ``action(job)`` from another thread once a bake job committed 2 frames."""
+    from neural_rom.addon import jobs
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for entry in list(jobs._JOBS.values()):
+                if not entry.job.finished and entry.job.done_units >= 2:
+                    action(entry.job)
+                    return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_cancelled_bake_exits_3_and_saves_its_committed_frames(addon, tmp_path, capsys):
+    bpy = addon.bpy
+    blend = tmp_path / "shot.blend"
+    saved_ball(bpy, blend, frames=400)
+    assert cli().main(["tetrahedralize", "--save"]) == 0
+    watcher = _when_baking(lambda job: job.cancel())
+    assert cli().main(["bake", "--save"]) == 3
+    watcher.join()
+    assert "neural_rom: cancelled: bake of Ball cancelled" in capsys.readouterr().err
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    [(_variant, frames, status)] = bakes_of(bpy)
+    assert 2 <= frames < 401 and status == "cancelled"
+
+
+def test_killed_worker_exits_1_naming_its_log(addon, tmp_path, capsys):
+    bpy = addon.bpy
+    blend = tmp_path / "shot.blend"
+    saved_ball(bpy, blend, frames=400)
+    assert cli().main(["tetrahedralize"]) == 0
+    watcher = _when_baking(lambda job: os.kill(job.pid, signal.SIGKILL))
+    assert cli().main(["bake"]) == 1
+    watcher.join()
+    err = capsys.readouterr().err
+    assert "the job worker crashed (killed by signal SIGKILL); see the log " in err
+    log = err.split("see the log ", 1)[1].split()[0]
+    assert os.path.isfile(log) and log.startswith(
+        str(tmp_path / "neural_rom" / "Ball" / "bakes" / "logs")
+    )
+    # The committed prefix on disk is still a readable bake.
+    from neural_rom.core.cache import BakeCache
+
+    [path] = (tmp_path / "neural_rom" / "Ball" / "bakes").glob("*_s0_v000.nrbake")
+    cache = BakeCache.open(path)
+    assert cache.n_frames >= 2

@@ -1,0 +1,316 @@
+"""Neural ROM job worker: ``<python> worker.py <job>.spec.json``.
+
+A bootstrap any Python (with numpy) can run as a script. It loads the extension package
+from its own folder, whatever the folder is named (``neural_rom``,
+``bl_ext.user_default.neural_rom``, a git checkout, ...), reads the job spec and hands
+``spec["kind"]`` to its handler in :data:`HANDLERS`. Progress, metrics, warnings, errors
+and the result go to stdout as JSON lines (see ``core/jobs.py``); everything else a job
+prints goes to stderr, which the parent writes to the job's log.
+
+Exit codes
+----------
+0  done: a ``done`` event carries the result.
+1  crash: an unexpected exception; its traceback is in the log, an ``error`` event names it.
+2  user error: a :class:`NeuralRomError` (bad input, diverged simulation, unreadable spec
+   or unknown kind); the ``error`` event carries its message.
+3  cancelled at a safe point: a ``done`` event with ``{"cancelled": true, ...}`` lists
+   what was committed, and that stays valid.
+
+A handler is ``handler(spec: dict) -> dict`` (a JSON-able result). It reports through
+``core.jobs`` (:class:`~core.jobs.Progress`, :func:`~core.jobs.emit`) and checks
+:func:`~core.jobs.should_cancel` at its safe points, raising :class:`JobCancelled` (with
+an optional ``result`` attribute: what was committed). Heavy dependencies (torch for
+"train") are imported inside their handler only, so a bake never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+PACKAGE = "neural_rom"
+_HERE = Path(__file__).resolve().parent
+
+
+def _load_package():
+    """Import the package this file sits in, under the name :data:`PACKAGE`."""
+    module = sys.modules.get(PACKAGE)
+    if module is not None and Path(getattr(module, "__file__", "")).resolve().parent == _HERE:
+        return module
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, _HERE / "__init__.py", submodule_search_locations=[str(_HERE)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sub(name: str):
+    """``neural_rom.<name>`` of the package loaded by :func:`_load_package`."""
+    return importlib.import_module(f"{PACKAGE}.{name}")
+
+
+# ---------------------------------------------------------------------------------------
+# Handlers
+# ---------------------------------------------------------------------------------------
+
+
+def _variant_paths(out_dir: Path, name: str, variants: int, shard: tuple[int, int]) -> list[Path]:
+    i, n = shard
+    return [out_dir / f"{name}_v{k:03d}.nrbake" for k in range(variants) if k % n == i]
+
+
+def _committed(paths: list[Path], mesh_hash: str | None) -> list[dict]:
+    """Frames committed in each bake file that exists (the part a cancel or crash keeps)."""
+    cache = _sub("core.cache")
+    out = []
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            bake = cache.BakeCache.open(path, expect_mesh_hash=mesh_hash)
+            out.append({"path": str(path), "n_frames": int(bake.n_frames), "status": bake.status})
+        except Exception as exc:  # noqa: BLE001 (an unreadable bake is reported, not fatal)
+            out.append({"path": str(path), "n_frames": 0, "status": f"unreadable: {exc}"})
+    return out
+
+
+def run_bake(spec: dict) -> dict:
+    """``kind: "bake"``: :func:`core.bake.bake_variants` on the spec's tet mesh.
+
+    Spec keys: ``mesh`` (tets .npz), ``spec`` (``BakeSpec.to_dict()``), ``out_dir``,
+    ``name``, ``shard`` ([i, N], default [0, 1]), ``overwrite`` (bool).
+    Result: ``paths``, ``frames`` (committed frames per file), ``shard``, ``out_dir``,
+    ``name``, ``mesh_hash``.
+    """
+    jobs, errors = _sub("core.jobs"), _sub("core.errors")
+    bake, mesh_io = _sub("core.bake"), _sub("core.mesh")
+    for key in ("mesh", "spec", "out_dir", "name"):
+        if key not in spec:
+            raise errors.NeuralRomError(f'the bake job spec has no "{key}": re-create the job')
+    mesh_path = Path(spec["mesh"])
+    if not mesh_path.is_file():
+        raise errors.NeuralRomError(
+            f"no tet mesh at {mesh_path}: run Tetrahedralize on the object first, "
+            "or check that the cache directory was not moved"
+        )
+    mesh = mesh_io.read_tetmesh(mesh_path)
+    bake_spec = bake.BakeSpec.from_dict(spec["spec"])
+    out_dir = Path(spec["out_dir"])
+    name = str(spec["name"])
+    shard = tuple(int(v) for v in spec.get("shard", (0, 1)))
+    paths = _variant_paths(out_dir, name, int(bake_spec.variants), shard)
+    mesh_hash = _sub("core.cache").mesh_hash(mesh.X, mesh.T)
+    meter = jobs.Progress(1)
+    touched: set[int] = set()  # variants this run wrote to (older files may exist too)
+
+    def progress(done: int, total: int, info: dict | None = None) -> None:
+        info = info or {}
+        touched.add(int(info.get("variant", shard[0])))
+        meter.total = int(total)
+        message = f"frame {done}/{total}"
+        if "variant" in info and len(paths) > 1:
+            message += f" (variant {int(info['variant'])})"
+        meter.update(done, message)
+        numbers = {
+            k: v
+            for k, v in info.items()
+            if k not in ("variant", "eta_s") and isinstance(v, (int, float))
+        }
+        if numbers:
+            jobs.emit("metric", values=numbers)
+
+    try:
+        written = bake.bake_variants(
+            mesh,
+            bake_spec,
+            out_dir,
+            name,
+            shard=shard,
+            progress=progress,
+            should_cancel=jobs.should_cancel,
+            overwrite=bool(spec.get("overwrite", False)),
+        )
+    except errors.JobCancelled as exc:
+        mine = [p for p in paths if int(p.stem.rsplit("_v", 1)[1]) in touched]
+        committed = _committed(mine, mesh_hash)
+        exc.result = {
+            "paths": [c["path"] for c in committed if c["n_frames"] > 0],
+            "frames": {c["path"]: c["n_frames"] for c in committed},
+            "shard": list(shard),
+            "out_dir": str(out_dir),
+            "name": name,
+            "mesh_hash": mesh_hash,
+        }
+        raise
+    written = [Path(p) for p in written]
+    committed = _committed(written, mesh_hash)
+    return {
+        "paths": [str(p) for p in written],
+        "frames": {c["path"]: c["n_frames"] for c in committed},
+        "shard": list(shard),
+        "out_dir": str(out_dir),
+        "name": name,
+        "mesh_hash": mesh_hash,
+    }
+
+
+def run_selftest(spec: dict) -> dict:
+    """``kind: "selftest"``: a fake job for testing the runner without physics.
+
+    Spec keys (all optional): ``steps`` (10), ``sleep`` (seconds per step, 0.02),
+    ``commit_file`` (a line ``"<step>\\n"`` is appended and fsynced per step: the
+    "committed" work), ``crash_at`` (hard exit 70 at that step), ``hang_at`` (sleeps
+    forever, ignoring cancels), ``error_at`` (raises a NeuralRomError), ``raise_at``
+    (raises a RuntimeError: a bug), ``warn_at`` (emits a warning), ``noise`` (prints to
+    stdout, which must land in the log, not break the event stream).
+    """
+    jobs, errors = _sub("core.jobs"), _sub("core.errors")
+    steps = int(spec.get("steps", 10))
+    pause = float(spec.get("sleep", 0.02))
+    commit = spec.get("commit_file")
+    meter = jobs.Progress(steps)
+    for i in range(steps):
+        if spec.get("hang_at") == i:
+            print(f"selftest: hanging at step {i}", file=sys.stderr, flush=True)
+            while True:
+                time.sleep(1.0)
+        if spec.get("crash_at") == i:
+            print(f"selftest: simulated crash at step {i}", file=sys.stderr, flush=True)
+            os._exit(70)
+        if spec.get("error_at") == i:
+            raise errors.NeuralRomError(
+                f"selftest: simulated user error at step {i}: change the input and retry"
+            )
+        if spec.get("raise_at") == i:
+            raise RuntimeError(f"selftest: simulated bug at step {i}")
+        if spec.get("noise"):
+            print(f"selftest noise {i} {{not json", flush=True)
+        time.sleep(pause)
+        if commit:
+            with open(commit, "a", encoding="utf-8") as fh:
+                fh.write(f"{i}\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        meter.update(i + 1, f"step {i + 1}/{steps}")
+        jobs.emit("metric", values={"step": i, "loss": 1.0 / (i + 1)})
+        if spec.get("warn_at") == i:
+            jobs.emit("warning", message=f"selftest: warning at step {i}")
+        if jobs.should_cancel():
+            exc = errors.JobCancelled(f"selftest cancelled after step {i + 1}")
+            exc.result = {"committed": i + 1}
+            raise exc
+    return {"committed": steps, "steps": steps}
+
+
+def run_train(spec: dict) -> dict:
+    """``kind: "train"``: delegated to ``training.worker.run`` (imports torch lazily)."""
+    errors = _sub("core.errors")
+    try:
+        module = _sub("training.worker")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith(f"{PACKAGE}.training"):
+            raise errors.NeuralRomError(
+                "this version of Neural ROM cannot train yet: update the extension"
+            ) from exc
+        raise errors.NeuralRomError(
+            f"training needs the Python package {exc.name!r}: install it in the job "
+            "interpreter (Preferences > Neural ROM > Python)"
+        ) from exc
+    return module.run(spec)
+
+
+#: Job kind -> handler. Import heavy modules inside the handler, never here.
+HANDLERS = {
+    "bake": run_bake,
+    "train": run_train,
+    "selftest": run_selftest,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------
+
+
+def run(spec: dict) -> int:
+    """Run one job spec in this (worker) process; returns the exit code."""
+    jobs, errors = _sub("core.jobs"), _sub("core.errors")
+    kind = spec.get("kind")
+    jobs.emit("started", pid=os.getpid(), kind=kind, python=sys.executable)
+    print(
+        f"neural_rom worker: kind={kind} pid={os.getpid()} python={sys.executable} package={_HERE}",
+        file=sys.stderr,
+        flush=True,
+    )
+    handler = HANDLERS.get(kind)
+    try:
+        if handler is None:
+            known = ", ".join(sorted(HANDLERS))
+            raise errors.NeuralRomError(f"unknown job kind {kind!r} (known: {known})")
+        result = handler(spec)
+    except errors.JobCancelled as exc:
+        result = dict(getattr(exc, "result", None) or {})
+        result["cancelled"] = True
+        jobs.emit("done", result=result)
+        print(f"neural_rom worker: cancelled ({exc})", file=sys.stderr, flush=True)
+        return jobs.EXIT_CANCELLED
+    except errors.NeuralRomError as exc:
+        jobs.emit("error", message=str(exc), type=type(exc).__name__)
+        print(f"neural_rom worker: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return jobs.EXIT_USER_ERROR
+    except Exception as exc:  # noqa: BLE001 (a bug in a handler: exit code 1, traceback in the log)
+        traceback.print_exc()
+        sys.stderr.flush()
+        jobs.emit(
+            "error",
+            message=f"the job hit an internal error ({type(exc).__name__}: {exc}); "
+            "please report it with the log",
+            type=type(exc).__name__,
+        )
+        return jobs.EXIT_CRASH
+    # Which heavy modules this job pulled in: a bake must never import torch (or bpy).
+    loaded = sorted(name for name in ("bpy", "torch") if name in sys.modules)
+    jobs.emit(
+        "done",
+        result=result if isinstance(result, dict) else {"value": result},
+        heavy_modules=loaded,
+    )
+    return jobs.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python worker.py JOB.spec.json", file=sys.stderr)
+        return 2
+    _load_package()
+    jobs = _sub("core.jobs")
+    try:
+        spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+        problem = None if isinstance(spec, dict) else "the spec is not a JSON object"
+    except (OSError, ValueError) as exc:
+        problem = str(exc)
+    if problem is not None:
+        jobs.init_worker()
+        jobs.emit(
+            "error", message=f"cannot read the job spec {argv[0]}: {problem}", type="JobError"
+        )
+        return jobs.EXIT_USER_ERROR
+    jobs.init_worker(spec.get("cancel_file"))
+    return run(spec)
+
+
+if __name__ == "__main__":
+    # The script's folder is the package itself: drop it from sys.path so its
+    # subpackages (core, addon, training, ...) do not shadow top-level modules.
+    if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
+        del sys.path[0]
+    sys.exit(main())
