@@ -597,9 +597,9 @@ class HessianAssembler:
         # intp: np.bincount would convert int32 indices on every call
         self.element_slots = emap.reshape(m, 144).astype(np.intp)
         rows_scalar = np.arange(3 * n)
-        self.diagonal_slots = self._slots_of(rows_scalar, rows_scalar)
+        self.diagonal_slots = self.slots_of(rows_scalar, rows_scalar)
 
-    def _slots_of(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    def slots_of(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """CSR data slots of entries (rows, cols); raises ValueError if one is not in the pattern."""
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
@@ -636,7 +636,7 @@ class HessianAssembler:
         if A.shape != self.shape:
             raise ValueError(f"matrix shape {A.shape} differs from the pattern's {self.shape}")
         out = np.zeros(self.nnz)
-        out[self._slots_of(A.row, A.col)] = A.data
+        out[self.slots_of(A.row, A.col)] = A.data
         return out
 
     def assemble_data(

@@ -232,7 +232,7 @@ class Simulation:
             else g / (1e-4 * self.length_scale)
         )
         self._mask: _DirichletMask | None = None
-        self._block_index: np.ndarray | None = None
+        self._block_slots: np.ndarray | None = None
         self.reset()
 
     # ----------------------------------------------------------------------------- state
@@ -371,7 +371,7 @@ class Simulation:
             A = H
             if K_damp is not None:
                 g += s.damping_beta / h * (K_damp @ dn)
-                A = A + (s.damping_beta / h) * K_damp
+                A.data += (s.damping_beta / h) * K_damp.data  # same assembler, same pattern
             diag = m3 * (1.0 / h**2 + alpha / h)
             A = self._add_diagonal_and_blocks(A, diag, Hc)
             return e, g, A
@@ -486,14 +486,18 @@ class Simulation:
         return x, rep
 
     def _add_diagonal_and_blocks(self, A: sp.csr_matrix, diag: np.ndarray, blocks: np.ndarray) -> sp.csr_matrix:
-        """``A + diag(diag) + blockdiag(blocks on surface vertices)`` without changing A's pattern."""
-        A = A.tocsr()
-        if self._block_index is None or self._block_index[0] != A.nnz:
-            self._block_index = (A.nnz, _vertex_block_positions(A, self.surface), _diag_positions(A))
-        _, pos_blocks, pos_diag = self._block_index
-        A.data[pos_diag] += diag
+        """``A + diag(diag) + blockdiag(blocks on surface vertices)``, in A's (fixed) pattern."""
+        asm = self.fem.assembler
+        if self._block_slots is None:
+            s = self.surface
+            r = 3 * s[:, None, None] + np.arange(3)[None, :, None]
+            c = 3 * s[:, None, None] + np.arange(3)[None, None, :]
+            r, c = np.broadcast_arrays(r, c)
+            self._block_slots = asm.slots_of(r.ravel(), c.ravel())
+        A.data[asm.diagonal_slots] += diag
         if blocks.size:
-            np.add.at(A.data, pos_blocks.ravel(), blocks.ravel())
+            # each surface vertex appears once, so its 9 slots are distinct: no np.add.at needed
+            A.data[self._block_slots] += blocks.ravel()
         return A
 
     # ------------------------------------------------------------------------- energies
@@ -507,31 +511,6 @@ class Simulation:
 
     def momentum(self) -> np.ndarray:
         return np.sum(self.mass[:, None] * self.v, axis=0)
-
-
-def _diag_positions(A: sp.csr_matrix) -> np.ndarray:
-    return _csr_positions(A, np.arange(A.shape[0]), np.arange(A.shape[0]))
-
-
-def _vertex_block_positions(A: sp.csr_matrix, vertices: np.ndarray) -> np.ndarray:
-    """CSR data positions of the 3x3 diagonal blocks of ``vertices``: (s, 3, 3) int."""
-    r = 3 * vertices[:, None, None] + np.arange(3)[None, :, None]
-    c = 3 * vertices[:, None, None] + np.arange(3)[None, None, :]
-    r, c = np.broadcast_arrays(r, c)
-    return _csr_positions(A, r.ravel(), c.ravel()).reshape(len(vertices), 3, 3)
-
-
-def _csr_positions(A: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Positions in ``A.data`` of entries (rows[i], cols[i]); they must be in the pattern."""
-    A.sort_indices()
-    N = A.shape[1]
-    keys = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr)) * N + A.indices
-    q = rows.astype(np.int64) * N + cols
-    pos = np.searchsorted(keys, q)
-    pos = np.minimum(pos, len(keys) - 1)
-    if not np.all(keys[pos] == q):
-        raise SimulationError("Internal error: entry outside the Hessian sparsity pattern.")
-    return pos
 
 
 def _lerp_colliders(c0: list[Collider], c1: list[Collider], w: float) -> list[Collider]:
