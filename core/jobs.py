@@ -65,6 +65,7 @@ __all__ = [
     "check_interpreter",
     "default_python",
     "emit",
+    "extension_wheel_dirs",
     "init_worker",
     "probe_interpreter",
     "request_cancel",
@@ -416,18 +417,57 @@ def _same_interpreter(python: str) -> bool:
         return False
 
 
+def extension_wheel_dirs(
+    package_dir: str | os.PathLike | None = None,
+    version: tuple[int, int] | None = None,
+) -> list[str]:
+    """Blender's site-packages for extension wheels that serve this package, where it exists.
+
+    Blender installs the wheels an extension zip ships (scipy, tetgen, meshio, ...) into
+    ``<extensions>/.local/lib/python<X>.<Y>/site-packages`` and puts that folder on its own
+    ``sys.path``. Installed, this package sits at ``<extensions>/<repository>/<id>/``, so the
+    folder is found from here too: the fallback for when Blender's ``sys.path`` lacks it
+    (it adds the folder only once it exists). Only under a folder named ``extensions``
+    (Blender's user extensions folder): a checkout at ``~/src/neural_rom`` must not hand a
+    job ``~/.local/lib/python3.11/site-packages``, which Blender's Python ignores.
+
+    Parameters
+    ----------
+    package_dir : path or None
+        The extension's root folder; default: the one this module belongs to (as
+        imported: a symbolic link into the extensions folder counts as installed).
+    version : (int, int) or None
+        Python ``(major, minor)`` the wheels were installed for; default: this interpreter's.
+
+    Returns
+    -------
+    list of str
+        The folder, when the package is installed as an extension and the folder exists;
+        otherwise an empty list.
+    """
+    if package_dir is None:
+        package_dir = Path(os.path.abspath(__file__)).parent.parent
+    extensions = Path(package_dir).parent.parent
+    if extensions.name != "extensions":
+        return []
+    major, minor = version if version is not None else sys.version_info[:2]
+    site = extensions / ".local" / "lib" / f"python{major}.{minor}" / "site-packages"
+    return [str(site)] if site.is_dir() else []
+
+
 def _child_env(python: str) -> dict:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONIOENCODING"] = "utf-8"
     if _same_interpreter(python):
         # Blender adds folders to sys.path at run time (the extensions' wheels, user
-        # modules) that its bundled Python does not know on its own: pass them on. Only
+        # modules) that its bundled Python does not know on its own: pass them on, and
+        # the extensions' wheel folder even where this process's sys.path lacks it. Only
         # for the same interpreter: another Python must not see binaries built for this
         # one. Not Blender's scripts/modules, whose pure-Python bpy needs Blender itself.
         paths = [
             p
-            for p in sys.path
+            for p in (*sys.path, *extension_wheel_dirs())
             if p and os.path.isdir(p) and not os.path.isfile(os.path.join(p, "bpy", "__init__.py"))
         ]
         if env.get("PYTHONPATH"):

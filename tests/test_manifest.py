@@ -83,6 +83,7 @@ def test_manifest_has_the_required_keys_and_values(manifest):
         "/.ci/",
         "/scripts/",
         "/dist/",
+        "/wheels/",
         "__pycache__/",
         "*.pyc",
         "/.git*",
