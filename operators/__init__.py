@@ -1,0 +1,5 @@
+"""bpy Operators (``neural_rom.<verb>``): thin wrappers over :mod:`..addon.stages`."""
+
+from . import bake, interpreter, playback, tets
+
+CLASSES = (*interpreter.CLASSES, *tets.CLASSES, *bake.CLASSES, *playback.CLASSES)

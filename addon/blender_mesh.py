@@ -1,0 +1,295 @@
+"""Blender mesh data <-> numpy, vertex groups -> pinned indices, collider shapes and animation.
+
+Every bulk transfer goes through ``foreach_get`` / ``foreach_set``: no Python loop over
+vertices or faces except where Blender offers nothing else (vertex-group weights).
+
+Rest shape. Playback deforms an object's own mesh in place, so before the first frame
+is written the rest positions are saved to a hidden point attribute (``REST_ATTRIBUTE``).
+Everything that reads "the mesh" for tetrahedralizing, hashing or baking reads the rest
+positions, so a played-back (deformed) mesh is never taken for a new rest shape, and
+stopping playback puts the rest shape back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import bpy
+import numpy as np
+
+from ..core.errors import NeuralRomError
+
+REST_ATTRIBUTE = ".neural_rom_rest"
+
+
+# --------------------------------------------------------------------------------------
+# Positions and triangles
+
+
+def get_positions(mesh: bpy.types.Mesh) -> np.ndarray:
+    """Current vertex positions, (n, 3) float64, object local space."""
+    co = np.empty(3 * len(mesh.vertices), dtype=np.float32)
+    mesh.vertices.foreach_get("co", co)
+    return co.reshape(-1, 3).astype(np.float64)
+
+
+def set_positions(mesh: bpy.types.Mesh, positions: np.ndarray) -> None:
+    """Overwrite vertex positions with (n, 3) local-space ``positions`` (metres)."""
+    p = np.ascontiguousarray(positions, dtype=np.float32).reshape(-1)
+    if p.size != 3 * len(mesh.vertices):
+        raise NeuralRomError(
+            f"Mesh '{mesh.name}' has {len(mesh.vertices)} vertices but {p.size // 3} positions "
+            "were given; the bake belongs to another version of the mesh: re-bake."
+        )
+    mesh.vertices.foreach_set("co", p)
+    mesh.update()
+
+
+def has_rest(mesh: bpy.types.Mesh) -> bool:
+    return REST_ATTRIBUTE in mesh.attributes
+
+
+def store_rest(mesh: bpy.types.Mesh) -> None:
+    """Save the current positions as the rest shape, unless a rest shape is already saved."""
+    if has_rest(mesh):
+        return
+    co = np.empty(3 * len(mesh.vertices), dtype=np.float32)
+    mesh.vertices.foreach_get("co", co)
+    attr = mesh.attributes.new(REST_ATTRIBUTE, "FLOAT_VECTOR", "POINT")
+    attr.data.foreach_set("vector", co)
+
+
+def restore_rest(mesh: bpy.types.Mesh) -> None:
+    """Put the saved rest shape back into the vertices and forget it."""
+    if not has_rest(mesh):
+        return
+    mesh.vertices.foreach_set("co", _rest_flat(mesh))
+    mesh.attributes.remove(mesh.attributes[REST_ATTRIBUTE])
+    mesh.update()
+
+
+def _rest_flat(mesh: bpy.types.Mesh) -> np.ndarray:
+    co = np.empty(3 * len(mesh.vertices), dtype=np.float32)
+    mesh.attributes[REST_ATTRIBUTE].data.foreach_get("vector", co)
+    return co
+
+
+def rest_positions(mesh: bpy.types.Mesh) -> np.ndarray:
+    """Rest positions, (n, 3) float64, local space (the saved rest shape during playback)."""
+    if has_rest(mesh):
+        return _rest_flat(mesh).reshape(-1, 3).astype(np.float64)
+    return get_positions(mesh)
+
+
+def triangles(mesh: bpy.types.Mesh) -> np.ndarray:
+    """Triangulation of every polygon, (t, 3) int64 vertex indices (Blender's own, so
+    n-gons split the way the viewport draws them)."""
+    mesh.calc_loop_triangles()
+    tri = np.empty(3 * len(mesh.loop_triangles), dtype=np.int32)
+    mesh.loop_triangles.foreach_get("vertices", tri)
+    return tri.reshape(-1, 3).astype(np.int64)
+
+
+def to_world(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Apply a 4x4 matrix to (n, 3) points."""
+    m = np.asarray(matrix, dtype=np.float64)
+    return points @ m[:3, :3].T + m[:3, 3]
+
+
+def to_local(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Apply the inverse of a 4x4 local-to-world matrix to (n, 3) world points."""
+    return to_world(points, np.linalg.inv(np.asarray(matrix, dtype=np.float64)))
+
+
+def matrix(obj: bpy.types.Object) -> np.ndarray:
+    """The object's current ``matrix_world`` as a (4, 4) float64 array."""
+    return np.array(obj.matrix_world, dtype=np.float64)
+
+
+def surface(obj: bpy.types.Object, *, world: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The object's rest surface.
+
+    The base mesh (before modifiers) is used: playback writes into that same mesh, so
+    the simulated vertices and the displayed vertices are the same set, and modifiers
+    such as Subdivision Surface apply on top of the simulation.
+
+    Returns
+    -------
+    V : (n, 3) float64, world space at the current frame when ``world`` else local, metres.
+    F : (t, 3) int64 triangles.
+    """
+    if obj.type != "MESH":
+        raise NeuralRomError(
+            f"'{obj.name}' is a {obj.type.lower()}, not a mesh; select a mesh object."
+        )
+    V = rest_positions(obj.data)
+    F = triangles(obj.data)
+    if len(F) == 0:
+        raise NeuralRomError(
+            f"Mesh '{obj.name}' has no faces; only meshes with faces can be simulated."
+        )
+    return (to_world(V, matrix(obj)) if world else V), F
+
+
+def surface_hash(obj: bpy.types.Object) -> str:
+    """SHA-1 of the rest shape (local positions as float32) and its triangles: changes when
+    the mesh is edited, not when the object is moved."""
+    V, F = surface(obj, world=False)
+    h = hashlib.sha1()
+    h.update(np.ascontiguousarray(V, dtype="<f4").tobytes())
+    h.update(np.ascontiguousarray(F, dtype="<i8").tobytes())
+    return h.hexdigest()
+
+
+def mesh_from_arrays(
+    name: str, V: np.ndarray, F: np.ndarray, *, mesh: bpy.types.Mesh | None = None
+) -> bpy.types.Mesh:
+    """Build (or rebuild ``mesh`` in place) a triangle mesh from (n, 3) V and (t, 3) F."""
+    V = np.asarray(V, dtype=np.float32).reshape(-1, 3)
+    F = np.asarray(F, dtype=np.int32).reshape(-1, 3)
+    if mesh is None:
+        mesh = bpy.data.meshes.new(name)
+    else:
+        mesh.clear_geometry()
+    mesh.vertices.add(len(V))
+    mesh.vertices.foreach_set("co", V.ravel())
+    mesh.loops.add(F.size)
+    mesh.loops.foreach_set("vertex_index", F.ravel())
+    mesh.polygons.add(len(F))
+    mesh.polygons.foreach_set("loop_start", np.arange(0, F.size, 3, dtype=np.int32))
+    mesh.polygons.foreach_set("loop_total", np.full(len(F), 3, dtype=np.int32))
+    mesh.update(calc_edges=True)
+    return mesh
+
+
+# --------------------------------------------------------------------------------------
+# Vertex groups
+
+
+def vertex_group_indices(
+    obj: bpy.types.Object, name: str, *, min_weight: float = 0.5
+) -> np.ndarray:
+    """Indices of the vertices in vertex group ``name`` with weight >= ``min_weight``.
+
+    Raises NeuralRomError naming the group when the object has no such group.
+    """
+    vg = obj.vertex_groups.get(name)
+    if vg is None:
+        have = ", ".join(f"'{g.name}'" for g in obj.vertex_groups) or "none"
+        raise NeuralRomError(
+            f"Pin group '{name}' does not exist on '{obj.name}' (vertex groups: {have}); "
+            "create it in Object Data > Vertex Groups or pick another pin group."
+        )
+    gi = vg.index
+    # Blender keeps vertex-group weights per vertex with no bulk accessor: one pass, once
+    # per bake, never per frame.
+    idx = [
+        v.index
+        for v in obj.data.vertices
+        for g in v.groups
+        if g.group == gi and g.weight >= min_weight
+    ]
+    return np.asarray(idx, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------
+# Colliders
+
+
+def split_scale(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split a 4x4 matrix into a rigid matrix (rotation + translation) and its 3 axis scales."""
+    m = np.asarray(m, dtype=np.float64)
+    scale = np.linalg.norm(m[:3, :3], axis=0)
+    rigid = np.eye(4)
+    rigid[:3, :3] = m[:3, :3] / np.maximum(scale, 1e-12)
+    rigid[:3, 3] = m[:3, 3]
+    return rigid, scale
+
+
+def collider_shape(obj: bpy.types.Object, kind: str, m: np.ndarray | None = None) -> dict:
+    """Size and local centre of an analytic collider approximating ``obj``.
+
+    Empties: half extent ``empty_display_size`` along each axis. Meshes (and anything
+    with a bounding box): half the local bounding box, centred on its centre. Both are
+    scaled by the world scale of ``m`` (default: the current ``matrix_world``). A sphere
+    fits the largest half extent; a capsule runs along local Z with its radius from X/Y
+    and half length ``half_z - radius``; a plane is the local XY plane through the
+    centre, solid below.
+
+    Returns
+    -------
+    dict with kind, radius (m), half_length (m), centre (3,) local-space offset.
+    """
+    _, scale = split_scale(matrix(obj) if m is None else m)
+    if obj.type == "EMPTY":
+        half_local = np.full(3, float(obj.empty_display_size))
+        centre = np.zeros(3)
+    else:
+        bb = np.array([tuple(c) for c in obj.bound_box], dtype=np.float64)
+        half_local = 0.5 * (bb.max(axis=0) - bb.min(axis=0))
+        centre = 0.5 * (bb.min(axis=0) + bb.max(axis=0))
+    half = half_local * scale
+    if kind == "sphere":
+        radius, half_length = float(half.max()), 0.0
+    elif kind == "capsule":
+        radius = float(max(half[0], half[1]))
+        half_length = float(max(half[2] - radius, 0.0))
+    elif kind == "plane":
+        radius, half_length = 0.0, 0.0
+    else:
+        raise NeuralRomError(f"Unknown collider shape {kind!r}; use plane, sphere or capsule.")
+    if kind != "plane" and radius <= 0:
+        raise NeuralRomError(
+            f"Collider '{obj.name}' has zero size; scale it up or use a larger empty display size."
+        )
+    return {"kind": kind, "radius": radius, "half_length": half_length, "centre": centre}
+
+
+def collider_transform(
+    obj: bpy.types.Object, centre: np.ndarray, m: np.ndarray | None = None
+) -> np.ndarray:
+    """Rigid world matrix of a collider whose shape is centred at local ``centre``."""
+    m = matrix(obj) if m is None else m
+    rigid, _ = split_scale(m)
+    rigid[:3, 3] = to_world(np.asarray(centre, dtype=np.float64)[None], m)[0]
+    return rigid
+
+
+def sample_matrices(
+    scene: bpy.types.Scene, objects: list[bpy.types.Object], frames: range
+) -> np.ndarray:
+    """``matrix_world`` of every object at every frame of ``frames``.
+
+    Sets each frame on the scene (so drivers, constraints and parents are evaluated the
+    way the viewport shows them) and restores the current frame and subframe afterwards,
+    even when something fails.
+
+    Returns
+    -------
+    (len(frames), len(objects), 4, 4) float64 array.
+    """
+    out = np.empty((len(frames), len(objects), 4, 4))
+    names = [o.name for o in objects]
+    current, sub = scene.frame_current, scene.frame_subframe
+    try:
+        for i, f in enumerate(frames):
+            scene.frame_set(f)
+            # objects can be re-fetched after a frame change that rebuilds data; by name is safe
+            for j, name in enumerate(names):
+                out[i, j] = np.array(bpy.data.objects[name].matrix_world, dtype=np.float64)
+    finally:
+        scene.frame_set(current, subframe=sub)
+    return out
+
+
+def is_animated(obj: bpy.types.Object) -> bool:
+    """True when the object's world matrix may change over time (own or parent animation,
+    constraints or drivers)."""
+    o = obj
+    while o is not None:
+        if o.animation_data is not None and (o.animation_data.action or o.animation_data.drivers):
+            return True
+        if len(o.constraints):
+            return True
+        o = o.parent
+    return False

@@ -1,0 +1,66 @@
+"""Viewport playback of bakes: a ``frame_change_post`` handler that writes the cached frame
+into every object whose playback is on.
+
+The per-frame work is one memmap read, the embedding (a sparse matrix product) and one
+``foreach_set``; the open bake and embedding are kept between frames
+(:func:`stages.render_map`). A bake that stopped fitting its object (edited mesh, new
+tets, deleted files) turns that object's playback off with a message in the console,
+rather than raising inside Blender's frame change.
+"""
+
+from __future__ import annotations
+
+import bpy
+from bpy.app.handlers import persistent
+
+from ..core.errors import NeuralRomError
+from . import stages
+
+
+@persistent
+def on_frame_change(scene: bpy.types.Scene, depsgraph=None) -> None:
+    for obj in scene.objects:
+        s = getattr(obj, "neural_rom", None)
+        if s is None or not s.playback or obj.type != "MESH" or obj.mode == "EDIT":
+            continue  # edit mode keeps its own copy of the mesh: writing it would be lost
+        try:
+            stages.apply_frame(obj, scene.frame_current)
+        except (NeuralRomError, OSError) as e:
+            print(f"Neural ROM: playback of '{obj.name}' stopped: {e}")
+            stages.stop_playback(obj)
+
+
+@persistent
+def on_load(_filepath=None) -> None:
+    # bakes and embeddings of the previous file must not be reused by name
+    stages._forget_caches()
+
+
+_HANDLERS = (
+    (bpy.app.handlers.frame_change_post, on_frame_change),
+    (bpy.app.handlers.load_post, on_load),
+)
+
+
+def _same(h, fn) -> bool:
+    # match by module and name, so a handler from an earlier import (reload) is replaced too
+    return (
+        getattr(h, "__module__", None) == fn.__module__
+        and getattr(h, "__name__", None) == fn.__name__
+    )
+
+
+def register_handlers() -> None:
+    unregister_handlers()
+    for handlers, fn in _HANDLERS:
+        handlers.append(fn)
+
+
+def unregister_handlers() -> None:
+    for handlers, fn in _HANDLERS:
+        for h in [h for h in handlers if _same(h, fn)]:
+            handlers.remove(h)
+    stages._forget_caches()
+
+
+CLASSES: tuple = ()

@@ -1,0 +1,402 @@
+"""Per-object and per-scene settings (``Object.neural_rom``, ``Scene.neural_rom_scene``).
+
+What the user sets (role, material, tets, simulation, scenario) and what the stages
+record (tet and bake paths, hashes, statistics) live on the object, so they are saved in
+the .blend, undone with it and copied with the object. Paths are stored Blender-relative
+(``//neural_rom/...``) when the cache directory is, so a project folder moves intact.
+"""
+
+from __future__ import annotations
+
+import json
+
+import bpy
+from bpy.props import (
+    BoolProperty,
+    CollectionProperty,
+    EnumProperty,
+    FloatProperty,
+    IntProperty,
+    PointerProperty,
+    StringProperty,
+)
+
+# Paths may be "//"-relative to the .blend; Blender 4.5+ warns unless the property says so.
+_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+
+ROLE_ITEMS = (
+    ("NONE", "None", "Not simulated"),
+    ("DEFORMABLE", "Deformable", "A soft body: tetrahedralized, baked and played back"),
+    ("COLLIDER", "Collider", "An analytic collider whose animation drives the bakes"),
+)
+
+# Identifiers are core.fem.PRESETS keys, so no translation table is needed.
+MATERIAL_ITEMS = (
+    ("rubber", "Rubber", "Stiff, nearly incompressible rubber"),
+    ("jelly", "Jelly", "Soft, wobbly gel"),
+    ("flesh", "Flesh", "Soft tissue"),
+    ("cloth_like", "Cloth-like", "Thin, light and floppy"),
+    ("custom", "Custom", "Set Young's modulus, Poisson ratio and density by hand"),
+)
+
+EMBEDDING_ITEMS = (
+    (
+        "AUTO",
+        "Auto",
+        "Tetrahedralize the mesh itself when it is closed and manifold, else a cage around it",
+    ),
+    ("ALWAYS", "Always", "Always simulate a cage around the mesh (any render mesh, fewer tets)"),
+    ("NEVER", "Never", "Tetrahedralize the mesh itself; it must be closed and manifold"),
+)
+
+# Identifiers are core.scenarios.SCENARIO_KINDS.
+SCENARIO_ITEMS = (
+    ("gravity_drop", "Gravity drop", "Falls (optionally lifted, rotated, spinning) and settles"),
+    ("random_pokes", "Random pokes", "Scripted random forces on random surface regions"),
+    ("keyframed_colliders", "Keyframed colliders", "Colliders and pins move to random keys"),
+    ("replay_forces", "Replay forces", "Forces recorded on another bake, replayed on this mesh"),
+)
+
+COLLIDER_ITEMS = (
+    ("plane", "Plane", "The object's local XY plane, solid below (local -Z)"),
+    ("sphere", "Sphere", "A sphere fitting the object's largest dimension (or empty size)"),
+    ("capsule", "Capsule", "A capsule along local Z: radius from X/Y, length from Z"),
+)
+
+# Units and meaning of the scenario parameters the panel shows (core/scenarios.py).
+PARAM_DOCS = {
+    "height": "Start this many metres above the rest position (m)",
+    "random_rotation": "Start in a random orientation",
+    "initial_velocity": "Initial velocity (m/s), JSON list [x, y, z]",
+    "spin": "Initial spin about a random axis (rad/s)",
+    "ground": "Add a ground plane at the object's rest bottom",
+    "count": "Number of pokes over the bake",
+    "radius": "Region / sphere radius, as a fraction of the bounding-box diagonal",
+    "strength": "Poke force in body weights (ignored when Force > 0)",
+    "force": "Poke force magnitude (N); 0 uses Strength",
+    "duration": "Seconds each poke lasts",
+    "keys": "Random keyframes per bake",
+    "reach": "How far keys wander, as a fraction of the bounding-box diagonal",
+    "move_pins": "Pinned vertices follow random rigid motions too (needs a pin group)",
+    "pin_amplitude": "Pin motion amplitude, as a fraction of the bounding-box diagonal",
+    "source": "Bake (.nrbake) or .npz with recorded forces",
+    "scale": "Multiplier on the replayed forces",
+}
+
+
+class NEURAL_ROM_PG_scenario_param(bpy.types.PropertyGroup):
+    """One scenario parameter; the value lives in the field of its type."""
+
+    # name: the scenario key (PropertyGroup.name)
+    value_type: EnumProperty(
+        items=(
+            ("FLOAT", "Float", ""),
+            ("INT", "Integer", ""),
+            ("BOOL", "Boolean", ""),
+            ("STRING", "String", ""),
+            ("JSON", "JSON", "Lists and other values, as JSON text"),
+        )
+    )
+    float_value: FloatProperty(name="Value", precision=4)
+    int_value: IntProperty(name="Value")
+    bool_value: BoolProperty(name="Value")
+    string_value: StringProperty(name="Value")
+
+    @property
+    def value_attr(self) -> str:
+        return {
+            "FLOAT": "float_value",
+            "INT": "int_value",
+            "BOOL": "bool_value",
+        }.get(self.value_type, "string_value")
+
+    def get(self):
+        t = self.value_type
+        if t == "FLOAT":
+            return float(f"{self.float_value:.7g}")  # stored as float32: 0.15, not 0.150000006
+        if t == "INT":
+            return int(self.int_value)
+        if t == "BOOL":
+            return bool(self.bool_value)
+        if t == "JSON":
+            return json.loads(self.string_value)
+        return self.string_value
+
+    def set(self, value) -> None:
+        if isinstance(value, bool):
+            self.value_type, self.bool_value = "BOOL", value
+        elif isinstance(value, int):
+            self.value_type, self.int_value = "INT", value
+        elif isinstance(value, float):
+            self.value_type, self.float_value = "FLOAT", value
+        elif isinstance(value, str):
+            self.value_type, self.string_value = "STRING", value
+        else:
+            self.value_type, self.string_value = "JSON", json.dumps(value)
+
+
+class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
+    """One baked variant on disk and what it was baked from."""
+
+    # name: shown in the list
+    path: StringProperty(
+        name="Path", subtype="DIR_PATH", options=_REL, description="The .nrbake directory"
+    )
+    variant: IntProperty(name="Variant")
+    frames: IntProperty(name="Frames", description="Committed frames, the initial state included")
+    frame_start: IntProperty(
+        name="Start Frame", description="Scene frame of the bake's first frame"
+    )
+    # bakes pass 2 GiB easily; IntProperty is 32-bit
+    nbytes: FloatProperty(name="Size", description="Size on disk, bytes")
+    status: StringProperty(name="Status")
+    scenario: StringProperty(name="Scenario")
+    mesh_hash: StringProperty(description="Hash of the world-space tet mesh that was baked")
+    tets_hash: StringProperty(description="Hash of the object's tet mesh when it was baked")
+    source_hash: StringProperty(description="Hash of the object's mesh when it was baked")
+
+
+def _material_update(self, context) -> None:
+    # Switching to Custom starts from the preset that was shown, so values are never blank.
+    if self.material_preset != "custom":
+        from ..core import fem
+
+        p = fem.PRESETS[self.material_preset]
+        self["youngs_modulus"] = float(p["youngs_modulus"])
+        self["poisson_ratio"] = float(p["poisson_ratio"])
+        self["density"] = float(p["density"])
+
+
+def _scenario_update(self, context) -> None:
+    reset_scenario_params(self)
+
+
+class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
+    """Neural ROM settings and stage state of one object."""
+
+    role: EnumProperty(name="Role", items=ROLE_ITEMS, default="NONE")
+
+    # ---- material
+    material_preset: EnumProperty(
+        name="Material", items=MATERIAL_ITEMS, default="rubber", update=_material_update
+    )
+    youngs_modulus: FloatProperty(
+        name="Young's Modulus (Pa)",
+        default=1e6,
+        min=1.0,
+        soft_max=1e10,
+        precision=0,
+        description="Stiffness, pascals",
+    )
+    poisson_ratio: FloatProperty(
+        name="Poisson Ratio",
+        default=0.45,
+        min=0.0,
+        max=0.499,
+        precision=3,
+        description="Incompressibility, 0 to 0.5 (exclusive)",
+    )
+    density: FloatProperty(
+        name="Density (kg/m³)",
+        default=1100.0,
+        min=1e-3,
+        soft_max=2e4,
+        precision=1,
+        description="Mass per volume, kg/m^3",
+    )
+
+    # ---- pins
+    pin_group: StringProperty(
+        name="Pin Group",
+        description="Vertex group whose vertices are held in place (or follow the object's animation)",
+    )
+    require_pins: BoolProperty(
+        name="Require Pins",
+        default=False,
+        description="Refuse to bake without a non-empty pin group (a pinned rig that must not fall)",
+    )
+
+    # ---- tetrahedralization
+    tet_size: FloatProperty(
+        name="Tet Size",
+        default=0.0,
+        min=0.0,
+        soft_max=1.0,
+        unit="LENGTH",
+        precision=3,
+        description="Target tet edge length (m); 0 lets the mesher choose from the surface",
+    )
+    tet_quality: FloatProperty(
+        name="Quality",
+        default=1.5,
+        min=1.05,
+        soft_max=3.0,
+        precision=2,
+        description="Radius-edge ratio bound: lower gives better shaped but more tets",
+    )
+    embedding: EnumProperty(name="Embedding", items=EMBEDDING_ITEMS, default="AUTO")
+    cage_resolution: IntProperty(
+        name="Cage Resolution",
+        default=24,
+        min=4,
+        soft_max=128,
+        description="Cells along the longest side of the embedding cage",
+    )
+
+    # ---- simulation
+    dt_from_scene: BoolProperty(
+        name="Use Scene Frame Rate",
+        default=True,
+        description="Step one frame of the scene per bake frame (dt = 1 / fps)",
+    )
+    dt: FloatProperty(
+        name="Time Step (s)",
+        default=1.0 / 24.0,
+        min=1e-5,
+        soft_max=0.1,
+        precision=4,
+        description="Seconds per bake frame",
+    )
+    substeps: IntProperty(name="Substeps", default=1, min=1, soft_max=32)
+    damping_mass: FloatProperty(
+        name="Mass Damping (1/s)",
+        default=0.0,
+        min=0.0,
+        soft_max=10.0,
+        description="Rayleigh alpha: damps the motion of the whole body",
+    )
+    damping_stiffness: FloatProperty(
+        name="Stiffness Damping (s)",
+        default=0.0,
+        min=0.0,
+        soft_max=0.1,
+        precision=4,
+        description="Rayleigh beta: damps fast internal vibration",
+    )
+
+    # ---- scenario
+    scenario: EnumProperty(
+        name="Scenario", items=SCENARIO_ITEMS, default="gravity_drop", update=_scenario_update
+    )
+    frames: IntProperty(
+        name="Frames",
+        default=48,
+        min=1,
+        soft_max=2000,
+        description="Frames simulated after the initial state",
+    )
+    seed: IntProperty(name="Seed", default=0, min=0)
+    variants: IntProperty(
+        name="Variants",
+        default=1,
+        min=1,
+        soft_max=64,
+        description="Randomized bakes of the scenario (seeds derived from Seed)",
+    )
+    scenario_params: CollectionProperty(type=NEURAL_ROM_PG_scenario_param)
+    scenario_params_kind: StringProperty(description="Scenario the parameters were filled for")
+
+    # ---- collider role
+    collider_shape: EnumProperty(name="Shape", items=COLLIDER_ITEMS, default="sphere")
+    collider_friction: FloatProperty(name="Friction", default=0.0, min=0.0, soft_max=2.0)
+
+    # ---- stage state: tets
+    tets_path: StringProperty(name="Tets", subtype="FILE_PATH", options=_REL)
+    embedding_path: StringProperty(name="Embedding", subtype="FILE_PATH", options=_REL)
+    tets_nodes: IntProperty(name="Nodes")
+    tets_count: IntProperty(name="Tets")
+    tets_surface: IntProperty(name="Surface Nodes", description="Render vertices when not embedded")
+    tets_quality_min: FloatProperty(
+        name="Min Radius Ratio", description="1 for a regular tet, 0 for a flat one"
+    )
+    tets_quality_mean: FloatProperty(name="Mean Radius Ratio")
+    tets_min_dihedral: FloatProperty(name="Min Dihedral (°)")
+    tets_embedded: BoolProperty(name="Embedded")
+    tets_hash: StringProperty()
+    source_hash: StringProperty()
+
+    # ---- stage state: bakes
+    bakes: CollectionProperty(type=NEURAL_ROM_PG_bake)
+    active_bake: IntProperty(name="Active Bake")
+    pending_bake: StringProperty(description="JSON record of the bake job in flight")
+
+    # ---- playback / preview
+    playback: BoolProperty(
+        name="Playback", description="The mesh follows the active bake as the timeline moves"
+    )
+    preview_of: StringProperty(description="On a tet preview object: the object it previews")
+
+    def material_values(self) -> dict:
+        """Young's modulus (Pa), Poisson ratio and density (kg/m^3) in effect."""
+        if self.material_preset != "custom":
+            from ..core import fem
+
+            p = fem.PRESETS[self.material_preset]
+            return {k: float(p[k]) for k in ("youngs_modulus", "poisson_ratio", "density")}
+        return {
+            "youngs_modulus": float(self.youngs_modulus),
+            "poisson_ratio": float(self.poisson_ratio),
+            "density": float(self.density),
+        }
+
+    def scenario_dict(self) -> dict:
+        """The scenario as core.scenarios takes it: defaults overlaid with the edited values."""
+        from ..core.scenarios import default_scenario
+
+        d = default_scenario(self.scenario)
+        if self.scenario_params_kind == self.scenario:
+            for p in self.scenario_params:
+                if p.name in d:
+                    d[p.name] = p.get()
+        return d
+
+    def active_bake_record(self):
+        """The selected bake record, or None."""
+        if 0 <= self.active_bake < len(self.bakes):
+            return self.bakes[self.active_bake]
+        return None
+
+
+def reset_scenario_params(settings) -> None:
+    """Fill ``settings.scenario_params`` with the defaults of ``settings.scenario``."""
+    from ..core.scenarios import default_scenario
+
+    settings.scenario_params.clear()
+    for key, value in default_scenario(settings.scenario).items():
+        if key == "kind":
+            continue
+        item = settings.scenario_params.add()
+        item.name = key
+        item.set(value)
+    settings.scenario_params_kind = settings.scenario
+
+
+class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
+    """Scene-wide settings."""
+
+    cache_dir: StringProperty(
+        name="Cache Directory",
+        subtype="DIR_PATH",
+        options=_REL,
+        default="",
+        description="Where tets and bakes are written; empty uses the add-on preference (default //neural_rom/)",
+    )
+
+
+CLASSES = (
+    NEURAL_ROM_PG_scenario_param,
+    NEURAL_ROM_PG_bake,
+    NEURAL_ROM_PG_object,
+    NEURAL_ROM_PG_scene,
+)
+
+
+def register_properties() -> None:
+    bpy.types.Object.neural_rom = PointerProperty(type=NEURAL_ROM_PG_object)
+    bpy.types.Scene.neural_rom_scene = PointerProperty(type=NEURAL_ROM_PG_scene)
+
+
+def unregister_properties() -> None:
+    for owner, name in ((bpy.types.Scene, "neural_rom_scene"), (bpy.types.Object, "neural_rom")):
+        if hasattr(owner, name):
+            delattr(owner, name)

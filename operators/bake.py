@@ -1,0 +1,119 @@
+"""Bake the active object's scenario in a background job; clear bakes; reset scenario parameters."""
+
+from __future__ import annotations
+
+import bpy
+from bpy.props import BoolProperty
+
+from ..addon import props, stages
+from ..core.errors import JobCancelled, NeuralRomError
+from ._common import active_deformable, fail
+
+
+class NEURAL_ROM_OT_bake(bpy.types.Operator):
+    """Simulate the active object's training scenario in a background process"""
+
+    bl_idname = "neural_rom.bake"
+    bl_label = "Bake"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        return active_deformable(context) is not None
+
+    def execute(self, context):
+        from ..addon import jobs
+
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable; set its Neural ROM role first.")
+        name = obj.name
+        if any(j.status == "running" for j in jobs.active_jobs(name)):
+            return fail(self, f"'{name}' is already baking; wait for it or cancel it.")
+        try:
+            job = stages.make_bake_job(obj, context.scene)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+
+        def on_done(result: dict) -> None:
+            # by name: after an undo the Python object of the operator's time is invalid
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                stages.on_bake_done(target, result)
+
+        try:
+            jobs.start_job(context, job, owner=name, on_done=on_done)
+        except JobCancelled as e:  # background run: what was committed is recorded
+            self.report({"WARNING"}, str(e))
+            return {"FINISHED"}
+        except NeuralRomError as e:
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                target.neural_rom.pending_bake = ""
+            return fail(self, f"Bake of '{name}' failed: {e}")
+        if bpy.app.background:
+            s = bpy.data.objects[name].neural_rom
+            rec = s.active_bake_record()
+            self.report({"INFO"}, f"Baked '{name}': {rec.frames if rec else 0} frames")
+        else:
+            self.report({"INFO"}, f"Baking '{name}' in the background (Esc cancels)")
+        return {"FINISHED"}
+
+
+class NEURAL_ROM_OT_clear_bake(bpy.types.Operator):
+    """Forget the selected bake (or all) and delete its files"""
+
+    bl_idname = "neural_rom.clear_bake"
+    bl_label = "Clear Bake"
+    bl_options = {"REGISTER", "UNDO"}
+
+    all_bakes: BoolProperty(name="All Bakes", default=False)
+    delete_files: BoolProperty(
+        name="Delete Files",
+        default=True,
+        description="Delete the bake directories from disk (cannot be undone)",
+    )
+
+    @classmethod
+    def poll(cls, context):
+        obj = active_deformable(context)
+        return obj is not None and len(obj.neural_rom.bakes) > 0
+
+    def invoke(self, context, event):
+        return context.window_manager.invoke_confirm(self, event)
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            n = stages.clear_bakes(obj, all_bakes=self.all_bakes, delete_files=self.delete_files)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        self.report({"INFO"}, f"Cleared {n} bake(s) of '{obj.name}'")
+        return {"FINISHED"}
+
+
+class NEURAL_ROM_OT_reset_scenario_params(bpy.types.Operator):
+    """Set the scenario's parameters to their defaults"""
+
+    bl_idname = "neural_rom.reset_scenario_params"
+    bl_label = "Reset Scenario Parameters"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        return active_deformable(context) is not None
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            props.reset_scenario_params(obj.neural_rom)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        return {"FINISHED"}
+
+
+CLASSES = (NEURAL_ROM_OT_bake, NEURAL_ROM_OT_clear_bake, NEURAL_ROM_OT_reset_scenario_params)

@@ -1,0 +1,88 @@
+"""Play a bake back in the viewport; export it as a PC2 point cache."""
+
+from __future__ import annotations
+
+import bpy
+from bpy.props import EnumProperty, StringProperty
+
+from ..addon import stages
+from ..core.errors import NeuralRomError
+from ._common import active_deformable, fail
+
+_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+
+
+class NEURAL_ROM_OT_playback(bpy.types.Operator):
+    """Make the mesh follow the selected bake as the timeline moves (or stop)"""
+
+    bl_idname = "neural_rom.playback"
+    bl_label = "Play Bake"
+    bl_options = {"REGISTER", "UNDO"}
+
+    action: EnumProperty(
+        name="Action",
+        items=(
+            ("TOGGLE", "Toggle", "Start when stopped, stop when playing"),
+            ("START", "Start", ""),
+            ("STOP", "Stop", "Stop and restore the rest shape"),
+        ),
+        default="TOGGLE",
+    )
+
+    @classmethod
+    def poll(cls, context):
+        return active_deformable(context) is not None
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        start = self.action == "START" or (self.action == "TOGGLE" and not obj.neural_rom.playback)
+        if not start:
+            stages.stop_playback(obj)
+            return {"FINISHED"}
+        try:
+            stages.start_playback(obj, context.scene)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        return {"FINISHED"}
+
+
+class NEURAL_ROM_OT_export_pc2(bpy.types.Operator):
+    """Write the selected bake as a PC2 point cache and add a Mesh Cache modifier that plays it"""
+
+    bl_idname = "neural_rom.export_pc2"
+    bl_label = "Export PC2"
+    bl_options = {"REGISTER", "UNDO"}
+
+    filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=_REL, default="")
+    filter_glob: StringProperty(default="*.pc2", options={"HIDDEN"})
+
+    @classmethod
+    def poll(cls, context):
+        obj = active_deformable(context)
+        return obj is not None and len(obj.neural_rom.bakes) > 0
+
+    def invoke(self, context, event):
+        obj = active_deformable(context)
+        if not self.filepath and obj is not None:
+            try:
+                self.filepath = str(stages.default_pc2_path(obj))
+            except NeuralRomError:
+                self.filepath = bpy.path.clean_name(obj.name) + ".pc2"
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            path = stages.export_pc2(obj, self.filepath or None)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        self.report({"INFO"}, f"Wrote {path} and the '{stages.MODIFIER_NAME}' modifier")
+        return {"FINISHED"}
+
+
+CLASSES = (NEURAL_ROM_OT_playback, NEURAL_ROM_OT_export_pc2)

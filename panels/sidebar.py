@@ -1,0 +1,296 @@
+"""The sidebar (View3D > N > Neural ROM): the active object's role, settings and stages."""
+
+from __future__ import annotations
+
+import bpy
+
+
+def _active(context):
+    obj = getattr(context, "object", None)
+    if obj is None and getattr(context, "view_layer", None) is not None:
+        obj = context.view_layer.objects.active
+    return obj
+
+
+def _deformable(context):
+    obj = _active(context)
+    if obj is not None and obj.type == "MESH" and obj.neural_rom.role == "DEFORMABLE":
+        return obj
+    return None
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+class _Sidebar:
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Neural ROM"
+
+
+class _DeformableSub(_Sidebar):
+    bl_parent_id = "NEURAL_ROM_PT_main"
+
+    @classmethod
+    def poll(cls, context):
+        return _deformable(context) is not None
+
+
+class NEURAL_ROM_UL_bakes(bpy.types.UIList):
+    """Bakes of an object: name, frames, status."""
+
+    def draw_item(self, context, layout, data, item, icon, active_data, active_propname, index=0):
+        row = layout.row(align=True)
+        ok = item.status == "complete"
+        row.label(text=item.name, icon="FILE_CACHE" if ok else "ERROR")
+        row.label(text=f"{item.frames} fr")
+
+
+class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
+    bl_label = "Neural ROM"
+    bl_idname = "NEURAL_ROM_PT_main"
+
+    def draw(self, context):
+        layout = self.layout
+        obj = _active(context)
+        if obj is None:
+            layout.label(text="Select an object", icon="INFO")
+            return
+        s = obj.neural_rom
+        if s.preview_of:
+            layout.label(text=f"Tet preview of '{s.preview_of}'", icon="MESH_ICOSPHERE")
+            layout.operator("neural_rom.clear_preview", icon="X")
+            return
+        layout.prop(s, "role", expand=True)
+        if s.role == "NONE":
+            if obj.type == "MESH":
+                layout.label(text="Make it Deformable, or tetrahedralize it:", icon="INFO")
+                layout.operator("neural_rom.tetrahedralize", icon="MESH_ICOSPHERE")
+            else:
+                layout.label(text="Empties and meshes can be colliders.", icon="INFO")
+        elif s.role == "COLLIDER":
+            draw_collider(layout, obj)
+        elif obj.type != "MESH":
+            layout.label(text="Only meshes can be deformable.", icon="ERROR")
+
+
+def draw_collider(layout, obj) -> None:
+    from ..addon import blender_mesh as bm
+    from ..core.errors import NeuralRomError
+
+    s = obj.neural_rom
+    col = layout.column()
+    col.prop(s, "collider_shape")
+    col.prop(s, "collider_friction")
+    try:
+        shape = bm.collider_shape(obj, s.collider_shape)
+    except NeuralRomError as e:
+        col.label(text=str(e), icon="ERROR")
+        return
+    if shape["kind"] == "sphere":
+        col.label(text=f"Radius {shape['radius']:.3f} m (from size)")
+    elif shape["kind"] == "capsule":
+        col.label(text=f"Radius {shape['radius']:.3f} m, half length {shape['half_length']:.3f} m")
+    else:
+        col.label(text="Local XY plane, solid below (-Z)")
+    col.label(text="Its animation drives the bakes' colliders.", icon="INFO")
+
+
+class NEURAL_ROM_PT_material(_DeformableSub, bpy.types.Panel):
+    bl_label = "Material"
+    bl_idname = "NEURAL_ROM_PT_material"
+
+    def draw(self, context):
+        s = _deformable(context).neural_rom
+        col = self.layout.column()
+        col.prop(s, "material_preset")
+        if s.material_preset == "custom":
+            col.prop(s, "youngs_modulus")
+            col.prop(s, "poisson_ratio")
+            col.prop(s, "density")
+        else:
+            try:
+                v = s.material_values()
+            except (ImportError, KeyError) as e:
+                col.label(text=f"Preset unavailable: {e}", icon="ERROR")
+                return
+            box = col.box()
+            box.label(text=f"Young's modulus {v['youngs_modulus']:.3g} Pa")
+            box.label(text=f"Poisson ratio {v['poisson_ratio']:.3f}")
+            box.label(text=f"Density {v['density']:.0f} kg/m³")
+
+
+class NEURAL_ROM_PT_tets(_DeformableSub, bpy.types.Panel):
+    bl_label = "Tetrahedralize"
+    bl_idname = "NEURAL_ROM_PT_tets"
+
+    def draw(self, context):
+        obj = _deformable(context)
+        s = obj.neural_rom
+        col = self.layout.column()
+        col.prop(s, "tet_size")
+        col.prop(s, "tet_quality")
+        col.prop(s, "embedding")
+        if s.embedding != "NEVER":
+            col.prop(s, "cage_resolution")
+        col.operator("neural_rom.tetrahedralize", icon="MESH_ICOSPHERE")
+        if not s.tets_path:
+            col.label(text="No tets yet", icon="INFO")
+            return
+        box = col.box()
+        kind = "cage" if s.tets_embedded else "surface"
+        box.label(text=f"{s.tets_count} tets, {s.tets_nodes} nodes ({kind})", icon="CHECKMARK")
+        box.label(text=f"Radius ratio min {s.tets_quality_min:.2f}, mean {s.tets_quality_mean:.2f}")
+        box.label(text=f"Min dihedral {s.tets_min_dihedral:.1f}°")
+        row = col.row(align=True)
+        row.operator("neural_rom.preview_tets", text="Preview", icon="HIDE_OFF").cutaway = False
+        row.operator("neural_rom.preview_tets", text="Cut Away", icon="MOD_BOOLEAN").cutaway = True
+        row.operator("neural_rom.clear_preview", text="", icon="X")
+
+
+class NEURAL_ROM_PT_simulation(_DeformableSub, bpy.types.Panel):
+    bl_label = "Simulation"
+    bl_idname = "NEURAL_ROM_PT_simulation"
+
+    def draw(self, context):
+        obj = _deformable(context)
+        s = obj.neural_rom
+        col = self.layout.column()
+        col.prop(s, "dt_from_scene")
+        if s.dt_from_scene:
+            from ..addon.stages import scene_dt
+
+            col.label(text=f"dt = {scene_dt(context.scene):.4f} s (scene frame rate)")
+        else:
+            col.prop(s, "dt")
+        col.prop(s, "substeps")
+        col.prop(s, "damping_mass")
+        col.prop(s, "damping_stiffness")
+        col.separator()
+        col.prop_search(s, "pin_group", obj, "vertex_groups", icon="GROUP_VERTEX")
+        if s.pin_group and obj.vertex_groups.get(s.pin_group) is None:
+            col.label(text=f"No vertex group '{s.pin_group}'", icon="ERROR")
+        col.prop(s, "require_pins")
+
+
+class NEURAL_ROM_PT_scenario(_DeformableSub, bpy.types.Panel):
+    bl_label = "Training Scenario"
+    bl_idname = "NEURAL_ROM_PT_scenario"
+
+    def draw(self, context):
+        s = _deformable(context).neural_rom
+        col = self.layout.column()
+        col.prop(s, "scenario")
+        row = col.row(align=True)
+        row.prop(s, "frames")
+        row.prop(s, "seed")
+        col.prop(s, "variants")
+        box = col.box()
+        if s.scenario_params_kind != s.scenario:
+            box.label(text="Default parameters", icon="INFO")
+            box.operator(
+                "neural_rom.reset_scenario_params", text="Edit Parameters", icon="PREFERENCES"
+            )
+            return
+        for item in s.scenario_params:
+            label = item.name.replace("_", " ").capitalize()
+            row = box.row()
+            row.prop(item, item.value_attr, text=label)
+        box.operator("neural_rom.reset_scenario_params", text="Reset", icon="LOOP_BACK")
+
+
+class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
+    bl_label = "Bake"
+    bl_idname = "NEURAL_ROM_PT_bake"
+
+    def draw(self, context):
+        obj = _deformable(context)
+        s = obj.neural_rom
+        layout = self.layout
+        draw_jobs(layout, obj.name)
+        row = layout.row(align=True)
+        row.enabled = bool(s.tets_path)
+        row.operator("neural_rom.bake", icon="PHYSICS")
+        if not s.tets_path:
+            layout.label(text="Tetrahedralize first", icon="INFO")
+        layout.template_list("NEURAL_ROM_UL_bakes", "", s, "bakes", s, "active_bake", rows=2)
+        rec = s.active_bake_record()
+        if rec is not None:
+            box = layout.box()
+            box.label(
+                text=f"{rec.frames} frames from frame {rec.frame_start}, {format_bytes(rec.nbytes)}"
+            )
+            box.label(
+                text=f"Status: {rec.status}",
+                icon="CHECKMARK" if rec.status == "complete" else "ERROR",
+            )
+            stale = rec.tets_hash != s.tets_hash or rec.source_hash != s.source_hash
+            if stale:
+                box.label(text="Stale: the mesh or tets changed, re-bake", icon="ERROR")
+            row = layout.row(align=True)
+            row.operator("neural_rom.clear_bake", text="Clear", icon="TRASH").all_bakes = False
+            row.operator("neural_rom.clear_bake", text="Clear All").all_bakes = True
+        layout.label(text="Model: not trained yet", icon="NETWORK_DRIVE")
+
+
+def draw_jobs(layout, owner: str) -> None:
+    """Progress and a Cancel button for each running job of ``owner``."""
+    from ..addon import jobs
+
+    for state in jobs.active_jobs(owner):
+        box = layout.box()
+        row = box.row(align=True)
+        row.progress(factor=float(state.progress), type="BAR", text=jobs.format_state(state))
+        row.operator("neural_rom.cancel_job", text="", icon="CANCEL").job = state.id
+
+
+class NEURAL_ROM_PT_playback(_DeformableSub, bpy.types.Panel):
+    bl_label = "Playback and Export"
+    bl_idname = "NEURAL_ROM_PT_playback"
+
+    @classmethod
+    def poll(cls, context):
+        obj = _deformable(context)
+        return obj is not None and len(obj.neural_rom.bakes) > 0
+
+    def draw(self, context):
+        s = _deformable(context).neural_rom
+        col = self.layout.column()
+        text = "Stop Playback" if s.playback else "Play Bake"
+        icon = "PAUSE" if s.playback else "PLAY"
+        col.operator(
+            "neural_rom.playback", text=text, icon=icon, depress=s.playback
+        ).action = "TOGGLE"
+        col.operator("neural_rom.export_pc2", icon="EXPORT")
+
+
+class NEURAL_ROM_PT_cache(_Sidebar, bpy.types.Panel):
+    bl_label = "Cache"
+    bl_idname = "NEURAL_ROM_PT_cache"
+    bl_parent_id = "NEURAL_ROM_PT_main"
+    bl_options = {"DEFAULT_CLOSED"}
+
+    def draw(self, context):
+        from ..addon.stages import cache_base
+
+        col = self.layout.column()
+        col.prop(context.scene.neural_rom_scene, "cache_dir")
+        col.label(text=f"In effect: {cache_base(context.scene)}")
+
+
+CLASSES = (
+    NEURAL_ROM_UL_bakes,
+    NEURAL_ROM_PT_main,
+    NEURAL_ROM_PT_material,
+    NEURAL_ROM_PT_tets,
+    NEURAL_ROM_PT_simulation,
+    NEURAL_ROM_PT_scenario,
+    NEURAL_ROM_PT_bake,
+    NEURAL_ROM_PT_playback,
+    NEURAL_ROM_PT_cache,
+)

@@ -1,0 +1,380 @@
+"""Render the README pictures: the whole workflow, headless, with the PyPI ``bpy``.
+
+    .venv/bin/python scripts/render_readme.py [--out docs/images] [--samples 24] [--quick]
+
+Builds a scene from a procedural mesh (a soft ball over a studio backdrop), sets the ball
+Deformable, tetrahedralizes it and bakes a gravity drop through the extension's own
+operators (the bake runs in a worker process, as in Blender), then renders:
+
+- ``drop_workbench.png`` / ``drop_cycles.png``: the ball at several bake frames side by
+  side (fall, impact, squash, rebound, rest), Workbench and Cycles (CPU, few samples,
+  denoised when Blender has OpenImageDenoise);
+- ``tets_cutaway.png``: the render mesh next to its tet mesh cut in half (Workbench).
+
+Nothing here is physics: the frames are exactly what viewport playback shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _addon():
+    """Register the extension (the editable install exposes the repo root as ``neural_rom``)."""
+    package = importlib.import_module("neural_rom")
+    if not hasattr(package, "register"):  # namespace portion: run the root __init__ into it
+        init = ROOT / "__init__.py"
+        exec(compile(init.read_text(encoding="utf-8"), str(init), "exec"), package.__dict__)
+    package.register()
+    return package
+
+
+# ----------------------------------------------------------------------------- scene
+
+
+def _material(bpy, name, color, roughness=0.5, coat=0.0, subsurface=0.0):
+    mat = bpy.data.materials.new(name)
+    mat.diffuse_color = (*color, 1.0)  # Workbench (MATERIAL colour)
+    mat.roughness = roughness
+    mat.use_nodes = True
+    bsdf = mat.node_tree.nodes["Principled BSDF"]
+    bsdf.inputs["Base Color"].default_value = (*color, 1.0)
+    bsdf.inputs["Roughness"].default_value = roughness
+    if "Coat Weight" in bsdf.inputs:
+        bsdf.inputs["Coat Weight"].default_value = coat
+    if subsurface and "Subsurface Weight" in bsdf.inputs:
+        bsdf.inputs["Subsurface Weight"].default_value = subsurface
+        bsdf.inputs["Subsurface Radius"].default_value = (0.3, 0.12, 0.08)
+        bsdf.inputs["Subsurface Scale"].default_value = 0.05
+    return mat
+
+
+def _backdrop(bpy, width=30.0, depth=16.0, height=8.0, radius=2.0, y_back=2.5):
+    """A cyclorama: floor, a quarter-circle cove, a back wall (no horizon line)."""
+    from neural_rom.addon import blender_mesh as bm
+
+    prof = [(-depth, 0.0), (y_back - radius, 0.0)]
+    for a in np.linspace(0, math.pi / 2, 12)[1:]:
+        prof.append((y_back - radius + radius * math.sin(a), radius - radius * math.cos(a)))
+    prof.append((y_back, height))
+    prof = np.array(prof)
+    xs = np.array([-width / 2, width / 2])
+    V = np.array([(x, y, z) for y, z in prof for x in xs])
+    F = []
+    for i in range(len(prof) - 1):
+        a, b, c, d = 2 * i, 2 * i + 1, 2 * i + 3, 2 * i + 2
+        F += [(a, b, c), (a, c, d)]
+    me = bm.mesh_from_arrays("Backdrop", V, np.array(F))
+    me.shade_smooth()
+    obj = bpy.data.objects.new("Backdrop", me)
+    bpy.context.scene.collection.objects.link(obj)
+    return obj
+
+
+def _look_at(obj, target):
+    from mathutils import Vector
+
+    d = Vector(target) - obj.location
+    obj.rotation_euler = d.to_track_quat("-Z", "Y").to_euler()
+
+
+def _lights(bpy, centre):
+    def area(name, loc, energy, size, color=(1, 1, 1)):
+        data = bpy.data.lights.new(name, "AREA")
+        data.energy, data.size, data.color = energy, size, color
+        obj = bpy.data.objects.new(name, data)
+        obj.location = loc
+        bpy.context.scene.collection.objects.link(obj)
+        _look_at(obj, centre)
+
+    cx, cy, cz = centre
+    area("Key", (cx - 3.5, cy - 4.0, cz + 5.0), 500, 2.5, (1.0, 0.95, 0.88))
+    area("Fill", (cx + 5.0, cy - 3.0, cz + 2.0), 120, 6.0, (0.85, 0.9, 1.0))
+    area("Rim", (cx + 1.0, cy + 3.0, cz + 4.0), 350, 3.0)
+
+
+def build_scene(bpy, tmp: Path, quick: bool):
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    _addon()
+    bpy.ops.wm.save_as_mainfile(filepath=str(tmp / "readme.blend"))
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_end = 1, 40
+    scene.render.fps = 24
+
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.core import mesh as core_mesh
+
+    V, F = core_mesh.icosphere(0.5, 4 if not quick else 2)
+    me = bm.mesh_from_arrays("Ball", V, F)
+    me.shade_smooth()
+    ball = bpy.data.objects.new("Ball", me)
+    ball.location = (0.0, 0.0, 0.5)  # resting on the floor (z = 0)
+    scene.collection.objects.link(ball)
+    ball.data.materials.append(_material(bpy, "Flesh", (0.8, 0.2, 0.12), 0.35, 0.4, 0.2))
+
+    s = ball.neural_rom
+    s.role = "DEFORMABLE"
+    s.material_preset = "flesh"
+    # a dense render mesh carried by a coarse cage: smooth to look at, quick to simulate
+    s.embedding = "ALWAYS"
+    s.cage_resolution = 8 if not quick else 6
+    s.tet_size = 0.2 if not quick else 0.3
+    s.frames = 30 if not quick else 12
+    s.damping_stiffness = 0.004
+    s.scenario = "gravity_drop"
+    s.scenario_params["height"].float_value = 0.9
+    s.scenario_params["ground"].bool_value = True
+
+    floor = _backdrop(bpy)
+    floor.data.materials.append(_material(bpy, "Studio", (0.42, 0.43, 0.45), 0.8))
+    bpy.context.view_layer.objects.active = ball
+    ball.select_set(True)
+    return ball
+
+
+def run_workflow(bpy, ball) -> None:
+    t = time.perf_counter()
+    assert bpy.ops.neural_rom.tetrahedralize() == {"FINISHED"}
+    s = ball.neural_rom
+    print(
+        f"tetrahedralized: {s.tets_count} tets, {s.tets_nodes} nodes, "
+        f"min dihedral {s.tets_min_dihedral:.1f} deg ({time.perf_counter() - t:.1f} s)"
+    )
+    t = time.perf_counter()
+    assert bpy.ops.neural_rom.bake() == {"FINISHED"}
+    rec = s.active_bake_record()
+    print(f"baked {rec.frames} frames ({time.perf_counter() - t:.1f} s)")
+
+
+# ----------------------------------------------------------------------------- pictures
+
+
+def pick_frames(rm, n_show: int) -> list[int]:
+    """Frames that tell the story: start, just before impact, deepest squash, rebound, last."""
+    n = rm.n_frames
+    lows = np.array([rm.world(k)[:, 2].min() for k in range(n)])
+    heights = np.array([rm.world(k)[:, 2].max() - rm.world(k)[:, 2].min() for k in range(n)])
+    contact = int(np.argmax(lows < lows.min() + 0.02))
+    half_way = 0.5 * (lows[0] + lows.min())
+    falling = int(np.argmin(np.abs(lows[: max(contact, 1)] - half_way)))
+    squash = int(np.argmin(heights))
+    rebound = squash + int(np.argmax(heights[squash:] - heights[squash]))
+    picks = [0, max(falling, 1), squash, min(rebound, n - 1), n - 1]
+    picks = sorted(dict.fromkeys(picks))
+    while len(picks) < n_show:  # fill evenly if some coincide
+        gaps = np.diff(picks)
+        i = int(np.argmax(gaps))
+        picks.insert(i + 1, picks[i] + gaps[i] // 2)
+    return picks[:n_show]
+
+
+def _smooth(obj) -> None:
+    """Subdivision on top of the simulated surface, as a user would render it."""
+    mod = obj.modifiers.new("Subdivision", "SUBSURF")
+    mod.levels = mod.render_levels = 2
+
+
+def filmstrip(bpy, ball, spacing=1.35) -> tuple[list, tuple, float]:
+    """Copies of the ball at several bake frames, side by side along X; hides the original."""
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import stages
+
+    rm = stages.render_map(ball)
+    frames = pick_frames(rm, 5)
+    copies = []
+    x0 = -spacing * (len(frames) - 1) / 2
+    for i, k in enumerate(frames):
+        me = ball.data.copy()
+        me.name = f"Ball_f{k}"
+        P = rm.world(k)
+        P = P - np.array([P[:, 0].mean(), P[:, 1].mean(), 0.0]) + np.array([x0 + i * spacing, 0, 0])
+        bm.set_positions(me, P)
+        obj = bpy.data.objects.new(me.name, me)
+        bpy.context.scene.collection.objects.link(obj)
+        _smooth(obj)
+        copies.append(obj)
+    ball.hide_render = True
+    ball.hide_set(True)
+    print("filmstrip frames:", frames)
+    top = max(float(rm.world(k)[:, 2].max()) for k in frames)
+    half_width = spacing * (len(frames) - 1) / 2 + 0.6
+    return copies, (0.0, 0.0, 0.5 * top), half_width
+
+
+def camera(bpy, target, half_width, lens=50.0, elevation_deg=9.0, margin=1.12):
+    """A camera whose horizontal field of view holds ``half_width`` (m) either side of target."""
+    cam = bpy.data.cameras.new("Camera")
+    cam.lens = lens
+    cam.sensor_fit = "HORIZONTAL"
+    distance = margin * half_width / math.tan(math.atan(0.5 * cam.sensor_width / lens))
+    obj = bpy.data.objects.new("Camera", cam)
+    bpy.context.scene.collection.objects.link(obj)
+    e = math.radians(elevation_deg)
+    obj.location = (
+        target[0],
+        target[1] - distance * math.cos(e),
+        target[2] + distance * math.sin(e),
+    )
+    _look_at(obj, target)
+    bpy.context.scene.camera = obj
+    return obj
+
+
+def render(bpy, path: Path, engine: str, samples: int, res=(1600, 640)) -> None:
+    scene = bpy.context.scene
+    r = scene.render
+    r.resolution_x, r.resolution_y = res
+    r.resolution_percentage = 100
+    r.image_settings.file_format = "PNG"
+    r.film_transparent = False
+    scene.view_settings.view_transform = "AgX"
+    scene.view_settings.look = "AgX - Medium High Contrast"
+    world = scene.world or bpy.data.worlds.new("World")
+    scene.world = world
+    world.color = (0.05, 0.05, 0.055)
+    world.use_nodes = True
+    world.node_tree.nodes["Background"].inputs["Color"].default_value = (0.08, 0.08, 0.09, 1)
+    world.node_tree.nodes["Background"].inputs["Strength"].default_value = 0.6
+    if engine == "WORKBENCH":
+        r.engine = "BLENDER_WORKBENCH"
+        sh = scene.display.shading
+        sh.light = "STUDIO"
+        sh.color_type = "MATERIAL"
+        sh.show_shadows = True
+        sh.shadow_intensity = 0.6
+        sh.show_cavity = True
+        sh.cavity_type = "WORLD"
+        sh.show_specular_highlight = True
+        scene.display.render_aa = "16"
+        scene.view_settings.view_transform = "Standard"
+        scene.view_settings.look = "None"
+    else:
+        r.engine = "CYCLES"
+        scene.cycles.device = "CPU"
+        scene.cycles.samples = samples
+        scene.cycles.use_adaptive_sampling = True
+        scene.cycles.max_bounces = 6
+        try:
+            scene.cycles.use_denoising = True
+            scene.cycles.denoiser = "OPENIMAGEDENOISE"
+        except (AttributeError, TypeError):
+            scene.cycles.use_denoising = False
+    r.filepath = str(path)
+    t = time.perf_counter()
+    bpy.ops.render.render(write_still=True)
+    print(f"wrote {path} ({engine}, {time.perf_counter() - t:.1f} s)")
+
+
+def _edges(bpy, source, name, color, thickness, replace=True):
+    """Workbench renders no wireframe overlay: a Wireframe modifier on a copy draws the edges."""
+    obj = bpy.data.objects.new(name, source.data.copy())
+    bpy.context.scene.collection.objects.link(obj)
+    obj.parent = source.parent
+    obj.matrix_world = source.matrix_world.copy()
+    mod = obj.modifiers.new("Wire", "WIREFRAME")
+    mod.thickness = thickness
+    mod.use_replace = replace
+    obj.data.materials.clear()
+    obj.data.materials.append(_material(bpy, name, color, 0.6))
+    return obj
+
+
+def tets_picture(bpy, hide, out: Path) -> None:
+    """Left: a closed sphere's tets, cut in half. Right: Suzanne (open, non-manifold)
+    inside the tetrahedralized cage that carries her."""
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import stages
+    from neural_rom.core import mesh as core_mesh
+
+    for o in hide:
+        o.hide_render = True
+    scene = bpy.context.scene
+
+    V, F = core_mesh.icosphere(0.5, 3)
+    sphere = bpy.data.objects.new("Sphere", bm.mesh_from_arrays("Sphere", V, F))
+    scene.collection.objects.link(sphere)
+    sphere.location = (-0.8, 0.0, 0.5)
+    sphere.rotation_euler = (0.0, 0.0, math.radians(62))  # the cut face towards the camera
+    sphere.neural_rom.embedding = "NEVER"
+    sphere.neural_rom.tet_size = 0.12
+
+    bpy.ops.mesh.primitive_monkey_add(size=0.9, location=(0.85, 0.0, 0.5))
+    monkey = bpy.context.object
+    monkey.data.shade_smooth()
+    _smooth(monkey)
+    monkey.data.materials.append(_material(bpy, "Monkey", (0.8, 0.2, 0.12), 0.35))
+    monkey.neural_rom.cage_resolution = 10
+
+    for o in (sphere, monkey):
+        for other in bpy.context.view_layer.objects:
+            other.select_set(False)
+        o.select_set(True)
+        bpy.context.view_layer.objects.active = o
+        assert bpy.ops.neural_rom.tetrahedralize() == {"FINISHED"}
+    scene.frame_set(scene.frame_current)
+
+    cut = stages.build_preview(sphere, cutaway=True)
+    sphere.hide_render = True
+    cut.hide_render = False
+    cut.data.materials.append(_material(bpy, "Tets", (0.35, 0.55, 0.85), 0.6))
+    bpy.context.view_layer.update()
+    _edges(bpy, cut, "TetEdges", (0.04, 0.06, 0.1), 0.005, replace=False)
+
+    cage = stages.build_preview(monkey)
+    bpy.context.view_layer.update()
+    _edges(bpy, cage, "CageEdges", (0.2, 0.35, 0.6), 0.004)
+    cage.hide_render = True
+
+    cam = scene.camera
+    cam.location = (0.15, -5.5, 1.8)
+    _look_at(cam, (0.15, 0.0, 0.55))
+    scene.display.render_aa = "8"
+    print(
+        f"sphere: {sphere.neural_rom.tets_count} tets; Suzanne's cage: "
+        f"{monkey.neural_rom.tets_count} tets"
+    )
+    render(bpy, out / "tets_cutaway.png", "WORKBENCH", 0, res=(1200, 600))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "images"))
+    ap.add_argument("--samples", type=int, default=24, help="Cycles samples (denoised)")
+    ap.add_argument("--quick", action="store_true", help="coarse mesh, few frames, no Cycles")
+    args = ap.parse_args(argv)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    import bpy
+
+    with tempfile.TemporaryDirectory(prefix="neural_rom_readme_") as tmp:
+        ball = build_scene(bpy, Path(tmp), args.quick)
+        run_workflow(bpy, ball)
+        copies, target, half_width = filmstrip(bpy, ball)
+        _lights(bpy, target)
+        camera(bpy, target, half_width)
+        render(bpy, out / "drop_workbench.png", "WORKBENCH", 0)
+        if not args.quick:
+            render(bpy, out / "drop_cycles.png", "CYCLES", args.samples)
+        tets_picture(bpy, [ball, *copies], out)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Blender's module build can crash while freeing itself at interpreter exit, after
+    # every picture is written: leave without that teardown.
+    os._exit(code)
