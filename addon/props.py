@@ -224,7 +224,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         soft_max=1.0,
         unit="LENGTH",
         precision=3,
-        description="Target tet edge length (m); 0 lets the mesher choose from the surface",
+        description="Target tet edge length (m); 0 picks 1/12 of the bounding-box diagonal (a few thousand tets)",
     )
     tet_quality: FloatProperty(
         name="Quality",

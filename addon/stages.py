@@ -48,6 +48,9 @@ PREVIEW_SUFFIX = "_tets"
 # Paths
 
 
+AUTO_TET_SIZE_DIVISOR = 12.0  # Tet Size 0: bounding-box diagonal / this
+
+
 def _scene_of(obj: bpy.types.Object) -> bpy.types.Scene:
     scenes = obj.users_scene
     return scenes[0] if scenes else bpy.context.scene
@@ -170,7 +173,10 @@ def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
     M = bm.matrix(obj)
     if abs(np.linalg.det(M[:3, :3])) < 1e-12:
         raise MeshError(f"'{obj.name}' has a zero scale; give it a non-zero scale and try again.")
-    kw = {"target_edge_length": float(s.tet_size) or None, "quality": float(s.tet_quality)}
+    edge = float(s.tet_size)
+    if edge <= 0:  # auto: a few thousand tets whatever the surface resolution
+        edge = float(np.linalg.norm(V.max(0) - V.min(0))) / AUTO_TET_SIZE_DIVISOR
+    kw = {"target_edge_length": edge, "quality": float(s.tet_quality)}
     embedded = s.embedding == "ALWAYS"
     if not embedded:
         try:
@@ -191,7 +197,9 @@ def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
                     V, F, resolution=int(s.cage_resolution), **kw
                 )
             else:  # check_surface ran above
-                tm = core_mesh.tetrahedralize(V, F, keep_surface=True, check=False, **kw)
+                # boundary may be split (finer tets than the render mesh); the render vertices
+                # stay the first nodes, so the render mesh still maps one to one
+                tm = core_mesh.tetrahedralize(V, F, keep_surface=False, check=False, **kw)
                 emb = None
     except NeuralRomError:
         raise
