@@ -991,7 +991,7 @@ def tetrahedralize(
     max_volume: float | None = None,
     target_edge_length: float | None = None,
     quality: float | None = 1.5,
-    min_dihedral: float | None = None,
+    min_dihedral: float | None = 10.0,
     keep_surface: bool = True,
     check: bool = True,
     max_elements: int = 5_000_000,
@@ -1014,6 +1014,8 @@ def tetrahedralize(
         (regular tet: 0.612). None disables quality refinement.
     min_dihedral : float, optional
         Smallest allowed dihedral angle in degrees (TetGen ``-q#/#``); keep it below ~20.
+        The default, 10, removes the slivers a radius-edge bound alone lets through (they
+        make the stiffness matrix ill-conditioned); None disables it.
     keep_surface : bool
         Do not split the boundary (TetGen ``-Y``): the surface of the tet mesh is exactly
         ``F``. Because TetGen may not refine tets that lean on an unsplittable boundary triangle,
