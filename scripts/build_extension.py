@@ -68,6 +68,7 @@ WHEEL_PINS: dict[str, str] = {
     "scipy": "1.15.3",
     "tetgen": "0.8.4",  # core/mesh.tetrahedralize (pyvista is optional, not bundled)
     "meshio": "5.3.5",  # core/mesh .msh/.vtu/.vtk I/O
+    "pyamg": "5.4.1",  # core/linsolve AMG-preconditioned CG (numpy >=1.23.5, scipy >=1.15)
     "rich": "15.0.0",  # meshio imports it
     "markdown-it-py": "4.3.0",  # rich
     "mdurl": "0.1.2",  # markdown-it-py

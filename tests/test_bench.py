@@ -1,0 +1,97 @@
+"""The benchmark helpers: test meshes, size parsing, memory probes, the case runner, and a
+tiny run of our side of bench/fullspace.py (pbatoolkit and pyamg are not needed here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+common = _load("common")
+
+
+def _faces(T):
+    f = np.concatenate([T[:, [1, 2, 3]], T[:, [0, 2, 3]], T[:, [0, 1, 3]], T[:, [0, 1, 2]]])
+    return np.unique(np.sort(f, axis=1), axis=0, return_counts=True)[1]
+
+
+@pytest.mark.parametrize("cells", [(1, 1, 1), (4, 2, 3), (8, 2, 2)])
+def test_bar_mesh_fills_the_box_with_positive_conforming_tets(cells):
+    nx, ny, nz = cells
+    size = (2.0, 0.5, 0.75)
+    X, T = common.bar_mesh(nx, ny, nz, size)
+    assert X.shape == ((nx + 1) * (ny + 1) * (nz + 1), 3)
+    assert T.shape == (6 * nx * ny * nz, 4)
+    vol = np.linalg.det(X[T[:, 1:]] - X[T[:, :1]]) / 6.0
+    assert np.all(vol > 0)
+    assert np.isclose(vol.sum(), np.prod(size), rtol=1e-12)
+    # conforming: every face is shared by two tets except the box's boundary triangles
+    counts = _faces(T)
+    assert set(np.unique(counts)) <= {1, 2}
+    assert np.sum(counts == 1) == 4 * (nx * ny + ny * nz + nx * nz)
+    assert np.all(X.min(0) == 0) and np.allclose(X.max(0), size)
+
+
+def test_bar_for_tets_sizes_and_pins():
+    got = {n: common.bar_for_tets(n) for n in (5000, 20000, 80000)}
+    assert {n: T.shape[0] for n, (_, T) in got.items()} == {5000: 5184, 20000: 17496, 80000: 81000}
+    X, _ = got[5000]
+    assert np.allclose(X.max(0), (1.0, 0.25, 0.25))  # 4:1:1 bar
+    pins = common.pinned_end(X)
+    assert pins.size == 7 * 7 and np.all(X[pins, 0] == 0.0)
+    free = common.free_dofs(X.shape[0], pins)
+    assert free.size == 3 * (X.shape[0] - pins.size)
+    assert not np.isin(free // 3, pins).any()
+
+
+def test_parse_sizes():
+    assert common.parse_sizes("5k,20k,80k") == [5000, 20000, 80000]
+    assert common.parse_sizes(" 1.5k , 300,1M") == [1500, 300, 1000000]
+    with pytest.raises(SystemExit, match="tet counts like 5k"):
+        common.parse_sizes("5k,lots")
+
+
+def test_peak_rss_sees_a_fresh_allocation():
+    assert common.reset_peak_rss()
+    before = common.peak_rss_mib()
+    assert before > 0 and abs(before - common.rss_mib()) < 64
+    a = np.ones(40 * 1024 * 1024 // 8)  # 40 MiB, touched
+    assert common.peak_rss_mib() - before > 35
+    del a
+
+
+def test_run_case_reports_a_failing_worker_with_its_message():
+    r = common.run_case(str(BENCH / "fullspace.py"), ["ours", "100", "1", "no_such_solver"])
+    assert "error" in r and "no_such_solver" in r["error"]
+
+
+def test_fullspace_ours_one_step_centre_of_mass_falls_less_than_free_fall():
+    fullspace = _load("fullspace")
+    r = fullspace.run_ours(100, 1, "superlu")
+    (step,) = r["steps"]
+    assert r["tets"] == 192 and step["converged"] and step["iters"] >= 1
+    assert step["wall"] >= step["derivatives"] + step["solve"]
+    # One backward Euler step from rest: M (x1 - x0) / h^2 = M g + f_int(x1), and the internal
+    # forces on the free vertices sum to the upward pull of the clamp, so the centre of mass
+    # falls, but by at most the free-fall distance g h^2 (the tip alone may fall further: a
+    # hinged rod's tip accelerates at 3g/2).
+    g_h2 = 9.81 * fullspace.DT**2
+    assert 0.0 < -r["com"][2] < g_h2
+    assert -r["tip"][2] > -r["com"][2]  # the free end falls the most
+    s = fullspace.summarize(r)
+    assert np.isclose(s["iter"] * step["iters"], step["wall"])
+    assert set(r["kernels"]) >= {"energy", "energy_gradient", "hessian_proj", "assembly", "all"}
