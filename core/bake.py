@@ -139,7 +139,7 @@ def variant_seed(seed: int, k: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(k)]).generate_state(1)[0])
 
 
-def _setup(X, T, spec: BakeSpec):
+def setup_scenario(X, T, spec: BakeSpec):
     material = _fem.Material.from_dict(spec.material)
     settings = spec.sim_settings()
     pinned = np.asarray(spec.pinned, dtype=np.int64)
@@ -226,7 +226,7 @@ def bake(
     T = np.asarray(mesh.T, dtype=np.int64)
     spec.validate(len(X))
     path = Path(path)
-    sim, driver = _setup(X, T, spec)
+    sim, driver = setup_scenario(X, T, spec)
     n, k, c = len(X), len(sim.pinned), len(driver.collider_dicts)
     metadata = {
         "spec": spec.to_dict(),

@@ -1,0 +1,120 @@
+"""Linear model training end to end: bakes -> POD + cubature -> model file -> torch-free runtime."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from neural_rom.core import bake as bk
+from neural_rom.core.cache import BakeCache, mesh_hash
+from neural_rom.core.errors import CacheError, JobCancelled
+from neural_rom.core.fem import Material
+from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.models import load_simulator
+from neural_rom.training.linear import LinearSettings, train_linear
+
+
+@pytest.fixture(scope="module")
+def bakes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bakes")
+    X, T = grid_tetmesh((0.5, 0.1, 0.1), (10, 2, 2))
+    mesh = SimpleNamespace(X=X, T=T)
+    spec = bk.BakeSpec(
+        material=Material(youngs_modulus=2e5, poisson_ratio=0.4, density=1000.0).to_dict(),
+        scenario={"kind": "random_pokes", "count": 3, "strength": 1.5, "duration": 0.4},
+        frames=30,
+        pinned=np.flatnonzero(X[:, 0] < 1e-9).tolist(),
+        damping=(0.5, 0.0),
+        seed=11,
+        variants=4,
+    )
+    paths = bk.bake_variants(mesh, spec, d, "pokes")
+    return SimpleNamespace(paths=paths, X=X, T=T, dir=d)
+
+
+def test_train_linear_fits_held_out_bakes(bakes, tmp_path):
+    out = tmp_path / "bar.nrmodel"
+    s = LinearSettings(tolerance=2e-3, cubature_target=0.05, seed=0)
+    res = train_linear(bakes.paths, out, s, checkpoint_dir=tmp_path / "ckpt")
+    print(json.dumps({k: v for k, v in res.items() if k != "model"}, indent=1, default=str))
+    assert out.exists()
+    assert 1 <= res["k"] <= 60
+    assert res["pod_max_error_train_m"] <= 2e-3 + 1e-12
+    assert res["cubature_train_rel_error"] <= 0.05 + 1e-9
+    assert res["cubature_heldout_rel_error"] < 0.25
+    roll = res["rollout"]
+    assert roll["frames"] == 30
+    # the reduced model replays an unseen poke sequence within 15% of the bar's size
+    assert roll["max_error_rel"] < 0.15, roll
+    assert res["cubature_elements"] < len(bakes.T)
+
+
+def test_model_runs_without_torch_and_matches(bakes, tmp_path):
+    out = tmp_path / "bar.nrmodel"
+    train_linear(bakes.paths, out, LinearSettings(k=8, max_cubature=60, cubature_target=0.02))
+    cache = BakeCache.open(bakes.paths[-1])
+    forces = np.asarray(cache.channel("forces"))
+    np.save(tmp_path / "forces.npy", forces)
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any torch import now fails
+        "import numpy as np\n"
+        "from neural_rom.core.models import load_simulator\n"
+        "from neural_rom.core.sim import FrameInputs\n"
+        f"sim, model = load_simulator({str(out)!r})\n"
+        f"F = np.load({str(tmp_path / 'forces.npy')!r}, allow_pickle=False)\n"
+        "for f in range(1, 10):\n"
+        "    sim.step(FrameInputs(forces=F[f]))\n"
+        f"np.save({str(tmp_path / 'child.npy')!r}, sim.positions())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    from neural_rom.core.sim import FrameInputs
+
+    sim, model = load_simulator(out, expect_mesh_hash=mesh_hash(bakes.X, bakes.T))
+    assert model.method == "linear"
+    for f in range(1, 10):
+        sim.step(FrameInputs(forces=forces[f]))
+    np.testing.assert_array_equal(np.load(tmp_path / "child.npy"), sim.positions())
+
+
+def test_model_of_another_mesh_is_refused(bakes, tmp_path):
+    out = tmp_path / "bar.nrmodel"
+    train_linear(bakes.paths, out, LinearSettings(k=4, max_cubature=30))
+    with pytest.raises(CacheError, match="another mesh"):
+        load_simulator(out, expect_mesh_hash="0" * 64)
+
+
+def test_cancelled_training_resumes_from_checkpoint(bakes, tmp_path):
+    out, ckpt = tmp_path / "bar.nrmodel", tmp_path / "ckpt"
+    s = LinearSettings(k=6, max_cubature=40)
+    calls = {"n": 0}
+
+    def cancel_after_basis():
+        calls["n"] += 1
+        return calls["n"] >= 2  # the check right after the basis is written
+
+    with pytest.raises(JobCancelled):
+        train_linear(bakes.paths, out, s, checkpoint_dir=ckpt, should_cancel=cancel_after_basis)
+    assert not out.exists() and list(ckpt.glob("basis_*.npz"))
+    messages = []
+    train_linear(bakes.paths, out, s, checkpoint_dir=ckpt, progress=lambda f, m: messages.append(m))
+    assert any("from checkpoint" in m for m in messages)
+    assert out.exists()
+
+
+def test_train_job_through_the_worker_process(bakes, tmp_path):
+    from neural_rom.core.jobs import Job
+
+    out = tmp_path / "job.nrmodel"
+    job = Job.start(
+        {"kind": "train", "method": "linear", "bakes": [str(p) for p in bakes.paths], "out": str(out),
+         "settings": {"k": 5, "max_cubature": 40}, "device": "auto"},
+        log_dir=tmp_path,
+    )
+    job.wait(timeout=300)
+    assert job.state == "done", (job.error, job.log_tail())
+    assert job.result["k"] == 5 and out.exists()
+    assert job.metrics  # metrics were streamed
