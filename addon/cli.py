@@ -5,7 +5,8 @@ Registered with :func:`bpy.utils.register_cli_command` (see ``registration.py``)
 tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "--seed",
 "3", "--save"])`` returns the exit code.
 
-Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``export-pc2``; ``--help`` on each.
+Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``export-pc2``, ``train``,
+``simulate``; ``--help`` on each.
 Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
 the cancel is kept and recorded).
@@ -39,6 +40,8 @@ examples:
   {PROG} tetrahedralize --object Body --save
   {PROG} bake --object Body --seed 3 --variants 8 --shard 0/4 --save
   {PROG} export-pc2 --object Body --out //cache/body.pc2
+  {PROG} train --object Body --k 20 --device cuda --save
+  {PROG} simulate --object Body --frames 1:250 --out //cache/body_reduced.pc2 --save
 """
 
 
@@ -105,7 +108,8 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog=PROG,
-        description="Neural ROM: tetrahedralize, bake and export deformable objects headless.",
+        description="Neural ROM: tetrahedralize, bake, train, simulate and export deformable "
+        "objects headless.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -220,7 +224,75 @@ def build_parser() -> argparse.ArgumentParser:
     pc2.add_argument(
         "--bake", metavar="PATH", help="the .nrbake to export (default: the object's latest bake)"
     )
+
+    train = sub.add_parser(
+        "train",
+        parents=[common],
+        help="train a reduced model on each object's bakes (a child process per object)",
+        description="Train a reduced model of each object on all its bakes, with the object's "
+        "model settings (overridden by the options); the model goes to the object's cache "
+        "directory and is recorded on the object.",
+    )
+    from ..core.models import METHODS
+
+    train.add_argument("--method", choices=METHODS, help="training method (overrides the object's)")
+    train.add_argument(
+        "--k", type=_non_negative_int, metavar="N", help="basis size; 0 chooses it by --tolerance"
+    )
+    train.add_argument(
+        "--tolerance", type=float, metavar="M", help="largest vertex error of the basis, metres"
+    )
+    train.add_argument(
+        "--max-cubature", type=_positive_int, metavar="N", help="at most N cubature elements"
+    )
+    train.add_argument(
+        "--validation-fraction",
+        type=float,
+        metavar="F",
+        help="share of the bakes held out for validation, 0..0.9",
+    )
+    train.add_argument("--seed", type=_non_negative_int, metavar="INT", help="training seed")
+    train.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        type=str.lower,
+        help="training device (overrides the add-on preference)",
+    )
+
+    sim = sub.add_parser(
+        "simulate",
+        parents=[common],
+        help="run the reduced model over a frame range and write a PC2 (and a Mesh Cache modifier)",
+        description="Simulate each object with its trained model from rest at the scene's "
+        "start frame, with the scene's animated colliders, and write the render mesh as a PC2 "
+        "point cache in object space; a Mesh Cache modifier plays it.",
+    )
+    sim.add_argument(
+        "--frames",
+        type=parse_frames,
+        metavar="START:END",
+        help="frame range to write (inclusive); default: the scene's range",
+    )
+    sim.add_argument(
+        "--out",
+        metavar="PATH",
+        help="PC2 file (one object) or folder (<object>_reduced.pc2 each); default: the "
+        "object's cache directory",
+    )
     return parser
+
+
+def parse_frames(text: str) -> tuple[int, int]:
+    """``"START:END"`` -> ``(start, end)`` with ``start <= end``."""
+    match = re.fullmatch(r"\s*(-?\d+)\s*:\s*(-?\d+)\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not START:END: write the first and last frame, e.g. --frames 1:250"
+        )
+    a, b = int(match.group(1)), int(match.group(2))
+    if b < a:
+        raise argparse.ArgumentTypeError(f"{text!r}: the end frame must not be before the start")
+    return a, b
 
 
 # ---------------------------------------------------------------------------------------
@@ -405,11 +477,80 @@ def cmd_export_pc2(args) -> int:
     return EXIT_OK
 
 
+def cmd_train(args) -> int:
+    from . import jobs
+
+    stages = _stages()
+    overrides = {}
+    if args.k is not None:
+        overrides["k"] = args.k or None
+    if args.tolerance is not None:
+        overrides["tolerance"] = args.tolerance or None
+    if args.max_cubature is not None:
+        overrides["max_cubature"] = args.max_cubature
+    if args.validation_fraction is not None:
+        if not 0.0 <= args.validation_fraction <= 0.9:
+            raise UserError("--validation-fraction must be between 0 and 0.9")
+        overrides["validation_fraction"] = args.validation_fraction
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    for obj in select_objects(args.objects):
+        spec = stages.make_train_job(
+            obj, bpy.context.scene, method=args.method, settings=overrides, device=args.device
+        )
+        _out(
+            f"training {obj.name}: {spec['method']} on {len(spec['bakes'])} bake(s) -> {spec['out']}"
+        )
+        name = obj.name
+
+        def on_done(result: dict, name: str = name) -> None:
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                stages.on_train_done(target, result)
+
+        jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
+        m = bpy.data.objects[name].neural_rom.model
+        _out(
+            f"{name}: {m.k} DOFs, {m.cubature} cubature elements, validation error "
+            f"{m.val_error * 1000:.3g} mm, {m.train_seconds:.1f} s on {m.device}"
+        )
+    return EXIT_OK
+
+
+def cmd_simulate(args) -> int:
+    from . import simulate
+
+    objects = select_objects(args.objects)
+    out = _abspath(args.out) if args.out else None
+    if out is not None and len(objects) > 1 and out.suffix.lower() == ".pc2":
+        raise UserError(
+            "--out names one .pc2 file but several objects are simulated: pass a folder"
+        )
+    start, end = args.frames if args.frames else (None, None)
+    for obj in objects:
+        if out is None:
+            path = None
+        elif out.suffix.lower() == ".pc2":
+            path = out
+        else:
+            path = out / f"{bpy.path.clean_name(obj.name)}_reduced.pc2"
+        written, stats = simulate.export_simulation_pc2(
+            obj, path, frame_start=start, frame_end=end, scene=bpy.context.scene
+        )
+        _out(
+            f"{obj.name}: wrote {stats['frames']} frames to {written} "
+            f"({stats['step_ms']:.2f} ms per step)"
+        )
+    return EXIT_OK
+
+
 COMMANDS = {
     "info": cmd_info,
     "tetrahedralize": cmd_tetrahedralize,
     "bake": cmd_bake,
     "export-pc2": cmd_export_pc2,
+    "train": cmd_train,
+    "simulate": cmd_simulate,
 }
 
 

@@ -1,5 +1,6 @@
 """Viewport playback of bakes: a ``frame_change_post`` handler that writes the cached frame
-into every object whose playback is on.
+into every object whose playback is on, then drives every object whose reduced
+simulation is on (:func:`.simulate.on_frame_change`).
 
 The per-frame work is one memmap read, the embedding (a sparse matrix product) and one
 ``foreach_set``; the open bake and embedding are kept between frames
@@ -14,7 +15,7 @@ import bpy
 from bpy.app.handlers import persistent
 
 from ..core.errors import NeuralRomError
-from . import stages
+from . import simulate, stages
 
 
 @persistent
@@ -28,12 +29,14 @@ def on_frame_change(scene: bpy.types.Scene, depsgraph=None) -> None:
         except (NeuralRomError, OSError) as e:
             print(f"Neural ROM: playback of '{obj.name}' stopped: {e}")
             stages.stop_playback(obj)
+    simulate.on_frame_change(scene)
 
 
 @persistent
 def on_load(_filepath=None) -> None:
     # bakes and embeddings of the previous file must not be reused by name
     stages._forget_caches()
+    simulate.forget()
 
 
 _HANDLERS = (
@@ -61,6 +64,7 @@ def unregister_handlers() -> None:
         for h in [h for h in handlers if _same(h, fn)]:
             handlers.remove(h)
     stages._forget_caches()
+    simulate.forget()
 
 
 CLASSES: tuple = ()

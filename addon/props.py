@@ -156,6 +156,56 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
     source_hash: StringProperty(description="Hash of the object's mesh when it was baked")
 
 
+# Identifiers are core.models.METHODS (only the ones this version can train and run).
+METHOD_LABELS = {
+    "linear": ("Linear (POD + cubature)", "Linear subspace of the bakes with optimized cubature"),
+}
+
+
+def method_items(self=None, context=None):
+    from ..core.models import METHODS
+
+    return [(m, *METHOD_LABELS.get(m, (m.capitalize(), ""))) for m in METHODS]
+
+
+_METHOD_ITEMS = None
+
+
+def _method_items(self, context):
+    # Blender keeps only the strings of the latest call alive: keep our own reference.
+    global _METHOD_ITEMS
+    _METHOD_ITEMS = method_items()
+    return _METHOD_ITEMS
+
+
+class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
+    """The trained reduced model of an object and what it was trained from."""
+
+    path: StringProperty(
+        name="Model", subtype="FILE_PATH", options=_REL, description="The .nrmodel file"
+    )
+    method: StringProperty(name="Method")
+    k: IntProperty(name="DOFs", description="Reduced degrees of freedom (basis size)")
+    cubature: IntProperty(name="Cubature", description="Cubature elements")
+    val_error: FloatProperty(
+        name="Validation Error (m)",
+        description="Largest vertex reconstruction error on held-out bakes, metres",
+    )
+    rollout_error: FloatProperty(
+        name="Rollout Error (m)",
+        description="Largest vertex error of the reduced simulation replaying a held-out "
+        "bake (-1: no held-out bake), metres",
+        default=-1.0,
+    )
+    step_ms: FloatProperty(name="Step (ms)", description="Reduced step time in training")
+    train_seconds: FloatProperty(name="Training Time (s)")
+    device: StringProperty(name="Device")
+    mesh_hash: StringProperty(description="Hash of the world-space tet mesh it was trained on")
+    tets_hash: StringProperty(description="Hash of the object's tet mesh when it was trained")
+    source_hash: StringProperty(description="Hash of the object's mesh when it was trained")
+    bakes: IntProperty(name="Bakes", description="Bakes it was trained on")
+
+
 def _material_update(self, context) -> None:
     # Switching to Custom starts from the preset that was shown, so values are never blank.
     if self.material_preset != "custom":
@@ -319,6 +369,59 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     bakes: CollectionProperty(type=NEURAL_ROM_PG_bake)
     active_bake: IntProperty(name="Active Bake")
     pending_bake: StringProperty(description="JSON record of the bake job in flight")
+    pending_train: StringProperty(description="JSON record of the training job in flight")
+
+    # ---- reduced model: training settings
+    model_method: EnumProperty(name="Method", items=_method_items)
+    model_k: IntProperty(
+        name="Basis Size",
+        default=0,
+        min=0,
+        soft_max=200,
+        description="Reduced degrees of freedom; 0 grows the basis until Tolerance is met",
+    )
+    model_tolerance: FloatProperty(
+        name="Tolerance",
+        default=0.0,
+        min=0.0,
+        soft_max=0.1,
+        unit="LENGTH",
+        precision=4,
+        description="Largest vertex error of the basis on the bakes (m); 0 uses 1% of the "
+        "bounding-box diagonal",
+    )
+    model_max_k: IntProperty(name="Max Basis Size", default=60, min=1, soft_max=500)
+    cubature_target: FloatProperty(
+        name="Cubature Target",
+        default=0.05,
+        min=1e-4,
+        max=1.0,
+        precision=3,
+        description="Relative reduced-force error the cubature may make on training poses",
+    )
+    max_cubature: IntProperty(
+        name="Max Cubature",
+        default=500,
+        min=1,
+        soft_max=5000,
+        description="At most this many cubature elements (the per-frame cost grows with it)",
+    )
+    validation_fraction: FloatProperty(
+        name="Validation Fraction",
+        default=0.2,
+        min=0.0,
+        max=0.9,
+        precision=2,
+        description="Share of the bakes (whole trajectories) held out to measure the error",
+    )
+    model_seed: IntProperty(name="Training Seed", default=0, min=0)
+
+    # ---- reduced model: result and simulation
+    model: PointerProperty(type=NEURAL_ROM_PG_model)
+    simulate: BoolProperty(
+        name="Simulate",
+        description="The mesh follows the reduced simulation as the timeline moves",
+    )
 
     # ---- playback / preview
     playback: BoolProperty(
@@ -349,6 +452,18 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
                 if p.name in d:
                     d[p.name] = p.get()
         return d
+
+    def model_settings(self) -> dict:
+        """Training settings of the chosen method (``training.linear.LinearSettings`` fields)."""
+        return {
+            "k": int(self.model_k) or None,
+            "tolerance": float(self.model_tolerance) or None,
+            "max_k": int(self.model_max_k),
+            "cubature_target": float(self.cubature_target),
+            "max_cubature": int(self.max_cubature),
+            "validation_fraction": float(self.validation_fraction),
+            "seed": int(self.model_seed),
+        }
 
     def active_bake_record(self):
         """The selected bake record, or None."""
@@ -386,6 +501,7 @@ class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
 CLASSES = (
     NEURAL_ROM_PG_scenario_param,
     NEURAL_ROM_PG_bake,
+    NEURAL_ROM_PG_model,
     NEURAL_ROM_PG_object,
     NEURAL_ROM_PG_scene,
 )

@@ -682,6 +682,10 @@ def start_playback(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) 
             "use Export PC2 instead (its Mesh Cache modifier plays over shape keys)."
         )
     rm = render_map(obj)  # raises before anything changes
+    if obj.neural_rom.simulate:
+        from . import simulate
+
+        simulate.stop_simulation(obj)
     bm.store_rest(obj.data)
     obj.neural_rom.playback = True
     apply_frame(obj, scene.frame_current, rm)
@@ -756,20 +760,7 @@ def export_pc2(
 
     if obj.neural_rom.playback:
         stop_playback(obj)
-    mod = obj.modifiers.get(MODIFIER_NAME)
-    if mod is None or mod.type != "MESH_CACHE":
-        mod = obj.modifiers.new(MODIFIER_NAME, "MESH_CACHE")
-    mod.cache_format = "PC2"
-    mod.filepath = store_path(obj, path)
-    mod.time_mode = "FRAME"
-    mod.play_mode = "SCENE"
-    mod.frame_start = float(rm.frame_start)  # cache sample 0 at the bake's start frame
-    mod.frame_scale = 1.0
-    mod.deform_mode = "OVERWRITE"
-    mod.forward_axis, mod.up_axis = "POS_Y", "POS_Z"  # Blender's own axes: no conversion
-    idx = obj.modifiers.find(mod.name)
-    if idx > 0:
-        obj.modifiers.move(idx, 0)
+    wire_mesh_cache(obj, path, rm.frame_start, MODIFIER_NAME)
     return path
 
 
@@ -830,3 +821,193 @@ def remove_preview(obj: bpy.types.Object) -> bool:
     if me is not None and me.users == 0:
         bpy.data.meshes.remove(me)
     return True
+
+
+# --------------------------------------------------------------------------------------
+# Train
+
+
+MODELS_DIR = "models"
+SIM_MODIFIER_NAME = "Neural ROM Simulation"
+
+
+def start_matrix(obj: bpy.types.Object, scene: bpy.types.Scene) -> np.ndarray:
+    """``matrix_world`` of ``obj`` at the scene's start frame (where bakes start)."""
+    if bm.is_animated(obj) and scene.frame_current != scene.frame_start:
+        return bm.sample_matrices(scene, [obj], range(scene.frame_start, scene.frame_start + 1))[
+            0, 0
+        ]
+    return bm.matrix(obj)
+
+
+def world_mesh_hash(obj: bpy.types.Object, scene: bpy.types.Scene) -> str:
+    """Hash of the world-space tet mesh a bake made now would simulate (and a model of this
+    object must have been trained on): the tets placed at the start frame."""
+    from ..core.cache import mesh_hash as cache_mesh_hash
+
+    tets = load_tets(obj)
+    X_world = bm.to_world(np.asarray(tets.mesh.X, dtype=np.float64), start_matrix(obj, scene))
+    return cache_mesh_hash(X_world, tets.mesh.T)
+
+
+def make_train_job(
+    obj: bpy.types.Object,
+    scene: bpy.types.Scene,
+    *,
+    method: str | None = None,
+    settings: dict | None = None,
+    device: str | None = None,
+) -> dict:
+    """The worker job that trains a reduced model of ``obj`` on all its bakes (JSON-able).
+
+    ``settings`` overrides fields of :meth:`props.NEURAL_ROM_PG_object.model_settings`;
+    ``device`` (auto, cpu, cuda) overrides the add-on preference. Every bake is checked
+    (fresh, same world mesh) before anything is written; what is being trained is recorded
+    on the object (``pending_train``) for :func:`on_train_done`.
+
+    Returns
+    -------
+    dict: ``kind`` "train", ``method``, ``bakes`` (abs paths), ``out`` (abs .nrmodel),
+    ``settings``, ``device``, ``mesh_hash``, ``log_dir``.
+    """
+    from ..core.models import METHODS
+
+    s = obj.neural_rom
+    if s.role != "DEFORMABLE":
+        raise NeuralRomError(
+            f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
+        )
+    method = method or s.model_method
+    if method not in METHODS:
+        raise NeuralRomError(
+            f"Unknown training method {method!r}; this version trains {', '.join(METHODS)}."
+        )
+    if device is None:
+        device = str(get_preferences().device).lower()
+    if device not in ("auto", "cpu", "cuda"):
+        raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
+    if not len(s.bakes):
+        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run Bake first.")
+    load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+    paths, hashes = [], set()
+    for rec in s.bakes:
+        cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
+        paths.append(str(load_path(rec.path).resolve()))
+        hashes.add(cache.mesh_hash)
+    if len(hashes) > 1:
+        raise NeuralRomError(
+            f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
+            "between bakes); clear the old bakes or re-bake them all, then train."
+        )
+    values = s.model_settings()
+    unknown = set(settings or {}) - set(values)
+    if unknown:
+        raise NeuralRomError(f"Unknown training setting(s): {', '.join(sorted(unknown))}.")
+    values.update(settings or {})
+    folder = cache_dir(obj) / MODELS_DIR
+    folder.mkdir(exist_ok=True)
+    out = folder / f"{method}.nrmodel"
+    mesh_hash = hashes.pop()
+    s.pending_train = json.dumps(
+        {
+            "out": str(out),
+            "method": method,
+            "mesh_hash": mesh_hash,
+            "tets_hash": s.tets_hash,
+            "source_hash": s.source_hash,
+            "bakes": len(paths),
+        }
+    )
+    return {
+        "kind": "train",
+        "method": method,
+        "bakes": paths,
+        "out": str(out),
+        "settings": values,
+        "device": device,
+        "mesh_hash": mesh_hash,
+        "log_dir": str(folder / "logs"),
+    }
+
+
+def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
+    """Record the model a finished training job wrote on ``obj``; a cancelled job (no
+    model written) records nothing. Returns whether a model was recorded."""
+    s = obj.neural_rom
+    pending = json.loads(s.pending_train) if s.pending_train else {}
+    s.pending_train = ""
+    result = result or {}
+    path = result.get("model")
+    if not path or result.get("cancelled") or not Path(path).is_file():
+        return False
+    rollout = result.get("rollout") or {}
+    m = s.model
+    m.path = store_path(obj, path)
+    m.method = str(result.get("method", pending.get("method", "")))
+    m.k = int(result.get("k", 0))
+    m.cubature = int(result.get("cubature_elements", 0))
+    m.val_error = float(result.get("pod_max_error_val_m") or 0.0)
+    m.rollout_error = float(rollout.get("max_error_m", -1.0))
+    m.step_ms = float(rollout.get("step_ms", 0.0))
+    m.train_seconds = float(result.get("train_seconds", 0.0))
+    m.device = str(result.get("device", ""))
+    m.mesh_hash = str(pending.get("mesh_hash", ""))
+    m.tets_hash = str(pending.get("tets_hash", s.tets_hash))
+    m.source_hash = str(pending.get("source_hash", s.source_hash))
+    m.bakes = int(pending.get("bakes", 0))
+    _forget_drivers(obj.name)
+    return True
+
+
+def _forget_drivers(name: str | None = None) -> None:
+    from . import simulate
+
+    simulate.forget(name)
+
+
+def clear_model(obj: bpy.types.Object, *, delete_file: bool = True) -> None:
+    """Forget the object's model (stopping its simulation) and delete the model file."""
+    s = obj.neural_rom
+    if not s.model.path:
+        raise NeuralRomError(f"'{obj.name}' has no model to clear.")
+    if s.simulate:
+        from . import simulate
+
+        simulate.stop_simulation(obj)
+    path = load_path(s.model.path)
+    for prop in s.model.bl_rna.properties:
+        if prop.identifier not in ("rna_type", "name"):
+            s.model.property_unset(prop.identifier)
+    _forget_drivers(obj.name)
+    if delete_file and path.suffix == ".nrmodel" and path.is_file():
+        path.unlink()
+        ckpt = path.parent / (path.stem + ".checkpoints")
+        if ckpt.is_dir():
+            shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def wire_mesh_cache(obj: bpy.types.Object, path: Path, frame_start: int, name: str) -> None:
+    """Add (or update) a Mesh Cache modifier ``name`` playing the PC2 at ``path`` from
+    ``frame_start``, first in the stack."""
+    mod = obj.modifiers.get(name)
+    if mod is None or mod.type != "MESH_CACHE":
+        mod = obj.modifiers.new(name, "MESH_CACHE")
+    mod.cache_format = "PC2"
+    mod.filepath = store_path(obj, path)
+    mod.time_mode = "FRAME"
+    mod.play_mode = "SCENE"
+    mod.frame_start = float(frame_start)  # cache sample 0 at this scene frame
+    mod.frame_scale = 1.0
+    mod.deform_mode = "OVERWRITE"
+    mod.forward_axis, mod.up_axis = "POS_Y", "POS_Z"  # Blender's own axes: no conversion
+    idx = obj.modifiers.find(mod.name)
+    if idx > 0:
+        obj.modifiers.move(idx, 0)
+
+
+def render_world(tets: Tets, P: np.ndarray) -> np.ndarray:
+    """(r, 3) render-vertex world positions of (n, 3) tet-node positions ``P``."""
+    P = np.asarray(P, dtype=np.float64)
+    if tets.embedding is not None:
+        return tets.embedding.apply(P)
+    return P[: int(tets.mesh.n_surface_inputs)]

@@ -1,5 +1,5 @@
 """bpy Operators (``neural_rom.<verb>``): thin wrappers over :mod:`..addon.stages`."""
 
-from . import bake, interpreter, playback, tets
+from . import bake, interpreter, model, playback, poke, tets
 
-CLASSES = (*interpreter.CLASSES, *tets.CLASSES, *bake.CLASSES, *playback.CLASSES)
+CLASSES = (*interpreter.CLASSES, *tets.CLASSES, *bake.CLASSES, *playback.CLASSES, *model.CLASSES, *poke.CLASSES)

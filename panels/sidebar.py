@@ -212,7 +212,7 @@ class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
         obj = _deformable(context)
         s = obj.neural_rom
         layout = self.layout
-        draw_jobs(layout, obj.name)
+        draw_jobs(layout, obj.name, "bake")
         row = layout.row(align=True)
         row.enabled = bool(s.tets_path)
         row.operator("neural_rom.bake", icon="PHYSICS")
@@ -235,14 +235,15 @@ class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
             row = layout.row(align=True)
             row.operator("neural_rom.clear_bake", text="Clear", icon="TRASH").all_bakes = False
             row.operator("neural_rom.clear_bake", text="Clear All").all_bakes = True
-        layout.label(text="Model: not trained yet", icon="NETWORK_DRIVE")
 
 
-def draw_jobs(layout, owner: str) -> None:
-    """Progress and a Cancel button for each running job of ``owner``."""
+def draw_jobs(layout, owner: str, kind: str | None = None) -> None:
+    """Progress and a Cancel button for each running job of ``owner`` (of ``kind``)."""
     from ..addon import jobs
 
     for state in jobs.active_jobs(owner):
+        if kind is not None and state.kind != kind:
+            continue
         box = layout.box()
         row = box.row(align=True)
         row.progress(factor=float(state.progress), type="BAR", text=jobs.format_state(state))
@@ -269,6 +270,77 @@ class NEURAL_ROM_PT_playback(_DeformableSub, bpy.types.Panel):
         col.operator("neural_rom.export_pc2", icon="EXPORT")
 
 
+class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
+    bl_label = "Reduced Model"
+    bl_idname = "NEURAL_ROM_PT_model"
+
+    def draw(self, context):
+        obj = _deformable(context)
+        s = obj.neural_rom
+        layout = self.layout
+        draw_jobs(layout, obj.name, "train")
+        col = layout.column()
+        col.prop(s, "model_method")
+        col.prop(s, "model_k")
+        if s.model_k == 0:
+            col.prop(s, "model_tolerance")
+            col.prop(s, "model_max_k")
+        col.prop(s, "cubature_target")
+        col.prop(s, "max_cubature")
+        col.prop(s, "validation_fraction")
+        col.prop(s, "model_seed")
+        row = layout.row(align=True)
+        row.enabled = len(s.bakes) > 0
+        row.operator("neural_rom.train", icon="NETWORK_DRIVE")
+        if not len(s.bakes):
+            layout.label(text="Bake first", icon="INFO")
+        m = s.model
+        if not m.path:
+            layout.label(text="Model: not trained yet", icon="INFO")
+            return
+        box = layout.box()
+        box.label(text=f"{m.method}: {m.k} DOFs, {m.cubature} cubature elements", icon="CHECKMARK")
+        box.label(text=f"Validation error {m.val_error * 1000:.3g} mm")
+        if m.rollout_error >= 0:
+            box.label(
+                text=f"Rollout error {m.rollout_error * 1000:.3g} mm, {m.step_ms:.2f} ms/step"
+            )
+        box.label(text=f"Trained on {m.bakes} bake(s) in {m.train_seconds:.1f} s ({m.device})")
+        if m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
+            box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
+        layout.operator("neural_rom.clear_model", text="Clear Model", icon="TRASH")
+
+
+class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
+    bl_label = "Simulate"
+    bl_idname = "NEURAL_ROM_PT_simulate"
+
+    @classmethod
+    def poll(cls, context):
+        obj = _deformable(context)
+        return obj is not None and bool(obj.neural_rom.model.path)
+
+    def draw(self, context):
+        from ..addon import simulate
+
+        obj = _deformable(context)
+        s = obj.neural_rom
+        col = self.layout.column()
+        text = "Stop Simulation" if s.simulate else "Simulate"
+        icon = "PAUSE" if s.simulate else "PLAY"
+        row = col.row(align=True)
+        row.operator(
+            "neural_rom.simulate", text=text, icon=icon, depress=s.simulate
+        ).action = "TOGGLE"
+        row.operator("neural_rom.reset_simulation", text="", icon="FILE_REFRESH")
+        d = simulate._drivers.get(obj.name)
+        if s.simulate and d is not None:
+            steps = d.step_seconds[-20:]
+            ms = 1000 * sum(steps) / len(steps) if steps else 0.0
+            col.label(text=f"{len(d.cache)} frames cached, {ms:.2f} ms/step")
+        col.operator("neural_rom.bake_simulation", icon="EXPORT")
+
+
 class NEURAL_ROM_PT_cache(_Sidebar, bpy.types.Panel):
     bl_label = "Cache"
     bl_idname = "NEURAL_ROM_PT_cache"
@@ -292,5 +364,7 @@ CLASSES = (
     NEURAL_ROM_PT_scenario,
     NEURAL_ROM_PT_bake,
     NEURAL_ROM_PT_playback,
+    NEURAL_ROM_PT_model,
+    NEURAL_ROM_PT_simulate,
     NEURAL_ROM_PT_cache,
 )

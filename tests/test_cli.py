@@ -283,3 +283,65 @@ def test_killed_worker_exits_1_naming_its_log(addon, tmp_path, capsys):
     [path] = (tmp_path / "neural_rom" / "Ball" / "bakes").glob("*_s0_v000.nrbake")
     cache = BakeCache.open(path)
     assert cache.n_frames >= 2
+
+
+def test_train_and_simulate_help():
+    assert cli().main(["train", "--help"]) == 0
+    assert cli().main(["simulate", "--help"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--frames", "9:3"], "the end frame must not be before the start"),
+        (["simulate", "--frames", "1-3"], "is not START:END"),
+        (["train", "--method", "pca"], "invalid choice: 'pca'"),
+        (["train", "--device", "tpu"], "invalid choice: 'tpu'"),
+    ],
+)
+def test_train_and_simulate_argument_errors_exit_2(argv, message, capsys):
+    assert cli().main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_train_and_simulate_headless(addon, tmp_path, capsys):
+    from neural_rom.core.pc2 import read_pc2
+
+    bpy = addon.bpy
+    blend = tmp_path / "shot.blend"
+    obj = make_ball(bpy, frames=4)
+    obj.neural_rom.scenario = "random_pokes"
+    bpy.context.scene.frame_end = 6
+    bpy.ops.wm.save_as_mainfile(filepath=str(blend))
+    # no model yet: a user error that says what to do
+    assert cli().main(["tetrahedralize", "--save"]) == 0
+    assert cli().main(["simulate"]) == 2
+    assert "has no trained model; run Train first" in capsys.readouterr().err
+    assert cli().main(["train"]) == 2
+    assert "no bakes to train on; run Bake first" in capsys.readouterr().err
+    assert cli().main(["bake", "--variants", "2", "--save"]) == 0
+    bpy.ops.wm.read_factory_settings(use_empty=True)  # the CLI opens the file itself
+
+    argv = ["train", "--file", str(blend), "-o", "Ball", "--k", "3", "--max-cubature", "20"]
+    assert cli().main([*argv, "--device", "cpu", "--save"]) == 0
+    out = capsys.readouterr().out
+    assert "training Ball: linear on 2 bake(s)" in out and "Ball: 3 DOFs" in out
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    m = bpy.data.objects["Ball"].neural_rom.model
+    assert m.k == 3 and m.path.startswith("//neural_rom/Ball/models/") and m.device == "cpu"
+
+    pc2 = tmp_path / "out" / "ball_reduced.pc2"
+    assert cli().main(["simulate", "--file", str(blend), "--out", str(pc2), "--save"]) == 0
+    assert "Ball: wrote 6 frames to" in capsys.readouterr().out
+    frames, start, _ = read_pc2(pc2)
+    assert frames.shape == (6, len(bpy.data.objects["Ball"].data.vertices), 3) and start == 1
+    assert np.abs(frames[-1] - frames[0]).max() > 1e-3 and np.isfinite(frames).all()
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    mod = bpy.data.objects["Ball"].modifiers["Neural ROM Simulation"]
+    assert bpy.path.abspath(mod.filepath) == str(pc2)
+    # --frames picks the range; several objects need a folder
+    assert cli().main(["simulate", "--frames", "2:4", "--out", str(tmp_path / "o2")]) == 0
+    frames, start, _ = read_pc2(tmp_path / "o2" / "Ball_reduced.pc2")
+    assert frames.shape[0] == 3 and start == 2
+    assert cli().main(["simulate", "--frames", "0:4"]) == 2
+    assert "pick a start frame >= 1" in capsys.readouterr().err

@@ -1,0 +1,216 @@
+"""Train a reduced model in a background job; clear it; simulate with it (viewport driver,
+reset, bake to PC2)."""
+
+from __future__ import annotations
+
+import bpy
+from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
+
+from ..addon import simulate, stages
+from ..core.errors import JobCancelled, NeuralRomError
+from ._common import active_deformable, fail
+
+_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+
+
+def _has_model(context) -> bool:
+    obj = active_deformable(context)
+    return obj is not None and bool(obj.neural_rom.model.path)
+
+
+class NEURAL_ROM_OT_train(bpy.types.Operator):
+    """Train a reduced model on all the active object's bakes in a background process"""
+
+    bl_idname = "neural_rom.train"
+    bl_label = "Train"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        obj = active_deformable(context)
+        return obj is not None and len(obj.neural_rom.bakes) > 0
+
+    def execute(self, context):
+        from ..addon import jobs
+
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable; set its Neural ROM role first.")
+        name = obj.name
+        if any(j.status == "running" for j in jobs.active_jobs(name)):
+            return fail(self, f"'{name}' already has a job running; wait for it or cancel it.")
+        try:
+            job = stages.make_train_job(obj, context.scene)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+
+        def on_done(result: dict) -> None:
+            target = bpy.data.objects.get(name)  # by name: undo invalidates the old object
+            if target is not None:
+                stages.on_train_done(target, result)
+
+        try:
+            jobs.start_job(context, job, owner=name, on_done=on_done)
+        except JobCancelled as e:
+            self.report({"WARNING"}, str(e))
+            return {"FINISHED"}
+        except NeuralRomError as e:
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                target.neural_rom.pending_train = ""
+            return fail(self, f"Training of '{name}' failed: {e}")
+        if bpy.app.background:
+            m = bpy.data.objects[name].neural_rom.model
+            self.report(
+                {"INFO"},
+                f"Trained '{name}': {m.k} DOFs, {m.cubature} cubature elements, "
+                f"validation error {m.val_error * 1000:.3g} mm",
+            )
+        else:
+            self.report({"INFO"}, f"Training '{name}' in the background (Esc cancels)")
+        return {"FINISHED"}
+
+
+class NEURAL_ROM_OT_clear_model(bpy.types.Operator):
+    """Forget the active object's model and delete its file"""
+
+    bl_idname = "neural_rom.clear_model"
+    bl_label = "Clear Model"
+    bl_options = {"REGISTER", "UNDO"}
+
+    delete_file: BoolProperty(
+        name="Delete File", default=True, description="Delete the .nrmodel file (cannot be undone)"
+    )
+
+    @classmethod
+    def poll(cls, context):
+        return _has_model(context)
+
+    def invoke(self, context, event):
+        return context.window_manager.invoke_confirm(self, event)
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            stages.clear_model(obj, delete_file=self.delete_file)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        return {"FINISHED"}
+
+
+class NEURAL_ROM_OT_simulate(bpy.types.Operator):
+    """Drive the mesh from its reduced model as the timeline moves (or stop)"""
+
+    bl_idname = "neural_rom.simulate"
+    bl_label = "Simulate"
+    bl_options = {"REGISTER", "UNDO"}
+
+    action: EnumProperty(
+        name="Action",
+        items=(
+            ("TOGGLE", "Toggle", "Start when stopped, stop when running"),
+            ("START", "Start", ""),
+            ("STOP", "Stop", "Stop and restore the rest shape"),
+        ),
+        default="TOGGLE",
+    )
+
+    @classmethod
+    def poll(cls, context):
+        return _has_model(context)
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        start = self.action == "START" or (self.action == "TOGGLE" and not obj.neural_rom.simulate)
+        if not start:
+            simulate.stop_simulation(obj)
+            return {"FINISHED"}
+        try:
+            simulate.start_simulation(obj, context.scene)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        return {"FINISHED"}
+
+
+class NEURAL_ROM_OT_reset_simulation(bpy.types.Operator):
+    """Forget the simulated frames: the timeline is simulated again from rest"""
+
+    bl_idname = "neural_rom.reset_simulation"
+    bl_label = "Reset Simulation"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        return _has_model(context)
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            simulate.reset_simulation(obj, context.scene)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        return {"FINISHED"}
+
+
+class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
+    """Simulate the frame range with the reduced model and write it as a PC2 point cache
+    played by a Mesh Cache modifier"""
+
+    bl_idname = "neural_rom.bake_simulation"
+    bl_label = "Bake Simulation"
+    bl_options = {"REGISTER", "UNDO"}
+
+    filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=_REL, default="")
+    filter_glob: StringProperty(default="*.pc2", options={"HIDDEN"})
+    frame_start: IntProperty(name="Start", default=-1, description="-1: the scene's start frame")
+    frame_end: IntProperty(name="End", default=-1, description="-1: the scene's end frame")
+
+    @classmethod
+    def poll(cls, context):
+        return _has_model(context)
+
+    def invoke(self, context, event):
+        obj = active_deformable(context)
+        if not self.filepath and obj is not None:
+            try:
+                self.filepath = str(simulate.default_sim_pc2_path(obj))
+            except NeuralRomError:
+                self.filepath = bpy.path.clean_name(obj.name) + "_reduced.pc2"
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            path, stats = simulate.export_simulation_pc2(
+                obj,
+                self.filepath or None,
+                frame_start=None if self.frame_start < 0 else self.frame_start,
+                frame_end=None if self.frame_end < 0 else self.frame_end,
+                scene=context.scene,
+            )
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        self.report(
+            {"INFO"},
+            f"Wrote {stats['frames']} frames to {path} ({stats['step_ms']:.2f} ms per step) "
+            f"and the '{stages.SIM_MODIFIER_NAME}' modifier",
+        )
+        return {"FINISHED"}
+
+
+CLASSES = (
+    NEURAL_ROM_OT_train,
+    NEURAL_ROM_OT_clear_model,
+    NEURAL_ROM_OT_simulate,
+    NEURAL_ROM_OT_reset_simulation,
+    NEURAL_ROM_OT_bake_simulation,
+)
