@@ -39,8 +39,8 @@ error is therefore::
 
 Poses are deformed positions ``(n, 3)``; the cubature is fitted at exactly the positions
 given. A reduced simulation only visits poses in its subspace, so callers usually pass the
-subspace reconstructions ``X + U U^T (x - X)`` of their training frames (for an orthonormal
-``U``) rather than the raw frames.
+subspace reconstructions of their training frames (``X + U U^T M (x - X)`` for the
+M-orthonormal bases of :mod:`.subspace`, i.e. ``Subspace.project``) rather than the raw frames.
 """
 
 from __future__ import annotations

@@ -13,15 +13,14 @@ through the extension's own operators, as the buttons do:
 It saves ``out/demo.blend`` (bake and model under ``out/neural_rom/``, referenced by
 relative paths; open it in Blender 4.2+ with the extension installed and scrub the
 timeline: the ball follows its reduced simulation) and renders ``out/demo.png`` with
-Workbench: the full-space bake (front row) and the reduced simulation (back row) at the
-same frames. The model is trained on this one drop, so this shows the pipeline, not
+Workbench: the full-space bake (top) and the reduced simulation (bottom) at the same
+frames. The model is trained on this one drop, so this shows the pipeline, not
 generalization (the tests check held-out bakes).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -63,19 +62,6 @@ def row(bpy, ball, frames, positions, y, spacing, name):
         rr._smooth(obj)
         out.append(obj)
     return out
-
-
-def label(bpy, text, location, size=0.16):
-    curve = bpy.data.curves.new(text, "FONT")
-    curve.body = text
-    curve.size = size
-    curve.align_x = "LEFT"
-    obj = bpy.data.objects.new(text, curve)
-    obj.location = location
-    obj.rotation_euler = (math.radians(90), 0, 0)  # upright, facing the camera (-Y)
-    bpy.context.scene.collection.objects.link(obj)
-    obj.data.materials.append(rr._material(bpy, "Label", (0.05, 0.05, 0.06), 0.6))
-    return obj
 
 
 def stack_png(bpy, paths, out: Path) -> None:
@@ -150,17 +136,13 @@ def main(argv=None) -> int:
     ball.hide_render = True
     half = spacing * (len(frames) - 1) / 2
     top = max(float(P[:, 2].max()) for P in full + reduced)
-    titles = {
-        "full": label(bpy, f"full-space bake ({ball.neural_rom.tets_count} tets)", (-half - 0.55, 0.0, top + 0.1)),
-        "reduced": label(bpy, f"reduced simulation ({m.k} modes, {m.cubature} cubature tets)", (-half - 0.55, 0.0, top + 0.1)),
-    }
     target = (0.0, 0.0, 0.5 * (top + 0.35))
     rr._lights(bpy, target)
     rr.camera(bpy, target, half + 0.9)
     parts = []
     for name in ("full", "reduced"):
         for other, objs in rows.items():
-            for o in objs + [titles[other]]:
+            for o in objs:
                 o.hide_render = other != name
         rr.render(bpy, out / f"demo_{name}.png", "WORKBENCH", 0, res=(1600, 560))
         parts.append(out / f"demo_{name}.png")
