@@ -131,8 +131,10 @@ def main(argv=None) -> int:
         f"Bar 4:1:1 clamped, poked at its free end; stable Neo-Hookean E={YOUNG:g} Pa nu={POISSON}; "
         f"h=1/24 s; {args.modes} modes, <= {args.cubature} cubature elements; one core.\n"
     )
-    print(f"{'tets':>7}{'verts':>7}{'k':>4}{'cub':>5}{'full s/step':>12}{'it':>5}{'reduced ms':>11}{'it':>5}"
-          f"{'decode ms':>10}{'full/red':>9}{'max err mm':>11}")
+    print(
+        f"{'tets':>7}{'verts':>7}{'k':>4}{'cub':>5}{'full s/step':>12}{'it':>5}{'reduced ms':>11}{'it':>5}"
+        f"{'decode ms':>10}{'full/red':>9}{'max err mm':>11}"
+    )
     for n in common.parse_sizes(args.sizes):
         r = run(n, args.modes, args.cubature, args.frames)
         print(

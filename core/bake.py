@@ -21,19 +21,32 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from . import fem as _fem
 from .cache import BakeCache, BakeWriter, mesh_hash
 from .errors import JobCancelled, NeuralRomError, SimulationError
-from .scenarios import SCENARIO_KINDS, SceneContext, ScenarioDriver, default_scenario, validate_scenario
+from .scenarios import (
+    SCENARIO_KINDS,
+    ScenarioDriver,
+    SceneContext,
+    default_scenario,
+    validate_scenario,
+)
 from .sim import SimSettings, Simulation, boundary_vertices
 
-__all__ = ["BakeSpec", "bake", "bake_variants", "variant_seed", "SCENARIO_KINDS", "default_scenario"]
+__all__ = [
+    "BakeSpec",
+    "bake",
+    "bake_variants",
+    "variant_seed",
+    "SCENARIO_KINDS",
+    "default_scenario",
+]
 
 Progress = Callable[[int, int, dict], None]
 
@@ -94,7 +107,7 @@ class BakeSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BakeSpec":
+    def from_dict(cls, d: dict) -> BakeSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
@@ -296,7 +309,9 @@ def bake(
 
 def _report(progress, done, total, iters, step_s, eta) -> None:
     if progress is not None:
-        progress(done, total, {"newton_iters": int(iters), "step_s": float(step_s), "eta_s": float(eta)})
+        progress(
+            done, total, {"newton_iters": int(iters), "step_s": float(step_s), "eta_s": float(eta)}
+        )
 
 
 def bake_variants(

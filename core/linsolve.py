@@ -85,7 +85,11 @@ class SPDSolver:
     def solve(self, A: sp.spmatrix, b: np.ndarray) -> np.ndarray:
         """Solve ``A x = b``; ``A`` is (3n, 3n) in DOF order ``3 v + axis``."""
         self.stats["solves"] += 1
-        if self.choose(A.shape[0]) == "amg" and self.B is not None and self.B.shape[0] == A.shape[0]:
+        if (
+            self.choose(A.shape[0]) == "amg"
+            and self.B is not None
+            and self.B.shape[0] == A.shape[0]
+        ):
             ml = _pyamg.smoothed_aggregation_solver(
                 A.tocsr().tobsr(blocksize=(3, 3)), B=self.B, max_coarse=300, coarse_solver="splu"
             )
@@ -109,6 +113,8 @@ def _superlu(A: sp.spmatrix, b: np.ndarray) -> np.ndarray:
     return lu.solve(np.asarray(b, dtype=np.float64))
 
 
-def solve_spd(A: sp.spmatrix, b: np.ndarray, backend: str = "auto", X: np.ndarray | None = None) -> np.ndarray:
+def solve_spd(
+    A: sp.spmatrix, b: np.ndarray, backend: str = "auto", X: np.ndarray | None = None
+) -> np.ndarray:
     """One-off solve of a sparse SPD system (see :class:`SPDSolver`)."""
     return SPDSolver(X, backend).solve(A, b)

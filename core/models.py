@@ -45,7 +45,7 @@ def save_linear_model(
     subspace: Subspace,
     cubature: Cubature,
     contact: tuple[np.ndarray, np.ndarray],
-    material: "_fem.Material",
+    material: _fem.Material,
     settings: SimSettings,
     metadata: dict | None = None,
 ) -> Path:

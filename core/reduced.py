@@ -111,7 +111,7 @@ class ReducedSimulation:
         self,
         X: np.ndarray,
         T: np.ndarray,
-        material: "_fem.Material",
+        material: _fem.Material,
         U: np.ndarray,
         settings: SimSettings | None = None,
         pinned=(),
@@ -132,7 +132,9 @@ class ReducedSimulation:
         if self.pinned.size:
             rows = (3 * self.pinned[:, None] + np.arange(3)).ravel()
             if np.abs(self.U[rows]).max() > 0:
-                raise SimulationError("The basis moves pinned vertices; pinned DOFs must be zero in U.")
+                raise SimulationError(
+                    "The basis moves pinned vertices; pinned DOFs must be zero in U."
+                )
         material.validate()
         mass = np.asarray(_fem.mass_matrix(self.X, T, material.density, lumped=True))
         self.mass = mass
@@ -148,12 +150,16 @@ class ReducedSimulation:
             elements = np.asarray(cubature[0], dtype=np.int64)
             weights = np.asarray(cubature[1], dtype=np.float64)
             if elements.shape != weights.shape or np.any(weights < 0):
-                raise SimulationError("Cubature needs matching element and non-negative weight arrays.")
+                raise SimulationError(
+                    "Cubature needs matching element and non-negative weight arrays."
+                )
         self.elements, self.weights = elements, weights
         verts, inv = np.unique(T[elements].ravel(), return_inverse=True)
         self.sub_vertices = verts
         T_sub = inv.reshape(-1, 4)
-        self.sub_fem = _fem.TetFEM(self.X[verts], T_sub, _slice_material(material, elements, len(T)))
+        self.sub_fem = _fem.TetFEM(
+            self.X[verts], T_sub, _slice_material(material, elements, len(T))
+        )
         self.U_sub = self.U.reshape(n, 3, self.k)[verts]  # (v, 3, k)
         self.U_elem = self.U_sub[T_sub].reshape(len(elements), 12, self.k)  # (c, 12, k)
         # contact sample
@@ -228,10 +234,14 @@ class ReducedSimulation:
             return 0.0, np.zeros(self.k), np.zeros((self.k, self.k))
         xs = self.X[self.contact_vertices] + self.U_contact @ q
         idx = np.arange(len(xs))
-        e, g, Hb = contact_energy(colliders, xs, idx, self.contact_mass, self.kappa, self.settings.contact_offset)
+        e, g, Hb = contact_energy(
+            colliders, xs, idx, self.contact_mass, self.kappa, self.settings.contact_offset
+        )
         k = self.k
         g_red = self.U_contact.reshape(-1, k).T @ g.ravel()
-        active = np.flatnonzero(np.any(Hb != 0, axis=(1, 2)))  # only touching vertices add stiffness
+        active = np.flatnonzero(
+            np.any(Hb != 0, axis=(1, 2))
+        )  # only touching vertices add stiffness
         Ua = self.U_contact[active]
         H_red = Ua.reshape(-1, k).T @ (Hb[active] @ Ua).reshape(-1, k)
         return e, g_red, H_red
@@ -316,7 +326,9 @@ class ReducedSimulation:
                 p = -np.linalg.lstsq(A, g, rcond=None)[0]
             rep.timings["solve"] += time.perf_counter() - t0
             rep.newton_iters += 1
-            step = float(np.abs(self.U_sub @ p).max()) if len(self.U_sub) else float(np.abs(p).max())
+            step = (
+                float(np.abs(self.U_sub @ p).max()) if len(self.U_sub) else float(np.abs(p).max())
+            )
             if step <= tol:
                 q = q + p
                 break
@@ -346,7 +358,7 @@ class ReducedSimulation:
         return rep
 
 
-def _slice_material(material: "_fem.Material", elements: np.ndarray, m: int) -> "_fem.Material":
+def _slice_material(material: _fem.Material, elements: np.ndarray, m: int) -> _fem.Material:
     """The material of a subset of elements (per-element parameters follow the subset)."""
 
     def pick(v):

@@ -228,7 +228,9 @@ class ScenarioDriver:
         n_keys = max(1, int(p["keys"]))
         if not ctx.colliders:
             radius = float(p["radius"]) * diag
-            key_frames = np.sort(rng.choice(np.arange(1, F + 1), size=min(n_keys, F), replace=False))
+            key_frames = np.sort(
+                rng.choice(np.arange(1, F + 1), size=min(n_keys, F), replace=False)
+            )
             key_frames = np.concatenate([[0], key_frames])
             # start clear of the object, then wander through and around it
             start = centre + np.array([0.0, 0.0, 0.5 * (hi - lo)[2] + radius + 0.05 * diag])
@@ -240,7 +242,12 @@ class ScenarioDriver:
             mats = np.tile(np.eye(4), (F + 1, 1, 1))
             mats[:, :3, 3] = path
             self.collider_dicts.append(
-                {"kind": "sphere", "radius": radius, "half_length": 0.0, "transforms": mats.tolist()}
+                {
+                    "kind": "sphere",
+                    "radius": radius,
+                    "half_length": 0.0,
+                    "transforms": mats.tolist(),
+                }
             )
         if p["move_pins"] and len(ctx.pinned):
             key_frames = np.concatenate(
@@ -257,7 +264,9 @@ class ScenarioDriver:
         # spread each source force over the target vertices nearest to it, by mass
         share = ctx.mass / np.bincount(nearest, weights=ctx.mass, minlength=len(src_X))[nearest]
         frames = min(len(src_F), ctx.frames + 1)
-        self.forces[:frames] += float(p["scale"]) * src_F[:frames, nearest, :] * share[None, :, None]
+        self.forces[:frames] += (
+            float(p["scale"]) * src_F[:frames, nearest, :] * share[None, :, None]
+        )
 
 
 def _diagonal(X: np.ndarray) -> float:

@@ -116,7 +116,9 @@ class StepReport:
     converged: bool = True
     residual: float = 0.0
     line_search_ok: bool = True
-    timings: dict = field(default_factory=lambda: {"derivatives": 0.0, "solve": 0.0, "line_search": 0.0})
+    timings: dict = field(
+        default_factory=lambda: {"derivatives": 0.0, "solve": 0.0, "line_search": 0.0}
+    )
     wall_time: float = 0.0
 
     def merge(self, other: StepReport) -> None:
@@ -344,7 +346,9 @@ class Simulation:
             self._advance(dt, f1, p1, c1, depth + 1, report)
             return
 
-    def _backward_euler(self, h, forces, pin_targets, colliders, accept_unconverged=False) -> StepReport:
+    def _backward_euler(
+        self, h, forces, pin_targets, colliders, accept_unconverged=False
+    ) -> StepReport:
         s = self.settings
         x_n, v_n = self.x, self.v
         x_tilde = x_n + h * v_n
@@ -362,7 +366,9 @@ class Simulation:
                 e_el, g_el, H = self.fem.energy_gradient_hessian(x, project=True)
             else:
                 e_el, g_el, H = self.fem.energy(x), None, None
-            e_c, g_c, Hc = contact_energy(colliders, x, self.surface, self.mass, self.kappa, s.contact_offset)
+            e_c, g_c, Hc = contact_energy(
+                colliders, x, self.surface, self.mass, self.kappa, s.contact_offset
+            )
             e = 0.5 / h**2 * dx @ (m3 * dx) + e_el - np.sum(f_ext * x) + e_c
             e += 0.5 * alpha / h * dn @ (m3 * dn)
             if K_damp is not None:
@@ -387,7 +393,9 @@ class Simulation:
             self.x = x
         return rep
 
-    def solve_quasistatic(self, inputs: FrameInputs | None = None, x0: np.ndarray | None = None) -> StepReport:
+    def solve_quasistatic(
+        self, inputs: FrameInputs | None = None, x0: np.ndarray | None = None
+    ) -> StepReport:
         """Minimize ``V(x) - f . x + C(x)`` (no inertia): the static equilibrium.
 
         Needs pins or colliders, otherwise rigid motions make the problem singular.
@@ -409,14 +417,20 @@ class Simulation:
         f_ext = self.forces + self.mass[:, None] * np.asarray(s.gravity)[None, :]
         # A tiny mass-proportional regularization keeps the first Newton steps well posed
         # for colliders-only support; its effect on the solution is below the tolerance.
-        reg = 1e-10 * np.max(self.fem.hessian(self.X, project=True).diagonal()) / max(self.mass.max(), 1e-300)
+        reg = (
+            1e-10
+            * np.max(self.fem.hessian(self.X, project=True).diagonal())
+            / max(self.mass.max(), 1e-300)
+        )
 
         def objective(x, need_hessian):
             if need_hessian:
                 e_el, g_el, H = self.fem.energy_gradient_hessian(x, project=True)
             else:
                 e_el, g_el, H = self.fem.energy(x), None, None
-            e_c, g_c, Hc = contact_energy(self.colliders, x, self.surface, self.mass, self.kappa, s.contact_offset)
+            e_c, g_c, Hc = contact_energy(
+                self.colliders, x, self.surface, self.mass, self.kappa, s.contact_offset
+            )
             e = e_el - np.sum(f_ext * x) + e_c
             if not need_hessian:
                 return e, None, None
@@ -439,7 +453,7 @@ class Simulation:
         x = x0
         tol = s.newton_tol * self.length_scale
         free_dofs = np.repeat(self.free, 3)
-        for it in range(max_iters):
+        for _ in range(max_iters):
             t0 = time.perf_counter()
             e, g, A = objective(x, True)
             rep.timings["derivatives"] += time.perf_counter() - t0
@@ -478,7 +492,11 @@ class Simulation:
                 if rel < 1e-12:
                     rep.residual = step / self.length_scale
                     return x, rep
-                rep.converged, rep.residual, rep.line_search_ok = False, step / self.length_scale, False
+                rep.converged, rep.residual, rep.line_search_ok = (
+                    False,
+                    step / self.length_scale,
+                    False,
+                )
                 return x, rep
             x = xt
             if alpha * step <= tol:
@@ -488,7 +506,9 @@ class Simulation:
         rep.residual = step / self.length_scale
         return x, rep
 
-    def _add_diagonal_and_blocks(self, A: sp.csr_matrix, diag: np.ndarray, blocks: np.ndarray) -> sp.csr_matrix:
+    def _add_diagonal_and_blocks(
+        self, A: sp.csr_matrix, diag: np.ndarray, blocks: np.ndarray
+    ) -> sp.csr_matrix:
         """``A + diag(diag) + blockdiag(blocks on surface vertices)``, in A's (fixed) pattern."""
         asm = self.fem.assembler
         if self._block_slots is None:

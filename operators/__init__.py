@@ -2,4 +2,11 @@
 
 from . import bake, interpreter, model, playback, poke, tets
 
-CLASSES = (*interpreter.CLASSES, *tets.CLASSES, *bake.CLASSES, *playback.CLASSES, *model.CLASSES, *poke.CLASSES)
+CLASSES = (
+    *interpreter.CLASSES,
+    *tets.CLASSES,
+    *bake.CLASSES,
+    *playback.CLASSES,
+    *model.CLASSES,
+    *poke.CLASSES,
+)

@@ -117,7 +117,10 @@ def main(argv=None) -> int:
     assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
     driver = simulate.Driver(ball, scene)
     t = time.perf_counter()
-    reduced = [stages.render_world(tets, driver.positions_at(scene.frame_start + k, ball, scene)) for k in frames]
+    reduced = [
+        stages.render_world(tets, driver.positions_at(scene.frame_start + k, ball, scene))
+        for k in frames
+    ]
     steps = max(frames)
     err = max(float(np.linalg.norm(a - b, axis=1).max()) for a, b in zip(full, reduced))
     print(

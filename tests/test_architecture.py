@@ -63,7 +63,9 @@ def test_package_imports_are_relative():
     for f in package_files():
         for mod, level in imports_of(f):
             if level == 0:
-                assert top(mod) != "neural_rom", f"{f}: absolute import of {mod}; use a relative import"
+                assert top(mod) != "neural_rom", (
+                    f"{f}: absolute import of {mod}; use a relative import"
+                )
 
 
 def test_importing_core_loads_no_bpy_or_torch():

@@ -4,13 +4,17 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from neural_rom.core import bake as bk
 from neural_rom.core.cache import BakeCache, BakeDataset
 from neural_rom.core.errors import JobCancelled, NeuralRomError
 from neural_rom.core.fem import Material, mass_matrix
 from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.scenarios import SceneContext, ScenarioDriver, default_scenario, validate_scenario
+from neural_rom.core.scenarios import (
+    ScenarioDriver,
+    SceneContext,
+    default_scenario,
+    validate_scenario,
+)
 from neural_rom.core.sim import boundary_vertices
 
 
@@ -84,13 +88,17 @@ def test_replay_forces_preserve_total_force(mesh, tmp_path):
     rng = np.random.default_rng(0)
     forces = rng.normal(size=(21, 2, 3))
     np.savez(tmp_path / "rec.npz", X=coarse_X, forces=forces)
-    d = ScenarioDriver({"kind": "replay_forces", "source": str(tmp_path / "rec.npz")}, ctx_for(mesh), seed=0)
+    d = ScenarioDriver(
+        {"kind": "replay_forces", "source": str(tmp_path / "rec.npz")}, ctx_for(mesh), seed=0
+    )
     np.testing.assert_allclose(d.forces.sum(axis=1), forces.sum(axis=1), atol=1e-12)
 
 
 def test_composite_sums_parts(mesh):
     p1 = {"kind": "random_pokes", "count": 2}
-    comp = ScenarioDriver({"kind": "composite", "parts": [p1, {"kind": "keyframed_colliders"}]}, ctx_for(mesh), 5)
+    comp = ScenarioDriver(
+        {"kind": "composite", "parts": [p1, {"kind": "keyframed_colliders"}]}, ctx_for(mesh), 5
+    )
     assert len(comp.collider_dicts) == 1
     assert np.abs(comp.forces).sum() > 0
 

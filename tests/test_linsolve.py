@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 from neural_rom.core import linsolve
 from neural_rom.core.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.grid import grid_tetmesh

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from neural_rom.core.colliders import Collider
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.fem import Material, mass_matrix
@@ -36,7 +35,7 @@ def test_full_basis_without_cubature_reproduces_full_space_steps():
     full = Simulation(X, T, mat, s, pinned=pinned)
     red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
     rng = np.random.default_rng(0)
-    for frame in range(6):
+    for _frame in range(6):
         f = np.zeros_like(X)
         f[-4:] = rng.normal(scale=0.5, size=(4, 3))
         full.step(FrameInputs(forces=f))
@@ -53,8 +52,13 @@ def test_full_basis_contact_matches_full_space():
     full = Simulation(X, T, mat, s, colliders=ground)
     surf = full.surface
     red = ReducedSimulation(
-        X, T, mat, full_basis(X, T, mat, np.zeros(0, int)), s,
-        contact=(surf, full.mass[surf]), colliders=ground,
+        X,
+        T,
+        mat,
+        full_basis(X, T, mat, np.zeros(0, int)),
+        s,
+        contact=(surf, full.mass[surf]),
+        colliders=ground,
     )
     for _ in range(12):
         full.step()
@@ -85,7 +89,9 @@ def test_truncated_basis_with_cubature_subset_runs_and_returns_to_rest():
 
 def test_protocol_state_round_trip_and_bad_pins():
     X, T, mat, pinned = setup()
-    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), SimSettings(dt=0.03), pinned=pinned)
+    red = ReducedSimulation(
+        X, T, mat, full_basis(X, T, mat, pinned), SimSettings(dt=0.03), pinned=pinned
+    )
     red.step()
     st = red.get_state()
     red.step()

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from neural_rom.core.colliders import Collider, contact_energy
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.fem import Material, deformation_gradient
@@ -141,7 +140,11 @@ def test_sphere_and_capsule_distance_gradients_match_finite_differences():
     M[:3, :3] = np.linalg.qr(rng.normal(size=(3, 3)))[0] * 1.5
     M[:3, 3] = [0.1, -0.2, 0.3]
     p = rng.normal(size=(20, 3))
-    for c in (Collider("sphere", radius=0.4, transform=M), Collider("capsule", radius=0.3, half_length=0.5, transform=M), Collider("plane", transform=M)):
+    for c in (
+        Collider("sphere", radius=0.4, transform=M),
+        Collider("capsule", radius=0.3, half_length=0.5, transform=M),
+        Collider("plane", transform=M),
+    ):
         phi, n = c.signed_distance(p)
         eps = 1e-6
         for a in range(3):

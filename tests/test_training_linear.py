@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from neural_rom.core import bake as bk
 from neural_rom.core.cache import BakeCache, mesh_hash
 from neural_rom.core.errors import CacheError, JobCancelled
@@ -110,8 +109,14 @@ def test_train_job_through_the_worker_process(bakes, tmp_path):
 
     out = tmp_path / "job.nrmodel"
     job = Job.start(
-        {"kind": "train", "method": "linear", "bakes": [str(p) for p in bakes.paths], "out": str(out),
-         "settings": {"k": 5, "max_cubature": 40}, "device": "auto"},
+        {
+            "kind": "train",
+            "method": "linear",
+            "bakes": [str(p) for p in bakes.paths],
+            "out": str(out),
+            "settings": {"k": 5, "max_cubature": 40},
+            "device": "auto",
+        },
         log_dir=tmp_path,
     )
     job.wait(timeout=300)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class LinearSettings:
     seed: int = 0
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "LinearSettings":
+    def from_dict(cls, d: dict | None) -> LinearSettings:
         d = dict(d or {})
         names = set(cls.__dataclass_fields__)
         unknown = set(d) - names
@@ -75,7 +75,11 @@ class LinearSettings:
 
 
 def _even(n: int, count: int) -> np.ndarray:
-    return np.unique(np.linspace(0, n - 1, min(n, count)).round().astype(int)) if n else np.zeros(0, int)
+    return (
+        np.unique(np.linspace(0, n - 1, min(n, count)).round().astype(int))
+        if n
+        else np.zeros(0, int)
+    )
 
 
 def _physics_of(ds: BakeDataset) -> tuple[dict, BakeSpec]:
@@ -83,7 +87,11 @@ def _physics_of(ds: BakeDataset) -> tuple[dict, BakeSpec]:
     specs = [BakeSpec.from_dict(t.meta["spec"]) for t in ds]
     first = specs[0]
     for t, s in zip(ds, specs):
-        if s.material != first.material or s.dt != first.dt or list(s.gravity) != list(first.gravity):
+        if (
+            s.material != first.material
+            or s.dt != first.dt
+            or list(s.gravity) != list(first.gravity)
+        ):
             raise NeuralRomError(
                 f"Bake {Path(t.path).name} has another material, time step or gravity than "
                 f"{Path(ds[0].path).name}; train one model per physics setup."
@@ -122,7 +130,11 @@ def train_linear(
     material = _fem.Material.from_dict(material_dict)
     first = ds[0]
     X, T = np.asarray(first.X, float), np.asarray(first.T, np.int64)
-    pinned = np.asarray(first.extra("pinned"), np.int64) if "pinned" in first.extra_names else np.zeros(0, np.int64)
+    pinned = (
+        np.asarray(first.extra("pinned"), np.int64)
+        if "pinned" in first.extra_names
+        else np.zeros(0, np.int64)
+    )
     mass = _fem.mass_matrix(X, T, material.density, lumped=True)
     train_idx, val_idx = ds.split(s.validation_fraction, s.seed)
     warnings = []
@@ -132,8 +144,15 @@ def train_linear(
             "Bake more variants for an honest error."
         )
     key = hashlib.sha256(
-        json.dumps({"bakes": [t.meta.get("bake_id", str(t.path)) for t in ds], "frames": [t.n_frames for t in ds],
-                    "settings": asdict(s)}, sort_keys=True, default=str).encode()
+        json.dumps(
+            {
+                "bakes": [t.meta.get("bake_id", str(t.path)) for t in ds],
+                "frames": [t.n_frames for t in ds],
+                "settings": asdict(s),
+            },
+            sort_keys=True,
+            default=str,
+        ).encode()
     ).hexdigest()[:16]
     ckpt = Path(checkpoint_dir) if checkpoint_dir else None
     if ckpt:
@@ -162,13 +181,22 @@ def train_linear(
         if s.k is None and tol is None:
             tol = 0.01 * float(np.linalg.norm(X.max(0) - X.min(0)))
         sub = mass_weighted_pod(
-            train_x - X, mass, pinned, k=s.k, tolerance=tol, max_k=s.max_k,
-            validation=(val_x - X) if len(val_x) else None, X=X,
+            train_x - X,
+            mass,
+            pinned,
+            k=s.k,
+            tolerance=tol,
+            max_k=s.max_k,
+            validation=(val_x - X) if len(val_x) else None,
+            X=X,
         )
         if basis_file:
             arr = sub.to_arrays()
-            _save_npz(basis_file, {k: v for k, v in arr.items() if k not in ("kind", "info")}
-                      | {"kind": np.array(arr["kind"]), "info": np.array(json.dumps(arr["info"]))})
+            _save_npz(
+                basis_file,
+                {k: v for k, v in arr.items() if k not in ("kind", "info")}
+                | {"kind": np.array(arr["kind"]), "info": np.array(json.dumps(arr["info"]))},
+            )
     err_train = sub.reconstruction_error(train_x)
     err_val = sub.reconstruction_error(val_x) if len(val_x) else err_train
     emit({"k": sub.k, "pod_max_error_train_m": err_train, "pod_max_error_val_m": err_val})
@@ -191,12 +219,24 @@ def train_linear(
             say(0.3 + 0.45 * min(done / max(total, 1), 1.0), f"cubature: {done} elements")
 
         cub = optimized_cubature(
-            fem, sub.U, poses, target=s.cubature_target, max_elements=s.max_cubature,
-            seed=s.seed, heldout_poses=held, progress=cub_progress, should_cancel=cancel,
+            fem,
+            sub.U,
+            poses,
+            target=s.cubature_target,
+            max_elements=s.max_cubature,
+            seed=s.seed,
+            heldout_poses=held,
+            progress=cub_progress,
+            should_cancel=cancel,
         )
         if cub_file:
             _save_npz(cub_file, cub.to_arrays())
-    emit({"cubature_elements": len(cub), **{k: v for k, v in cub.info.items() if k.endswith("error")}})
+    emit(
+        {
+            "cubature_elements": len(cub),
+            **{k: v for k, v in cub.info.items() if k.endswith("error")},
+        }
+    )
 
     # 3. contact sample and a held-out rollout -------------------------------------------
     contact = surface_sample(X, boundary_vertices(T), mass, seed=s.seed)
@@ -204,7 +244,9 @@ def train_linear(
     rollout = {}
     if len(val_idx):
         say(0.8, "rollout of a held-out bake")
-        rollout = _rollout_error(ds[int(val_idx[0])], X, T, material, sub, cub, contact, sim_settings, cancel)
+        rollout = _rollout_error(
+            ds[int(val_idx[0])], X, T, material, sub, cub, contact, sim_settings, cancel
+        )
         emit({f"rollout_{k}": v for k, v in rollout.items() if isinstance(v, (int, float))})
 
     # 4. model file ----------------------------------------------------------------------
@@ -221,8 +263,14 @@ def train_linear(
         "train_seconds": seconds,
     }
     path = save_linear_model(
-        out, mesh_hash=ds.mesh_hash, T=T, subspace=sub, cubature=cub, contact=contact,
-        material=material, settings=sim_settings,
+        out,
+        mesh_hash=ds.mesh_hash,
+        T=T,
+        subspace=sub,
+        cubature=cub,
+        contact=contact,
+        material=material,
+        settings=sim_settings,
         metadata={
             "training": asdict(s),
             "bakes": [str(t.path) for t in ds],
@@ -241,8 +289,15 @@ def _rollout_error(cache, X, T, material, sub, cub, contact, settings: SimSettin
     spec = BakeSpec.from_dict(cache.meta["spec"])
     _, driver = setup_scenario(X, T, spec)
     red = ReducedSimulation(
-        X, T, material, sub.U, settings, pinned=sub.pinned,
-        cubature=(cub.elements, cub.weights), contact=contact, colliders=driver.colliders(0),
+        X,
+        T,
+        material,
+        sub.U,
+        settings,
+        pinned=sub.pinned,
+        cubature=(cub.elements, cub.weights),
+        contact=contact,
+        colliders=driver.colliders(0),
     )
     m3 = np.repeat(sub.mass, 3)
     red.reset(q=sub.encode(driver.x0), qdot=sub.U.T @ (m3 * driver.v0.ravel()))
