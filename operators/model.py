@@ -8,7 +8,7 @@ from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
 from ..addon import simulate, stages
 from ..core.errors import JobCancelled, NeuralRomError
-from ._common import active_deformable, fail
+from ._common import active_deformable, fail, run_toggle, toggle_items
 
 _REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
@@ -107,33 +107,20 @@ class NEURAL_ROM_OT_simulate(bpy.types.Operator):
     bl_label = "Simulate"
     bl_options = {"REGISTER", "UNDO"}
 
-    action: EnumProperty(
-        name="Action",
-        items=(
-            ("TOGGLE", "Toggle", "Start when stopped, stop when running"),
-            ("START", "Start", ""),
-            ("STOP", "Stop", "Stop and restore the rest shape"),
-        ),
-        default="TOGGLE",
-    )
+    action: EnumProperty(name="Action", items=toggle_items("running"), default="TOGGLE")
 
     @classmethod
     def poll(cls, context):
         return _has_model(context)
 
     def execute(self, context):
-        obj = active_deformable(context)
-        if obj is None:
-            return fail(self, "The active object is not Deformable.")
-        start = self.action == "START" or (self.action == "TOGGLE" and not obj.neural_rom.simulate)
-        if not start:
-            simulate.stop_simulation(obj)
-            return {"FINISHED"}
-        try:
-            simulate.start_simulation(obj, context.scene)
-        except NeuralRomError as e:
-            return fail(self, str(e))
-        return {"FINISHED"}
+        return run_toggle(
+            self,
+            context,
+            lambda obj: obj.neural_rom.simulate,
+            simulate.start_simulation,
+            simulate.stop_simulation,
+        )
 
 
 class NEURAL_ROM_OT_reset_simulation(bpy.types.Operator):

@@ -7,7 +7,7 @@ from bpy.props import EnumProperty, StringProperty
 
 from ..addon import stages
 from ..core.errors import NeuralRomError
-from ._common import active_deformable, fail
+from ._common import active_deformable, fail, run_toggle, toggle_items
 
 _REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
@@ -19,33 +19,20 @@ class NEURAL_ROM_OT_playback(bpy.types.Operator):
     bl_label = "Play Bake"
     bl_options = {"REGISTER", "UNDO"}
 
-    action: EnumProperty(
-        name="Action",
-        items=(
-            ("TOGGLE", "Toggle", "Start when stopped, stop when playing"),
-            ("START", "Start", ""),
-            ("STOP", "Stop", "Stop and restore the rest shape"),
-        ),
-        default="TOGGLE",
-    )
+    action: EnumProperty(name="Action", items=toggle_items("playing"), default="TOGGLE")
 
     @classmethod
     def poll(cls, context):
         return active_deformable(context) is not None
 
     def execute(self, context):
-        obj = active_deformable(context)
-        if obj is None:
-            return fail(self, "The active object is not Deformable.")
-        start = self.action == "START" or (self.action == "TOGGLE" and not obj.neural_rom.playback)
-        if not start:
-            stages.stop_playback(obj)
-            return {"FINISHED"}
-        try:
-            stages.start_playback(obj, context.scene)
-        except NeuralRomError as e:
-            return fail(self, str(e))
-        return {"FINISHED"}
+        return run_toggle(
+            self,
+            context,
+            lambda obj: obj.neural_rom.playback,
+            stages.start_playback,
+            stages.stop_playback,
+        )
 
 
 class NEURAL_ROM_OT_export_pc2(bpy.types.Operator):
