@@ -54,3 +54,47 @@ def run_toggle(op: bpy.types.Operator, context, is_running, start, stop) -> set[
     except NeuralRomError as e:
         return fail(op, str(e))
     return {"FINISHED"}
+
+
+def launch_job(op, context, *, noun: str, gerund: str, make_job, on_done, pending: str, summary):
+    """Start a worker job for the active object: the one path of Bake and Train.
+
+    ``make_job(obj, scene)`` builds the job spec (NeuralRomError -> error report, nothing
+    changed); ``on_done(obj, result)`` records the result; ``pending`` names the object
+    setting that marks a job in flight (cleared if the start fails); ``summary(obj)`` is the
+    report of a background (blocking) run.
+    """
+    from ..addon import jobs
+    from ..core.errors import JobCancelled, NeuralRomError
+
+    obj = active_deformable(context)
+    if obj is None:
+        return fail(op, "The active object is not Deformable; set its Neural ROM role first.")
+    name = obj.name
+    if any(j.status == "running" for j in jobs.active_jobs(name)):
+        return fail(op, f"'{name}' already has a job running; wait for it or cancel it.")
+    try:
+        job = make_job(obj, context.scene)
+    except NeuralRomError as e:
+        return fail(op, str(e))
+
+    def done(result: dict) -> None:
+        target = bpy.data.objects.get(name)  # by name: an undo invalidates the old object
+        if target is not None:
+            on_done(target, result)
+
+    try:
+        jobs.start_job(context, job, owner=name, on_done=done)
+    except JobCancelled as e:  # background run: what was committed is recorded
+        op.report({"WARNING"}, str(e))
+        return {"FINISHED"}
+    except NeuralRomError as e:
+        target = bpy.data.objects.get(name)
+        if target is not None:
+            setattr(target.neural_rom, pending, "")
+        return fail(op, f"{noun} of '{name}' failed: {e}")
+    if bpy.app.background:
+        op.report({"INFO"}, summary(bpy.data.objects[name]))
+    else:
+        op.report({"INFO"}, f"{gerund} '{name}' in the background (Esc cancels)")
+    return {"FINISHED"}

@@ -6,8 +6,8 @@ import bpy
 from bpy.props import BoolProperty
 
 from ..addon import props, stages
-from ..core.errors import JobCancelled, NeuralRomError
-from ._common import active_deformable, fail
+from ..core.errors import NeuralRomError
+from ._common import active_deformable, fail, launch_job
 
 
 class NEURAL_ROM_OT_bake(bpy.types.Operator):
@@ -22,42 +22,20 @@ class NEURAL_ROM_OT_bake(bpy.types.Operator):
         return active_deformable(context) is not None
 
     def execute(self, context):
-        from ..addon import jobs
+        def summary(obj):
+            rec = obj.neural_rom.active_bake_record()
+            return f"Baked '{obj.name}': {rec.frames if rec else 0} frames"
 
-        obj = active_deformable(context)
-        if obj is None:
-            return fail(self, "The active object is not Deformable; set its Neural ROM role first.")
-        name = obj.name
-        if any(j.status == "running" for j in jobs.active_jobs(name)):
-            return fail(self, f"'{name}' is already baking; wait for it or cancel it.")
-        try:
-            job = stages.make_bake_job(obj, context.scene)
-        except NeuralRomError as e:
-            return fail(self, str(e))
-
-        def on_done(result: dict) -> None:
-            # by name: after an undo the Python object of the operator's time is invalid
-            target = bpy.data.objects.get(name)
-            if target is not None:
-                stages.on_bake_done(target, result)
-
-        try:
-            jobs.start_job(context, job, owner=name, on_done=on_done)
-        except JobCancelled as e:  # background run: what was committed is recorded
-            self.report({"WARNING"}, str(e))
-            return {"FINISHED"}
-        except NeuralRomError as e:
-            target = bpy.data.objects.get(name)
-            if target is not None:
-                target.neural_rom.pending_bake = ""
-            return fail(self, f"Bake of '{name}' failed: {e}")
-        if bpy.app.background:
-            s = bpy.data.objects[name].neural_rom
-            rec = s.active_bake_record()
-            self.report({"INFO"}, f"Baked '{name}': {rec.frames if rec else 0} frames")
-        else:
-            self.report({"INFO"}, f"Baking '{name}' in the background (Esc cancels)")
-        return {"FINISHED"}
+        return launch_job(
+            self,
+            context,
+            noun="Bake",
+            gerund="Baking",
+            make_job=stages.make_bake_job,
+            on_done=stages.on_bake_done,
+            pending="pending_bake",
+            summary=summary,
+        )
 
 
 class NEURAL_ROM_OT_clear_bake(bpy.types.Operator):

@@ -7,8 +7,8 @@ import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
 from ..addon import simulate, stages
-from ..core.errors import JobCancelled, NeuralRomError
-from ._common import active_deformable, fail, run_toggle, toggle_items
+from ..core.errors import NeuralRomError
+from ._common import active_deformable, fail, launch_job, run_toggle, toggle_items
 
 _REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
@@ -31,44 +31,23 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
         return obj is not None and len(obj.neural_rom.bakes) > 0
 
     def execute(self, context):
-        from ..addon import jobs
-
-        obj = active_deformable(context)
-        if obj is None:
-            return fail(self, "The active object is not Deformable; set its Neural ROM role first.")
-        name = obj.name
-        if any(j.status == "running" for j in jobs.active_jobs(name)):
-            return fail(self, f"'{name}' already has a job running; wait for it or cancel it.")
-        try:
-            job = stages.make_train_job(obj, context.scene)
-        except NeuralRomError as e:
-            return fail(self, str(e))
-
-        def on_done(result: dict) -> None:
-            target = bpy.data.objects.get(name)  # by name: undo invalidates the old object
-            if target is not None:
-                stages.on_train_done(target, result)
-
-        try:
-            jobs.start_job(context, job, owner=name, on_done=on_done)
-        except JobCancelled as e:
-            self.report({"WARNING"}, str(e))
-            return {"FINISHED"}
-        except NeuralRomError as e:
-            target = bpy.data.objects.get(name)
-            if target is not None:
-                target.neural_rom.pending_train = ""
-            return fail(self, f"Training of '{name}' failed: {e}")
-        if bpy.app.background:
-            m = bpy.data.objects[name].neural_rom.model
-            self.report(
-                {"INFO"},
-                f"Trained '{name}': {m.k} DOFs, {m.cubature} cubature elements, "
-                f"validation error {m.val_error * 1000:.3g} mm",
+        def summary(obj):
+            m = obj.neural_rom.model
+            return (
+                f"Trained '{obj.name}': {m.k} DOFs, {m.cubature} cubature elements, "
+                f"validation error {m.val_error * 1000:.3g} mm"
             )
-        else:
-            self.report({"INFO"}, f"Training '{name}' in the background (Esc cancels)")
-        return {"FINISHED"}
+
+        return launch_job(
+            self,
+            context,
+            noun="Training",
+            gerund="Training",
+            make_job=stages.make_train_job,
+            on_done=stages.on_train_done,
+            pending="pending_train",
+            summary=summary,
+        )
 
 
 class NEURAL_ROM_OT_clear_model(bpy.types.Operator):
