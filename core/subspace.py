@@ -36,6 +36,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .errors import CacheError, MeshError, NeuralRomError
+from .linsolve import rigid_modes as _raw_rigid_modes
 
 __all__ = [
     "KINDS",
@@ -143,7 +144,7 @@ def rigid_modes(X: np.ndarray, mass: np.ndarray) -> np.ndarray:
     """The 6 rigid modes of a free body, M-orthonormal.
 
     Three translations and three infinitesimal rotations ``omega x (X - c)`` about the
-    principal axes through the centre of mass ``c``.
+    coordinate axes through the centre of mass.
 
     Parameters
     ----------
@@ -158,20 +159,9 @@ def rigid_modes(X: np.ndarray, mass: np.ndarray) -> np.ndarray:
     """
     X = np.asarray(X, dtype=np.float64)
     m = _check_mass(mass, X.shape[0])
-    n = X.shape[0]
-    c = (m[:, None] * X).sum(0) / m.sum()
-    r = X - c
-    cols = []
-    for a in range(3):
-        t = np.zeros((n, 3))
-        t[:, a] = 1.0
-        cols.append(t.ravel())
-    for a in range(3):
-        w = np.zeros(3)
-        w[a] = 1.0
-        cols.append(np.cross(w, r).ravel())
+    # Gram-Schmidt against the translations moves the rotation axes to the centre of mass.
     # A body whose vertices are collinear has only 5 rigid modes; m_orthonormalize drops one.
-    return m_orthonormalize(np.stack(cols, axis=1), np.repeat(m, 3), drop_tol=1e-8)
+    return m_orthonormalize(_raw_rigid_modes(X), np.repeat(m, 3), drop_tol=1e-8)
 
 
 def _max_vertex_error(
@@ -677,7 +667,7 @@ def modal_basis(
     negative shift (so ``K - sigma M`` is positive definite even for a free body).
 
     With no pinned vertices the 6 rigid modes (3 translations, 3 infinitesimal rotations
-    about the principal axes through the centre of mass, :func:`rigid_modes`) come first, so
+    about the coordinate axes through the centre of mass, :func:`rigid_modes`) come first, so
     a free body can fall and spin in the subspace: the basis then has ``6 + k`` columns and
     the non-rigid modes are made exactly M-orthogonal to the rigid ones. Infinitesimal
     rotations stretch the body at large angles; the reduced simulator must handle large
