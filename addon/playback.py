@@ -15,7 +15,7 @@ import bpy
 from bpy.app.handlers import persistent
 
 from ..core.errors import NeuralRomError
-from . import simulate, stages
+from . import compare, simulate, stages
 
 
 @persistent
@@ -30,6 +30,7 @@ def on_frame_change(scene: bpy.types.Scene, depsgraph=None) -> None:
             print(f"Neural ROM: playback of '{obj.name}' stopped: {e}")
             stages.stop_playback(obj)
     simulate.on_frame_change(scene)
+    compare.on_frame_change(scene)
 
 
 @persistent
@@ -37,6 +38,7 @@ def on_load(_filepath=None) -> None:
     # bakes and embeddings of the previous file must not be reused by name
     stages._forget_caches()
     simulate.forget()
+    compare.forget()
 
 
 _HANDLERS = (
@@ -65,6 +67,7 @@ def unregister_handlers() -> None:
             handlers.remove(h)
     stages._forget_caches()
     simulate.forget()
+    compare.forget()
 
 
 CLASSES: tuple = ()

@@ -1,6 +1,6 @@
 """bpy Operators (``neural_rom.<verb>``): thin wrappers over :mod:`..addon.stages`."""
 
-from . import bake, interpreter, model, playback, poke, tets
+from . import bake, compare, interpreter, model, playback, poke, tets
 
 CLASSES = (
     *interpreter.CLASSES,
@@ -8,5 +8,6 @@ CLASSES = (
     *bake.CLASSES,
     *playback.CLASSES,
     *model.CLASSES,
+    *compare.CLASSES,
     *poke.CLASSES,
 )

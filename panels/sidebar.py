@@ -66,6 +66,10 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
             layout.label(text=f"Tet preview of '{s.preview_of}'", icon="MESH_ICOSPHERE")
             layout.operator("neural_rom.clear_preview", icon="X")
             return
+        ghost_of = obj.get("nrom_ghost_of")  # addon.compare.GHOST_PROP
+        if ghost_of:
+            layout.label(text=f"Full-space bake of '{ghost_of}'", icon="GHOST_ENABLED")
+            return
         layout.prop(s, "role", expand=True)
         if s.role == "NONE":
             if obj.type == "MESH":
@@ -341,6 +345,56 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
         col.operator("neural_rom.bake_simulation", icon="EXPORT")
 
 
+class NEURAL_ROM_PT_compare(_DeformableSub, bpy.types.Panel):
+    bl_label = "Compare with Bake"
+    bl_idname = "NEURAL_ROM_PT_compare"
+    bl_options = {"DEFAULT_CLOSED"}
+
+    @classmethod
+    def poll(cls, context):
+        obj = _deformable(context)
+        return obj is not None and bool(obj.neural_rom.model.path) and len(obj.neural_rom.bakes) > 0
+
+    def draw(self, context):
+        draw_compare(self.layout, _deformable(context), context.scene)
+
+
+def draw_compare(layout, obj, scene) -> None:
+    """The reduced model against the selected bake: run, summary, clear."""
+    from ..addon import compare
+
+    s = obj.neural_rom
+    col = layout.column()
+    rec = s.active_bake_record()
+    col.label(text=f"Bake: {rec.name if rec is not None else 'none selected'}")
+    row = col.row(align=True)
+    op = row.operator("neural_rom.compare_bake", text="Side by Side", icon="MOD_MIRROR")
+    op.placement = "SIDE"
+    op = row.operator("neural_rom.compare_bake", text="Overlaid", icon="OVERLAY")
+    op.placement = "OVERLAY"
+    info = obj.get(compare.PROP)
+    if info is None:
+        return
+    box = col.box()
+    box.label(text=f"'{info.get('bake', '')}', {info.get('frames', 0)} frames", icon="CHECKMARK")
+    box.label(
+        text=f"Max error {info.get('max_error', 0.0) * 1000:.3g} mm, "
+        f"mean {info.get('mean_error', 0.0) * 1000:.3g} mm"
+    )
+    box.label(text=f"RMS error {info.get('rms_error', 0.0) * 1000:.3g} mm")
+    c = compare._results.get(obj.name)
+    if c is not None:
+        k = c.index(scene.frame_current)
+        box.label(
+            text=f"Frame {k}: max {c.stats['per_frame_max'][k] * 1000:.3g} mm, "
+            f"mean {c.stats['per_frame_mean'][k] * 1000:.3g} mm"
+        )
+    if s.simulate or s.playback:
+        box.label(text="Paused while Simulate or Play Bake is on", icon="INFO")
+    box.label(text="Colour: Viewport Shading > Attribute", icon="COLOR")
+    col.operator("neural_rom.clear_comparison", text="Clear Comparison", icon="X")
+
+
 class NEURAL_ROM_PT_cache(_Sidebar, bpy.types.Panel):
     bl_label = "Cache"
     bl_idname = "NEURAL_ROM_PT_cache"
@@ -366,5 +420,6 @@ CLASSES = (
     NEURAL_ROM_PT_playback,
     NEURAL_ROM_PT_model,
     NEURAL_ROM_PT_simulate,
+    NEURAL_ROM_PT_compare,
     NEURAL_ROM_PT_cache,
 )

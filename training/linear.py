@@ -18,6 +18,7 @@ import numpy as np
 from ..core import fem as _fem
 from ..core.bake import BakeSpec, setup_scenario
 from ..core.cache import BakeDataset
+from ..core.compare import error_stats, replay_bake, vertex_errors
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError, SimulationError
 from ..core.models import save_linear_model
@@ -299,29 +300,22 @@ def _rollout_error(cache, X, T, material, sub, cub, contact, settings: SimSettin
         contact=contact,
         colliders=driver.colliders(0),
     )
-    m3 = np.repeat(sub.mass, 3)
-    red.reset(q=sub.encode(driver.x0), qdot=sub.U.T @ (m3 * driver.v0.ravel()))
-    red.f_ext = red.project_forces(driver.forces[0])
     full = cache.channel("positions")
     diag = float(np.linalg.norm(X.max(0) - X.min(0)))
-    errs, times = [], []
+    times: list[float] = []
     try:
-        for f in range(1, cache.n_frames):
-            if cancel():
-                raise JobCancelled("Training cancelled during the validation rollout.")
-            inp = driver.inputs(f)
-            rep = red.step(type(inp)(forces=inp.forces, colliders=inp.colliders))
-            times.append(rep.wall_time)
-            errs.append(float(np.linalg.norm(red.positions() - full[f], axis=1).max()))
+        reduced = replay_bake(red, cache, driver, cancel=cancel, step_seconds=times)
     except SimulationError as e:
         return {"skipped": f"the reduced rollout failed: {e}"}
-    errs = np.asarray(errs)
+    # frame 0 is the initial state: the rollout error is that of the stepped frames
+    stats = error_stats(vertex_errors(reduced[1:], full[1 : len(reduced)]))
+    errs = stats["per_frame_max"]
     return {
         "bake": Path(cache.path).name,
         "frames": int(len(errs)),
-        "max_error_m": float(errs.max()) if len(errs) else 0.0,
+        "max_error_m": stats["max"],
         "mean_error_m": float(errs.mean()) if len(errs) else 0.0,
-        "max_error_rel": float(errs.max() / diag) if len(errs) else 0.0,
+        "max_error_rel": stats["max"] / diag if diag > 0 else 0.0,
         "step_ms": float(1000 * np.mean(times)) if times else 0.0,
     }
 

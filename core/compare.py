@@ -1,0 +1,182 @@
+"""Reduced model against full space: replay a bake's scenario with a reduced simulator and
+measure how far each vertex lands from the bake.
+
+One replay for everyone: training's validation rollout and Blender's Compare with Bake
+both call :func:`replay_bake`, so the number a model is trained to and the colours a user
+sees come from the same frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .errors import JobCancelled, SimulationError
+from .sim import FrameInputs
+
+
+def initial_state(sim, x0: np.ndarray, v0: np.ndarray, f0: np.ndarray | None = None) -> None:
+    """Reset ``sim`` to the closest state to full-space positions ``x0`` and velocities ``v0``.
+
+    A linear model (``sim.U``, ``sim.mass``, ``sim.M_red``) takes the mass-weighted
+    projections ``q = (U^T M U)^{-1} U^T M (x0 - X)`` and likewise ``qdot`` from ``v0``
+    (for an M-orthonormal basis, ``q = U^T M (x0 - X)``: Subspace.encode), passed as
+    ``sim.reset(q=..., qdot=...)`` (a latent model encodes ``q`` onto its manifold). Any
+    other simulator can only start at rest.
+
+    Parameters
+    ----------
+    sim : a :class:`.reduced.Simulator`
+    x0, v0 : (n, 3) float arrays
+        Initial positions (m) and velocities (m/s).
+    f0 : (n, 3) float array or None
+        External forces at frame 0 (N); the first step ramps from them.
+    """
+    x0 = np.asarray(x0, dtype=np.float64)
+    v0 = np.asarray(v0, dtype=np.float64)
+    if hasattr(sim, "U") and hasattr(sim, "M_red"):
+        m3 = np.repeat(np.asarray(sim.mass, dtype=np.float64), 3)
+        rhs = sim.U.T @ np.stack([m3 * (x0 - sim.X).ravel(), m3 * v0.ravel()], axis=1)
+        q, qdot = np.linalg.solve(sim.M_red, rhs).T
+        sim.reset(q=q, qdot=qdot)
+        if f0 is not None and hasattr(sim, "project_forces"):
+            sim.f_ext = sim.project_forces(f0)
+        return
+    sim.reset()
+    rest = np.asarray(sim.positions(), dtype=np.float64)
+    scale = float(np.linalg.norm(rest.max(0) - rest.min(0))) or 1.0
+    if np.abs(x0 - rest).max() > 1e-9 * scale or np.abs(v0).max() > 0:
+        raise SimulationError(
+            "This model can only start at rest, but the bake starts moved or moving; compare "
+            "it with a bake whose scenario starts at rest."
+        )
+
+
+def replay_bake(
+    sim,
+    cache,
+    driver,
+    *,
+    cancel: Callable[[], bool] | None = None,
+    step_seconds: list[float] | None = None,
+) -> np.ndarray:
+    """Replay a bake's scenario with a reduced simulator.
+
+    Starts from the scenario's initial state (:func:`initial_state`) and steps every
+    committed frame of the bake with that frame's external forces and colliders. Pin
+    targets are not passed: a reduced model holds its pins at rest.
+
+    Parameters
+    ----------
+    sim : a :class:`.reduced.Simulator` of the bake's (world-space) tet mesh
+    cache : :class:`.cache.BakeCache` (only ``n_frames`` and ``mesh`` sizes are read)
+    driver : :class:`.scenarios.ScenarioDriver` of the bake
+        ``setup_scenario(cache.X, cache.T, BakeSpec.from_dict(cache.meta["spec"]))[1]``.
+    cancel : called before each step; True raises :class:`JobCancelled`
+    step_seconds : when given, the wall time of each step (s) is appended to it
+
+    Returns
+    -------
+    (F, n, 3) float array
+        Reduced positions (m) of the ``F = cache.n_frames`` bake frames; frame 0 is the
+        initial state.
+
+    Raises
+    ------
+    SimulationError
+        The model does not fit the bake (vertex count, time step) or a step diverged.
+    """
+    n_frames = int(cache.n_frames)
+    n = len(driver.x0)
+    if len(sim.positions()) != n:
+        raise SimulationError(
+            f"The model has {len(sim.positions())} vertices but the bake has {n}; compare a "
+            "model with a bake of the same mesh."
+        )
+    dt_model = getattr(getattr(sim, "settings", None), "dt", None)
+    dt_bake = float(driver.ctx.dt)
+    if dt_model is not None and abs(float(dt_model) - dt_bake) > 1e-9 * dt_bake:
+        raise SimulationError(
+            f"The model steps {float(dt_model):.6g} s per frame but the bake was made at "
+            f"{dt_bake:.6g} s per frame; re-bake at the model's frame rate or re-train."
+        )
+    if n_frames > len(driver.forces):
+        raise SimulationError(
+            f"The bake has {n_frames} frames but its scenario only {len(driver.forces)}; re-bake."
+        )
+    initial_state(sim, driver.x0, driver.v0, driver.forces[0])
+    out = np.empty((n_frames, n, 3))
+    out[0] = sim.positions()
+    for f in range(1, n_frames):
+        if cancel is not None and cancel():
+            raise JobCancelled("Cancelled while replaying the bake with the reduced model.")
+        inp = driver.inputs(f)
+        rep = sim.step(FrameInputs(forces=inp.forces, colliders=inp.colliders))
+        if step_seconds is not None:
+            step_seconds.append(float(getattr(rep, "wall_time", 0.0)))
+        out[f] = sim.positions()
+    return out
+
+
+def vertex_errors(reduced: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """Per-frame, per-vertex distance between reduced and full-space positions.
+
+    Parameters
+    ----------
+    reduced, full : (F, r, 3) float arrays
+        Positions, metres.
+
+    Returns
+    -------
+    (F, r) float array
+        ``|reduced - full|``, metres.
+    """
+    reduced = np.asarray(reduced, dtype=np.float64)
+    full = np.asarray(full, dtype=np.float64)
+    if reduced.shape != full.shape or reduced.ndim != 3 or reduced.shape[-1] != 3:
+        raise ValueError(
+            f"reduced and full positions must both be (F, r, 3); got {reduced.shape} and "
+            f"{full.shape}"
+        )
+    return np.linalg.norm(reduced - full, axis=-1)
+
+
+def error_stats(errors: np.ndarray) -> dict:
+    """Summary of per-vertex errors.
+
+    Parameters
+    ----------
+    errors : (F, r) float array
+        Per-frame, per-vertex distances (m), from :func:`vertex_errors`.
+
+    Returns
+    -------
+    dict
+        ``frames`` F; ``max``, ``mean``, ``rms`` over all frames and vertices (m);
+        ``per_frame_max``, ``per_frame_mean``, ``per_frame_rms``: (F,) float arrays (m).
+        With no frames every number is 0.
+    """
+    e = np.asarray(errors, dtype=np.float64)
+    if e.ndim != 2:
+        raise ValueError(f"errors must be (F, r); got {e.shape}")
+    if e.size == 0:
+        z = np.zeros(len(e))
+        return {
+            "frames": len(e),
+            "max": 0.0,
+            "mean": 0.0,
+            "rms": 0.0,
+            "per_frame_max": z,
+            "per_frame_mean": z,
+            "per_frame_rms": z,
+        }
+    return {
+        "frames": len(e),
+        "max": float(e.max()),
+        "mean": float(e.mean()),
+        "rms": float(np.sqrt(np.mean(e**2))),
+        "per_frame_max": e.max(axis=1),
+        "per_frame_mean": e.mean(axis=1),
+        "per_frame_rms": np.sqrt(np.mean(e**2, axis=1)),
+    }
