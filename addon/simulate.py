@@ -229,6 +229,10 @@ class Driver:
 
     def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:
         """Render-mesh local positions of (n, 3) world tet-node positions."""
+        if self.tets.embedding is not None:
+            # barycentric rows sum to 1, so the affine map commutes with the embedding:
+            # transform the (few) cage nodes rather than the (many) render vertices
+            return stages.render_world(self.tets, bm.to_local(P, matrix_world))
         return bm.to_local(stages.render_world(self.tets, P), matrix_world)
 
 

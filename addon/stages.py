@@ -1009,5 +1009,7 @@ def render_world(tets: Tets, P: np.ndarray) -> np.ndarray:
     """(r, 3) render-vertex world positions of (n, 3) tet-node positions ``P``."""
     P = np.asarray(P, dtype=np.float64)
     if tets.embedding is not None:
+        if P.ndim == 2:  # the sparse interpolation matrix: ~6x faster than apply's gather
+            return tets.embedding.matrix @ P
         return tets.embedding.apply(P)
     return P[: int(tets.mesh.n_surface_inputs)]

@@ -28,6 +28,12 @@ import os
 import sys
 import time
 
+# One BLAS thread, set before numpy loads: main() pins the process to one core
+# (common.pin_this_process), and a pool sized for every core would time-share it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -10,7 +10,8 @@ with ``M~ = U^T M U`` and the elastic energy, its gradient ``U^T g`` and the exa
 Hessian ``U^T H U`` evaluated by cubature (``V~ = sum_e w_e V_e``, eq. 17) on a sub-mesh made
 only of the cubature elements, so a step never touches the full mesh. Contact is evaluated
 on a fixed sample of surface vertices whose masses carry the whole surface's mass. Newton
-with a backtracking line search solves it; the k x k systems are dense.
+with a backtracking line search solves it: exact reduced Hessian (projected only where it is
+indefinite), dense k x k Cholesky, Hessians refreshed lazily (see ``_backward_euler``).
 
 Every simulator (full space, reduced, learned) follows :class:`Simulator`: ``reset``,
 ``step(FrameInputs)``, ``positions()``, ``get_state`` / ``set_state``.
@@ -22,12 +23,18 @@ import time
 from typing import Protocol
 
 import numpy as np
+from scipy.linalg.lapack import dpotrf as _potrf
+from scipy.linalg.lapack import dpotrs as _potrs
 from scipy.spatial import cKDTree
 
 from . import fem as _fem
 from .colliders import Collider, contact_energy
 from .errors import SimulationError
 from .sim import FrameInputs, SimSettings, StepReport, boundary_vertices
+
+#: A Newton step solved with the last factorized Hessian (a chord step) is taken when it is at
+#: most this fraction of the previous step; otherwise the Hessian is recomputed first.
+CHORD_RATE = 0.1
 
 
 class Simulator(Protocol):
@@ -162,6 +169,9 @@ class ReducedSimulation:
         )
         self.U_sub = self.U.reshape(n, 3, self.k)[verts]  # (v, 3, k)
         self.U_elem = self.U_sub[T_sub].reshape(len(elements), 12, self.k)  # (c, 12, k)
+        self._X_sub = self.sub_fem.X
+        self._U_sub_flat = np.ascontiguousarray(self.U_sub.reshape(-1, self.k))  # (3v, k)
+        self._U_elem_flat = self.U_elem.reshape(-1, self.k)  # (12c, k)
         # contact sample
         if contact is None:
             contact = surface_sample(self.X, boundary_vertices(T), mass)
@@ -216,22 +226,31 @@ class ReducedSimulation:
         return np.einsum("rak,ra->k", Ur, f[rows])
 
     # --------------------------------------------------------------------- energy
-    def _elastic(self, q: np.ndarray, need_hessian: bool):
-        x_sub = self.sub_fem.X + self.U_sub @ q
-        if not need_hessian:
-            return self.sub_fem.energy_gradient(x_sub, weights=self.weights)[0], None, None
-        e, g = self.sub_fem.energy_gradient(x_sub, weights=self.weights)
-        He = self.sub_fem.element_hessians(x_sub, project=True)  # (c, 12, 12)
-        k = self.k
-        g_red = self.U_sub.reshape(-1, k).T @ g.ravel()
-        # sum_e w_e U_e^T H_e U_e as two batched matmuls (einsum's naive loops are far slower)
-        HU = (He * self.weights[:, None, None]) @ self.U_elem  # (c, 12, k)
-        H_red = self.U_elem.reshape(-1, k).T @ HU.reshape(-1, k)
+    def _elastic(self, q: np.ndarray, order: int, project: bool = True):
+        """Cubature elastic energy (J); with ``order`` >= 1 its reduced gradient (k,), with
+        ``order`` 2 its reduced Hessian (k, k) too (element Hessians PSD-projected with
+        ``project``), from one pass of the constitutive kernel."""
+        x_sub = self._X_sub + (self._U_sub_flat @ q).reshape(-1, 3)
+        # One kernel call gives Psi, P and the (W w)-scaled element Hessians together; the
+        # public energy_gradient + element_hessians pair would evaluate F, Psi and P twice.
+        B, Ww, psi, P, He = self.sub_fem._kernel(
+            x_sub, None, self.weights, need_hess=order >= 2, project=project
+        )
+        e = float(Ww @ psi)
+        if order < 1:
+            return e, None, None
+        ge = Ww[:, None, None] * (B @ P.transpose(0, 2, 1))  # (c, 4, 3) element gradients
+        g_red = self._U_elem_flat.T @ ge.reshape(-1)
+        if order < 2:
+            return e, g_red, None
+        # sum_e U_e^T (w_e H_e) U_e as two batched matmuls (einsum's naive loops are far slower)
+        HU = He @ self.U_elem  # (c, 12, k)
+        H_red = self._U_elem_flat.T @ HU.reshape(-1, self.k)
         return e, g_red, H_red
 
     def _contact(self, q: np.ndarray, colliders):
         if not colliders:
-            return 0.0, np.zeros(self.k), np.zeros((self.k, self.k))
+            return 0.0, None, None
         xs = self.X[self.contact_vertices] + self.U_contact @ q
         idx = np.arange(len(xs))
         e, g, Hb = contact_energy(
@@ -288,65 +307,125 @@ class ReducedSimulation:
         return report
 
     def _backward_euler(self, h: float, f_ext: np.ndarray, colliders) -> StepReport:
+        """One reduced backward Euler step: Newton on the incremental potential.
+
+        The Newton matrix is the exact reduced Hessian ``M~/h^2 + D~/h + U^T H U`` whenever
+        it is positive definite (the mass term usually makes it so), which converges
+        quadratically; per-element PSD projection, which keeps every matrix definite but
+        slows Newton to a linear rate where elements are compressed or twisted, is the
+        fallback when its Cholesky factorization fails.
+
+        The Hessian costs ~5x the energy and gradient (cubature sub-mesh, k = 30), so it is
+        refreshed lazily: the trial point of the line search is evaluated without it, the
+        next step is first solved with the factorization at hand (a chord step), and the
+        Hessian is recomputed only when that step does not shrink by ``CHORD_RATE`` from the
+        previous one. Near the solution the chord step stops the iteration at the cost of
+        one gradient; far from it the iteration is Newton's.
+        """
         s = self.settings
         q_n, qd_n = self.q, self.qdot
         q_tilde = q_n + h * qd_n
-        Mr = self.M_red
         f = f_ext + self.f_gravity
-        alpha, beta = s.damping_alpha, s.damping_beta
-        D = alpha * Mr  # Rayleigh damping matrix, frozen over the step
-        if beta > 0:
-            D = D + beta * self._elastic(q_n, True)[2]
+        M_h = self.M_red / h**2
+        D_h = self.M_red * (s.damping_alpha / h)  # Rayleigh damping / h, frozen over the step
+        if s.damping_beta > 0:
+            D_h = D_h + (s.damping_beta / h) * self._elastic(q_n, 2)[2]
+        A_0 = M_h + D_h
 
-        def objective(q, need_hessian):
-            dq, dn = q - q_tilde, q - q_n
-            e_el, g_el, H_el = self._elastic(q, need_hessian)
+        def objective(q, order, project=False):
+            """Incremental potential; order 1 adds the gradient, 2 the Hessian."""
+            Mdq = M_h @ (q - q_tilde)
+            Ddn = D_h @ (q - q_n)
+            e_el, g_el, H_el = self._elastic(q, order, project)
             e_c, g_c, H_c = self._contact(q, colliders)
-            e = 0.5 / h**2 * dq @ Mr @ dq + e_el - f @ q + e_c + 0.5 / h * dn @ D @ dn
-            if not need_hessian:
+            e = 0.5 * (q - q_tilde) @ Mdq + 0.5 * (q - q_n) @ Ddn + e_el - f @ q + e_c
+            if order < 1:
                 return e, None, None
-            g = Mr @ dq / h**2 + g_el - f + g_c + D @ dn / h
-            A = Mr / h**2 + H_el + H_c + D / h
+            g = Mdq + Ddn + g_el - f
+            if g_c is not None:
+                g += g_c
+            if order < 2:
+                return e, g, None
+            A = A_0 + H_el
+            if H_c is not None:
+                A += H_c
             return e, g, A
 
+        def factor(q, A):
+            """(Cholesky factor, True) of the Newton matrix A at q, of its projected version
+            when A is indefinite; (matrix, False) when even that fails (round-off)."""
+            c, info = _potrf(A, lower=True)
+            if info == 0:
+                return c, True
+            A = objective(q, 2, project=True)[2]
+            c, info = _potrf(A, lower=True)
+            return (c, True) if info == 0 else (A, False)
+
+        def direction(fac, g):
+            M, cholesky = fac
+            if cholesky:
+                return -_potrs(M, g, lower=True)[0]
+            return -np.linalg.lstsq(M, g, rcond=None)[0]
+
         rep = StepReport(substeps=1)
-        q = q_tilde.copy()
         tol = s.newton_tol * self.length_scale
+        q = q_tilde.copy()
+
+        t0 = time.perf_counter()
+        e, g, A = objective(q, 2)
+        rep.timings["derivatives"] += time.perf_counter() - t0
+        fac = None
+        step = last = np.inf
         for _ in range(max(s.max_newton_iters, 1)):
-            t0 = time.perf_counter()
-            e, g, A = objective(q, True)
-            rep.timings["derivatives"] += time.perf_counter() - t0
             if not (np.isfinite(e) and np.all(np.isfinite(g))):
                 rep.converged = rep.line_search_ok = False
                 return rep
-            t0 = time.perf_counter()
-            try:
-                p = -np.linalg.solve(A, g)
-            except np.linalg.LinAlgError:
-                p = -np.linalg.lstsq(A, g, rcond=None)[0]
-            rep.timings["solve"] += time.perf_counter() - t0
+            if A is not None:  # the Hessian was (re)computed at q
+                if not np.all(np.isfinite(A)):
+                    rep.converged = rep.line_search_ok = False
+                    return rep
+                t0 = time.perf_counter()
+                fac = factor(q, A)
+                rep.timings["solve"] += time.perf_counter() - t0
+            p = direction(fac, g)
+            step = float(np.abs(self._U_sub_flat @ p).max()) if len(p) else 0.0
+            if A is None and step > tol and step > CHORD_RATE * last:
+                # the chord step shrinks too slowly: Newton from here
+                t0 = time.perf_counter()
+                A = objective(q, 2)[2]
+                rep.timings["derivatives"] += time.perf_counter() - t0
+                continue
             rep.newton_iters += 1
-            step = (
-                float(np.abs(self.U_sub @ p).max()) if len(self.U_sub) else float(np.abs(p).max())
-            )
             if step <= tol:
                 q = q + p
                 break
+            # Armijo backtracking: the full step (nearly always accepted) is evaluated with
+            # the gradient, the next iterate's
             t0 = time.perf_counter()
             slope = g @ p
-            alpha_ls, ok = 1.0, False
-            for _ in range(40):
-                et = objective(q + alpha_ls * p, False)[0]
-                if np.isfinite(et) and et <= e + 1e-4 * alpha_ls * slope:
-                    ok = True
-                    break
-                alpha_ls *= 0.5
+            q_t = q + p
+            e_t, g_t, _ = objective(q_t, 1)
+            rep.timings["derivatives"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            alpha_ls, ok = 1.0, bool(np.isfinite(e_t) and e_t <= e + 1e-4 * slope)
+            if not ok:
+                for _ in range(39):
+                    alpha_ls *= 0.5
+                    q_t = q + alpha_ls * p
+                    e_t = objective(q_t, 0)[0]
+                    if np.isfinite(e_t) and e_t <= e + 1e-4 * alpha_ls * slope:
+                        ok = True
+                        break
+                if ok:
+                    e_t, g_t, _ = objective(q_t, 1)
             rep.timings["line_search"] += time.perf_counter() - t0
             if not ok:
                 rep.converged = abs(slope) <= 1e-12 * max(abs(e), 1e-300)
                 rep.line_search_ok = rep.converged
                 break
-            q = q + alpha_ls * p
+            q, e, g, A = q_t, e_t, g_t, None
+            # after a backtracked step the Hessian at hand is a poor model: refresh it
+            last = step if alpha_ls == 1.0 else 0.0
             if alpha_ls * step <= tol:
                 break
         else:

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 from neural_rom.core.colliders import Collider
 from neural_rom.core.errors import SimulationError
-from neural_rom.core.fem import Material, mass_matrix
+from neural_rom.core.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.reduced import ReducedSimulation, surface_sample
 from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.subspace import modal_basis
 
 
 def full_basis(X, T, mat, pinned):
@@ -117,3 +118,98 @@ def test_surface_sample_carries_all_surface_mass():
     assert abs(w.sum() - mass[surf].sum()) < 1e-12
     idx2, _ = surface_sample(X, surf, mass, count=20, seed=0)
     np.testing.assert_array_equal(idx, idx2)
+
+
+def crude_subspace(X, T, mat, pinned, k, seed):
+    """A random k-vector M-orthonormal subspace that keeps pinned DOFs at zero."""
+    U = full_basis(X, T, mat, pinned)
+    B = U @ np.random.default_rng(seed).normal(size=(U.shape[1], k))
+    m3 = np.repeat(mass_matrix(X, T, mat.density), 3)
+    L = np.linalg.cholesky(B.T @ (m3[:, None] * B))
+    return np.linalg.solve(L, B.T).T
+
+
+def test_reduced_gradient_and_exact_hessian_match_finite_differences():
+    X, T, mat, pinned = setup(div=(6, 2, 2))
+    U = crude_subspace(X, T, mat, pinned, 8, seed=2)
+    els = np.arange(1, len(T), 4)
+    red = ReducedSimulation(X, T, mat, U, pinned=pinned, cubature=(els, np.full(len(els), 4.0)))
+    q = np.random.default_rng(3).normal(scale=0.05, size=8)  # a large, non-linear pose
+    e, g, H = red._elastic(q, 2, project=False)
+    e1, g1, H1 = red._elastic(q, 1)
+    assert e1 == e and H1 is None and red._elastic(q, 0)[1] is None
+    np.testing.assert_array_equal(g1, g)
+    eps = 1e-6
+    I = np.eye(8)
+    g_fd = [
+        (red._elastic(q + eps * d, 0)[0] - red._elastic(q - eps * d, 0)[0]) / (2 * eps) for d in I
+    ]
+    np.testing.assert_allclose(g_fd, g, rtol=1e-6, atol=1e-9 * np.abs(g).max())
+    H_fd = np.array(
+        [(red._elastic(q + eps * d, 1)[1] - red._elastic(q - eps * d, 1)[1]) / (2 * eps) for d in I]
+    )
+    np.testing.assert_allclose(H_fd, H, rtol=1e-5, atol=1e-7 * np.abs(H).max())
+    # the projected Hessian is PSD and differs only where elements are indefinite
+    Hp = red._elastic(q, 2, project=True)[2]
+    assert np.linalg.eigvalsh(Hp).min() > -1e-9 * np.abs(Hp).max()
+
+
+def test_indefinite_hessian_falls_back_to_projection_and_matches_full_space():
+    """A bar squashed to 40% of its length: the exact Hessian of the inverted-ish elements
+    is indefinite, Newton switches to the projected one and still lands on the full-space
+    step."""
+    X, T, mat, _ = setup()
+    s = SimSettings(dt=0.05, gravity=(0, 0, 0), newton_tol=1e-11)
+    U = full_basis(X, T, mat, np.zeros(0, int))
+    m3 = np.repeat(mass_matrix(X, T, mat.density), 3)
+    x0 = X * np.array([0.4, 1.0, 1.0])
+    full = Simulation(X, T, mat, s)
+    full.x = x0.copy()
+    red = ReducedSimulation(X, T, mat, U, s)
+    red.reset(q=np.sqrt(m3) * (x0 - X).ravel())
+    projected = []
+    elastic = red._elastic
+
+    def spy(q, order, project=True):
+        if order == 2:
+            projected.append(project)
+        return elastic(q, order, project)
+
+    red._elastic = spy
+    for _ in range(3):
+        full.step()
+        assert red.step().converged
+        np.testing.assert_allclose(red.positions(), full.x, atol=1e-8)
+    assert any(projected) and not all(projected)
+    assert np.abs(full.x - x0).max() > 0.1  # it sprang back a long way
+
+
+def test_lazy_hessian_newton_stays_within_the_tolerance():
+    """Chord steps (the last factorized Hessian) replace most Hessian evaluations; the
+    frames stay within newton_tol of a tightly converged run."""
+    X, T, mat, pinned = setup(div=(8, 2, 2))
+    modes = modal_basis(TetFEM(X, T, mat), mass_matrix(X, T, mat.density), pinned, k=12)
+    U = modes.U
+    els = np.arange(0, len(T), 3)
+    cub = (els, np.full(len(els), 3.0))
+    rng = np.random.default_rng(4)
+    forces = np.zeros((16,) + X.shape)
+    forces[:8, -6:] = rng.normal(scale=2.0, size=(8, 6, 3))
+    runs = {}
+    for tol in (1e-6, 1e-12):
+        s = SimSettings(dt=1 / 24, newton_tol=tol)
+        red = ReducedSimulation(X, T, mat, U, s, pinned=pinned, cubature=cub)
+        hessians = []
+        elastic = red._elastic
+        red._elastic = lambda q, order, project=True, e=elastic, h=hessians: (
+            h.append(order == 2) or e(q, order, project)
+        )
+        iters, out = 0, []
+        for f in forces:
+            iters += red.step(FrameInputs(forces=f)).newton_iters
+            out.append(red.positions())
+        runs[tol] = (np.array(out), iters, sum(hessians))
+    (a, iters, n_hess), (b, _, _) = runs[1e-6], runs[1e-12]
+    assert np.abs(a - X).max() > 0.02  # real motion
+    assert np.abs(a - b).max() < 1e-6 * red.length_scale
+    assert n_hess < iters  # some steps were chord steps
