@@ -1,7 +1,7 @@
 """The worker's ``train`` job: ``worker.py`` hands it the job spec.
 
-Spec keys: ``method`` (``"linear"``), ``bakes`` (list of .nrbake paths, or a glob),
-``out`` (the .nrmodel path), ``settings`` (the method's settings dict), ``device``
+Spec keys: ``method`` (``"linear"`` or ``"autoencoder"``), ``bakes`` (list of .nrbake
+paths, or a glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings dict), ``device``
 (``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash`` (optional: refuse bakes of another mesh),
 ``checkpoint_dir`` (optional; default: next to the model). torch is imported only by the
 methods that need it, so a linear model trains with numpy and scipy alone.
@@ -14,7 +14,7 @@ from pathlib import Path
 from ..core import jobs
 from ..core.errors import NeuralRomError
 
-METHODS = ("linear",)
+METHODS = ("linear", "autoencoder")
 PROGRESS_UNITS = 1000
 
 
@@ -56,7 +56,8 @@ def run(spec: dict) -> dict:
             f"Unknown training method {method!r}; this version trains {', '.join(METHODS)}."
         )
     out = Path(spec["out"])
-    device = resolve_device(spec.get("device", "auto"), method)
+    settings = dict(spec.get("settings") or {})
+    device = resolve_device(spec.get("device") or settings.get("device") or "auto", method)
     meter = jobs.Progress(PROGRESS_UNITS)
 
     def progress(fraction: float, message: str) -> None:
@@ -71,12 +72,26 @@ def run(spec: dict) -> dict:
         result = train_linear(
             spec["bakes"],
             out,
-            LinearSettings.from_dict(spec.get("settings")),
+            LinearSettings.from_dict(settings),
             expect_mesh_hash=spec.get("mesh_hash"),
             checkpoint_dir=spec.get("checkpoint_dir") or out.parent / (out.stem + ".checkpoints"),
             progress=progress,
             should_cancel=jobs.should_cancel,
             metric=metric,
+        )
+    elif method == "autoencoder":
+        from .autoencoder import AutoencoderSettings, train_autoencoder
+
+        result = train_autoencoder(
+            spec["bakes"],
+            out,
+            AutoencoderSettings.from_dict(settings),
+            expect_mesh_hash=spec.get("mesh_hash"),
+            checkpoint_dir=spec.get("checkpoint_dir") or out.parent / (out.stem + ".checkpoints"),
+            progress=progress,
+            should_cancel=jobs.should_cancel,
+            metric=metric,
+            device=device,
         )
     for w in result.get("warnings", []):
         jobs.emit("warning", message=w)

@@ -1,0 +1,257 @@
+"""Autoencoder (Fulton 2019) training: export to numpy, determinism, latent-size search,
+checkpoint resume, and a train job through the real worker."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from neural_rom.core import bake as bk
+from neural_rom.core.errors import JobCancelled, NeuralRomError
+from neural_rom.core.fem import Material
+from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.modelfile import load_model
+from neural_rom.core.nnet import MLP
+from neural_rom.training.autoencoder import (
+    _AE,
+    AutoencoderSettings,
+    search_latent_size,
+    to_numpy_mlp,
+    train_autoencoder,
+)
+
+# tiny networks and few epochs: the file must stay fast on two busy cores
+TINY = dict(
+    pca_dim=6,
+    latent_dim=3,
+    hidden=[16, 16],
+    epochs=30,
+    checkpoint_every=10,
+    max_cubature=30,
+    cubature_poses=20,
+    rollout=False,
+)
+
+
+@pytest.fixture(scope="module")
+def bakes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bakes")
+    X, T = grid_tetmesh((0.5, 0.1, 0.1), (10, 2, 2))
+    spec = bk.BakeSpec(
+        material=Material(youngs_modulus=2e5, poisson_ratio=0.4, density=1000.0).to_dict(),
+        scenario={"kind": "random_pokes", "count": 3, "strength": 1.5, "duration": 0.4},
+        frames=30,
+        pinned=np.flatnonzero(X[:, 0] < 1e-9).tolist(),
+        damping=(0.5, 0.0),
+        seed=11,
+        variants=4,
+    )
+    paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, d, "pokes")
+    return SimpleNamespace(paths=paths, X=X, T=T)
+
+
+@pytest.fixture(scope="module")
+def reference(bakes, tmp_path_factory):
+    """One uninterrupted tiny training run (with checkpoints)."""
+    d = tmp_path_factory.mktemp("ref")
+    metrics = []
+    res = train_autoencoder(
+        bakes.paths,
+        d / "ref.nrmodel",
+        AutoencoderSettings(**TINY),
+        checkpoint_dir=d / "ckpt",
+        metric=metrics.append,
+    )
+    return SimpleNamespace(res=res, model=load_model(d / "ref.nrmodel"), metrics=metrics)
+
+
+def _weights(model):
+    return {k: v for k, v in model.arrays.items() if k.startswith(("enc_", "dec_"))}
+
+
+# --------------------------------------------------------------------------- export
+
+
+def test_numpy_export_equals_torch_forward_jvp_vjp():
+    torch.manual_seed(3)
+    ae = _AE(7, 3, [20, 12], "elu").double()
+    s_in, s_out = 0.37, 2.5  # the input/output scales fold into the first/last layers
+    enc = to_numpy_mlp(ae.encoder, "elu", in_scale=s_in)
+    dec = to_numpy_mlp(ae.decoder, "elu", out_scale=s_out)
+    assert enc.activations == ("elu", "elu", "identity")
+    assert (enc.sizes, dec.sizes) == ((7, 20, 12, 3), (3, 12, 20, 7))
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(50, 7))
+    with torch.no_grad():
+        z_t = ae.encoder(torch.tensor(q / s_in)).numpy()
+        q_t = s_out * ae.decoder(torch.tensor(z_t)).numpy()
+    np.testing.assert_allclose(enc.forward(q), z_t, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dec.forward(z_t), q_t, rtol=0, atol=1e-12)
+
+    def phi(z):
+        return s_out * ae.decoder(z)
+
+    for z in rng.normal(size=(5, 3)) * 2.0:  # both ELU branches are visited
+        J = torch.autograd.functional.jacobian(phi, torch.tensor(z)).numpy()  # (7, 3)
+        v, u = rng.normal(size=3), rng.normal(size=7)
+        y, Jv = dec.jvp(z, v)
+        _, JTu = dec.vjp(z, u)
+        np.testing.assert_allclose(y, phi(torch.tensor(z)).detach().numpy(), atol=1e-12)
+        np.testing.assert_allclose(Jv, J @ v, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(JTu, J.T @ u, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(dec.jacobian(z), J, rtol=1e-10, atol=1e-12)
+
+
+def test_settings_refuse_unknown_keys_and_bad_values():
+    with pytest.raises(NeuralRomError, match="Unknown autoencoder setting.*latent_size"):
+        AutoencoderSettings.from_dict({"latent_size": 4})
+    with pytest.raises(NeuralRomError, match="activation"):
+        AutoencoderSettings(activation="swish")
+    s = AutoencoderSettings.from_dict({"latent_dim": 4, "hidden": [8, 8]})
+    assert s.latent_dim == 4 and s.hidden == [8, 8] and s.batch_size == 256
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_model_file_layout_and_reconstruction(bakes, reference):
+    m, res = reference.model, reference.res
+    assert m.method == "autoencoder"
+    meta = m.metadata
+    assert meta["latent_dim"] == 3 and meta["pca_dim"] == 6
+    assert meta["lbfgs"] == {"window": 8, "tolerance": 1e-8, "max_iters": 100}
+    for name in ("X", "T", "U", "mass", "pinned", "cubature_elements", "contact_vertices"):
+        assert name in m.arrays
+    enc = MLP.from_arrays(m.arrays, meta["encoder"])
+    dec = MLP.from_arrays(m.arrays, meta["decoder"])
+    assert enc.sizes == (6, 16, 16, 3) and dec.sizes == (3, 16, 16, 6)
+    # psi(enc(U^T M (x - X))) = X + U phi(z) reproduces the reported training error
+    from neural_rom.core.cache import BakeCache
+
+    U, X, mass = m.arrays["U"], m.arrays["X"], m.arrays["mass"]
+    x = np.concatenate([BakeCache.open(bakes.paths[i]).channel("positions") for i in (0, 1)])
+    q = (x - X).reshape(len(x), -1) @ (np.repeat(mass, 3)[:, None] * U)
+    x_hat = X + (dec.forward(enc.forward(q)) @ U.T).reshape(x.shape)
+    err = np.linalg.norm(x - x_hat, axis=2).max()
+    assert err > 0 and res["ae_max_error_train_m"] >= res["pca_max_error_train_m"]
+    # metrics were streamed per epoch: losses and the held-out max vertex error
+    epochs = [e for e in reference.metrics if "epoch" in e]
+    assert epochs and epochs[-1]["epoch"] == 30
+    assert {"train_loss", "val_loss", "val_max_error_m"} <= set(epochs[-1])
+    assert res["rollout"] == {"skipped": "turned off in the settings"}
+
+
+def test_training_is_deterministic_by_seed(bakes, reference, tmp_path):
+    train_autoencoder(bakes.paths, tmp_path / "a.nrmodel", AutoencoderSettings(**TINY))
+    a = _weights(load_model(tmp_path / "a.nrmodel"))
+    ref = _weights(reference.model)
+    assert a.keys() == ref.keys()
+    for k in ref:
+        np.testing.assert_array_equal(a[k], ref[k])
+    train_autoencoder(bakes.paths, tmp_path / "b.nrmodel", AutoencoderSettings(**TINY, seed=1))
+    b = _weights(load_model(tmp_path / "b.nrmodel"))
+    assert not np.array_equal(b["dec_W0"], ref["dec_W0"])
+
+
+def test_cancel_then_resume_gives_the_uninterrupted_weights(bakes, reference, tmp_path):
+    out, ckpt = tmp_path / "c.nrmodel", tmp_path / "ckpt"
+    calls = {"n": 0}
+
+    def cancel_mid_training():
+        calls["n"] += 1
+        return calls["n"] > 18  # 2 checks before the epochs, then one per epoch: epoch 16
+
+    with pytest.raises(JobCancelled, match="epoch 16"):
+        train_autoencoder(
+            bakes.paths,
+            out,
+            AutoencoderSettings(**TINY),
+            checkpoint_dir=ckpt,
+            should_cancel=cancel_mid_training,
+        )
+    assert not out.exists() and list(ckpt.glob("ae_*_r003.pt"))
+    messages = []
+    train_autoencoder(
+        bakes.paths,
+        out,
+        AutoencoderSettings(**TINY),
+        checkpoint_dir=ckpt,
+        progress=lambda f, m: messages.append(m),
+    )
+    assert any("resumed at epoch 10" in m for m in messages), messages
+    assert any("PCA basis of 6 modes from checkpoint" in m for m in messages)
+    got, ref = _weights(load_model(out)), _weights(reference.model)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+
+
+def test_latent_size_search_stops_at_the_first_size_within_tolerance():
+    errors = {1: 0.5, 2: 0.3, 3: 0.05, 4: 0.01, 5: 0.2}
+    tried = []
+
+    def fit(r):
+        tried.append(r)
+        return f"model{r}", errors[r], {"train_loss": r}
+
+    r, model, searched = search_latent_size([1, 2, 3, 4, 5], fit, target=0.1)
+    assert (r, model, tried) == (3, "model3", [1, 2, 3])  # 4 is better but never trained
+    assert [e["max_error_val_m"] for e in searched] == [0.5, 0.3, 0.05]
+    tried.clear()
+    r, model, searched = search_latent_size([1, 2, 3, 5], fit, target=0.001)
+    assert (r, tried) == (3, [1, 2, 3, 5])  # none meets it: the most accurate one tried
+    tried.clear()
+    assert search_latent_size([4, 5], fit, target=None)[0] == 4 and tried == [4]
+
+
+def test_latent_search_end_to_end(bakes, tmp_path):
+    # a tolerance met by any network: the search stops at latent_start
+    s = AutoencoderSettings(
+        **{**TINY, "latent_dim": None, "latent_start": 2}, latent_tolerance=10.0
+    )
+    res = train_autoencoder(bakes.paths, tmp_path / "s.nrmodel", s)
+    assert res["latent_dim"] == 2 and [e["latent_dim"] for e in res["latent_search"]] == [2]
+    assert abs(res["ae_max_error_val_m"] - res["latent_search"][0]["max_error_val_m"]) < 1e-6
+    # below the PCA error (the floor) nothing can meet it: every size up to the cap is tried
+    s = AutoencoderSettings(
+        **{**TINY, "latent_dim": None, "max_latent_dim": 2, "epochs": 10}, latent_tolerance=1e-6
+    )
+    res = train_autoencoder(bakes.paths, tmp_path / "t.nrmodel", s)
+    assert [e["latent_dim"] for e in res["latent_search"]] == [1, 2]
+    assert any("below the PCA error" in w for w in res["warnings"])
+    assert any("No latent size up to 2" in w for w in res["warnings"])
+    best = min(res["latent_search"], key=lambda e: e["max_error_val_m"])
+    assert res["latent_dim"] == best["latent_dim"]
+
+
+# --------------------------------------------------------------------------- worker
+
+
+def test_train_job_through_the_worker_process(bakes, tmp_path):
+    from neural_rom.core.jobs import Job
+    from neural_rom.core.models import load_simulator
+    from neural_rom.core.sim import FrameInputs
+
+    out = tmp_path / "job.nrmodel"
+    job = Job.start(
+        {
+            "kind": "train",
+            "method": "autoencoder",
+            "bakes": [str(p) for p in bakes.paths],
+            "out": str(out),
+            "settings": {**TINY, "rollout": True, "lbfgs_max_iters": 30},
+            "device": "auto",
+        },
+        log_dir=tmp_path,
+    )
+    job.wait(timeout=300)
+    assert job.state == "done", (job.error, job.log_tail())
+    assert job.result["method"] == "autoencoder" and job.result["device"] == "cpu"
+    assert job.result["latent_dim"] == 3 and out.exists()
+    assert {"epoch", "train_loss", "val_loss"} <= set(job.metrics)  # streamed per epoch
+    roll = job.result["rollout"]
+    assert roll["frames"] == 30 and np.isfinite(roll["max_error_m"]), roll
+    sim, model = load_simulator(out)
+    assert model.method == "autoencoder"
+    for _ in range(3):
+        sim.step(FrameInputs())
+    assert np.isfinite(sim.positions()).all()
