@@ -159,6 +159,10 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
 # Identifiers are core.models.METHODS (only the ones this version can train and run).
 METHOD_LABELS = {
     "linear": ("Linear (POD + cubature)", "Linear subspace of the bakes with optimized cubature"),
+    "autoencoder": (
+        "Autoencoder (Fulton 2019)",
+        "Nonlinear latent space: PCA + autoencoder, latent dynamics by preconditioned L-BFGS",
+    ),
 }
 
 
@@ -415,6 +419,36 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         description="Share of the bakes (whole trajectories) held out to measure the error",
     )
     model_seed: IntProperty(name="Training Seed", default=0, min=0)
+    ae_latent_dim: IntProperty(
+        name="Latent Size",
+        default=0,
+        min=0,
+        soft_max=64,
+        description="Autoencoder latent DOFs; 0 picks the smallest meeting Latent Tolerance "
+        "(Fulton 2019, section 4.3)",
+    )
+    ae_latent_tolerance: FloatProperty(
+        name="Latent Tolerance",
+        default=0.0,
+        min=0.0,
+        soft_max=0.1,
+        unit="LENGTH",
+        precision=4,
+        description="Largest vertex error the autoencoder may add on held-out bakes (m); 0 uses "
+        "twice the basis Tolerance",
+    )
+    ae_hidden: IntProperty(name="Hidden Width", default=100, min=4, soft_max=1024)
+    ae_layers: IntProperty(name="Hidden Layers", default=2, min=1, max=8)
+    ae_epochs: IntProperty(name="Epochs", default=2000, min=1, soft_max=20000)
+    ae_batch_size: IntProperty(name="Batch Size", default=256, min=1, soft_max=4096)
+    ae_learning_rate: FloatProperty(
+        name="Learning Rate",
+        default=1e-3,
+        min=1e-6,
+        max=1.0,
+        precision=5,
+        description="Adam step size",
+    )
 
     # ---- reduced model: result and simulation
     model: PointerProperty(type=NEURAL_ROM_PG_model)
@@ -454,15 +488,32 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         return d
 
     def model_settings(self) -> dict:
-        """Training settings of the chosen method (``training.linear.LinearSettings`` fields)."""
-        return {
-            "k": int(self.model_k) or None,
-            "tolerance": float(self.model_tolerance) or None,
-            "max_k": int(self.model_max_k),
+        """Training settings of the chosen method (``training.linear.LinearSettings`` or
+        ``training.autoencoder.AutoencoderSettings`` fields)."""
+        common = {
             "cubature_target": float(self.cubature_target),
             "max_cubature": int(self.max_cubature),
             "validation_fraction": float(self.validation_fraction),
             "seed": int(self.model_seed),
+        }
+        if self.model_method == "autoencoder":
+            return {
+                "pca_dim": int(self.model_k) or None,
+                "pca_tolerance": float(self.model_tolerance) or None,
+                "max_pca_dim": int(self.model_max_k),
+                "latent_dim": int(self.ae_latent_dim) or None,
+                "latent_tolerance": float(self.ae_latent_tolerance) or None,
+                "hidden": [int(self.ae_hidden)] * int(self.ae_layers),
+                "epochs": int(self.ae_epochs),
+                "batch_size": int(self.ae_batch_size),
+                "learning_rate": float(self.ae_learning_rate),
+                **common,
+            }
+        return {
+            "k": int(self.model_k) or None,
+            "tolerance": float(self.model_tolerance) or None,
+            "max_k": int(self.model_max_k),
+            **common,
         }
 
     def active_bake_record(self):

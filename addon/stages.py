@@ -944,9 +944,12 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m = s.model
     m.path = store_path(obj, path)
     m.method = str(result.get("method", pending.get("method", "")))
-    m.k = int(result.get("k", 0))
+    # reduced DOFs: the latent size of a learned model, the basis size of a linear one
+    m.k = int(result.get("latent_dim") or result.get("k") or 0)
     m.cubature = int(result.get("cubature_elements", 0))
-    m.val_error = float(result.get("pod_max_error_val_m") or 0.0)
+    m.val_error = float(
+        result.get("ae_max_error_val_m") or result.get("pod_max_error_val_m") or 0.0
+    )
     m.rollout_error = float(rollout.get("max_error_m", -1.0))
     m.step_ms = float(rollout.get("step_ms", 0.0))
     m.train_seconds = float(result.get("train_seconds", 0.0))

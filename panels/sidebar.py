@@ -289,6 +289,17 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         if s.model_k == 0:
             col.prop(s, "model_tolerance")
             col.prop(s, "model_max_k")
+        if s.model_method == "autoencoder":
+            col.separator()
+            col.prop(s, "ae_latent_dim")
+            if s.ae_latent_dim == 0:
+                col.prop(s, "ae_latent_tolerance")
+            col.prop(s, "ae_hidden")
+            col.prop(s, "ae_layers")
+            col.prop(s, "ae_epochs")
+            col.prop(s, "ae_batch_size")
+            col.prop(s, "ae_learning_rate")
+            col.separator()
         col.prop(s, "cubature_target")
         col.prop(s, "max_cubature")
         col.prop(s, "validation_fraction")

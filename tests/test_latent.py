@@ -69,7 +69,9 @@ def test_linear_decoder_step_equals_reduced_simulation():
         red.step(FrameInputs(forces=f))
         rep = lat.step(FrameInputs(forces=f))
         assert rep.converged and rep.substeps == 2 and rep.newton_iters >= 2
-        np.testing.assert_allclose(lat.positions(), red.positions(), rtol=0, atol=1e-9)  # both converge to ~1e-10 m, from different iterates
+        np.testing.assert_allclose(
+            lat.positions(), red.positions(), rtol=0, atol=1e-9
+        )  # both converge to ~1e-10 m, from different iterates
     assert np.abs(red.positions() - X).max() > 0.05  # a large motion, not rest
 
 

@@ -210,7 +210,10 @@ def test_latent_search_end_to_end(bakes, tmp_path):
     )
     res = train_autoencoder(bakes.paths, tmp_path / "s.nrmodel", s)
     assert res["latent_dim"] == 2 and [e["latent_dim"] for e in res["latent_search"]] == [2]
-    assert abs(res["ae_max_error_val_m"] - res["latent_search"][0]["max_error_val_m"]) < 1e-6
+    # the final error is measured on the exported decoder, shifted so the rest shape is exact,
+    # so it differs from the search's (torch, unshifted) error, but not by an order of magnitude
+    final, searched = res["ae_max_error_val_m"], res["latent_search"][0]["max_error_val_m"]
+    assert np.isfinite(final) and 0.1 * searched < final < 10 * searched
     # below the PCA error (the floor) nothing can meet it: every size up to the cap is tried
     s = AutoencoderSettings(
         **{**TINY, "latent_dim": None, "max_latent_dim": 2, "epochs": 10}, latent_tolerance=1e-6
@@ -255,3 +258,17 @@ def test_train_job_through_the_worker_process(bakes, tmp_path):
     for _ in range(3):
         sim.step(FrameInputs())
     assert np.isfinite(sim.positions()).all()
+
+
+def test_exported_decoder_maps_the_encoded_rest_to_rest_exactly():
+    """phi(enc(0)) = 0: the rest shape carries no stress, so a model left alone stays put."""
+    import torch
+
+    from neural_rom.training.autoencoder import _AE, _export
+
+    torch.manual_seed(0)
+    model = _AE(6, 2, [8, 8], "elu")
+    q = np.random.default_rng(0).normal(size=(20, 6))
+    enc, dec = _export(model, "elu", 1.0, q)
+    z0 = enc.forward(np.zeros(6))
+    np.testing.assert_allclose(dec.forward(z0), 0.0, atol=1e-12)

@@ -711,6 +711,11 @@ def _export(model: _AE, activation: str, scale: float, q_train: np.ndarray) -> t
                 f"The exported {name} differs from the trained network by {err:.3g} "
                 "(relative): the export is broken; report this as a bug."
             )
+    # Make rest exact: q = 0 is the rest shape, so shift the decoder's output so that
+    # phi(enc(0)) = 0. Otherwise the rest pose would carry elastic stress and an object left
+    # alone would drift, and the first simulated frame would jump away from the mesh.
+    z0 = encoder.forward(np.zeros(encoder.in_dim))
+    decoder.b[-1] = decoder.b[-1] - decoder.forward(z0)
     return encoder, decoder
 
 
