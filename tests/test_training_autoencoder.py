@@ -263,7 +263,6 @@ def test_train_job_through_the_worker_process(bakes, tmp_path):
 def test_exported_decoder_maps_the_encoded_rest_to_rest_exactly():
     """phi(enc(0)) = 0: the rest shape carries no stress, so a model left alone stays put."""
     import torch
-
     from neural_rom.training.autoencoder import _AE, _export
 
     torch.manual_seed(0)
