@@ -1,0 +1,366 @@
+"""Autoencoder latent space (Fulton et al. 2019) against PCA on one scene: accuracy per DOF,
+step time, solver iterations, training time.
+
+Scene ("swung arm"): a 1 m x 0.1 m x 0.1 m bar clamped at x = 0 (stable Neo-Hookean,
+E = 30 MPa, nu = 0.45, rho = 1000 kg/m^3, Rayleigh damping alpha = 10 1/s, beta = 0.01 s,
+h = 1/24 s, no gravity) carries a body load ``m_i a(t)`` (like gravity, but its direction
+turns): ``a(t)`` eases (smoothstep) between random keys, ``|a|`` up to 100 g, direction
+anywhere in the y-z plane, keys about 0.8 s (two first-mode periods) apart, so the bar
+bends up to ~90 degrees in every direction and stays near its quasi-static shapes. Those
+shapes form a 2-D nonlinear manifold (load direction and magnitude), like Fulton's
+catapult; PCA needs several modes per bending direction plus the shortening that comes with
+large bending. Each variant is a bake of the ``replay_forces`` scenario (the load written to
+an .npz). Variants are split into training and held-out bakes by whole trajectory
+(:meth:`core.cache.BakeDataset.split`, fraction 0.2, seed 0: what training uses).
+
+Reported, all on the held-out bakes:
+
+* the largest per-vertex error of PCA with ``k = 0..30`` modes (mass-weighted projection)
+  and of the autoencoder with ``r = 1..8`` latents on a 30-mode PCA layer
+  (:func:`training.autoencoder.train_autoencoder`, one run per ``r``);
+* for each ``r``, the smallest PCA ``k`` with an error at most the autoencoder's: ``r / k``
+  is the acceptance number of the issue (<= 40%);
+* one held-out rollout each of full space (:class:`core.sim.Simulation`, Newton), the
+  autoencoder model (:class:`core.latent.LatentSimulation`, preconditioned L-BFGS), the PCA
+  model of the matched ``k`` (:class:`core.reduced.ReducedSimulation`, Newton) and the same
+  PCA model solved by L-BFGS (``LatentSimulation`` with an identity decoder over the PCA
+  basis, the paper's Fig. 9 comparison): ms per step, solver iterations per step, rollout
+  error against the bake.
+
+Usage::
+
+    python bench/latent.py [--variants 10] [--frames 96] [--epochs 600] [--latents 1-8]
+                           [--out DIR] [--keep]
+
+One process, one thread (OpenBLAS / OMP / MKL and torch), torch on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# One BLAS thread, set before numpy loads (fair timings; see bench/reduced.py).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common
+
+YOUNG, POISSON, DENSITY = 3.0e7, 0.45, 1000.0
+DAMPING = (10.0, 0.01)  # Rayleigh alpha (1/s), beta (s)
+DT = 1.0 / 24.0
+LOAD_G = 100.0  # largest body load, in g
+PCA_LAYER = 30
+
+
+class _Mesh:
+    def __init__(self, X: np.ndarray, T: np.ndarray) -> None:
+        self.X, self.T = X, T
+
+
+def bar(divisions: tuple[int, int, int] = (16, 2, 2)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The 1 x 0.1 x 0.1 m bar: rest positions (n, 3), tets (m, 4), clamped vertices (x = 0)."""
+    X, T = common.bar_mesh(*divisions, size=(1.0, 0.1, 0.1))
+    return X, T, common.pinned_end(X)
+
+
+def swing_load(mass: np.ndarray, frames: int, seed: int, keys: int = 3) -> np.ndarray:
+    """Body load ``m_i a(t)`` (frames+1, n, 3), N: ``a`` eases between random keys in y-z.
+
+    Keys are evenly spaced (``keys`` of them between a zero load at frame 0 and a zero load
+    at the last frame); each key is a direction in the y-z plane and a magnitude in
+    [0.2, 1] x ``LOAD_G`` g. The load vector, not its angle, is interpolated (smoothstep).
+    """
+    rng = np.random.default_rng(seed)
+    kf = np.round(np.linspace(0, frames, keys + 2)).astype(int)
+    ang = rng.uniform(-np.pi, np.pi, len(kf))
+    amp = rng.uniform(0.2, 1.0, len(kf))
+    amp[0] = amp[-1] = 0.0
+    f = np.arange(frames + 1)
+    seg = np.clip(np.searchsorted(kf, f, side="right") - 1, 0, len(kf) - 2)
+    s = np.clip((f - kf[seg]) / (kf[seg + 1] - kf[seg]), 0.0, 1.0)
+    s = s * s * (3.0 - 2.0 * s)
+    vy, vz = amp * np.cos(ang), amp * np.sin(ang)
+    acc = np.zeros((frames + 1, 3))
+    acc[:, 1] = (1 - s) * vy[seg] + s * vy[seg + 1]
+    acc[:, 2] = (1 - s) * vz[seg] + s * vz[seg + 1]
+    return mass[None, :, None] * (9.81 * LOAD_G * acc)[:, None, :]
+
+
+def bake_scene(
+    out_dir: str | Path,
+    *,
+    divisions: tuple[int, int, int] = (16, 2, 2),
+    variants: int = 10,
+    frames: int = 96,
+    keys: int = 3,
+    seed: int = 1000,
+) -> list[Path]:
+    """Bake ``variants`` swung-arm bakes (variant ``v`` uses load seed ``seed + v``) into ``out_dir``."""
+    from neural_rom.core.bake import BakeSpec, bake
+    from neural_rom.core.fem import Material, mass_matrix
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    X, T, pins = bar(divisions)
+    mass = mass_matrix(X, T, DENSITY)
+    mat = Material(YOUNG, POISSON, DENSITY)
+    paths = []
+    for v in range(variants):
+        src = out_dir / f"load{v:03d}.npz"
+        np.savez(src, X=X, forces=swing_load(mass, frames, seed + v, keys))
+        spec = BakeSpec(
+            material=mat.to_dict(),
+            scenario={"kind": "replay_forces", "source": str(src)},
+            frames=frames,
+            dt=DT,
+            gravity=(0.0, 0.0, 0.0),
+            pinned=pins.tolist(),
+            damping=DAMPING,
+            seed=v,
+        )
+        paths.append(bake(_Mesh(X, T), spec, out_dir / f"swing_v{v:03d}.nrbake", overwrite=True))
+    return paths
+
+
+def split_frames(paths: list[Path]):
+    """(dataset, train positions (F, n, 3), held-out positions, held-out trajectory indices)."""
+    from neural_rom.core.cache import BakeDataset
+
+    ds = BakeDataset.open([str(p) for p in paths])
+    tr, va = ds.split(0.2, 0)  # the split training uses (validation_fraction, seed)
+    xt = np.concatenate([ds[int(i)].channel("positions") for i in tr])
+    xv = np.concatenate([ds[int(i)].channel("positions") for i in va])
+    return ds, xt, xv, va
+
+
+def pca_curve(ds, xt: np.ndarray, xv: np.ndarray, k_max: int = PCA_LAYER) -> np.ndarray:
+    """Held-out max per-vertex error (m) of mass-weighted PCA with k = 0..k_max modes."""
+    from neural_rom.core.fem import mass_matrix
+    from neural_rom.core.subspace import mass_weighted_pod
+
+    X, T = np.asarray(ds[0].X), np.asarray(ds[0].T)
+    pinned = np.asarray(ds[0].extra("pinned"))
+    sub = mass_weighted_pod(xt - X, mass_matrix(X, T, DENSITY), pinned, k=k_max, X=X)
+    return sub.error_curve(xv, range(k_max + 1))
+
+
+def smallest_k(curve: np.ndarray, err: float) -> int | None:
+    """Smallest k whose PCA error is at most ``err`` (None when even k_max is worse)."""
+    ok = np.flatnonzero(curve <= err)
+    return int(ok[0]) if ok.size else None
+
+
+def train_ae(paths, out: Path, r: int, epochs: int, batch_size: int = 32, **kw) -> dict:
+    """One autoencoder of latent size r on the PCA layer (no held-out rollout), CPU."""
+    from neural_rom.training.autoencoder import AutoencoderSettings, train_autoencoder
+
+    s = AutoencoderSettings(
+        pca_dim=PCA_LAYER,
+        latent_dim=r,
+        epochs=epochs,
+        batch_size=batch_size,
+        rollout=False,
+        max_cubature=kw.pop("max_cubature", 150),
+        **kw,
+    )
+    t0 = time.perf_counter()
+    res = train_autoencoder([str(p) for p in paths], out, s, device="cpu")
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
+def rollout(sim, cache) -> dict:
+    """Replay a bake with ``sim``: ms per step, solver iterations per step, max vertex error (m)."""
+    from neural_rom.core.bake import BakeSpec, setup_scenario
+    from neural_rom.core.compare import initial_state
+    from neural_rom.core.sim import FrameInputs
+
+    X, T = np.asarray(cache.X), np.asarray(cache.T)
+    _, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
+    full = cache.channel("positions")
+    initial_state(sim, driver.x0, driver.v0, driver.forces[0])
+    times, iters, err = [], [], 0.0
+    for f in range(1, cache.n_frames):
+        inp = driver.inputs(f)
+        t0 = time.perf_counter()
+        rep = sim.step(FrameInputs(forces=inp.forces, colliders=inp.colliders))
+        times.append(time.perf_counter() - t0)
+        iters.append(rep.newton_iters)
+        err = max(err, float(np.linalg.norm(sim.positions() - full[f], axis=1).max()))
+    return {"step_ms": 1000 * float(np.mean(times)), "iters": float(np.mean(iters)), "err": err}
+
+
+def full_rollout(cache) -> dict:
+    """Full-space Newton re-run of the bake (time and iterations; error is to itself)."""
+    from neural_rom.core.bake import BakeSpec, setup_scenario
+
+    X, T = np.asarray(cache.X), np.asarray(cache.T)
+    sim, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
+    sim.reset(driver.x0, driver.v0)
+    sim.forces = driver.forces[0].copy()
+    times, iters = [], []
+    for f in range(1, cache.n_frames):
+        t0 = time.perf_counter()
+        rep = sim.step(driver.inputs(f))
+        times.append(time.perf_counter() - t0)
+        iters.append(rep.newton_iters)
+    return {"step_ms": 1000 * float(np.mean(times)), "iters": float(np.mean(iters)), "err": 0.0}
+
+
+def run(args) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    from neural_rom.core.latent import LatentSimulation
+    from neural_rom.core.models import load_simulator
+    from neural_rom.core.nnet import MLP
+    from neural_rom.training.linear import LinearSettings, train_linear
+
+    work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nrom_latent_"))
+    res: dict = {"work": str(work)}
+    t0 = time.perf_counter()
+    paths = bake_scene(work / "bakes", variants=args.variants, frames=args.frames)
+    res["bake_s"] = time.perf_counter() - t0
+    ds, xt, xv, va = split_frames(paths)
+    X = np.asarray(ds[0].X)
+    res["mesh"] = (len(X), len(ds[0].T))
+    res["frames"] = (len(xt), len(xv))
+    res["max_disp"] = float(np.linalg.norm(xv - X, axis=-1).max())
+    curve = pca_curve(ds, xt, xv)
+    res["pca_curve"] = curve
+    ae = {}
+    for r in args.latents:
+        m = train_ae(paths, work / f"ae_r{r}.nrmodel", r, args.epochs)
+        ae[r] = {
+            "err": m["ae_max_error_val_m"],
+            "train_err": m["ae_max_error_train_m"],
+            "k": smallest_k(curve, m["ae_max_error_val_m"]),
+            "train_s": m["train_seconds"],
+            "model": m["model"],
+        }
+        print(
+            f"  r={r}: held-out {1000 * ae[r]['err']:.1f} mm, train {1000 * ae[r]['train_err']:.1f} mm,"
+            f" PCA k={ae[r]['k']}, {ae[r]['train_s']:.0f} s",
+            flush=True,
+        )
+    res["ae"] = ae
+    # headline: the smallest ratio r/k over the latent sizes tried
+    ratios = {r: r / a["k"] for r, a in ae.items() if a["k"]}
+    best = min(ratios, key=lambda r: (ratios[r], r))
+    res["best"] = best
+    k = ae[best]["k"]
+    held = ds[int(va[0])]
+    # rollouts on a held-out bake: full, AE (L-BFGS), PCA k (Newton), PCA k (L-BFGS)
+    res["roll_frames"] = int(held.n_frames) - 1
+    res["full"] = full_rollout(held)
+    sim_ae, _ = load_simulator(ae[best]["model"])
+    res["ae_roll"] = rollout(sim_ae, held)
+    t1 = time.perf_counter()
+    lin = train_linear(
+        [str(p) for p in paths], work / f"pca_k{k}.nrmodel", LinearSettings(k=k, max_cubature=150)
+    )
+    res["pca_train_s"] = time.perf_counter() - t1
+    sim_pca, _ = load_simulator(lin["model"])
+    res["pca_roll"] = rollout(sim_pca, held)
+    ident = MLP([np.eye(sim_pca.k)], [np.zeros(sim_pca.k)], ["identity"])
+    lbfgs = LatentSimulation(
+        sim_pca.X,
+        np.asarray(held.T),
+        _material(held),
+        sim_pca.U,
+        ident,
+        sim_pca.settings,
+        pinned=sim_pca.pinned,
+        cubature=(sim_pca.elements, sim_pca.weights),
+        contact=(sim_pca.contact_vertices, sim_pca.contact_mass),
+        lbfgs_window=sim_ae.lbfgs_window,
+        lbfgs_tol=sim_ae.lbfgs_tol,
+        max_iters=sim_ae.max_iters,
+    )
+    res["pca_lbfgs_roll"] = rollout(lbfgs, held)
+    res["pca_k"] = k
+    if not args.out and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return res
+
+
+def _material(cache):
+    from neural_rom.core.fem import Material
+
+    return Material.from_dict(cache.meta["spec"]["material"])
+
+
+def _latents(text: str) -> list[int]:
+    if "-" in text:
+        a, b = text.split("-")
+        return list(range(int(a), int(b) + 1))
+    return [int(t) for t in text.split(",")]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variants", type=int, default=10)
+    ap.add_argument("--frames", type=int, default=96)
+    ap.add_argument("--epochs", type=int, default=600)
+    ap.add_argument("--latents", type=_latents, default=_latents("1-8"))
+    ap.add_argument("--out", default="", help="work directory (kept); default: a temporary one")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    args = ap.parse_args(argv)
+    common.pin_this_process()
+    print(
+        f"Swung arm: 1 x 0.1 x 0.1 m bar clamped at x = 0, E={YOUNG:g} Pa nu={POISSON}, "
+        f"damping {DAMPING}, body load up to {LOAD_G:g} g turning in y-z; h=1/24 s; "
+        f"{args.variants} variants x {args.frames} frames; AE: PCA layer {PCA_LAYER}, "
+        f"{args.epochs} epochs, batch 32; one thread.\n",
+        flush=True,
+    )
+    r = run(args)
+    n, m = r["mesh"]
+    print(
+        f"\nmesh {n} vertices / {m} tets; bake {r['bake_s']:.0f} s; frames train {r['frames'][0]}, "
+        f"held-out {r['frames'][1]}; held-out max displacement {r['max_disp']:.2f} m"
+    )
+    c = r["pca_curve"]
+    print("\nPCA, held-out max vertex error (mm):")
+    print("  " + "  ".join(f"k={k}:{1000 * c[k]:.1f}" for k in range(2, len(c))))
+    print(
+        f"\n{'r':>3}{'AE held-out mm':>16}{'AE train mm':>13}{'PCA k same err':>16}{'r/k':>7}{'train s':>9}"
+    )
+    for lat, a in r["ae"].items():
+        ratio = f"{lat / a['k']:.0%}" if a["k"] else "-"
+        print(
+            f"{lat:>3}{1000 * a['err']:>16.1f}{1000 * a['train_err']:>13.1f}"
+            f"{(a['k'] if a['k'] is not None else '>30'):>16}{ratio:>7}{a['train_s']:>9.1f}"
+        )
+    b, k = r["best"], r["pca_k"]
+    print(
+        f"\nBest: AE r = {b} vs PCA k = {k} at {1000 * r['ae'][b]['err']:.1f} mm: r/k = {b / k:.0%}"
+    )
+    print(f"\nRollout of one held-out bake ({r['roll_frames']} steps), one thread:")
+    print(f"{'solver':<34}{'DOFs':>6}{'ms/step':>10}{'iters/step':>12}{'rollout err mm':>16}")
+    rows = [
+        ("full space (Newton)", 3 * n, r["full"]),
+        (f"AE r={b} (L-BFGS, eq. 15 precond.)", b, r["ae_roll"]),
+        (f"PCA k={k} (Newton)", k, r["pca_roll"]),
+        (f"PCA k={k} (L-BFGS, identity dec.)", k, r["pca_lbfgs_roll"]),
+    ]
+    for name, dofs, x in rows:
+        print(
+            f"{name:<34}{dofs:>6}{x['step_ms']:>10.2f}{x['iters']:>12.1f}{1000 * x['err']:>16.1f}"
+        )
+    print(f"\nPCA model training (POD + cubature): {r['pca_train_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
