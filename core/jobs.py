@@ -261,7 +261,7 @@ for name in ("numpy", "scipy"):
 out["torch"], out["cuda"] = None, None
 if CHECK_TORCH:
     try:
-        import torch
+        torch = importlib.import_module("torch")  # in the probed child, never in core
         out["torch"] = torch.__version__
         out["cuda"] = bool(torch.cuda.is_available())
     except Exception:

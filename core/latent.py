@@ -44,7 +44,7 @@ from . import fem as _fem
 from .colliders import Collider, contact_energy
 from .errors import SimulationError
 from .nnet import MLP
-from .reduced import _slice_material, surface_sample
+from .reduced import _slice_material, run_frame, surface_sample
 from .sim import FrameInputs, SimSettings, StepReport, boundary_vertices
 
 __all__ = ["DEFAULT_LBFGS_TOL", "DEFAULT_LBFGS_WINDOW", "DEFAULT_MAX_ITERS", "LatentSimulation"]
@@ -447,39 +447,7 @@ class LatentSimulation:
         at rest (the basis keeps pinned DOFs zero). ``newton_iters`` of the report counts
         L-BFGS iterations.
         """
-        t0 = time.perf_counter()
-        inputs = inputs or FrameInputs()
-        s = self.settings
-        if inputs.pin_targets is not None and self.pinned.size:
-            p = np.asarray(inputs.pin_targets, dtype=float).reshape(-1, 3)
-            if np.abs(p - self.X[self.pinned]).max() > 1e-9 * self.length_scale:
-                raise SimulationError(
-                    "This reduced model keeps pinned vertices at rest; animated pins need a model "
-                    "trained with them moving (full-space bakes play them back)."
-                )
-        f1 = self.f_ext if inputs.forces is None else self.project_forces(inputs.forces)
-        if not np.all(np.isfinite(f1)):
-            raise SimulationError(f"The forces of frame {self.frame + 1} are not finite.")
-        cols = self.colliders if inputs.colliders is None else list(inputs.colliders)
-        saved = self.get_state()
-        report = StepReport()
-        n_sub = int(s.substeps)
-        h = s.dt / n_sub
-        f0 = self.f_ext
-        for i in range(n_sub):
-            w = (i + 1) / n_sub
-            sub = self._implicit_euler(h, (1 - w) * f0 + w * f1, cols)
-            report.merge(sub)
-            if not (sub.converged or sub.line_search_ok):
-                self.set_state(saved)
-                raise SimulationError(
-                    f"Latent frame {self.frame + 1} diverged: lower dt, raise substeps or soften "
-                    "pokes and colliders."
-                )
-        self.f_ext, self.colliders = f1, cols
-        self.frame += 1
-        report.wall_time = time.perf_counter() - t0
-        return report
+        return run_frame(self, inputs, self._implicit_euler, "Latent")
 
     def _implicit_euler(self, h: float, f_ext: np.ndarray, colliders) -> StepReport:
         """One step of eq. (12) by preconditioned L-BFGS (sec. 5.2); updates the state.

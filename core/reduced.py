@@ -272,39 +272,7 @@ class ReducedSimulation:
         ``inputs.forces`` are projected onto the basis; ``inputs.pin_targets`` must stay at
         rest (a linear basis with fixed pinned DOFs cannot move pins).
         """
-        t0 = time.perf_counter()
-        inputs = inputs or FrameInputs()
-        s = self.settings
-        if inputs.pin_targets is not None and self.pinned.size:
-            p = np.asarray(inputs.pin_targets, dtype=float).reshape(-1, 3)
-            if np.abs(p - self.X[self.pinned]).max() > 1e-9 * self.length_scale:
-                raise SimulationError(
-                    "This reduced model keeps pinned vertices at rest; animated pins need a model "
-                    "trained with them moving (full-space bakes play them back)."
-                )
-        f1 = self.f_ext if inputs.forces is None else self.project_forces(inputs.forces)
-        if not np.all(np.isfinite(f1)):
-            raise SimulationError(f"The forces of frame {self.frame + 1} are not finite.")
-        cols = self.colliders if inputs.colliders is None else list(inputs.colliders)
-        saved = self.get_state()
-        report = StepReport()
-        n_sub = int(s.substeps)
-        h = s.dt / n_sub
-        f0 = self.f_ext
-        for i in range(n_sub):
-            w = (i + 1) / n_sub
-            sub = self._backward_euler(h, (1 - w) * f0 + w * f1, cols)
-            report.merge(sub)
-            if not (sub.converged or sub.line_search_ok):
-                self.set_state(saved)
-                raise SimulationError(
-                    f"Reduced frame {self.frame + 1} diverged: lower dt, raise substeps or soften "
-                    "pokes and colliders."
-                )
-        self.f_ext, self.colliders = f1, cols
-        self.frame += 1
-        report.wall_time = time.perf_counter() - t0
-        return report
+        return run_frame(self, inputs, self._backward_euler, "Reduced")
 
     def _backward_euler(self, h: float, f_ext: np.ndarray, colliders) -> StepReport:
         """One reduced backward Euler step: Newton on the incremental potential.
@@ -450,3 +418,43 @@ def _slice_material(material: _fem.Material, elements: np.ndarray, m: int) -> _f
         density=pick(material.density),
         model=material.model,
     )
+
+
+def run_frame(sim, inputs: FrameInputs | None, substep, what: str) -> StepReport:
+    """One frame of a subspace simulator: checks the inputs, interpolates the reduced forces
+    over ``settings.substeps`` calls of ``substep(h, f_ext, colliders)``, and restores the
+    state if a substep diverges. Shared by the linear and the latent (autoencoder) runtimes.
+    """
+    t0 = time.perf_counter()
+    inputs = inputs or FrameInputs()
+    s = sim.settings
+    if inputs.pin_targets is not None and sim.pinned.size:
+        p = np.asarray(inputs.pin_targets, dtype=float).reshape(-1, 3)
+        if np.abs(p - sim.X[sim.pinned]).max() > 1e-9 * sim.length_scale:
+            raise SimulationError(
+                "This reduced model keeps pinned vertices at rest; animated pins need a model "
+                "trained with them moving (full-space bakes play them back)."
+            )
+    f1 = sim.f_ext if inputs.forces is None else sim.project_forces(inputs.forces)
+    if not np.all(np.isfinite(f1)):
+        raise SimulationError(f"The forces of frame {sim.frame + 1} are not finite.")
+    cols = sim.colliders if inputs.colliders is None else list(inputs.colliders)
+    saved = sim.get_state()
+    report = StepReport()
+    n_sub = int(s.substeps)
+    h = s.dt / n_sub
+    f0 = sim.f_ext
+    for i in range(n_sub):
+        w = (i + 1) / n_sub
+        sub = substep(h, (1 - w) * f0 + w * f1, cols)
+        report.merge(sub)
+        if not (sub.converged or sub.line_search_ok):
+            sim.set_state(saved)
+            raise SimulationError(
+                f"{what} frame {sim.frame + 1} diverged: lower dt, raise substeps or soften "
+                "pokes and colliders."
+            )
+    sim.f_ext, sim.colliders = f1, cols
+    sim.frame += 1
+    report.wall_time = time.perf_counter() - t0
+    return report
