@@ -35,11 +35,10 @@ import torch
 from torch import nn
 
 from ..core import fem as _fem
-from ..core.bake import BakeSpec, setup_scenario
 from ..core.cache import BakeDataset
-from ..core.compare import error_stats, replay_bake, vertex_errors
+from ..core.compare import rollout_metrics
 from ..core.cubature import Cubature, optimized_cubature
-from ..core.errors import JobCancelled, NeuralRomError, SimulationError
+from ..core.errors import JobCancelled, NeuralRomError
 from ..core.latent import LatentSimulation
 from ..core.models import save_autoencoder_model
 from ..core.nnet import MLP
@@ -765,38 +764,23 @@ def _rollout_error(
     cache, X, T, material, sub, cub, contact, settings: SimSettings, encoder, decoder, s, cancel
 ) -> dict:
     """Replay a held-out bake's scenario with the latent runtime; errors against the bake."""
-    spec = BakeSpec.from_dict(cache.meta["spec"])
-    _, driver = setup_scenario(X, T, spec)
-    sim = LatentSimulation(
-        X,
-        T,
-        material,
-        sub.U,
-        decoder,
-        settings,
-        pinned=sub.pinned,
-        cubature=(cub.elements, cub.weights),
-        contact=contact,
-        colliders=driver.colliders(0),
-        encoder=encoder,
-        lbfgs_window=s.lbfgs_window,
-        lbfgs_tol=s.lbfgs_tolerance,
-        max_iters=s.lbfgs_max_iters,
-    )
-    full = cache.channel("positions")
-    diag = float(np.linalg.norm(X.max(0) - X.min(0)))
-    times: list[float] = []
-    try:
-        red = replay_bake(sim, cache, driver, cancel=cancel, step_seconds=times)
-    except SimulationError as e:
-        return {"skipped": f"the latent rollout failed: {e}"}
-    stats = error_stats(vertex_errors(red[1:], full[1 : len(red)]))
-    errs = stats["per_frame_max"]
-    return {
-        "bake": Path(cache.path).name,
-        "frames": int(len(errs)),
-        "max_error_m": stats["max"],
-        "mean_error_m": float(errs.mean()) if len(errs) else 0.0,
-        "max_error_rel": stats["max"] / diag if diag > 0 else 0.0,
-        "step_ms": float(1000 * np.mean(times)) if times else 0.0,
-    }
+
+    def make_sim(driver):
+        return LatentSimulation(
+            X,
+            T,
+            material,
+            sub.U,
+            decoder,
+            settings,
+            pinned=sub.pinned,
+            cubature=(cub.elements, cub.weights),
+            contact=contact,
+            colliders=driver.colliders(0),
+            encoder=encoder,
+            lbfgs_window=s.lbfgs_window,
+            lbfgs_tol=s.lbfgs_tolerance,
+            max_iters=s.lbfgs_max_iters,
+        )
+
+    return rollout_metrics(make_sim, cache, cancel=cancel)

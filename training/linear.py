@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from ..core import fem as _fem
-from ..core.bake import BakeSpec, setup_scenario
+from ..core.bake import BakeSpec
 from ..core.cache import BakeDataset
-from ..core.compare import error_stats, replay_bake, vertex_errors
+from ..core.compare import rollout_metrics
 from ..core.cubature import Cubature, optimized_cubature
-from ..core.errors import JobCancelled, NeuralRomError, SimulationError
+from ..core.errors import JobCancelled, NeuralRomError
 from ..core.models import save_linear_model
 from ..core.reduced import ReducedSimulation, surface_sample
 from ..core.sim import SimSettings, boundary_vertices
@@ -287,37 +287,21 @@ def train_linear(
 
 def _rollout_error(cache, X, T, material, sub, cub, contact, settings: SimSettings, cancel) -> dict:
     """Replay a held-out bake's scenario with the reduced model; errors against the bake."""
-    spec = BakeSpec.from_dict(cache.meta["spec"])
-    _, driver = setup_scenario(X, T, spec)
-    red = ReducedSimulation(
-        X,
-        T,
-        material,
-        sub.U,
-        settings,
-        pinned=sub.pinned,
-        cubature=(cub.elements, cub.weights),
-        contact=contact,
-        colliders=driver.colliders(0),
-    )
-    full = cache.channel("positions")
-    diag = float(np.linalg.norm(X.max(0) - X.min(0)))
-    times: list[float] = []
-    try:
-        reduced = replay_bake(red, cache, driver, cancel=cancel, step_seconds=times)
-    except SimulationError as e:
-        return {"skipped": f"the reduced rollout failed: {e}"}
-    # frame 0 is the initial state: the rollout error is that of the stepped frames
-    stats = error_stats(vertex_errors(reduced[1:], full[1 : len(reduced)]))
-    errs = stats["per_frame_max"]
-    return {
-        "bake": Path(cache.path).name,
-        "frames": int(len(errs)),
-        "max_error_m": stats["max"],
-        "mean_error_m": float(errs.mean()) if len(errs) else 0.0,
-        "max_error_rel": stats["max"] / diag if diag > 0 else 0.0,
-        "step_ms": float(1000 * np.mean(times)) if times else 0.0,
-    }
+
+    def make_sim(driver):
+        return ReducedSimulation(
+            X,
+            T,
+            material,
+            sub.U,
+            settings,
+            pinned=sub.pinned,
+            cubature=(cub.elements, cub.weights),
+            contact=contact,
+            colliders=driver.colliders(0),
+        )
+
+    return rollout_metrics(make_sim, cache, cancel=cancel)
 
 
 def _save_npz(path: Path, arrays: dict) -> None:
