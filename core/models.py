@@ -47,6 +47,28 @@ def settings_to_dict(s: SimSettings) -> dict:
     }
 
 
+def _subspace_payload(T, subspace, cubature, contact, material, settings) -> tuple[dict, dict]:
+    """Arrays and metadata every subspace model file has: basis, cubature, contact, physics."""
+    arrays = {
+        "X": subspace.X,
+        "T": np.asarray(T, dtype=np.int64),
+        "U": subspace.U,
+        "mass": subspace.mass,
+        "pinned": subspace.pinned,
+        "cubature_elements": cubature.elements,
+        "cubature_weights": cubature.weights,
+        "contact_vertices": np.asarray(contact[0], dtype=np.int64),
+        "contact_mass": np.asarray(contact[1], dtype=np.float64),
+    }
+    meta = {
+        "material": material.to_dict(),
+        "settings": settings_to_dict(settings),
+        "subspace": {"kind": subspace.kind, "k": subspace.k, "info": subspace.info},
+        "cubature": cubature.info,
+    }
+    return arrays, meta
+
+
 def save_linear_model(
     path: str | Path,
     *,
@@ -71,24 +93,8 @@ def save_linear_model(
     material, settings : the physics the model steps with
     metadata : training settings and metrics (JSON-able)
     """
-    arrays = {
-        "X": subspace.X,
-        "T": np.asarray(T, dtype=np.int64),
-        "U": subspace.U,
-        "mass": subspace.mass,
-        "pinned": subspace.pinned,
-        "cubature_elements": cubature.elements,
-        "cubature_weights": cubature.weights,
-        "contact_vertices": np.asarray(contact[0], dtype=np.int64),
-        "contact_mass": np.asarray(contact[1], dtype=np.float64),
-    }
-    meta = {
-        "material": material.to_dict(),
-        "settings": settings_to_dict(settings),
-        "subspace": {"kind": subspace.kind, "k": subspace.k, "info": subspace.info},
-        "cubature": cubature.info,
-        **(metadata or {}),
-    }
+    arrays, meta = _subspace_payload(T, subspace, cubature, contact, material, settings)
+    meta.update(metadata or {})
     return save_model(path, method=LINEAR, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
 
 
@@ -134,35 +140,22 @@ def save_autoencoder_model(
         )
     dec_arrays, dec_meta = decoder.to_arrays(prefix="dec_")
     enc_arrays, enc_meta = encoder.to_arrays(prefix="enc_") if encoder is not None else ({}, None)
-    arrays = {
-        "X": subspace.X,
-        "T": np.asarray(T, dtype=np.int64),
-        "U": subspace.U,
-        "mass": subspace.mass,
-        "pinned": subspace.pinned,
-        "cubature_elements": cubature.elements,
-        "cubature_weights": cubature.weights,
-        "contact_vertices": np.asarray(contact[0], dtype=np.int64),
-        "contact_mass": np.asarray(contact[1], dtype=np.float64),
-        **dec_arrays,
-        **enc_arrays,
-    }
-    meta = {
-        "material": material.to_dict(),
-        "settings": settings_to_dict(settings),
-        "subspace": {"kind": subspace.kind, "k": subspace.k, "info": subspace.info},
-        "cubature": cubature.info,
-        "decoder": dec_meta,
-        "encoder": enc_meta,
-        "latent_dim": int(decoder.in_dim),
-        "pca_dim": int(subspace.k),
-        "lbfgs": {
-            "window": DEFAULT_LBFGS_WINDOW,
-            "tolerance": DEFAULT_LBFGS_TOL,
-            "max_iters": DEFAULT_MAX_ITERS,
-        },
-        **(metadata or {}),
-    }
+    arrays, meta = _subspace_payload(T, subspace, cubature, contact, material, settings)
+    arrays.update(dec_arrays, **enc_arrays)
+    meta.update(
+        {
+            "decoder": dec_meta,
+            "encoder": enc_meta,
+            "latent_dim": int(decoder.in_dim),
+            "pca_dim": int(subspace.k),
+            "lbfgs": {
+                "window": DEFAULT_LBFGS_WINDOW,
+                "tolerance": DEFAULT_LBFGS_TOL,
+                "max_iters": DEFAULT_MAX_ITERS,
+            },
+            **(metadata or {}),
+        }
+    )
     return save_model(path, method=AUTOENCODER, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
 
 
