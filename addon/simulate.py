@@ -70,11 +70,11 @@ def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None =
     return out
 
 
-def _digest(colliders: list, forces: np.ndarray | None) -> str:
+def _digest(colliders: list, forces: np.ndarray | None, pins: np.ndarray | None = None) -> str:
     arr = np.array(
         [[c.radius, c.half_length, c.friction, *c.transform.ravel()] for c in colliders]
     ).reshape(len(colliders), 19)
-    return inputs_digest(arr, forces)
+    return inputs_digest(arr, forces, pins)
 
 
 def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
@@ -140,6 +140,11 @@ class Driver:
                 f"{len(obj.data.vertices)}; re-tetrahedralize, re-bake and re-train."
             )
         self.n_nodes = len(self.sim.X)
+        # pinned tet nodes in object space: they follow the object's animation, as in a bake
+        pinned = np.asarray(getattr(self.sim, "pinned", ()), dtype=np.int64)
+        self.pins_local = (
+            np.asarray(self.tets.mesh.X, dtype=np.float64)[pinned] if pinned.size else None
+        )
         self.frame_start = int(scene.frame_start)
         self.key = driver_key(obj, scene)
         self.cache = FrameCache(self.key)
@@ -148,8 +153,9 @@ class Driver:
 
     # ------------------------------------------------------------------ inputs
     def inputs(self, obj, scene, mats: np.ndarray | None = None):
-        """Colliders and poke forces of the frame now (or at collider ``mats``)."""
-        colliders = collider_inputs(scene_colliders(obj, scene), mats)
+        """Colliders, poke forces and pin targets of the frame now, or with the world
+        matrices ``mats`` ((1 + colliders, 4, 4): the object's, then its colliders')."""
+        colliders = collider_inputs(scene_colliders(obj, scene), None if mats is None else mats[1:])
         forces = None
         poke = _pokes.get(self.name)
         if poke is not None:
@@ -157,7 +163,10 @@ class Driver:
 
             idx, w, target, k, fmax = poke
             forces = poke_forces(self.sim.positions(), idx, w, target, k, fmax)
-        return colliders, forces
+        pins = None
+        if self.pins_local is not None:
+            pins = bm.to_world(self.pins_local, bm.matrix(obj) if mats is None else mats[0])
+        return colliders, forces, pins
 
     # ----------------------------------------------------------------- frames
     def reset(self, scene=None, obj=None) -> None:
@@ -178,10 +187,11 @@ class Driver:
     ) -> np.ndarray:
         """(n, 3) world tet-node positions at scene ``frame``, simulating what is missing.
 
-        Without ``sample``, the frame's colliders are the scene's now, and the frames
-        stepped on the way are sampled with :func:`blender_mesh.sample_matrices` when a
-        collider is animated. ``sample(first, last, obj, scene)`` instead gives the
-        colliders' matrices of frames first..last ((count, colliders, 4, 4)) for every frame.
+        Without ``sample``, the frame's colliders and pins are the scene's now, and the
+        frames stepped on the way are sampled with :func:`blender_mesh.sample_matrices` when
+        the object or a collider is animated. ``sample(first, last, obj, scene)`` instead
+        gives the matrices of the object and its colliders for frames first..last
+        ((count, 1 + colliders, 4, 4)).
         """
         from ..core.sim import FrameInputs
 
@@ -204,26 +214,28 @@ class Driver:
             mats = (sample or self._sample)(first + 1, frame - 1, obj, scene)
         for f in range(first + 1, frame + 1):
             if f == frame:
-                cols, forces = now
+                cols, forces, pins = now
             else:
-                cols, forces = self.inputs(
+                cols, forces, pins = self.inputs(
                     obj, scene, None if mats is None else mats[f - first - 1]
                 )
             t0 = time.perf_counter()
-            self.sim.step(FrameInputs(forces=forces, colliders=cols))
+            self.sim.step(FrameInputs(forces=forces, colliders=cols, pin_targets=pins))
             self.step_seconds.append(time.perf_counter() - t0)
-            self.cache.put(f, self.sim.get_state(), self.sim.positions(), _digest(cols, forces))
+            self.cache.put(
+                f, self.sim.get_state(), self.sim.positions(), _digest(cols, forces, pins)
+            )
         return self.cache.get(frame).positions
 
     @staticmethod
     def _sample(first: int, last: int, obj, scene) -> np.ndarray | None:
         global _busy
-        cols = scene_colliders(obj, scene)
-        if not any(bm.is_animated(c) for c in cols):
+        objs = [obj, *scene_colliders(obj, scene)]
+        if not any(bm.is_animated(o) for o in objs):
             return None
         _busy, was = True, _busy
         try:
-            return bm.sample_matrices(scene, cols, range(first, last + 1))
+            return bm.sample_matrices(scene, objs, range(first, last + 1))
         finally:
             _busy = was
 
@@ -374,7 +386,7 @@ def export_simulation_pc2(
     f0 = scene.frame_start
 
     def sample(first, last, _obj, _scene):
-        return np.asarray(mats[first - f0 : last - f0 + 1, 1:])
+        return np.asarray(mats[first - f0 : last - f0 + 1])
 
     def frames() -> Iterator[np.ndarray]:
         for f in range(start, end + 1):

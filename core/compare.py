@@ -36,10 +36,15 @@ def initial_state(sim, x0: np.ndarray, v0: np.ndarray, f0: np.ndarray | None = N
     x0 = np.asarray(x0, dtype=np.float64)
     v0 = np.asarray(v0, dtype=np.float64)
     if hasattr(sim, "U") and hasattr(sim, "M_red"):
+        pose = sim.frame_of(x0) if hasattr(sim, "frame_of") else None
+        if pose is not None and not pose.is_identity:  # pins moved: start in their frame
+            x0, v0 = (x0 - pose.c) @ pose.R, v0 @ pose.R
         m3 = np.repeat(np.asarray(sim.mass, dtype=np.float64), 3)
         rhs = sim.U.T @ np.stack([m3 * (x0 - sim.X).ravel(), m3 * v0.ravel()], axis=1)
         q, qdot = np.linalg.solve(sim.M_red, rhs).T
         sim.reset(q=q, qdot=qdot)
+        if pose is not None and not pose.is_identity:
+            sim.place_frame(pose)
         if f0 is not None and hasattr(sim, "project_forces"):
             sim.f_ext = sim.project_forces(f0)
         return
@@ -64,8 +69,8 @@ def replay_bake(
     """Replay a bake's scenario with a reduced simulator.
 
     Starts from the scenario's initial state (:func:`initial_state`) and steps every
-    committed frame of the bake with that frame's external forces and colliders. Pin
-    targets are not passed: a reduced model holds its pins at rest.
+    committed frame of the bake with that frame's external forces, colliders and pin
+    targets (a reduced model follows pins that move rigidly).
 
     Parameters
     ----------
@@ -112,7 +117,9 @@ def replay_bake(
         if cancel is not None and cancel():
             raise JobCancelled("Cancelled while replaying the bake with the reduced model.")
         inp = driver.inputs(f)
-        rep = sim.step(FrameInputs(forces=inp.forces, colliders=inp.colliders))
+        rep = sim.step(
+            FrameInputs(forces=inp.forces, colliders=inp.colliders, pin_targets=inp.pin_targets)
+        )
         if step_seconds is not None:
             step_seconds.append(float(getattr(rep, "wall_time", 0.0)))
         out[f] = sim.positions()

@@ -43,6 +43,7 @@ import scipy.linalg as sla
 from . import fem as _fem
 from .colliders import Collider, contact_energy
 from .errors import SimulationError
+from .frame import FrameMixin
 from .nnet import MLP
 from .reduced import _slice_material, run_frame, surface_sample
 from .sim import FrameInputs, SimSettings, StepReport, boundary_vertices
@@ -64,7 +65,7 @@ _NOISE = 1e-14
 _MAX_BACKTRACKS = 40
 
 
-class LatentSimulation:
+class LatentSimulation(FrameMixin):
     """Implicit Euler in an autoencoder's latent space, with cubature (Fulton 2019).
 
     Follows :class:`.reduced.Simulator`. ``StepReport.newton_iters`` counts **L-BFGS
@@ -82,7 +83,8 @@ class LatentSimulation:
         ``phi``: latent (r,) -> PCA coordinates (k,).
     settings : SimSettings
     pinned : (p,) int array
-        Pinned vertices (held at rest: the basis cannot move them).
+        Pinned vertices: the basis keeps them at rest; ``FrameInputs.pin_targets`` moves
+        them rigidly, the whole simulation following in their frame (:mod:`.frame`).
     cubature : (elements (c,), weights (c,)) or None
         None uses every element with weight 1 (exact, for tests and small meshes).
     contact : (vertices (s,), masses (s,)) or None
@@ -245,6 +247,7 @@ class LatentSimulation:
             raise SimulationError(f"qdot has shape {self.qdot.shape}; expected ({self.k},).")
         self.frame = 0
         self.f_ext = np.zeros(self.k)
+        self._reset_frame()
 
     def get_state(self) -> dict:
         return {
@@ -254,6 +257,7 @@ class LatentSimulation:
             "frame": self.frame,
             "f_ext": self.f_ext.copy(),
             "colliders": [c.to_dict() for c in self.colliders],
+            **self._frame_state(),
         }
 
     def set_state(self, state: dict) -> None:
@@ -263,10 +267,12 @@ class LatentSimulation:
         self.frame = int(state["frame"])
         self.f_ext = np.array(state["f_ext"], dtype=float)
         self.colliders = [Collider(**c) for c in state["colliders"]]
+        self._set_frame_state(state)
 
     def positions(self) -> np.ndarray:
-        """(n, 3) positions ``psi(z) = X + U phi(z)``, metres."""
-        return self.X + (self.U @ self.q).reshape(-1, 3)
+        """(n, 3) world positions ``R psi(z) + c = R (X + U phi(z)) + c``, metres (``R, c``:
+        the pins' frame, the identity unless pins moved)."""
+        return self.world(self.X + (self.U @ self.q).reshape(-1, 3))
 
     # ------------------------------------------------------------------- encoding
     def _project(self, d: np.ndarray) -> np.ndarray:
@@ -398,15 +404,20 @@ class LatentSimulation:
         fun = self._objective(h, f_ext, cols)
         return lambda z: fun(np.asarray(z, dtype=float))[:3]
 
-    def _objective(self, h: float, f_ext: np.ndarray, cols):
-        """``z -> (E, dE/dz, q, |E|-scale)``; the scale (sum of the terms' magnitudes, J)
-        sizes the rounding noise of E for the line search."""
+    def _objective(self, h: float, f_ext: np.ndarray, cols, pose=None):
+        """``z -> (E, dE/dz, q, |E|-scale)`` of a step into the pin frame ``pose`` (None: it
+        stays); the scale (sum of the terms' magnitudes, J) sizes the rounding noise of E
+        for the line search."""
         s = self.settings
-        f = f_ext + self.f_gravity
         q_n = self.q
-        q_tilde = q_n + h * self.qdot  # 2 q_n - q_{n-1}
+        # q~ = 2 q_n - q_{n-1} = q_n + h qdot_n unless the pin frame moves (then .frame's)
+        q_tilde, q_damp, f_grav, cols = self.step_terms(h, pose, cols)
+        f = f_ext + f_grav
         Mr = self.M_red
         D = s.damping_alpha * Mr  # Rayleigh damping, frozen over the step
+        # mass damping pulls towards q_d: the linear term (q - q_n) . d_off of
+        # alpha/(2h) |q - q_d|^2_M~ expanded about q_n (zero unless the pin frame moves)
+        d_off = np.zeros(self.k) if q_damp is q_n else D @ (q_n - q_damp)
         if s.damping_beta > 0:
             D = D + s.damping_beta * self._elastic_hessian(q_n)
         decoder = self.decoder
@@ -418,8 +429,14 @@ class LatentSimulation:
             e_el, g_el = self._elastic(q)
             e_c, g_c = self._contact(q, cols)
             Mdq, Ddn = Mr @ dq, D @ dn
-            terms = (0.5 / h**2 * (dq @ Mdq), e_el, -(f @ q), e_c, 0.5 / h * (dn @ Ddn))
-            g_q = Mdq / h**2 + g_el - f + g_c + Ddn / h
+            terms = (
+                0.5 / h**2 * (dq @ Mdq),
+                e_el,
+                -(f @ q),
+                e_c,
+                0.5 / h * (dn @ Ddn) + (dn @ d_off) / h,
+            )
+            g_q = Mdq / h**2 + g_el - f + g_c + (Ddn + d_off) / h
             # eq. (13): J^T of the q-gradient, by ONE vector-Jacobian product
             return sum(terms), decoder.vjp(z, g_q)[1], q, sum(abs(t) for t in terms)
 
@@ -443,14 +460,15 @@ class LatentSimulation:
     def step(self, inputs: FrameInputs | None = None) -> StepReport:
         """Advance one frame (``settings.substeps`` latent implicit Euler steps).
 
-        ``inputs.forces`` are projected onto the PCA basis; ``inputs.pin_targets`` must stay
-        at rest (the basis keeps pinned DOFs zero). ``newton_iters`` of the report counts
+        ``inputs.forces`` are projected onto the PCA basis; ``inputs.pin_targets`` must be a
+        rigid motion of the rest pins (see :mod:`.frame`). ``newton_iters`` of the report counts
         L-BFGS iterations.
         """
         return run_frame(self, inputs, self._implicit_euler, "Latent")
 
-    def _implicit_euler(self, h: float, f_ext: np.ndarray, colliders) -> StepReport:
-        """One step of eq. (12) by preconditioned L-BFGS (sec. 5.2); updates the state.
+    def _implicit_euler(self, h: float, f_ext: np.ndarray, colliders, pose=None) -> StepReport:
+        """One step of eq. (12) into the pin frame ``pose`` (None: it stays) by
+        preconditioned L-BFGS (sec. 5.2); updates the state.
 
         The line search accepts Armijo steps, or, where E changes by less than its rounding
         noise, steps that satisfy Hager & Zhang's approximate Wolfe condition
@@ -461,7 +479,7 @@ class LatentSimulation:
         """
         rep = StepReport(substeps=1)
         t0 = time.perf_counter()
-        fun = self._objective(h, f_ext, colliders)
+        fun = self._objective(h, f_ext, colliders, pose)
         z = self.z.copy()  # warm start
         e, g, q, e_abs = fun(z)
         rep.timings["derivatives"] += time.perf_counter() - t0
@@ -527,6 +545,7 @@ class LatentSimulation:
         if np.all(np.isfinite(q)) and (rep.converged or rep.line_search_ok):
             self.qdot = (q - self.q) / h
             self.z, self.q = z, q
+            self._advance_frame(pose)
         return rep
 
 

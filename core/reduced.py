@@ -30,6 +30,7 @@ from scipy.spatial import cKDTree
 from . import fem as _fem
 from .colliders import Collider, contact_energy
 from .errors import SimulationError
+from .frame import IDENTITY, FrameMixin, interpolate
 from .sim import FrameInputs, SimSettings, StepReport, boundary_vertices
 
 #: A Newton step solved with the last factorized Hessian (a chord step) is taken when it is at
@@ -93,7 +94,7 @@ def surface_sample(
     return surface[chosen], weights
 
 
-class ReducedSimulation:
+class ReducedSimulation(FrameMixin):
     """Backward Euler in a linear subspace with cubature.
 
     Parameters
@@ -106,7 +107,8 @@ class ReducedSimulation:
         Basis; rows of pinned DOFs must be zero.
     settings : SimSettings
     pinned : (p,) int array
-        Pinned vertices (held at rest: the basis cannot move them).
+        Pinned vertices: the basis keeps them at rest; ``FrameInputs.pin_targets`` moves
+        them rigidly, the whole simulation following in their frame (:mod:`.frame`).
     cubature : (elements (c,), weights (c,)) or None
         None uses every element with weight 1 (exact, for testing and small meshes).
     contact : (vertices (s,), masses (s,)) or None
@@ -195,6 +197,7 @@ class ReducedSimulation:
         self.qdot = np.zeros(self.k) if qdot is None else np.array(qdot, dtype=float)
         self.frame = 0
         self.f_ext = np.zeros(self.k)
+        self._reset_frame()
 
     def get_state(self) -> dict:
         return {
@@ -203,6 +206,7 @@ class ReducedSimulation:
             "frame": self.frame,
             "f_ext": self.f_ext.copy(),
             "colliders": [c.to_dict() for c in self.colliders],
+            **self._frame_state(),
         }
 
     def set_state(self, state: dict) -> None:
@@ -211,10 +215,11 @@ class ReducedSimulation:
         self.frame = int(state["frame"])
         self.f_ext = np.array(state["f_ext"], dtype=float)
         self.colliders = [Collider(**c) for c in state["colliders"]]
+        self._set_frame_state(state)
 
     def positions(self) -> np.ndarray:
-        """(n, 3) positions ``X + U q``, metres."""
-        return self.X + (self.U @ self.q).reshape(-1, 3)
+        """(n, 3) world positions ``R (X + U q) + c``, metres (``R, c``: the pins' frame)."""
+        return self.world(self.X + (self.U @ self.q).reshape(-1, 3))
 
     def project_forces(self, forces: np.ndarray) -> np.ndarray:
         """Reduced external force ``U^T f`` of per-vertex forces (n, 3); only loaded rows cost."""
@@ -269,13 +274,14 @@ class ReducedSimulation:
     def step(self, inputs: FrameInputs | None = None) -> StepReport:
         """Advance one frame (``settings.substeps`` reduced backward Euler steps).
 
-        ``inputs.forces`` are projected onto the basis; ``inputs.pin_targets`` must stay at
-        rest (a linear basis with fixed pinned DOFs cannot move pins).
+        ``inputs.forces`` are projected onto the basis; ``inputs.pin_targets`` must be a rigid
+        motion of the rest pins (see :mod:`.frame`).
         """
         return run_frame(self, inputs, self._backward_euler, "Reduced")
 
-    def _backward_euler(self, h: float, f_ext: np.ndarray, colliders) -> StepReport:
-        """One reduced backward Euler step: Newton on the incremental potential.
+    def _backward_euler(self, h: float, f_ext: np.ndarray, colliders, pose=None) -> StepReport:
+        """One reduced backward Euler step into the pin frame ``pose`` (None: it stays):
+        Newton on the incremental potential.
 
         The Newton matrix is the exact reduced Hessian ``M~/h^2 + D~/h + U^T H U`` whenever
         it is positive definite (the mass term usually makes it so), which converges
@@ -291,11 +297,14 @@ class ReducedSimulation:
         one gradient; far from it the iteration is Newton's.
         """
         s = self.settings
-        q_n, qd_n = self.q, self.qdot
-        q_tilde = q_n + h * qd_n
-        f = f_ext + self.f_gravity
+        q_n = self.q
+        q_tilde, q_damp, f_grav, colliders = self.step_terms(h, pose, colliders)
+        f = f_ext + f_grav
         M_h = self.M_red / h**2
         D_h = self.M_red * (s.damping_alpha / h)  # Rayleigh damping / h, frozen over the step
+        # mass damping pulls towards q_d (q_n unless the pin frame moves): the linear term
+        # (q - q_n) . d_off of alpha/(2h) |q - q_d|^2_M~ about q_n
+        d_off = None if q_damp is q_n else D_h @ (q_n - q_damp)
         if s.damping_beta > 0:
             D_h = D_h + (s.damping_beta / h) * self._elastic(q_n, 2)[2]
         A_0 = M_h + D_h
@@ -307,6 +316,9 @@ class ReducedSimulation:
             e_el, g_el, H_el = self._elastic(q, order, project)
             e_c, g_c, H_c = self._contact(q, colliders)
             e = 0.5 * (q - q_tilde) @ Mdq + 0.5 * (q - q_n) @ Ddn + e_el - f @ q + e_c
+            if d_off is not None:
+                e += (q - q_n) @ d_off
+                Ddn = Ddn + d_off
             if order < 1:
                 return e, None, None
             g = Mdq + Ddn + g_el - f
@@ -402,6 +414,7 @@ class ReducedSimulation:
         if np.all(np.isfinite(q)) and (rep.converged or rep.line_search_ok):
             self.qdot = (q - q_n) / h
             self.q = q
+            self._advance_frame(pose)
         return rep
 
 
@@ -422,31 +435,45 @@ def _slice_material(material: _fem.Material, elements: np.ndarray, m: int) -> _f
 
 def run_frame(sim, inputs: FrameInputs | None, substep, what: str) -> StepReport:
     """One frame of a subspace simulator: checks the inputs, interpolates the reduced forces
-    over ``settings.substeps`` calls of ``substep(h, f_ext, colliders)``, and restores the
-    state if a substep diverges. Shared by the linear and the latent (autoencoder) runtimes.
+    and the pin targets over ``settings.substeps`` calls of ``substep(h, f_ext, colliders,
+    pose)`` (``pose``: the pins' frame at the end of the substep, None when the pins do not
+    move), and restores the state if a substep diverges. Shared by the linear and the latent
+    (autoencoder) runtimes.
     """
     t0 = time.perf_counter()
     inputs = inputs or FrameInputs()
     s = sim.settings
+    n_sub = int(s.substeps)
+    poses = [None] * n_sub
+    p1 = sim.pin_targets
     if inputs.pin_targets is not None and sim.pinned.size:
-        p = np.asarray(inputs.pin_targets, dtype=float).reshape(-1, 3)
-        if np.abs(p - sim.X[sim.pinned]).max() > 1e-9 * sim.length_scale:
-            raise SimulationError(
-                "This reduced model keeps pinned vertices at rest; animated pins need a model "
-                "trained with them moving (full-space bakes play them back)."
+        p1 = np.asarray(inputs.pin_targets, dtype=float).reshape(-1, 3)
+        p0 = sim.pin_targets
+        if not np.array_equal(p1, p0):
+            frame = sim.pin_frame()
+            end = (
+                IDENTITY
+                if np.array_equal(p1, frame.rest_pins)
+                else frame.fit(p1, sim.pose, sim.frame + 1)
             )
-    f1 = sim.f_ext if inputs.forces is None else sim.project_forces(inputs.forces)
+            # substeps move the frame rigidly (screw interpolation), not the targets linearly
+            centre = frame.rest_pins.mean(0)
+            poses = [interpolate(sim.pose, end, (i + 1) / n_sub, centre) for i in range(n_sub)]
+    end = poses[-1] or sim.pose
+    forces = inputs.forces
+    if forces is not None and not end.is_identity:
+        forces = np.asarray(forces, dtype=float).reshape(-1, 3) @ end.R  # into the pin frame
+    f1 = sim.f_ext if forces is None else sim.project_forces(forces)
     if not np.all(np.isfinite(f1)):
         raise SimulationError(f"The forces of frame {sim.frame + 1} are not finite.")
     cols = sim.colliders if inputs.colliders is None else list(inputs.colliders)
     saved = sim.get_state()
     report = StepReport()
-    n_sub = int(s.substeps)
     h = s.dt / n_sub
     f0 = sim.f_ext
     for i in range(n_sub):
         w = (i + 1) / n_sub
-        sub = substep(h, (1 - w) * f0 + w * f1, cols)
+        sub = substep(h, (1 - w) * f0 + w * f1, cols, poses[i])
         report.merge(sub)
         if not (sub.converged or sub.line_search_ok):
             sim.set_state(saved)
@@ -454,7 +481,7 @@ def run_frame(sim, inputs: FrameInputs | None, substep, what: str) -> StepReport
                 f"{what} frame {sim.frame + 1} diverged: lower dt, raise substeps or soften "
                 "pokes and colliders."
             )
-    sim.f_ext, sim.colliders = f1, cols
+    sim.f_ext, sim.colliders, sim.pin_targets = f1, cols, np.array(p1, dtype=float)
     sim.frame += 1
     report.wall_time = time.perf_counter() - t0
     return report

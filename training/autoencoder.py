@@ -39,6 +39,7 @@ from ..core.cache import BakeDataset
 from ..core.compare import rollout_metrics
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
+from ..core.frame import to_pin_frame
 from ..core.latent import LatentSimulation
 from ..core.models import save_autoencoder_model
 from ..core.nnet import MLP
@@ -304,7 +305,8 @@ def train_autoencoder(
     def frames_of(indices):
         chunks = [np.asarray(ds[int(i)].channel("positions")) for i in indices]
         allx = np.concatenate(chunks) if chunks else np.zeros((0,) + X.shape)
-        return allx[_even(len(allx), s.max_frames)]
+        # bakes whose pins move rigidly are learnt in the pins' frame (core.frame)
+        return to_pin_frame(allx[_even(len(allx), s.max_frames)], X, pinned)
 
     say(0.02, "loading bakes")
     train_x = frames_of(train_idx)

@@ -21,6 +21,7 @@ from ..core.cache import BakeDataset
 from ..core.compare import rollout_metrics
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
+from ..core.frame import to_pin_frame
 from ..core.models import save_linear_model
 from ..core.reduced import ReducedSimulation, surface_sample
 from ..core.sim import SimSettings, boundary_vertices
@@ -162,7 +163,8 @@ def train_linear(
     def frames_of(indices, count):
         chunks = [np.asarray(ds[int(i)].channel("positions")) for i in indices]
         allx = np.concatenate(chunks) if chunks else np.zeros((0,) + X.shape)
-        return allx[_even(len(allx), count)]
+        # bakes whose pins move rigidly are learnt in the pins' frame (core.frame)
+        return to_pin_frame(allx[_even(len(allx), count)], X, pinned)
 
     say(0.02, "loading bakes")
     train_x = frames_of(train_idx, s.max_frames)

@@ -1,0 +1,203 @@
+"""Animated pins in subspace models: the moving pin frame (core/frame.py).
+
+The frame is exact: with every free DOF in the basis and no cubature, a reduced simulation
+whose pins translate and turn reproduces the full-space simulation with the same pin targets
+to solver tolerance (inertia, fictitious forces, mass damping, gravity, colliders).
+"""
+
+import numpy as np
+import pytest
+from neural_rom.core.colliders import Collider
+from neural_rom.core.errors import SimulationError
+from neural_rom.core.fem import Material
+from neural_rom.core.frame import IDENTITY, Pose, fit_pose, interpolate, to_pin_frame
+from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.latent import LatentSimulation
+from neural_rom.core.nnet import MLP
+from neural_rom.core.reduced import ReducedSimulation
+from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
+
+from .test_reduced import full_basis
+
+
+def rotation(axis, angle):
+    axis = np.asarray(axis, float) / np.linalg.norm(axis)
+    K = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    return np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * K @ K
+
+
+def bar():
+    X, T = grid_tetmesh((0.4, 0.1, 0.1), (4, 1, 1))
+    mat = Material(youngs_modulus=5e4, poisson_ratio=0.4, density=1000.0)
+    return X, T, mat, np.flatnonzero(X[:, 0] < 1e-9)
+
+
+def pin_path(X, pinned, frames, spin=0.5, shift=(0.05, -0.1, 0.08)):
+    """Pin targets (frames+1, p, 3): the clamped end swings about a tilted axis through the
+    pins' centre and slides, smoothly from rest."""
+    centre = X[pinned].mean(0)
+    out = []
+    for f in range(frames + 1):
+        s = 0.5 - 0.5 * np.cos(np.pi * f / frames)  # eases 0 -> 1
+        R = rotation((0.3, 1.0, 0.4), spin * s)
+        out.append((X[pinned] - centre) @ R.T + centre + s * np.asarray(shift))
+    return np.array(out)
+
+
+def test_fit_pose_recovers_rigid_motions_and_keeps_free_spin():
+    rng = np.random.default_rng(0)
+    P = rng.normal(size=(7, 3))
+    R, c = rotation(rng.normal(size=3), 2.0), rng.normal(size=3)
+    pose, res = fit_pose(P, P @ R.T + c)
+    np.testing.assert_allclose(pose.R, R, atol=1e-8)
+    np.testing.assert_allclose(pose.c, c, atol=1e-8)
+    assert res < 1e-8
+    # one point leaves the rotation free: it stays the guess's
+    guess = Pose(rotation((0, 0, 1), 0.3), np.zeros(3))
+    pose, res = fit_pose(P[:1], P[:1] + c, guess)
+    np.testing.assert_allclose(pose.R, guess.R, atol=1e-7)
+    assert res < 1e-9
+    # points on a line: the spin about the line is the guess's, the line is matched
+    line = np.outer(np.linspace(0, 1, 4), [1.0, 0, 0])
+    Rl = rotation((0, 0, 1), 0.7)  # turns the line; spin about it is undetermined
+    pose, res = fit_pose(line, line @ Rl.T, IDENTITY)
+    assert res < 1e-8
+    np.testing.assert_allclose(pose.R, Rl, atol=1e-6)  # the least rotation that does it
+    # stretched pins are not rigid: a residual the caller refuses
+    assert fit_pose(P, 1.1 * P)[1] > 0.01
+
+
+def test_interpolate_turns_about_the_relative_axis():
+    a = Pose(rotation((1, 0, 0), 0.2), np.array([0.0, 1.0, 0.0]))
+    b = Pose(rotation((0, 1, 1), 1.9) @ a.R, np.array([1.0, 0.0, 2.0]))
+    x = np.array([0.3, -0.2, 0.5])
+    m = interpolate(a, b, 0.5, x)
+    half = rotation((0, 1, 1), 0.95) @ a.R
+    np.testing.assert_allclose(m.R, half, atol=1e-12)
+    np.testing.assert_allclose(m.R @ x + m.c, 0.5 * (a.R @ x + a.c + b.R @ x + b.c), atol=1e-12)
+    assert interpolate(a, b, 1.0) is b and interpolate(a, b, 0.0) is a
+    # a half turn (the axis-angle map's singular point) still interpolates to a rotation
+    c = Pose(rotation((1, 2, 3), np.pi), np.zeros(3))
+    q = interpolate(IDENTITY, c, 0.5)
+    np.testing.assert_allclose(q.R @ q.R.T, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(q.R @ q.R, c.R, atol=1e-9)
+
+
+@pytest.mark.parametrize("substeps", [1, 3])
+def test_full_basis_follows_moving_pins_like_full_space(substeps):
+    """Swinging, sliding clamp with gravity, mass damping and a floor: the frame's inertial
+    (centrifugal, Coriolis, Euler) terms make the reduced step the full-space step."""
+    X, T, mat, pinned = bar()
+    s = SimSettings(dt=1 / 24, substeps=substeps, newton_tol=1e-11, damping_alpha=0.8)
+    floor = [Collider("plane", transform=np.eye(4) @ np.diag([1, 1, 1, 1.0]))]
+    floor[0].transform[2, 3] = -0.12
+    full = Simulation(X, T, mat, s, pinned=pinned, colliders=floor)
+    red = ReducedSimulation(
+        X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned, colliders=floor
+    )
+    path = pin_path(X, pinned, 10)
+    if substeps > 1:  # the full space interpolates targets linearly: keep substeps rigid
+        path = pin_path(X, pinned, 10, spin=0.0)
+    for f in range(1, 11):
+        full.step(FrameInputs(pin_targets=path[f]))
+        red.step(FrameInputs(pin_targets=path[f]))
+        np.testing.assert_allclose(red.positions(), full.x, atol=2e-8)
+    assert not red.pose.is_identity
+    assert np.abs(full.x - X).max() > 0.09  # it moved far
+    assert full.x[:, 2].min() < -0.08  # down to the floor
+
+
+def test_stiffness_damping_and_forces_with_translating_pins():
+    X, T, mat, pinned = bar()
+    s = SimSettings(dt=1 / 24, newton_tol=1e-11, damping_alpha=0.3, damping_beta=0.01)
+    full = Simulation(X, T, mat, s, pinned=pinned)
+    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
+    path = pin_path(X, pinned, 8, spin=0.0, shift=(0.0, 0.3, 0.2))
+    f = np.zeros_like(X)
+    f[-1] = (0.0, 0.0, 0.5)
+    for k in range(1, 9):
+        full.step(FrameInputs(pin_targets=path[k], forces=f))
+        red.step(FrameInputs(pin_targets=path[k], forces=f))
+    np.testing.assert_allclose(red.positions(), full.x, atol=2e-8)
+
+
+def test_latent_identity_decoder_follows_moving_pins():
+    X, T, mat, pinned = bar()
+    s = SimSettings(dt=1 / 24, newton_tol=1e-11, damping_alpha=0.5)
+    U = full_basis(X, T, mat, pinned)
+    k = U.shape[1]
+    lat = LatentSimulation(
+        X,
+        T,
+        mat,
+        U,
+        MLP([np.eye(k)], [np.zeros(k)], ["identity"]),
+        s,
+        pinned=pinned,
+        lbfgs_tol=1e-12,
+        max_iters=2000,
+    )
+    red = ReducedSimulation(X, T, mat, U, s, pinned=pinned)
+    path = pin_path(X, pinned, 6)
+    for f in range(1, 7):
+        lat.step(FrameInputs(pin_targets=path[f]))
+        red.step(FrameInputs(pin_targets=path[f]))
+    np.testing.assert_allclose(lat.positions(), red.positions(), atol=1e-6)
+
+
+def test_state_round_trip_in_a_moving_frame_and_return_to_static():
+    X, T, mat, pinned = bar()
+    s = SimSettings(dt=1 / 24, damping_alpha=1.0)
+    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
+    path = pin_path(X, pinned, 6)
+    for f in range(1, 4):
+        red.step(FrameInputs(pin_targets=path[f]))
+    st = red.get_state()
+    for f in range(4, 7):
+        red.step(FrameInputs(pin_targets=path[f]))
+    a = red.positions()
+    red.set_state(st)
+    for f in range(4, 7):
+        red.step(FrameInputs(pin_targets=path[f]))
+    np.testing.assert_array_equal(red.positions(), a)
+    # pins held at the last target: the frame stays put, the bar settles hanging from it
+    for _ in range(120):
+        red.step(FrameInputs(pin_targets=path[6]))
+    np.testing.assert_allclose(red.positions()[pinned], path[6], atol=1e-9)
+    v = (red.U @ red.qdot).reshape(-1, 3)
+    assert np.abs(v).max() < 1e-3
+
+
+def test_non_rigid_pin_targets_are_refused_and_change_nothing():
+    X, T, mat, pinned = bar()
+    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), SimSettings(), pinned=pinned)
+    red.step()
+    st = red.get_state()
+    centre = X[pinned].mean(0)
+    with pytest.raises(SimulationError, match="rigidly"):
+        red.step(FrameInputs(pin_targets=(X[pinned] - centre) * 1.2 + centre))
+    after = red.get_state()
+    assert after.keys() == st.keys()
+    np.testing.assert_array_equal(after["q"], st["q"])
+    assert after["frame"] == st["frame"]
+
+
+def test_to_pin_frame_undoes_the_pins_motion():
+    X, T, mat, pinned = bar()
+    path = pin_path(X, pinned, 5)
+    rng = np.random.default_rng(3)
+    ys_true = [X]
+    xs = [X]
+    for f in range(1, 6):
+        pose, _ = fit_pose(X[pinned], path[f])
+        y = X + 0.01 * rng.normal(size=X.shape) * (X[:, :1] > 0)  # pins stay at rest in y
+        ys_true.append(y)
+        xs.append(pose.apply(y))
+    xs = np.array(xs)
+    ys = to_pin_frame(xs, X, pinned)
+    np.testing.assert_allclose(ys, np.array(ys_true), atol=1e-9)
+    np.testing.assert_array_equal(ys[0], X)
+    bent = xs.copy()
+    bent[3, pinned] *= 1.05
+    with pytest.raises(SimulationError, match="non-rigidly"):
+        to_pin_frame(bent, X, pinned)
