@@ -41,12 +41,11 @@ import numpy as np
 import scipy.linalg as sla
 
 from . import fem as _fem
-from .colliders import Collider, contact_energy
+from .colliders import Collider
 from .errors import SimulationError
-from .frame import FrameMixin
 from .nnet import MLP
-from .reduced import _slice_material, run_frame, surface_sample
-from .sim import FrameInputs, SimSettings, StepReport, boundary_vertices
+from .reduced import SubspaceModel, run_frame
+from .sim import FrameInputs, SimSettings, StepReport
 
 __all__ = ["DEFAULT_LBFGS_TOL", "DEFAULT_LBFGS_WINDOW", "DEFAULT_MAX_ITERS", "LatentSimulation"]
 
@@ -65,7 +64,7 @@ _NOISE = 1e-14
 _MAX_BACKTRACKS = 40
 
 
-class LatentSimulation(FrameMixin):
+class LatentSimulation(SubspaceModel):
     """Implicit Euler in an autoencoder's latent space, with cubature (Fulton 2019).
 
     Follows :class:`.reduced.Simulator`. ``StepReport.newton_iters`` counts **L-BFGS
@@ -133,15 +132,8 @@ class LatentSimulation(FrameMixin):
         max_iters: int = DEFAULT_MAX_ITERS,
         preconditioner: bool = True,
     ) -> None:
-        self.settings = settings or SimSettings()
-        self.settings.validate()
-        self.X = np.ascontiguousarray(X, dtype=np.float64)
-        T = np.ascontiguousarray(T, dtype=np.int64)
-        n = len(self.X)
-        self.U = np.ascontiguousarray(U, dtype=np.float64)
-        if self.U.ndim != 2 or self.U.shape[0] != 3 * n:
-            raise SimulationError(f"Basis has shape {self.U.shape}; expected ({3 * n}, k).")
-        self.k = k = self.U.shape[1]
+        self._setup(X, T, material, U, settings, pinned, cubature, contact, colliders)
+        k = self.k
         if decoder.out_dim != k:
             raise SimulationError(
                 f"The decoder outputs {decoder.out_dim} PCA coordinates but the basis has {k} "
@@ -161,53 +153,7 @@ class LatentSimulation(FrameMixin):
             )
         self.lbfgs_window, self.lbfgs_tol = int(lbfgs_window), float(lbfgs_tol)
         self.max_iters, self.use_preconditioner = int(max_iters), bool(preconditioner)
-        self.pinned = np.unique(np.asarray(pinned, dtype=np.int64))
-        if self.pinned.size:
-            rows = (3 * self.pinned[:, None] + np.arange(3)).ravel()
-            if np.abs(self.U[rows]).max() > 0:
-                raise SimulationError(
-                    "The basis moves pinned vertices; pinned DOFs must be zero in U."
-                )
-        material.validate()
-        self.mass = np.asarray(_fem.mass_matrix(self.X, T, material.density, lumped=True))
-        m3 = np.repeat(self.mass, 3)
-        self.M_red = self.U.T @ (m3[:, None] * self.U)  # eq. (11)
-        g = np.asarray(self.settings.gravity, dtype=float)
-        self.f_gravity = self.U.T @ (m3 * np.tile(g, n))
-        # the cubature sub-mesh (eq. 17): a step never touches the other elements
-        if cubature is None:
-            elements, weights = np.arange(len(T)), np.ones(len(T))
-        else:
-            elements = np.asarray(cubature[0], dtype=np.int64)
-            weights = np.asarray(cubature[1], dtype=np.float64)
-            if elements.shape != weights.shape or np.any(weights < 0):
-                raise SimulationError(
-                    "Cubature needs matching element and non-negative weight arrays."
-                )
-        self.elements, self.weights = elements, weights
-        verts, inv = np.unique(T[elements].ravel(), return_inverse=True)
-        T_sub = inv.reshape(-1, 4)
-        self.sub_vertices = verts
-        self.sub_fem = _fem.TetFEM(
-            self.X[verts], T_sub, _slice_material(material, elements, len(T))
-        )
-        self.U_sub = self.U.reshape(n, 3, k)[verts]  # (v, 3, k)
-        self.U_elem = self.U_sub[T_sub].reshape(len(elements), 12, k)  # (c, 12, k)
         self.K0_red = self._elastic_hessian(np.zeros(k))  # K~_0 of eq. (15), by cubature
-        if contact is None:
-            contact = surface_sample(self.X, boundary_vertices(T), self.mass)
-        self.contact_vertices = np.asarray(contact[0], dtype=np.int64)
-        self.contact_mass = np.asarray(contact[1], dtype=np.float64)
-        self.U_contact = self.U.reshape(n, 3, k)[self.contact_vertices]
-        self.colliders = list(colliders or [])
-        L = float(np.linalg.norm(self.X.max(0) - self.X.min(0)))
-        self.length_scale = L if L > 0 else 1.0
-        gn = float(np.linalg.norm(g)) or 9.81
-        self.kappa = (
-            self.settings.contact_stiffness
-            if self.settings.contact_stiffness is not None
-            else gn / (1e-4 * self.length_scale)
-        )
         self.evaluations = 0
         self.z_rest = self.encode_q(np.zeros(k))
         self.reset()
@@ -342,15 +288,6 @@ class LatentSimulation(FrameMixin):
                 break
         return z
 
-    def project_forces(self, forces: np.ndarray) -> np.ndarray:
-        """Reduced external force ``U^T f`` of per-vertex forces (n, 3); only loaded rows cost."""
-        f = np.asarray(forces, dtype=float).reshape(-1, 3)
-        rows = np.flatnonzero(np.any(f != 0, axis=1))
-        if rows.size == 0:
-            return np.zeros(self.k)
-        Ur = self.U.reshape(-1, 3, self.k)[rows]
-        return np.einsum("rak,ra->k", Ur, f[rows])
-
     # --------------------------------------------------------------------- energy
     def _elastic(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         """Cubature elastic energy (J) and its q-gradient ``U^T dV/dx`` (eq. 17)."""
@@ -364,20 +301,6 @@ class LatentSimulation(FrameMixin):
         He = self.sub_fem.element_hessians(x_sub, project=True)
         HU = (He * self.weights[:, None, None]) @ self.U_elem
         return self.U_elem.reshape(-1, self.k).T @ HU.reshape(-1, self.k)
-
-    def _contact(self, q: np.ndarray, colliders) -> tuple[float, np.ndarray]:
-        if not colliders:
-            return 0.0, np.zeros(self.k)
-        xs = self.X[self.contact_vertices] + self.U_contact @ q
-        e, g, _ = contact_energy(
-            colliders,
-            xs,
-            np.arange(len(xs)),
-            self.contact_mass,
-            self.kappa,
-            self.settings.contact_offset,
-        )
-        return e, self.U_contact.reshape(-1, self.k).T @ g.ravel()
 
     def time_step_objective(
         self,
@@ -427,7 +350,9 @@ class LatentSimulation(FrameMixin):
             q = decoder.forward(z)  # eq. (10)
             dq, dn = q - q_tilde, q - q_n
             e_el, g_el = self._elastic(q)
-            e_c, g_c = self._contact(q, cols)
+            e_c, g_c, _ = self._contact(q, cols, hessian=False)
+            if g_c is None:
+                g_c = 0.0
             Mdq, Ddn = Mr @ dq, D @ dn
             terms = (
                 0.5 / h**2 * (dq @ Mdq),

@@ -94,39 +94,26 @@ def surface_sample(
     return surface[chosen], weights
 
 
-class ReducedSimulation(FrameMixin):
-    """Backward Euler in a linear subspace with cubature.
+class SubspaceModel(FrameMixin):
+    """What every subspace runtime shares: the basis ``U`` (3n, k), lumped masses, the
+    reduced mass matrix and gravity, the cubature sub-mesh, the contact sample, the
+    colliders and the pins' frame (:class:`.frame.FrameMixin`).
 
-    Parameters
-    ----------
-    X : (n, 3) float array
-        Rest positions, metres (world space).
-    T : (m, 4) int array
-    material : fem.Material
-    U : (3n, k) float array
-        Basis; rows of pinned DOFs must be zero.
-    settings : SimSettings
-    pinned : (p,) int array
-        Pinned vertices: the basis keeps them at rest; ``FrameInputs.pin_targets`` moves
-        them rigidly, the whole simulation following in their frame (:mod:`.frame`).
-    cubature : (elements (c,), weights (c,)) or None
-        None uses every element with weight 1 (exact, for testing and small meshes).
-    contact : (vertices (s,), masses (s,)) or None
-        Contact sample; None samples the surface with :func:`surface_sample`.
-    colliders : list of Collider
+    Subclasses call :meth:`_setup` with the constructor arguments documented on
+    :class:`ReducedSimulation`.
     """
 
-    def __init__(
+    def _setup(
         self,
         X: np.ndarray,
         T: np.ndarray,
         material: _fem.Material,
         U: np.ndarray,
-        settings: SimSettings | None = None,
-        pinned=(),
-        cubature: tuple[np.ndarray, np.ndarray] | None = None,
-        contact: tuple[np.ndarray, np.ndarray] | None = None,
-        colliders: list[Collider] | None = None,
+        settings: SimSettings | None,
+        pinned,
+        cubature: tuple[np.ndarray, np.ndarray] | None,
+        contact: tuple[np.ndarray, np.ndarray] | None,
+        colliders: list[Collider] | None,
     ) -> None:
         self.settings = settings or SimSettings()
         self.settings.validate()
@@ -189,6 +176,72 @@ class ReducedSimulation(FrameMixin):
             if self.settings.contact_stiffness is not None
             else gn / (1e-4 * self.length_scale)
         )
+
+    def project_forces(self, forces: np.ndarray) -> np.ndarray:
+        """Reduced external force ``U^T f`` of per-vertex forces (n, 3); only loaded rows cost."""
+        f = np.asarray(forces, dtype=float).reshape(-1, 3)
+        rows = np.flatnonzero(np.any(f != 0, axis=1))
+        if rows.size == 0:
+            return np.zeros(self.k)
+        Ur = self.U.reshape(-1, 3, self.k)[rows]
+        return np.einsum("rak,ra->k", Ur, f[rows])
+
+    def _contact(self, q: np.ndarray, colliders, hessian: bool = True):
+        """Collider penalty on the contact sample at ``q``: energy (J), reduced gradient (k,)
+        and, with ``hessian``, reduced Gauss-Newton Hessian (k, k) (None, None without
+        colliders; the Hessian only from touching vertices)."""
+        if not colliders:
+            return 0.0, None, None
+        xs = self.X[self.contact_vertices] + self.U_contact @ q
+        idx = np.arange(len(xs))
+        e, g, Hb = contact_energy(
+            colliders, xs, idx, self.contact_mass, self.kappa, self.settings.contact_offset
+        )
+        k = self.k
+        g_red = self.U_contact.reshape(-1, k).T @ g.ravel()
+        if not hessian:
+            return e, g_red, None
+        active = np.flatnonzero(np.any(Hb != 0, axis=(1, 2)))
+        Ua = self.U_contact[active]
+        H_red = Ua.reshape(-1, k).T @ (Hb[active] @ Ua).reshape(-1, k)
+        return e, g_red, H_red
+
+
+class ReducedSimulation(SubspaceModel):
+    """Backward Euler in a linear subspace with cubature.
+
+    Parameters
+    ----------
+    X : (n, 3) float array
+        Rest positions, metres (world space).
+    T : (m, 4) int array
+    material : fem.Material
+    U : (3n, k) float array
+        Basis; rows of pinned DOFs must be zero.
+    settings : SimSettings
+    pinned : (p,) int array
+        Pinned vertices: the basis keeps them at rest; ``FrameInputs.pin_targets`` moves
+        them rigidly, the whole simulation following in their frame (:mod:`.frame`).
+    cubature : (elements (c,), weights (c,)) or None
+        None uses every element with weight 1 (exact, for testing and small meshes).
+    contact : (vertices (s,), masses (s,)) or None
+        Contact sample; None samples the surface with :func:`surface_sample`.
+    colliders : list of Collider
+    """
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        T: np.ndarray,
+        material: _fem.Material,
+        U: np.ndarray,
+        settings: SimSettings | None = None,
+        pinned=(),
+        cubature: tuple[np.ndarray, np.ndarray] | None = None,
+        contact: tuple[np.ndarray, np.ndarray] | None = None,
+        colliders: list[Collider] | None = None,
+    ) -> None:
+        self._setup(X, T, material, U, settings, pinned, cubature, contact, colliders)
         self.reset()
 
     # ---------------------------------------------------------------------- state
@@ -221,15 +274,6 @@ class ReducedSimulation(FrameMixin):
         """(n, 3) world positions ``R (X + U q) + c``, metres (``R, c``: the pins' frame)."""
         return self.world(self.X + (self.U @ self.q).reshape(-1, 3))
 
-    def project_forces(self, forces: np.ndarray) -> np.ndarray:
-        """Reduced external force ``U^T f`` of per-vertex forces (n, 3); only loaded rows cost."""
-        f = np.asarray(forces, dtype=float).reshape(-1, 3)
-        rows = np.flatnonzero(np.any(f != 0, axis=1))
-        if rows.size == 0:
-            return np.zeros(self.k)
-        Ur = self.U.reshape(-1, 3, self.k)[rows]
-        return np.einsum("rak,ra->k", Ur, f[rows])
-
     # --------------------------------------------------------------------- energy
     def _elastic(self, q: np.ndarray, order: int, project: bool = True):
         """Cubature elastic energy (J); with ``order`` >= 1 its reduced gradient (k,), with
@@ -251,23 +295,6 @@ class ReducedSimulation(FrameMixin):
         # sum_e U_e^T (w_e H_e) U_e as two batched matmuls (einsum's naive loops are far slower)
         HU = He @ self.U_elem  # (c, 12, k)
         H_red = self._U_elem_flat.T @ HU.reshape(-1, self.k)
-        return e, g_red, H_red
-
-    def _contact(self, q: np.ndarray, colliders):
-        if not colliders:
-            return 0.0, None, None
-        xs = self.X[self.contact_vertices] + self.U_contact @ q
-        idx = np.arange(len(xs))
-        e, g, Hb = contact_energy(
-            colliders, xs, idx, self.contact_mass, self.kappa, self.settings.contact_offset
-        )
-        k = self.k
-        g_red = self.U_contact.reshape(-1, k).T @ g.ravel()
-        active = np.flatnonzero(
-            np.any(Hb != 0, axis=(1, 2))
-        )  # only touching vertices add stiffness
-        Ua = self.U_contact[active]
-        H_red = Ua.reshape(-1, k).T @ (Hb[active] @ Ua).reshape(-1, k)
         return e, g_red, H_red
 
     # ----------------------------------------------------------------------- step
