@@ -500,3 +500,99 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     d = simulate._drivers["Arm"]
     assert len(d.step_seconds) == 11  # scrubbing back never stepped a frame twice
     simulate.stop_simulation(obj)
+
+
+def _fake_view(bpy, eye=(0.0, -5.0, 1.0), size=(800, 600), lens=1.0):
+    """A perspective RegionView3D stand-in looking along +Y from ``eye`` (the attributes
+    bpy_extras.view3d_utils reads), and its region."""
+    from types import SimpleNamespace
+
+    from mathutils import Matrix, Vector
+
+    # camera axes: x right, y up (world z), looking down its -z (world +y)
+    cam = Matrix(((1, 0, 0, 0), (0, 0, -1, 0), (0, 1, 0, 0), (0, 0, 0, 1)))
+    cam.translation = Vector(eye)
+    view = cam.inverted()
+    w, h = size
+    near, far = 0.1, 100.0
+    proj = Matrix(
+        (
+            (lens * h / w, 0, 0, 0),
+            (0, lens, 0, 0),
+            (0, 0, -(far + near) / (far - near), -2 * far * near / (far - near)),
+            (0, 0, -1, 0),
+        )
+    )
+    rv3d = SimpleNamespace(
+        view_matrix=view,
+        perspective_matrix=proj @ view,
+        is_perspective=True,
+        view_perspective="PERSP",
+    )
+    return SimpleNamespace(width=w, height=h), rv3d
+
+
+def test_poke_drag_pulls_the_object_with_simulated_events(addon, blend_file):
+    """The modal poke, driven by the events a 3D Viewport sends (PyPI bpy has no window):
+    press on the ball grabs vertices around the hit, moving the mouse right drags the target
+    right, timer ticks step the simulation with the pull, release lets go, Esc ends."""
+    from types import SimpleNamespace
+
+    from neural_rom.addon import simulate
+    from neural_rom.operators.poke import NEURAL_ROM_OT_poke
+
+    bpy = addon.bpy
+    scene = bpy.context.scene
+    obj = trained_ball(bpy)
+    scene.frame_set(1)
+    free = straight_run(bpy, obj, 7)  # the same frames without a poke
+    region, rv3d = _fake_view(bpy)
+    timers = []
+    wm = SimpleNamespace(
+        event_timer_add=lambda *a, **k: timers.append("t") or "timer",
+        event_timer_remove=lambda t: timers.remove("t"),
+        modal_handler_add=lambda op: None,
+    )
+    ctx = SimpleNamespace(
+        object=obj,
+        view_layer=bpy.context.view_layer,
+        scene=scene,
+        window=None,
+        window_manager=wm,
+        area=SimpleNamespace(type="VIEW_3D"),
+        region=region,
+        region_data=rv3d,
+    )
+
+    class Op(NEURAL_ROM_OT_poke):
+        pass
+
+    op = SimpleNamespace(radius=0.3, stiffness=2000.0, max_force=0.0, reports=[])
+    op.report = lambda kind, msg: op.reports.append(msg)
+    for name in ("_ray", "modal", "_end"):
+        setattr(op, name, getattr(NEURAL_ROM_OT_poke, name).__get__(op))
+
+    def event(kind, value="NOTHING", x=400, y=300):
+        return SimpleNamespace(type=kind, value=value, mouse_region_x=x, mouse_region_y=y)
+
+    assert NEURAL_ROM_OT_poke.invoke(op, ctx, event("NONE")) == {"RUNNING_MODAL"}
+    assert obj.neural_rom.simulate and timers == ["t"]
+    assert op.modal(ctx, event("LEFTMOUSE", "PRESS")) == {"RUNNING_MODAL"}  # hits the ball
+    idx, w, target, k, _ = simulate._pokes["Ball"]
+    assert len(idx) > 0 and k == 2000.0
+    assert target[1] < -0.3 and abs(target[0]) < 1e-6  # the front of the ball, centred
+    assert op.modal(ctx, event("MOUSEMOVE", x=560)) == {"RUNNING_MODAL"}
+    target2 = simulate._pokes["Ball"][2]
+    assert target2[0] > 0.2 and abs(target2[1] - target[1]) < 1e-6  # dragged right, same depth
+    for _ in range(6):
+        assert op.modal(ctx, event("TIMER")) == {"RUNNING_MODAL"}
+    assert scene.frame_current == 7
+    P = mesh_positions(obj)
+    shift = (P - free[7])[:, 0]
+    assert shift.max() > 0.01 and shift.mean() > 0
+    assert op.modal(ctx, event("LEFTMOUSE", "RELEASE")) == {"RUNNING_MODAL"}
+    assert "Ball" not in simulate._pokes
+    assert op.modal(ctx, event("MIDDLEMOUSE", "PRESS")) == {"PASS_THROUGH"}  # view navigation
+    assert op.modal(ctx, event("ESC", "PRESS")) == {"FINISHED"}
+    assert timers == [] and "Ball" not in simulate._pokes
+    simulate.stop_simulation(obj)
