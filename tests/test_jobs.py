@@ -607,3 +607,41 @@ def test_child_env_passes_this_interpreters_paths_but_not_blenders_bpy_scripts(
     other = fake_python_without_numpy(tmp_path)  # another interpreter: nothing is passed
     assert "PYTHONPATH" not in jobs._child_env(str(other))
     assert jobs._child_env(PY)["PYTHONUNBUFFERED"] == "1"
+
+
+def test_job_monitor_modal_esc_cancels_and_timer_reports_the_end(addon, tmp_path):
+    """The monitor's modal handler with the events a window sends (PyPI bpy has none): Esc
+    asks every running job to stop, timer ticks poll until the job ended, the outcome is
+    reported once and the timer is removed; other events pass through."""
+    from neural_rom.addon import jobs as addon_jobs
+
+    job = jobs.Job.start({"kind": "selftest", "steps": 500, "sleep": 0.01}, PY, tmp_path)
+    addon_jobs._track(job, "Cube", None)
+    removed, reports = [], []
+    ctx = SimpleNamespace(window_manager=SimpleNamespace(event_timer_remove=removed.append))
+    op = SimpleNamespace(_timer="timer")
+    op.report = lambda kind, msg: reports.append((kind, msg))
+    for name in ("modal", "_report", "_stop"):
+        setattr(op, name, getattr(addon_jobs.NEURAL_ROM_OT_job_monitor, name).__get__(op))
+
+    def event(kind, value="PRESS"):
+        return SimpleNamespace(type=kind, value=value)
+
+    deadline = time.monotonic() + 20
+    while job.done_units < 2 and time.monotonic() < deadline:
+        addon_jobs.poll_jobs()
+        time.sleep(0.01)
+    assert op.modal(ctx, event("MOUSEMOVE", "NOTHING")) == {"PASS_THROUGH"}
+    assert op.modal(ctx, event("ESC")) == {"RUNNING_MODAL"}
+    assert reports[-1][1] == "Neural ROM: cancelling 1 job(s) at the next safe point"
+    out = None
+    while time.monotonic() < deadline:
+        out = op.modal(ctx, event("TIMER", "NOTHING"))
+        if out == {"FINISHED"}:
+            break
+        time.sleep(0.02)
+    assert out == {"FINISHED"} and removed == ["timer"] and op._timer is None
+    assert reports[-1][0] == {"WARNING"} and "selftest of Cube" in reports[-1][1]
+    assert addon_jobs.last_job("Cube").status == "cancelled"
+    assert 2 <= job.done_units < 500  # stopped early
+    assert not addon_jobs.any_running()
