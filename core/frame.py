@@ -177,7 +177,8 @@ class PinFrame:
     @property
     def G(self) -> np.ndarray:
         if self._G is None:  # n 9 k^2 flops once: only models whose pins move pay it
-            self._G = np.einsum("vik,vjl->ijkl", self._MU, self._U)
+            MU, U = self._MU, self._U
+            self._G = np.array([[MU[:, i].T @ U[:, j] for j in range(3)] for i in range(3)])
             self._MU = self._U = None
         return self._G
 
@@ -202,7 +203,8 @@ class PinFrame:
 
     def _frame_map(self, Q: np.ndarray, q: np.ndarray) -> np.ndarray:
         """``U^T M (I (x) Q)(X + U q)`` (k,)."""
-        return np.einsum("ij,ijk->k", Q, self.gX) + np.einsum("ij,ijkl,l->k", Q, self.G, q)
+        k = self.k
+        return Q.ravel() @ (self.gX.reshape(9, k) + self.G.reshape(9 * k, k).dot(q).reshape(9, k))
 
     def targets(self, h, q_n, qdot_n, prev: Pose, now: Pose, new: Pose):
         """Inertial and damping targets ``(q~, q_d)`` (k,) of a step of ``h`` seconds from the
