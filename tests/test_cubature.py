@@ -239,6 +239,113 @@ def test_cancel_and_bad_inputs(bar):
         C.reduced_element_forces(fem, U, bar["train"][:1], np.array([fem.n_elements]))
 
 
+# ---------------------------------------------------------------------------- validation stopping
+
+# trajectory of each training pose: gravity along -z (frames 0-39), then along -y (40-79)
+GROUPS = np.repeat([0, 1], 40)
+
+
+def test_validation_stopping_meets_target_on_unseen_poses(bar, optimized):
+    """Issue 4: the weights must reproduce the reduced forces of held-out poses within the
+    target. Stopping on the training error alone does not ensure it (the plain rule's
+    held-out error is printed); stopping on a held-out trajectory of the training set does."""
+    fem, U = bar["fem"], bar["U"]
+    for seed in (0, 2):  # seed 0 holds out the -y trajectory, seed 2 the -z one
+        cub = C.optimized_cubature(
+            fem,
+            U,
+            bar["train"],
+            validation_fraction=0.5,
+            groups=GROUPS,
+            seed=seed,
+            heldout_poses=bar["heldout"],
+        )
+        info = cub.info
+        print(
+            f"\nseed {seed}: plain rule {len(optimized)} elements, held-out "
+            f"{optimized.info['heldout_rel_error']:.4f}; validation stopping {len(cub)} elements, "
+            f"validation {info['validation_rel_error']:.4f}, held-out {info['heldout_rel_error']:.4f}"
+        )
+        assert info["validation"] == "groups" and info["refit"] is True
+        assert set(GROUPS[info["validation_indices"]]) == {1 if seed == 0 else 0}
+        assert info["converged"] and info["stopped"] == "target"
+        assert info["validation_rel_error"] <= 0.05
+        # poses of a third trajectory (other gravity, other pokes) that no step ever saw
+        assert C.cubature_error(fem, U, cub, bar["heldout"]) <= 0.05
+        assert info["heldout_rel_error"] == pytest.approx(
+            C.cubature_error(fem, U, cub, bar["heldout"]), rel=1e-12
+        )
+        assert len(cub) > len(optimized) and np.all(cub.weights > 0)
+
+
+def test_validation_error_is_that_of_weights_fitted_without_those_poses(bar):
+    fem, U, train = bar["fem"], bar["U"], bar["train"]
+    kw = {"validation_fraction": 0.5, "groups": GROUPS, "max_elements": 40}
+    plain = C.optimized_cubature(fem, U, train, refit=False, **kw)
+    info = plain.info
+    val = np.asarray(info["validation_indices"])
+    # one whole trajectory is held out, the other one fitted
+    assert set(val) in ({*range(40)}, {*range(40, 80)})
+    assert info["validation_poses"] == 40 and info["train_poses"] == 40
+    fit = np.setdiff1d(np.arange(80), val)
+    assert C.cubature_error(fem, U, plain, train[val]) == pytest.approx(
+        info["validation_rel_error"], rel=1e-8
+    )
+    assert C.cubature_error(fem, U, plain, train[fit]) == pytest.approx(
+        info["train_rel_error"], rel=1e-8
+    )
+    # the refit solves NNLS on all 80 poses over the same elements: never worse on them
+    refit = C.optimized_cubature(fem, U, train, **kw)
+    assert refit.info["refit"] is True and info["refit"] is False
+    assert refit.info["validation_rel_error"] == info["validation_rel_error"]
+    assert C.cubature_error(fem, U, refit, train) <= C.cubature_error(fem, U, plain, train) + 1e-12
+    assert C.cubature_error(fem, U, refit, train[fit]) == pytest.approx(
+        refit.info["train_rel_error"], rel=1e-8
+    )
+    back = C.Cubature.from_arrays(refit.to_arrays())
+    assert back.info["validation_indices"] == refit.info["validation_indices"]
+
+
+def test_validation_poses_without_groups_are_random_and_seeded(bar):
+    fem, U, train = bar["fem"], bar["U"], bar["train"]
+    kw = {"validation_fraction": 0.25, "max_elements": 5, "target": 0.0}
+    a = C.optimized_cubature(fem, U, train, seed=3, **kw)
+    b = C.optimized_cubature(fem, U, train, seed=3, **kw)
+    c = C.optimized_cubature(fem, U, train, seed=4, **kw)
+    # one group only: also single poses
+    d = C.optimized_cubature(fem, U, train, seed=3, groups=np.zeros(80, int), **kw)
+    for cub in (a, d):
+        assert cub.info["validation"] == "poses" and cub.info["validation_poses"] == 20
+        assert cub.info["train_poses"] == 60
+    assert a.info["validation_indices"] == b.info["validation_indices"]
+    assert a.info["validation_indices"] == d.info["validation_indices"]
+    assert a.info["validation_indices"] != c.info["validation_indices"]
+    np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_validation_target_unreachable_stops_at_the_cap(bar):
+    fem, U = bar["fem"], bar["U"]
+    seen = []
+    cub = C.optimized_cubature(
+        fem,
+        U,
+        bar["train"],
+        target=1e-9,
+        max_elements=8,
+        validation_fraction=0.5,
+        groups=GROUPS,
+        progress=lambda d, t, i: seen.append(i),
+    )
+    assert len(cub) <= 8 and cub.info["stopped"] == "max_elements"
+    assert cub.info["converged"] is False and cub.info["validation_rel_error"] > 1e-9
+    assert len(seen) == 8 and all("validation_rel_error" in i for i in seen)
+    assert seen[-1]["validation_rel_error"] == cub.info["validation_rel_error"]
+    with pytest.raises(ValueError, match="validation_fraction"):
+        C.optimized_cubature(fem, U, bar["train"], validation_fraction=1.0)
+    with pytest.raises(ValueError, match="groups"):
+        C.optimized_cubature(fem, U, bar["train"], validation_fraction=0.2, groups=GROUPS[:-1])
+
+
 # ---------------------------------------------------------------------------- random
 
 

@@ -43,7 +43,10 @@ def test_train_linear_fits_held_out_bakes(bakes, tmp_path):
     assert 1 <= res["k"] <= 60
     assert res["pod_max_error_train_m"] <= 2e-3 + 1e-12
     assert res["cubature_train_rel_error"] <= 0.05 + 1e-9
-    assert res["cubature_heldout_rel_error"] < 0.25
+    # validation stopping holds the target on the held-out bake (0.049 measured; 0.216
+    # when selection stopped on the training poses alone)
+    assert res["cubature_heldout_rel_error"] < 0.08
+    assert res["cubature_validation_rel_error"] <= 0.05 + 1e-9
     roll = res["rollout"]
     assert roll["frames"] == 30
     # the reduced model replays an unseen poke sequence within 15% of the bar's size

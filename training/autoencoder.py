@@ -132,6 +132,7 @@ class AutoencoderSettings:
     cubature_target: float = 0.05
     max_cubature: int = 500
     cubature_poses: int = 200
+    cubature_validation: float = 0.2
     max_frames: int = 2000
     validation_fraction: float = 0.2
     seed: int = 0
@@ -308,8 +309,15 @@ def train_autoencoder(
         # bakes whose pins move rigidly are learnt in the pins' frame (core.frame)
         return to_pin_frame(allx[_even(len(allx), s.max_frames)], X, pinned)
 
+    def trajectories_of(indices):
+        """The bake of each frame that ``frames_of(indices)`` returns."""
+        ids = [np.full(ds[int(i)].n_frames, int(i)) for i in indices]
+        allid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        return allid[_even(len(allid), s.max_frames)]
+
     say(0.02, "loading bakes")
     train_x = frames_of(train_idx)
+    train_groups = trajectories_of(train_idx)
     val_x = frames_of(val_idx)
     check_x = val_x if len(val_x) else train_x
     if cancel():
@@ -390,7 +398,7 @@ def train_autoencoder(
         raise JobCancelled("Training cancelled after the autoencoder (checkpointed).")
 
     # 4. cubature on the PCA layer U (Fulton 2019, sec. 5.3) --------------------------------
-    cub = _cubature(s, X, T, material, sub, train_x, val_x, ckpt, key, say, cancel)
+    cub = _cubature(s, X, T, material, sub, train_x, train_groups, val_x, ckpt, key, say, cancel)
     emit(
         {
             "cubature_elements": len(cub),
@@ -730,7 +738,9 @@ def _copy64(net: nn.Sequential) -> nn.Sequential:
     return out
 
 
-def _cubature(s, X, T, material, sub, train_x, val_x, ckpt, key, say, cancel) -> Cubature:
+def _cubature(
+    s, X, T, material, sub, train_x, train_groups, val_x, ckpt, key, say, cancel
+) -> Cubature:
     """Optimized cubature (An et al. 2008) on the PCA layer U, fitted on projected poses."""
     cub_file = ckpt / f"aecubature_{key}.npz" if ckpt else None
     if cub_file and cub_file.exists():
@@ -739,7 +749,8 @@ def _cubature(s, X, T, material, sub, train_x, val_x, ckpt, key, say, cancel) ->
         say(_P_ROLL, f"cubature of {len(cub)} elements from checkpoint")
         return cub
     fem = _fem.TetFEM(X, T, material)
-    poses = sub.project(train_x[_even(len(train_x), s.cubature_poses)])
+    pick = _even(len(train_x), s.cubature_poses)
+    poses = sub.project(train_x[pick])
     held = sub.project(val_x[_even(len(val_x), s.cubature_poses)]) if len(val_x) else None
 
     def cub_progress(done, total, info=None):
@@ -754,6 +765,8 @@ def _cubature(s, X, T, material, sub, train_x, val_x, ckpt, key, say, cancel) ->
         max_elements=s.max_cubature,
         seed=s.seed,
         heldout_poses=held,
+        validation_fraction=s.cubature_validation,
+        groups=train_groups[pick],
         progress=cub_progress,
         should_cancel=cancel,
     )

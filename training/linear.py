@@ -62,6 +62,7 @@ class LinearSettings:
     cubature_target: float = 0.05
     max_cubature: int = 500
     cubature_poses: int = 200
+    cubature_validation: float = 0.2
     max_frames: int = 2000
     validation_fraction: float = 0.2
     seed: int = 0
@@ -166,6 +167,12 @@ def train_linear(
         # bakes whose pins move rigidly are learnt in the pins' frame (core.frame)
         return to_pin_frame(allx[_even(len(allx), count)], X, pinned)
 
+    def trajectories_of(indices, count):
+        """The bake of each frame that ``frames_of(indices, count)`` returns."""
+        ids = [np.full(ds[int(i)].n_frames, int(i)) for i in indices]
+        allid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        return allid[_even(len(allid), count)]
+
     say(0.02, "loading bakes")
     train_x = frames_of(train_idx, s.max_frames)
     val_x = frames_of(val_idx, s.max_frames)
@@ -215,7 +222,9 @@ def train_linear(
             cub = Cubature.from_arrays({k: d[k] for k in d.files}, n_elements=len(T))
         say(0.75, f"cubature of {len(cub)} elements from checkpoint")
     else:
-        poses = train_x[_even(len(train_x), s.cubature_poses)]
+        pick = _even(len(train_x), s.cubature_poses)
+        poses = train_x[pick]
+        groups = trajectories_of(train_idx, s.max_frames)[pick]
         held = val_x[_even(len(val_x), s.cubature_poses)] if len(val_x) else None
 
         def cub_progress(done, total, info=None):
@@ -229,6 +238,8 @@ def train_linear(
             max_elements=s.max_cubature,
             seed=s.seed,
             heldout_poses=held,
+            validation_fraction=s.cubature_validation,
+            groups=groups,
             progress=cub_progress,
             should_cancel=cancel,
         )
@@ -262,6 +273,7 @@ def train_linear(
         "cubature_elements": len(cub),
         "cubature_train_rel_error": cub.info.get("train_rel_error"),
         "cubature_heldout_rel_error": cub.info.get("heldout_rel_error"),
+        "cubature_validation_rel_error": cub.info.get("validation_rel_error"),
         "rollout": rollout,
         "train_seconds": seconds,
     }
