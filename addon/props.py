@@ -201,6 +201,12 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
         "bake (-1: no held-out bake), metres",
         default=-1.0,
     )
+    projection_error: FloatProperty(
+        name="Closest-Shape Error (m)",
+        description="Largest vertex error of the model's closest shapes to the same held-out "
+        "frames: the best the model can represent (-1: unknown), metres",
+        default=-1.0,
+    )
     step_ms: FloatProperty(name="Step (ms)", description="Reduced step time in training")
     train_seconds: FloatProperty(name="Training Time (s)")
     device: StringProperty(name="Device")

@@ -951,6 +951,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
         result.get("ae_max_error_val_m") or result.get("pod_max_error_val_m") or 0.0
     )
     m.rollout_error = float(rollout.get("max_error_m", -1.0))
+    m.projection_error = float(rollout.get("projection_max_error_m", -1.0))
     m.step_ms = float(rollout.get("step_ms", 0.0))
     m.train_seconds = float(result.get("train_seconds", 0.0))
     m.device = str(result.get("device", ""))

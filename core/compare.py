@@ -189,6 +189,45 @@ def error_stats(errors: np.ndarray) -> dict:
     }
 
 
+def closest_shapes(sim, x: np.ndarray) -> np.ndarray:
+    """The model's closest shapes to full-space positions ``x`` (F, n, 3), metres.
+
+    A linear model's mass-weighted projection onto its basis; a latent model's encoding
+    refined onto its manifold (``encode_pose``), decoded; both in the pins' frame of each
+    frame. The error of these shapes is what the model can represent at best: a rollout
+    far worse than it means the reduced space stiffens (too few DOFs to bend freely).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    m3 = np.repeat(np.asarray(sim.mass, dtype=np.float64), 3)
+    for f in range(len(x)):
+        pose = sim.frame_of(x[f]) if hasattr(sim, "frame_of") else None
+        y = x[f] if pose is None or pose.is_identity else (x[f] - pose.c) @ pose.R
+        if hasattr(sim, "encode_pose"):
+            q = sim.decoder.forward(sim.encode_pose(y))
+        else:
+            q = np.linalg.solve(sim.M_red, sim.U.T @ (m3 * (y - sim.X).ravel()))
+        shape = sim.X + (sim.U @ q).reshape(-1, 3)
+        out[f] = shape if pose is None else pose.apply(shape)
+    return out
+
+
+def stiffening_hint(rollout: dict) -> str | None:
+    """A warning when a rollout is far worse than the model's closest shapes, else None."""
+    best, err = rollout.get("projection_max_error_m"), rollout.get("max_error_m")
+    if best is None or err is None or rollout.get("max_error_rel", 0.0) < 0.02:
+        return None
+    if err <= 3.0 * best:
+        return None
+    return (
+        f"The held-out rollout ends up to {1000 * err:.3g} mm from the bake although the model "
+        f"can take shapes within {1000 * best:.3g} mm of it: its dynamics, not its shapes, "
+        "limit the accuracy. Usually the reduced object is stiffer than the real one (too few "
+        "DOFs to bend freely) or the cubature is too coarse: train with more modes (or a "
+        "larger latent size) or a lower cubature target."
+    )
+
+
 def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | None = None) -> dict:
     """Replay a (held-out) bake's scenario with a reduced simulator; its errors against the bake.
 
@@ -202,8 +241,10 @@ def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | N
     Returns
     -------
     dict with ``bake``, ``frames``, ``max_error_m``, ``mean_error_m`` (mean of per-frame
-    maxima), ``max_error_rel`` (of the bounding-box diagonal), ``step_ms``; or ``skipped``
-    with the reason when the reduced simulation diverged.
+    maxima), ``max_error_rel`` (of the bounding-box diagonal), ``step_ms``,
+    ``projection_max_error_m`` (the same frames' error of :func:`closest_shapes`, for
+    models that have it); or ``skipped`` with the reason when the reduced simulation
+    diverged.
     """
     from pathlib import Path
 
@@ -222,7 +263,7 @@ def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | N
     stats = error_stats(vertex_errors(reduced[1:], full[1 : len(reduced)]))
     errs = stats["per_frame_max"]
     diag = float(np.linalg.norm(X.max(0) - X.min(0)))
-    return {
+    out = {
         "bake": Path(cache.path).name,
         "frames": int(len(errs)),
         "max_error_m": stats["max"],
@@ -230,3 +271,8 @@ def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | N
         "max_error_rel": stats["max"] / diag if diag > 0 else 0.0,
         "step_ms": float(1000 * np.mean(times)) if times else 0.0,
     }
+    if hasattr(sim, "U") and hasattr(sim, "M_red") and len(reduced) > 1:
+        target = np.asarray(full[1 : len(reduced)])
+        best = vertex_errors(closest_shapes(sim, target), target)
+        out["projection_max_error_m"] = float(best.max())
+    return out

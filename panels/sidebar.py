@@ -320,6 +320,10 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
             box.label(
                 text=f"Rollout error {m.rollout_error * 1000:.3g} mm, {m.step_ms:.2f} ms/step"
             )
+            if m.projection_error >= 0:
+                box.label(text=f"Closest shapes {m.projection_error * 1000:.3g} mm")
+                if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
+                    box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
         box.label(text=f"Trained on {m.bakes} bake(s) in {m.train_seconds:.1f} s ({m.device})")
         if m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
             box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")

@@ -188,6 +188,7 @@ def test_train_and_simulate_through_the_operators(addon, blend_file):
     assert {"NEURAL_ROM_PT_model", "NEURAL_ROM_PT_simulate"} <= panels(log)
     t = texts(log)
     assert "linear: 4 DOFs" in t and "Validation error" in t and "Trained on 2 bake(s)" in t
+    assert "Closest shapes" in t and m.projection_error >= 0
 
     rest = mesh_positions(obj)
     scene.frame_set(1)

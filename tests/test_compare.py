@@ -331,3 +331,35 @@ def test_compare_refuses_foreign_model_stale_bake_and_a_taken_name(addon, blend_
     with pytest.raises(RuntimeError, match="edited after bake .* re-bake"):
         bpy.ops.neural_rom.compare_bake()
     untouched(a, rest_a)
+
+
+def test_closest_shapes_are_projections_and_the_stiffening_hint():
+    """closest_shapes of a linear model is the mass-weighted projection (idempotent on
+    shapes in the basis); the hint fires only when a rollout is far worse than them."""
+    from neural_rom.core.compare import closest_shapes, stiffening_hint
+    from neural_rom.core.fem import Material, mass_matrix
+    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.reduced import ReducedSimulation
+
+    X, T = grid_tetmesh((0.4, 0.1, 0.1), (4, 1, 1))
+    mat = Material(youngs_modulus=5e4, poisson_ratio=0.4, density=1000.0)
+    pinned = np.flatnonzero(X[:, 0] < 1e-9)
+    rng = np.random.default_rng(0)
+    U = rng.normal(size=(3 * len(X), 5))
+    U.reshape(len(X), 3, 5)[pinned] = 0.0
+    sim = ReducedSimulation(X, T, mat, U, pinned=pinned)
+    inside = X + (U @ rng.normal(size=(5,))).reshape(-1, 3) * 0.01
+    np.testing.assert_allclose(closest_shapes(sim, inside[None])[0], inside, atol=1e-12)
+    x = inside + 0.01 * rng.normal(size=X.shape) * (X[:, :1] > 0)  # pins stay put
+    p = closest_shapes(sim, x[None])[0]
+    m3 = np.repeat(mass_matrix(X, T, mat.density, lumped=True), 3)
+    # the residual is M-orthogonal to the basis: the closest shape in the mass norm
+    np.testing.assert_allclose(U.T @ (m3 * (x - p).ravel()), 0.0, atol=1e-12)
+    assert stiffening_hint(
+        {"max_error_m": 0.2, "projection_max_error_m": 0.01, "max_error_rel": 0.2}
+    ).startswith("The held-out rollout")
+    assert (
+        stiffening_hint({"max_error_m": 0.02, "projection_max_error_m": 0.01, "max_error_rel": 0.1})
+        is None
+    )
+    assert stiffening_hint({"max_error_m": 0.2, "max_error_rel": 0.2}) is None

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..core import fem as _fem
 from ..core.cache import BakeDataset
-from ..core.compare import rollout_metrics
+from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.frame import to_pin_frame
@@ -431,6 +431,9 @@ def train_autoencoder(
         emit({f"rollout_{k}": v for k, v in rollout.items() if isinstance(v, (int, float))})
         if "skipped" in rollout:  # the runtime failed on it: worth a look
             warnings.append(f"Held-out rollout skipped: {rollout['skipped']}")
+        hint = stiffening_hint(rollout)
+        if hint:
+            warnings.append(hint)
 
     # 6. model file --------------------------------------------------------------------------
     say(0.97, "writing the model")

@@ -18,7 +18,7 @@ import numpy as np
 from ..core import fem as _fem
 from ..core.bake import BakeSpec
 from ..core.cache import BakeDataset
-from ..core.compare import rollout_metrics
+from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.frame import to_pin_frame
@@ -262,6 +262,9 @@ def train_linear(
             ds[int(val_idx[0])], X, T, material, sub, cub, contact, sim_settings, cancel
         )
         emit({f"rollout_{k}": v for k, v in rollout.items() if isinstance(v, (int, float))})
+        hint = stiffening_hint(rollout)
+        if hint:
+            warnings.append(hint)
 
     # 4. model file ----------------------------------------------------------------------
     say(0.95, "writing the model")
