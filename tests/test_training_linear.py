@@ -140,7 +140,7 @@ def test_train_on_bakes_with_swinging_pins_and_follow_them(tmp_path):
         s = 0.5 - 0.5 * np.cos(np.pi * f / frames)
         a = 0.8 * s  # turns 0.8 rad about z while sliding 0.2 m
         R = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
-        path.append(((X[pinned] - centre) @ R.T + centre + s * np.array([0.0, 0.2, 0.0])))
+        path.append((X[pinned] - centre) @ R.T + centre + s * np.array([0.0, 0.2, 0.0]))
     spec = bk.BakeSpec(
         material=Material(youngs_modulus=2e5, poisson_ratio=0.4, density=1000.0).to_dict(),
         scenario={"kind": "random_pokes", "count": 2, "strength": 1.0, "duration": 0.4},
