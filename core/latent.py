@@ -62,6 +62,11 @@ _HZ_DELTA = 0.1
 #: magnitudes on the 8x2x2 beam (192 tets); 1e-14 leaves a margin for larger meshes.
 _NOISE = 1e-14
 _MAX_BACKTRACKS = 40
+#: An accepted step that moves z by less than this fraction of max(|z|, 1) (a few hundred
+#: ulps) made no progress E can measure: the step has converged to rounding. Without this
+#: the line search kept accepting ~1e-9 steps by rounding luck and ran to max_iters
+#: (~3000 objective evaluations, 0.7 s for one frame, on the swung arm of bench/latent.py).
+_STALL = 1e-13
 
 
 class LatentSimulation(SubspaceModel):
@@ -400,7 +405,8 @@ class LatentSimulation(SubspaceModel):
         ``g(t).p <= (1 - 2 delta) |g.p|`` (delta = 0.1). When even the predicted decrease
         ``-g.p`` is below that noise, E cannot judge a step at all: the full quasi-Newton step
         is taken if it shrinks ``|dE/dz|``, and otherwise the step has converged to rounding
-        (``converged`` is True though eps was not reached: ``residual`` tells).
+        (``converged`` is True though eps was not reached: ``residual`` tells). So has a
+        step whose accepted move of z is below rounding (``_STALL``).
         """
         rep = StepReport(substeps=1)
         t0 = time.perf_counter()
@@ -462,6 +468,13 @@ class LatentSimulation(SubspaceModel):
                 rep.line_search_ok = False
                 break
             sv, yv = zt - z, gt - g
+            if np.linalg.norm(sv) <= _STALL * max(float(np.linalg.norm(z)), 1.0):
+                z, e, g, q, e_abs = zt, et, gt, qt, et_abs
+                if mem:  # perhaps a stale pair: one more try from the preconditioner alone
+                    mem.clear()
+                    continue
+                rep.converged = True  # z no longer moves: converged to rounding
+                break
             sy = float(sv @ yv)
             if sy > 1e-12 * float(np.linalg.norm(sv) * np.linalg.norm(yv)):  # curvature > 0
                 mem.append((sv, yv, 1.0 / sy))
