@@ -25,12 +25,24 @@ Reported, all on the held-out bakes:
   model of the matched ``k`` (:class:`core.reduced.ReducedSimulation`, Newton) and the same
   PCA model solved by L-BFGS (``LatentSimulation`` with an identity decoder over the PCA
   basis, the paper's Fig. 9 comparison): ms per step, solver iterations per step, rollout
-  error against the bake.
+  error against the bake;
+* the ratio full-space step time / autoencoder step time (the issue's goal: >= 30x at ~20K
+  tets), the cubature size of each model, and the training times on the CPU (the
+  autoencoder's split into PCA, network epochs and cubature).
 
 Usage::
 
-    python bench/latent.py [--variants 10] [--frames 96] [--epochs 600] [--latents 1-8]
-                           [--out DIR] [--keep]
+    python bench/latent.py [--variants 10] [--frames 96] [--keys 3] [--epochs 600]
+                           [--latents 1-8] [--divisions 16,2,2] [--out DIR] [--keep]
+                           [--profile] [--bakes DIR]
+
+``--divisions 56,8,8`` meshes the bar with 21,504 tets (the issue's ~20K; a full-space
+step then takes a few seconds, so bake fewer variants: ``--variants 6 --frames 48 --keys 2``).
+``--out DIR`` keeps the work directory and writes ``DIR/rollout.npz`` (:func:`write_rollouts`:
+the held-out rollout of full space, autoencoder and PCA, per frame, for
+``scripts/render_readme.py --latent``). ``--profile`` runs the autoencoder rollout once
+more under cProfile and prints where its step time goes. ``--bakes DIR`` trains and times on
+the bakes of a previous ``--out`` run instead of baking again.
 
 One process, one thread (OpenBLAS / OMP / MKL and torch), torch on the CPU.
 """
@@ -38,7 +50,10 @@ One process, one thread (OpenBLAS / OMP / MKL and torch), torch on the CPU.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import shutil
 import sys
 import tempfile
@@ -173,14 +188,112 @@ def train_ae(paths, out: Path, r: int, epochs: int, batch_size: int = 32, **kw) 
         max_cubature=kw.pop("max_cubature", 150),
         **kw,
     )
+    marks: dict[str, float] = {}
+
+    def progress(frac: float, msg: str) -> None:  # stage boundaries, from the messages
+        for stage, prefix in (("pca", "PCA:"), ("net", "autoencoder:"), ("end", "writing")):
+            if msg.startswith(prefix):
+                marks.setdefault(stage, time.perf_counter())
+
     t0 = time.perf_counter()
-    res = train_autoencoder([str(p) for p in paths], out, s, device="cpu")
+    res = train_autoencoder([str(p) for p in paths], out, s, device="cpu", progress=progress)
     res["wall_s"] = time.perf_counter() - t0
+    if len(marks) == 3:  # seconds: loading + PCA, network epochs, export + cubature
+        res["stage_s"] = {
+            "pca": marks["pca"] - t0,
+            "net": marks["net"] - marks["pca"],
+            "cubature": marks["end"] - marks["net"],
+        }
     return res
 
 
-def rollout(sim, cache) -> dict:
-    """Replay a bake with ``sim``: ms per step, solver iterations per step, max vertex error (m)."""
+def write_rollouts(
+    path: str | Path,
+    X: np.ndarray,
+    T: np.ndarray,
+    pinned: np.ndarray,
+    trajectories: dict[str, np.ndarray],
+    **scalars: float,
+) -> Path:
+    """Write rollouts of one scene to an ``.npz`` (no pickled objects: numeric arrays only).
+
+    Parameters
+    ----------
+    path : the ``.npz`` file
+    X : (n, 3) float array
+        Rest positions, metres.
+    T : (m, 4) int array
+        Tets.
+    pinned : (p,) int array
+        Clamped vertices.
+    trajectories : name -> (F, n, 3) float array
+        Positions per frame, metres (frame 0 = the start), e.g. ``full``, ``ae``, ``pca``;
+        every trajectory has the same ``F``. Names must be Python identifiers and not one of
+        ``X``, ``T``, ``pinned``, ``names``.
+    **scalars : numbers stored as 0-d arrays (``dt``, ``r``, ``k``, ...)
+
+    Returns
+    -------
+    Path of the file written. Read it with :func:`read_rollouts`.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    T = np.asarray(T, dtype=np.int64)
+    if X.ndim != 2 or X.shape[1] != 3 or T.ndim != 2 or T.shape[1] != 4:
+        raise ValueError(f"Expected X (n, 3) and T (m, 4), got {X.shape} and {T.shape}.")
+    if not trajectories:
+        raise ValueError("No trajectories to write: give at least one, e.g. full=...")
+    reserved = {"X", "T", "pinned", "names", *scalars}
+    arrays: dict[str, np.ndarray] = {}
+    frames = None
+    for name, x in trajectories.items():
+        x = np.asarray(x, dtype=np.float64)
+        if not name.isidentifier() or name in reserved:
+            raise ValueError(f"Trajectory name {name!r} is not a free identifier; rename it.")
+        if x.ndim != 3 or x.shape[1:] != X.shape:
+            raise ValueError(f"Trajectory {name!r} has shape {x.shape}; expected (F, {len(X)}, 3).")
+        if frames is not None and len(x) != frames:
+            raise ValueError(
+                f"Trajectory {name!r} has {len(x)} frames, the others {frames}: write "
+                "rollouts of the same frames."
+            )
+        frames = len(x)
+        arrays[name] = x
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(
+        path,
+        X=X,
+        T=T,
+        pinned=np.asarray(pinned, dtype=np.int64),
+        names=np.array(list(arrays), dtype=str),
+        **arrays,
+        **{k: np.asarray(v, dtype=np.float64) for k, v in scalars.items()},
+    )
+    return path
+
+
+def read_rollouts(path: str | Path) -> dict[str, np.ndarray]:
+    """Everything :func:`write_rollouts` wrote (``names`` as a list of str)."""
+    with np.load(path, allow_pickle=False) as z:
+        out = {k: z[k] for k in z.files}
+    out["names"] = [str(n) for n in out["names"]]
+    return out
+
+
+def _mean_timings(reports) -> dict:
+    """Per-step mean of the StepReport timing buckets, ms."""
+    keys = sorted({k for r in reports for k in r.timings})
+    return {k: 1000 * float(np.mean([r.timings.get(k, 0.0) for r in reports])) for k in keys}
+
+
+def rollout(sim, cache, record: list | None = None) -> dict:
+    """Replay a bake with ``sim``: ms per step, solver iterations per step, max vertex error (m).
+
+    ``record`` (a list) receives the positions (n, 3) of frame 0 and of every step.
+    Also reported: the slowest step (``max_ms``), the mean time per step in each solver
+    phase (``phases``, ms) and, for a latent model, the objective evaluations per step
+    (``evals``).
+    """
     from neural_rom.core.bake import BakeSpec, setup_scenario
     from neural_rom.core.compare import initial_state
     from neural_rom.core.sim import FrameInputs
@@ -189,32 +302,65 @@ def rollout(sim, cache) -> dict:
     _, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
     full = cache.channel("positions")
     initial_state(sim, driver.x0, driver.v0, driver.forces[0])
-    times, iters, err = [], [], 0.0
+    if record is not None:
+        record.append(np.array(sim.positions()))
+    times, reports, err = [], [], 0.0
+    evals0 = getattr(sim, "evaluations", 0)
     for f in range(1, cache.n_frames):
         inp = driver.inputs(f)
         t0 = time.perf_counter()
         rep = sim.step(FrameInputs(forces=inp.forces, colliders=inp.colliders))
         times.append(time.perf_counter() - t0)
-        iters.append(rep.newton_iters)
-        err = max(err, float(np.linalg.norm(sim.positions() - full[f], axis=1).max()))
-    return {"step_ms": 1000 * float(np.mean(times)), "iters": float(np.mean(iters)), "err": err}
+        reports.append(rep)
+        x = sim.positions()
+        err = max(err, float(np.linalg.norm(x - full[f], axis=1).max()))
+        if record is not None:
+            record.append(np.array(x))
+    return {
+        "step_ms": 1000 * float(np.mean(times)),
+        "max_ms": 1000 * float(np.max(times)),
+        "iters": float(np.mean([r.newton_iters for r in reports])),
+        "err": err,
+        "phases": _mean_timings(reports),
+        "evals": (getattr(sim, "evaluations", 0) - evals0) / len(times),
+    }
+
+
+def profile_rollout(sim, cache, top: int = 14) -> str:
+    """cProfile of :func:`rollout` (the functions with the largest own time, as text)."""
+    prof = cProfile.Profile()
+    prof.enable()
+    rollout(sim, cache)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).strip_dirs().sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
 
 
 def full_rollout(cache) -> dict:
-    """Full-space Newton re-run of the bake (time and iterations; error is to itself)."""
+    """Full-space Newton re-run of the bake: time and iterations (the error, to the bake
+    itself, only checks the re-run is the same simulation)."""
     from neural_rom.core.bake import BakeSpec, setup_scenario
 
     X, T = np.asarray(cache.X), np.asarray(cache.T)
     sim, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
     sim.reset(driver.x0, driver.v0)
     sim.forces = driver.forces[0].copy()
-    times, iters = [], []
+    full = cache.channel("positions")
+    times, reports, err = [], [], 0.0
     for f in range(1, cache.n_frames):
         t0 = time.perf_counter()
         rep = sim.step(driver.inputs(f))
         times.append(time.perf_counter() - t0)
-        iters.append(rep.newton_iters)
-    return {"step_ms": 1000 * float(np.mean(times)), "iters": float(np.mean(iters)), "err": 0.0}
+        reports.append(rep)
+        err = max(err, float(np.linalg.norm(sim.x - full[f], axis=1).max()))
+    return {
+        "step_ms": 1000 * float(np.mean(times)),
+        "max_ms": 1000 * float(np.max(times)),
+        "iters": float(np.mean([r.newton_iters for r in reports])),
+        "err": err,
+        "phases": _mean_timings(reports),
+    }
 
 
 def run(args) -> dict:
@@ -229,11 +375,25 @@ def run(args) -> dict:
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nrom_latent_"))
     res: dict = {"work": str(work)}
     t0 = time.perf_counter()
-    paths = bake_scene(work / "bakes", variants=args.variants, frames=args.frames)
+    if args.bakes:  # a previous run's bakes (its --out DIR/bakes): no baking
+        paths = sorted(Path(args.bakes).glob("swing_v*.nrbake"))
+        if not paths:
+            raise SystemExit(
+                f"No swing_v*.nrbake in {args.bakes}: give a previous --out DIR/bakes."
+            )
+    else:
+        paths = bake_scene(
+            work / "bakes",
+            divisions=args.divisions,
+            variants=args.variants,
+            frames=args.frames,
+            keys=args.keys,
+        )
     res["bake_s"] = time.perf_counter() - t0
     ds, xt, xv, va = split_frames(paths)
     X = np.asarray(ds[0].X)
     res["mesh"] = (len(X), len(ds[0].T))
+    res["free_dofs"] = 3 * (len(X) - len(np.asarray(ds[0].extra("pinned"))))
     res["frames"] = (len(xt), len(xv))
     res["max_disp"] = float(np.linalg.norm(xv - X, axis=-1).max())
     curve = pca_curve(ds, xt, xv)
@@ -246,6 +406,8 @@ def run(args) -> dict:
             "train_err": m["ae_max_error_train_m"],
             "k": smallest_k(curve, m["ae_max_error_val_m"]),
             "train_s": m["train_seconds"],
+            "stage_s": m.get("stage_s"),
+            "cubature": m["cubature_elements"],
             "model": m["model"],
         }
         print(
@@ -264,14 +426,16 @@ def run(args) -> dict:
     res["roll_frames"] = int(held.n_frames) - 1
     res["full"] = full_rollout(held)
     sim_ae, _ = load_simulator(ae[best]["model"])
-    res["ae_roll"] = rollout(sim_ae, held)
+    rec: dict[str, list] = {"ae": [], "pca": []}
+    res["ae_roll"] = rollout(sim_ae, held, rec["ae"])
     t1 = time.perf_counter()
     lin = train_linear(
         [str(p) for p in paths], work / f"pca_k{k}.nrmodel", LinearSettings(k=k, max_cubature=150)
     )
     res["pca_train_s"] = time.perf_counter() - t1
     sim_pca, _ = load_simulator(lin["model"])
-    res["pca_roll"] = rollout(sim_pca, held)
+    res["pca_roll"] = rollout(sim_pca, held, rec["pca"])
+    res["cubature"] = {"ae": len(sim_ae.elements), "pca": len(sim_pca.elements)}
     ident = MLP([np.eye(sim_pca.k)], [np.zeros(sim_pca.k)], ["identity"])
     lbfgs = LatentSimulation(
         sim_pca.X,
@@ -289,6 +453,25 @@ def run(args) -> dict:
     )
     res["pca_lbfgs_roll"] = rollout(lbfgs, held)
     res["pca_k"] = k
+    if args.profile:
+        res["profile"] = profile_rollout(sim_ae, held)
+    if args.out:
+        res["npz"] = str(
+            write_rollouts(
+                work / "rollout.npz",
+                np.asarray(held.X),
+                np.asarray(held.T),
+                np.asarray(held.extra("pinned")),
+                {"full": held.channel("positions"), **{n: np.stack(x) for n, x in rec.items()}},
+                dt=DT,
+                r=best,
+                k=k,
+                tets=len(held.T),
+                ms_full=res["full"]["step_ms"],
+                ms_ae=res["ae_roll"]["step_ms"],
+                ms_pca=res["pca_roll"]["step_ms"],
+            )
+        )
     if not args.out and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return res
@@ -298,6 +481,18 @@ def _material(cache):
     from neural_rom.core.fem import Material
 
     return Material.from_dict(cache.meta["spec"]["material"])
+
+
+def _divisions(text: str) -> tuple[int, int, int]:
+    try:
+        d = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        d = ()
+    if len(d) != 3 or min(d) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give three positive cell counts along x, y, z, like 56,8,8."
+        )
+    return d
 
 
 def _latents(text: str) -> list[int]:
@@ -311,16 +506,33 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", type=int, default=10)
     ap.add_argument("--frames", type=int, default=96)
+    ap.add_argument("--keys", type=int, default=3, help="load keys per bake (between zeros)")
     ap.add_argument("--epochs", type=int, default=600)
     ap.add_argument("--latents", type=_latents, default=_latents("1-8"))
-    ap.add_argument("--out", default="", help="work directory (kept); default: a temporary one")
+    ap.add_argument(
+        "--divisions",
+        type=_divisions,
+        default=(16, 2, 2),
+        help="hex cells along x,y,z (6 tets each); 56,8,8 gives 21,504 tets",
+    )
+    ap.add_argument(
+        "--out", default="", help="work directory (kept), with rollout.npz; default: temporary"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    ap.add_argument("--profile", action="store_true", help="cProfile the autoencoder rollout")
+    ap.add_argument(
+        "--bakes",
+        default="",
+        help="reuse the bakes of a previous run (its --out DIR/bakes); the scene options are "
+        "then only labels",
+    )
     args = ap.parse_args(argv)
     common.pin_this_process()
     print(
         f"Swung arm: 1 x 0.1 x 0.1 m bar clamped at x = 0, E={YOUNG:g} Pa nu={POISSON}, "
         f"damping {DAMPING}, body load up to {LOAD_G:g} g turning in y-z; h=1/24 s; "
-        f"{args.variants} variants x {args.frames} frames; AE: PCA layer {PCA_LAYER}, "
+        f"{'x'.join(map(str, args.divisions))} cells; "
+        f"{args.variants} variants x {args.frames} frames, {args.keys} keys; AE: PCA layer {PCA_LAYER}, "
         f"{args.epochs} epochs, batch 32; one thread.\n",
         flush=True,
     )
@@ -349,7 +561,7 @@ def main(argv=None) -> int:
     print(f"\nRollout of one held-out bake ({r['roll_frames']} steps), one thread:")
     print(f"{'solver':<34}{'DOFs':>6}{'ms/step':>10}{'iters/step':>12}{'rollout err mm':>16}")
     rows = [
-        ("full space (Newton)", 3 * n, r["full"]),
+        ("full space (Newton)", r["free_dofs"], r["full"]),
         (f"AE r={b} (L-BFGS, eq. 15 precond.)", b, r["ae_roll"]),
         (f"PCA k={k} (Newton)", k, r["pca_roll"]),
         (f"PCA k={k} (L-BFGS, identity dec.)", k, r["pca_lbfgs_roll"]),
@@ -358,7 +570,35 @@ def main(argv=None) -> int:
         print(
             f"{name:<34}{dofs:>6}{x['step_ms']:>10.2f}{x['iters']:>12.1f}{1000 * x['err']:>16.1f}"
         )
-    print(f"\nPCA model training (POD + cubature): {r['pca_train_s']:.1f} s")
+    print("\nms per step by phase (derivatives / solve / line search), slowest step:")
+    for name, _, x in rows:
+        ph = x["phases"]
+        ev = f"; {x['evals']:.1f} objective evaluations" if x.get("evals") else ""
+        print(
+            f"  {name:<34}{ph.get('derivatives', 0):.2f} / {ph.get('solve', 0):.2f} / "
+            f"{ph.get('line_search', 0):.2f}; slowest {x['max_ms']:.1f} ms{ev}"
+        )
+    full_ms, ae_ms = r["full"]["step_ms"], r["ae_roll"]["step_ms"]
+    print(
+        f"\nfull space / AE step time: {full_ms / ae_ms:.0f}x at {m} tets (goal >= 30x at ~20K); "
+        f"cubature elements: AE {r['cubature']['ae']}, PCA {r['cubature']['pca']}"
+    )
+    st = r["ae"][b].get("stage_s")
+    split = (
+        f" (load + PCA {st['pca']:.1f}, network {st['net']:.1f}, export + cubature "
+        f"{st['cubature']:.1f})"
+        if st
+        else ""
+    )
+    print(
+        f"Training on the CPU, one thread: AE r={b} {r['ae'][b]['train_s']:.1f} s{split}; "
+        f"PCA k={k} model (POD + cubature) {r['pca_train_s']:.1f} s"
+    )
+    if "profile" in r:
+        print(f"\nProfile of the AE rollout ({r['roll_frames']} steps, own time):\n")
+        print(r["profile"])
+    if "npz" in r:
+        print(f"\nrollouts written to {r['npz']}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Render the README pictures: the whole workflow, headless, with the PyPI ``bpy``.
 
     .venv/bin/python scripts/render_readme.py [--out docs/images] [--samples 24] [--quick]
+    .venv/bin/python scripts/render_readme.py --latent DIR/rollout.npz [--latent-frame F]
 
 Builds a scene from a procedural mesh (a soft ball over a studio backdrop), sets the ball
 Deformable, tetrahedralizes it and bakes a gravity drop through the extension's own
@@ -10,6 +11,10 @@ operators (the bake runs in a worker process, as in Blender), then renders:
   side (fall, impact, squash, rebound, rest), Workbench and Cycles (CPU, few samples,
   denoised when Blender has OpenImageDenoise);
 - ``tets_cutaway.png``: the render mesh next to its tet mesh cut in half (Workbench).
+
+``--latent DIR/rollout.npz`` renders only ``latent_pca_ae_full.png`` (:func:`latent_picture`):
+full space, autoencoder and PCA at one frame of the held-out replay written by
+``bench/latent.py --out DIR``, the reduced bars coloured by their distance to full space.
 
 Nothing here is physics: the frames are exactly what viewport playback shows.
 """
@@ -347,16 +352,237 @@ def tets_picture(bpy, hide, out: Path) -> None:
     render(bpy, out / "tets_cutaway.png", "WORKBENCH", 0, res=(1200, 600))
 
 
+# ----------------------------------------------------------------------------- latent picture
+
+
+def _colored_object(bpy, name, V, F, rgba):
+    """A mesh object with a per-vertex colour attribute (Workbench's Attribute colour)."""
+    from neural_rom.addon import blender_mesh as bm
+
+    me = bm.mesh_from_arrays(name, V, F)
+    me.shade_flat()
+    rgba = np.broadcast_to(np.asarray(rgba, dtype=np.float32), (len(V), 4))
+    c = me.color_attributes.new("Col", "FLOAT_COLOR", "POINT")
+    c.data.foreach_set("color", np.ascontiguousarray(rgba).ravel())
+    me.color_attributes.active_color = c
+    me.color_attributes.render_color_index = me.color_attributes.active_color_index
+    obj = bpy.data.objects.new(name, me)
+    bpy.context.scene.collection.objects.link(obj)
+    return obj
+
+
+def _label(bpy, body, loc, size, rgba, align="CENTER"):
+    """Text in the x-z plane, facing the -y camera, as a mesh with a colour attribute (in
+    Workbench's Attribute colour mode, which the error colours need, a text curve would
+    have no colour)."""
+    cu = bpy.data.curves.new("Label", "FONT")
+    cu.body = body
+    cu.size = size
+    cu.align_x = align
+    cu.align_y = "CENTER"
+    curve = bpy.data.objects.new("LabelCurve", cu)
+    bpy.context.scene.collection.objects.link(curve)
+    deps = bpy.context.evaluated_depsgraph_get()
+    me = bpy.data.meshes.new_from_object(curve.evaluated_get(deps))
+    bpy.data.objects.remove(curve)
+    n = len(me.vertices)
+    c = me.color_attributes.new("Col", "FLOAT_COLOR", "POINT")
+    c.data.foreach_set("color", np.tile(np.asarray(rgba, np.float32), n))
+    me.color_attributes.active_color = c
+    me.color_attributes.render_color_index = me.color_attributes.active_color_index
+    obj = bpy.data.objects.new("Label", me)
+    obj.location = loc
+    obj.rotation_euler = (math.pi / 2, 0.0, 0.0)  # +z (the glyphs' normal) -> -y
+    bpy.context.scene.collection.objects.link(obj)
+    return obj
+
+
+def _box(lo, hi):
+    """Corners (8, 3) and outward triangles (12, 3) of an axis-aligned box."""
+    V = np.array([[(hi if k >> a & 1 else lo)[a] for a in range(3)] for k in range(8)], float)
+    quads = [(0, 2, 3, 1), (4, 5, 7, 6), (0, 1, 5, 4), (2, 6, 7, 3), (0, 4, 6, 2), (1, 3, 7, 5)]
+    F = [(a, b, c) for a, b, c, d in quads] + [(a, c, d) for a, b, c, d in quads]
+    return V, np.array(F)
+
+
+def _ribbon(P: np.ndarray, width: float, y: float) -> tuple[np.ndarray, np.ndarray]:
+    """A flat strip of ``width`` (m) along the polyline ``P`` (p, 3), drawn in the plane
+    ``y`` (facing the -y camera), as vertices (2p, 3) and triangles."""
+    xz = P[:, [0, 2]]
+    t = np.gradient(xz, axis=0)
+    t /= np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
+    nrm = np.stack([-t[:, 1], t[:, 0]], axis=1) * (0.5 * width)
+    side = np.concatenate([xz + nrm, xz - nrm])
+    V = np.stack([side[:, 0], np.full(len(side), y), side[:, 1]], axis=1)
+    j, p = np.arange(len(P) - 1), len(P)
+    F = np.concatenate([np.stack([j, j + 1, j + p + 1], 1), np.stack([j, j + p + 1, j + p], 1)])
+    return V, F
+
+
+def latent_frame(full: np.ndarray, X: np.ndarray) -> int:
+    """The frame of the largest full-space displacement (the strongest bend)."""
+    return int(np.argmax(np.linalg.norm(full - X[None], axis=2).max(axis=1)))
+
+
+def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
+    """Full space, autoencoder and PCA at one frame of a held-out rollout, side by side.
+
+    Reads the ``.npz`` of ``bench/latent.py --out DIR`` (``DIR/rollout.npz``: rest ``X``,
+    tets ``T``, ``pinned``, per-frame positions ``full``, ``ae``, ``pca``, and ``r``, ``k``).
+    The three bars are turned about the clamp axis so that the full-space bend points down,
+    and the reduced ones are coloured by each vertex's distance to the full-space position
+    (the blue -> red ramp of Compare with Bake). Workbench, Attribute colours.
+    """
+    from neural_rom.addon.compare import error_colors
+    from neural_rom.core.mesh import TetMesh
+
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    scene = bpy.context.scene
+    with np.load(npz, allow_pickle=False) as z:
+        d = {k: z[k] for k in z.files}
+    X, T = d["X"], d["T"]
+    frame = latent_frame(d["full"], X) if frame is None else int(frame)
+    F = TetMesh(X, T).boundary_faces()
+    # turn about the clamp axis (x, through the clamped face's centre): the bend points to -z
+    c = X[d["pinned"]].mean(axis=0) if len(d["pinned"]) else X.min(axis=0)
+    tip = X[:, 0] >= X[:, 0].max() - 1e-9
+    dy, dz = (d["full"][frame][tip] - X[tip]).mean(axis=0)[1:]
+    th = -math.pi / 2 - math.atan2(dz, dy)
+    R = np.array([[1, 0, 0], [0, math.cos(th), -math.sin(th)], [0, math.sin(th), math.cos(th)]])
+
+    def place(P, dx):
+        return (P - c) @ R.T + np.array([dx, 0.0, 0.0])
+
+    full = d["full"][frame]
+    err = {m: np.linalg.norm(d[m][frame] - full, axis=1) for m in ("ae", "pca")}
+    # the bar's long edges (vertices at the corners of its cross-section, along x); the
+    # upper and lower ones in the picture draw the full-space outline
+    lo_yz, hi_yz = X[:, 1:].min(axis=0), X[:, 1:].max(axis=0)
+    edges = []
+    for cy in (lo_yz[0], hi_yz[0]):
+        for cz in (lo_yz[1], hi_yz[1]):
+            on = np.flatnonzero((np.abs(X[:, 1] - cy) < 1e-9) & (np.abs(X[:, 2] - cz) < 1e-9))
+            edges.append(on[np.argsort(X[on, 0])])
+    height = [float(place(X[chain[:1]], 0.0)[0, 2]) for chain in edges]
+    edges = [edges[int(np.argmax(height))], edges[int(np.argmin(height))]]
+    top = max(float(e.max()) for e in err.values())
+    vmax = float(np.ceil(top * 1000 / 5) * 5 / 1000) or 1e-3  # a round number of mm
+    r, k = int(d["r"]), int(d["k"])
+    n_tets = len(T)
+    dofs = 3 * (len(X) - len(d["pinned"]))
+    panels = [
+        ("full", "Full space", f"{n_tets:,} tets, {dofs:,} DOFs", None),
+        ("ae", "Autoencoder", f"{r} DOFs (latent)", err["ae"]),
+        ("pca", "PCA", f"{k} DOFs (modes)", err["pca"]),
+    ]
+    reach = np.concatenate([place(d[m][frame], 0.0) for m in ("full", "ae", "pca")] + [place(X, 0)])
+    lo, hi = reach.min(axis=0), reach.max(axis=0)
+    gap = (hi[0] - lo[0]) + 0.45
+    white = (0.92, 0.92, 0.92, 1.0)
+    grey = (0.6, 0.6, 0.62, 1.0)
+    for i, (key, name, sub, e) in enumerate(panels):
+        dx = i * gap
+        P = place(d[key][frame], dx)
+        rgba = (0.78, 0.78, 0.8, 1.0) if e is None else error_colors(e, vmax)
+        _colored_object(bpy, name, P, F, rgba)
+        if e is not None:  # the full-space pose's outline over the reduced one
+            ghost = place(full, dx)
+            tip_end = np.array([edges[0][-1], edges[1][-1]])
+            for n_e, chain in enumerate([*edges, tip_end]):
+                V, Fr = _ribbon(ghost[chain], 0.008, lo[1] - 0.05)
+                _colored_object(bpy, f"Outline {name} {n_e}", V, Fr, white)
+        wall = _box(np.array([-0.04, -0.12, -0.12]), np.array([0.0, 0.12, 0.12]))
+        _colored_object(bpy, f"Clamp {name}", wall[0] + [dx, 0, 0], wall[1], (0.25,) * 3 + (1,))
+        cx = dx + 0.5 * (lo[0] + hi[0])
+        _label(bpy, name, (cx, -0.3, hi[2] + 0.27), 0.085, white)
+        _label(bpy, sub, (cx, -0.3, hi[2] + 0.16), 0.06, grey)
+        if e is not None:
+            _label(bpy, f"max error {1000 * e.max():.1f} mm", (cx, -0.3, lo[2] - 0.1), 0.06, grey)
+    # colour legend under the reduced panels
+    x0, x1 = gap + lo[0] + 0.15, 2 * gap + hi[0] - 0.15
+    zl = lo[2] - 0.27
+    s = np.linspace(0.0, 1.0, 65)
+    V = np.concatenate(
+        [np.stack([x0 + (x1 - x0) * s, 0 * s - 0.2, zl + 0 * s + h], 1) for h in (0, 0.04)]
+    )
+    j = np.arange(64)
+    Fq = np.concatenate([np.stack([j, j + 1, j + 66], 1), np.stack([j, j + 66, j + 65], 1)])
+    _colored_object(bpy, "Legend", V, Fq, error_colors(np.tile(s, 2) * vmax, vmax))
+    _label(bpy, "0", (x0 - 0.04, -0.3, zl + 0.02), 0.055, grey, "RIGHT")
+    _label(bpy, f"{1000 * vmax:.0f} mm", (x1 + 0.04, -0.3, zl + 0.02), 0.055, grey, "LEFT")
+    _label(bpy, "distance to full space", (0.5 * (x0 + x1), -0.3, zl - 0.07), 0.055, grey)
+    n_frames, dt = len(d["full"]) - 1, float(d["dt"]) if "dt" in d else 1 / 24
+    _label(
+        bpy,
+        f"held-out load, frame {frame} of {n_frames} ({frame * dt:.2f} s); white outline: full space",
+        (lo[0] - 0.1, -0.3, zl - 0.07),
+        0.055,
+        grey,
+        "LEFT",
+    )
+
+    # orthographic camera along +y framing everything
+    xmin, xmax = lo[0] - 0.3, 2 * gap + hi[0] + 0.3
+    zmin, zmax = zl - 0.15, hi[2] + 0.38
+    cam = bpy.data.cameras.new("Camera")
+    cam.type = "ORTHO"
+    res = (1600, int(round(1600 * (zmax - zmin) / (xmax - xmin))))
+    cam.ortho_scale = xmax - xmin
+    cam.sensor_fit = "HORIZONTAL"
+    obj = bpy.data.objects.new("Camera", cam)
+    obj.location = (0.5 * (xmin + xmax), -10.0, 0.5 * (zmin + zmax))
+    obj.rotation_euler = (math.pi / 2, 0.0, 0.0)
+    scene.collection.objects.link(obj)
+    scene.camera = obj
+
+    rd = scene.render
+    rd.engine = "BLENDER_WORKBENCH"
+    rd.resolution_x, rd.resolution_y = res
+    rd.resolution_percentage = 100
+    rd.image_settings.file_format = "PNG"
+    rd.film_transparent = False
+    world = scene.world or bpy.data.worlds.new("World")
+    scene.world = world
+    world.color = (0.06, 0.06, 0.07)
+    sh = scene.display.shading
+    sh.light = "STUDIO"
+    sh.color_type = "VERTEX"
+    sh.show_cavity = False
+    sh.show_specular_highlight = False
+    scene.display.render_aa = "16"
+    scene.view_settings.view_transform = "Standard"
+    scene.view_settings.look = "None"
+    path = out / "latent_pca_ae_full.png"
+    rd.filepath = str(path)
+    bpy.ops.render.render(write_still=True)
+    print(
+        f"wrote {path} (frame {frame}; max error AE {1000 * err['ae'].max():.1f} mm, "
+        f"PCA {1000 * err['pca'].max():.1f} mm)"
+    )
+    return path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "images"))
     ap.add_argument("--samples", type=int, default=24, help="Cycles samples (denoised)")
     ap.add_argument("--quick", action="store_true", help="coarse mesh, few frames, no Cycles")
+    ap.add_argument(
+        "--latent",
+        metavar="NPZ",
+        default="",
+        help="render only latent_pca_ae_full.png from bench/latent.py --out DIR's rollout.npz",
+    )
+    ap.add_argument("--latent-frame", type=int, default=None, help="frame (default: largest bend)")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
     import bpy
+
+    if args.latent:
+        latent_picture(bpy, Path(args.latent), out, args.latent_frame)
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="neural_rom_readme_") as tmp:
         ball = build_scene(bpy, Path(tmp), args.quick)
