@@ -35,18 +35,16 @@ import torch
 from torch import nn
 
 from ..core import fem as _fem
-from ..core.cache import BakeDataset
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.frame import to_pin_frame
 from ..core.latent import LatentSimulation
 from ..core.models import save_autoencoder_model
 from ..core.nnet import MLP
 from ..core.reduced import surface_sample
 from ..core.sim import SimSettings, boundary_vertices
 from ..core.subspace import Subspace, mass_weighted_pod
-from .linear import _even, _physics_of, _save_npz
+from .linear import _even, _save_npz, open_bakes
 
 Report = Callable[[float, str], None]
 
@@ -268,24 +266,9 @@ def train_autoencoder(
     cancel = should_cancel or (lambda: False)
     dev = _torch_device(device or s.device)
     t0 = time.perf_counter()
-    ds = BakeDataset.open(bakes, expect_mesh_hash=expect_mesh_hash)
-    material_dict, spec = _physics_of(ds)
-    material = _fem.Material.from_dict(material_dict)
-    first = ds[0]
-    X, T = np.asarray(first.X, float), np.asarray(first.T, np.int64)
-    pinned = (
-        np.asarray(first.extra("pinned"), np.int64)
-        if "pinned" in first.extra_names
-        else np.zeros(0, np.int64)
-    )
-    mass = _fem.mass_matrix(X, T, material.density, lumped=True)
-    train_idx, val_idx = ds.split(s.validation_fraction, s.seed)
-    warnings: list[str] = []
-    if len(val_idx) == 0:
-        warnings.append(
-            "Only one bake: nothing is held out, so the validation error is the training error. "
-            "Bake more variants for an honest error."
-        )
+    b = open_bakes(bakes, expect_mesh_hash, s.validation_fraction, s.seed)
+    ds, spec, material, X, T = b.ds, b.spec, b.material, b.X, b.T
+    pinned, mass, train_idx, val_idx, warnings = b.pinned, b.mass, b.train, b.val, b.warnings
     settings_for_key = {k: v for k, v in asdict(s).items() if k not in ("device",)}
     key = hashlib.sha256(
         json.dumps(
@@ -303,22 +286,9 @@ def train_autoencoder(
     if ckpt:
         ckpt.mkdir(parents=True, exist_ok=True)
 
-    def frames_of(indices):
-        chunks = [np.asarray(ds[int(i)].channel("positions")) for i in indices]
-        allx = np.concatenate(chunks) if chunks else np.zeros((0,) + X.shape)
-        # bakes whose pins move rigidly are learnt in the pins' frame (core.frame)
-        return to_pin_frame(allx[_even(len(allx), s.max_frames)], X, pinned)
-
-    def trajectories_of(indices):
-        """The bake of each frame that ``frames_of(indices)`` returns."""
-        ids = [np.full(ds[int(i)].n_frames, int(i)) for i in indices]
-        allid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        return allid[_even(len(allid), s.max_frames)]
-
     say(0.02, "loading bakes")
-    train_x = frames_of(train_idx)
-    train_groups = trajectories_of(train_idx)
-    val_x = frames_of(val_idx)
+    train_x, train_groups = b.frames(train_idx, s.max_frames)
+    val_x, _ = b.frames(val_idx, s.max_frames)
     check_x = val_x if len(val_x) else train_x
     if cancel():
         raise JobCancelled("Training cancelled before the PCA basis was computed.")

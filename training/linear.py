@@ -102,6 +102,57 @@ def _physics_of(ds: BakeDataset) -> tuple[dict, BakeSpec]:
     return first.material, first
 
 
+@dataclass
+class TrainingBakes:
+    """Bakes of one mesh opened for training: the dataset, its physics, the mesh, pins and
+    masses, and the whole-trajectory split (``train`` / ``val`` bake indices)."""
+
+    ds: BakeDataset
+    spec: BakeSpec
+    material: _fem.Material
+    X: np.ndarray
+    T: np.ndarray
+    pinned: np.ndarray
+    mass: np.ndarray
+    train: np.ndarray
+    val: np.ndarray
+    warnings: list
+
+    def frames(self, indices, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``count`` evenly spaced frames of bakes ``indices``: positions (F, n, 3)
+        in the pins' frame (:func:`core.frame.to_pin_frame`: bakes whose pins move rigidly
+        are learnt in that frame) and the bake index of each frame (F,)."""
+        chunks = [np.asarray(self.ds[int(i)].channel("positions")) for i in indices]
+        ids = [np.full(self.ds[int(i)].n_frames, int(i)) for i in indices]
+        allx = np.concatenate(chunks) if chunks else np.zeros((0,) + self.X.shape)
+        allid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        pick = _even(len(allx), count)
+        return to_pin_frame(allx[pick], self.X, self.pinned), allid[pick]
+
+
+def open_bakes(bakes, expect_mesh_hash, validation_fraction: float, seed: int) -> TrainingBakes:
+    """Open bakes for a trainer (refusing stale, foreign or mixed ones) and split them."""
+    ds = BakeDataset.open(bakes, expect_mesh_hash=expect_mesh_hash)
+    material_dict, spec = _physics_of(ds)
+    material = _fem.Material.from_dict(material_dict)
+    first = ds[0]
+    X, T = np.asarray(first.X, float), np.asarray(first.T, np.int64)
+    pinned = (
+        np.asarray(first.extra("pinned"), np.int64)
+        if "pinned" in first.extra_names
+        else np.zeros(0, np.int64)
+    )
+    mass = _fem.mass_matrix(X, T, material.density, lumped=True)
+    train, val = ds.split(validation_fraction, seed)
+    warnings = []
+    if len(val) == 0:
+        warnings.append(
+            "Only one bake: nothing is held out, so the validation error is the training error. "
+            "Bake more variants for an honest error."
+        )
+    return TrainingBakes(ds, spec, material, X, T, pinned, mass, train, val, warnings)
+
+
 def train_linear(
     bakes,
     out: str | Path,
@@ -128,24 +179,9 @@ def train_linear(
     emit = metric or (lambda d: None)
     cancel = should_cancel or (lambda: False)
     t0 = time.perf_counter()
-    ds = BakeDataset.open(bakes, expect_mesh_hash=expect_mesh_hash)
-    material_dict, spec = _physics_of(ds)
-    material = _fem.Material.from_dict(material_dict)
-    first = ds[0]
-    X, T = np.asarray(first.X, float), np.asarray(first.T, np.int64)
-    pinned = (
-        np.asarray(first.extra("pinned"), np.int64)
-        if "pinned" in first.extra_names
-        else np.zeros(0, np.int64)
-    )
-    mass = _fem.mass_matrix(X, T, material.density, lumped=True)
-    train_idx, val_idx = ds.split(s.validation_fraction, s.seed)
-    warnings = []
-    if len(val_idx) == 0:
-        warnings.append(
-            "Only one bake: nothing is held out, so the validation error is the training error. "
-            "Bake more variants for an honest error."
-        )
+    b = open_bakes(bakes, expect_mesh_hash, s.validation_fraction, s.seed)
+    ds, spec, material, X, T = b.ds, b.spec, b.material, b.X, b.T
+    pinned, mass, train_idx, val_idx, warnings = b.pinned, b.mass, b.train, b.val, b.warnings
     key = hashlib.sha256(
         json.dumps(
             {
@@ -161,21 +197,9 @@ def train_linear(
     if ckpt:
         ckpt.mkdir(parents=True, exist_ok=True)
 
-    def frames_of(indices, count):
-        chunks = [np.asarray(ds[int(i)].channel("positions")) for i in indices]
-        allx = np.concatenate(chunks) if chunks else np.zeros((0,) + X.shape)
-        # bakes whose pins move rigidly are learnt in the pins' frame (core.frame)
-        return to_pin_frame(allx[_even(len(allx), count)], X, pinned)
-
-    def trajectories_of(indices, count):
-        """The bake of each frame that ``frames_of(indices, count)`` returns."""
-        ids = [np.full(ds[int(i)].n_frames, int(i)) for i in indices]
-        allid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        return allid[_even(len(allid), count)]
-
     say(0.02, "loading bakes")
-    train_x = frames_of(train_idx, s.max_frames)
-    val_x = frames_of(val_idx, s.max_frames)
+    train_x, train_groups = b.frames(train_idx, s.max_frames)
+    val_x, _ = b.frames(val_idx, s.max_frames)
     if cancel():
         raise JobCancelled("Training cancelled before the basis was computed.")
 
@@ -224,7 +248,7 @@ def train_linear(
     else:
         pick = _even(len(train_x), s.cubature_poses)
         poses = train_x[pick]
-        groups = trajectories_of(train_idx, s.max_frames)[pick]
+        groups = train_groups[pick]
         held = val_x[_even(len(val_x), s.cubature_poses)] if len(val_x) else None
 
         def cub_progress(done, total, info=None):
