@@ -1059,6 +1059,38 @@ class TetFEM:
         """Global Hessian ``(3n, 3n)`` CSR (fixed pattern of :attr:`assembler`)."""
         return self.assembler.assemble(self.element_hessians(x, project=project))
 
+    def element_terms(
+        self,
+        x: np.ndarray,
+        weights: np.ndarray | None = None,
+        hessians: bool = False,
+        project: bool = True,
+    ) -> tuple[float, np.ndarray, np.ndarray | None]:
+        """Every element in one pass of the constitutive kernel (what a reduced step needs).
+
+        Parameters
+        ----------
+        x : (n, 3) float array
+        weights : (m,) float array, optional
+            Per-element weights (cubature) multiplying each element's terms.
+        hessians : bool
+            Also return the element Hessians.
+        project : bool
+            Project each constitutive Hessian to PSD (with ``hessians``).
+
+        Returns
+        -------
+        energy : float
+            ``sum_j w_j W_j Psi_j``, J.
+        gradients : (m, 4, 3) float array
+            Weighted element gradients, N.
+        hessians : (m, 12, 12) float array or None
+            Weighted element Hessians (local DOF order ``3 * v + axis``), N/m.
+        """
+        x = self._positions(x)
+        B, Ww, psi, P, H = self._kernel(x, None, weights, hessians, project)
+        return float(Ww @ psi), Ww[:, None, None] * (B @ P.transpose(0, 2, 1)), H
+
     def _egh(self, x, elements, weights, need_hess, project):
         x = self._positions(x)
         B, Wt, psi, P, H = self._kernel(x, elements, weights, need_hess, project)

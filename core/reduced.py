@@ -280,15 +280,10 @@ class ReducedSimulation(SubspaceModel):
         ``order`` 2 its reduced Hessian (k, k) too (element Hessians PSD-projected with
         ``project``), from one pass of the constitutive kernel."""
         x_sub = self._X_sub + (self._U_sub_flat @ q).reshape(-1, 3)
-        # One kernel call gives Psi, P and the (W w)-scaled element Hessians together; the
-        # public energy_gradient + element_hessians pair would evaluate F, Psi and P twice.
-        B, Ww, psi, P, He = self.sub_fem._kernel(
-            x_sub, None, self.weights, need_hess=order >= 2, project=project
-        )
-        e = float(Ww @ psi)
+        # one kernel pass gives the energy, the element gradients and (w-scaled) Hessians
+        e, ge, He = self.sub_fem.element_terms(x_sub, self.weights, order >= 2, project)
         if order < 1:
             return e, None, None
-        ge = Ww[:, None, None] * (B @ P.transpose(0, 2, 1))  # (c, 4, 3) element gradients
         g_red = self._U_elem_flat.T @ ge.reshape(-1)
         if order < 2:
             return e, g_red, None

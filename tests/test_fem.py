@@ -543,3 +543,21 @@ def test_material_lame_presets_and_json_round_trip():
     back = fem.Material.from_dict(d)
     assert back == per_elem and back.model == "stable_neohookean"
     assert back != mat
+
+
+def test_element_terms_is_the_weighted_one_pass_of_the_public_parts():
+    from neural_rom.core.fem import Material, TetFEM
+    from neural_rom.core.grid import grid_tetmesh
+
+    X, T = grid_tetmesh((0.3, 0.1, 0.1), (3, 1, 1))
+    fem = TetFEM(X, T, Material(youngs_modulus=1e5, poisson_ratio=0.4, density=1000.0))
+    rng = np.random.default_rng(2)
+    x = X + 0.02 * rng.normal(size=X.shape)
+    w = rng.uniform(0.5, 2.0, len(T))
+    e, ge, He = fem.element_terms(x, w, hessians=True, project=False)
+    assert e == pytest.approx(float(w @ fem.element_energy(x)), rel=1e-12)
+    np.testing.assert_allclose(ge, w[:, None, None] * fem.element_gradients(x), rtol=1e-12)
+    np.testing.assert_allclose(
+        He, w[:, None, None] * fem.element_hessians(x, project=False), rtol=1e-10, atol=1e-9
+    )
+    assert fem.element_terms(x)[2] is None
