@@ -7,7 +7,7 @@ cannot move its pins. Pins in Blender move rigidly: they follow the object's own
     x = R y + c,    y = X + U q
 
 with ``(R, c)`` the rigid motion that takes the rest positions of the pinned vertices to
-their targets this step, fitted by weighted Kabsch. The elastic energy is invariant under
+their targets this step, fitted by Kabsch. The elastic energy is invariant under
 ``(R, c)`` and the lumped mass norm under ``R``, so backward Euler in world space,
 
     x_{n+1} = argmin 1/(2h^2) |x - (2 x_n - x_{n-1})|^2_M + alpha/(2h) |x - x_n|^2_M + V(x) - f.x,
