@@ -424,6 +424,7 @@ def train_autoencoder(
         "cubature_elements": len(cub),
         "cubature_train_rel_error": cub.info.get("train_rel_error"),
         "cubature_heldout_rel_error": cub.info.get("heldout_rel_error"),
+        "cubature_validation_rel_error": cub.info.get("validation_rel_error"),
         "rollout": rollout,
         "train_seconds": time.perf_counter() - t0,
     }
