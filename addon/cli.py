@@ -233,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model settings (overridden by the options); the model goes to the object's cache "
         "directory and is recorded on the object.",
     )
-    from ..core.models import METHODS
+    from ..core.registry import names
+
+    METHODS = names()
 
     train.add_argument("--method", choices=METHODS, help="training method (overrides the object's)")
     train.add_argument(

@@ -167,7 +167,9 @@ METHOD_LABELS = {
 
 
 def method_items(self=None, context=None):
-    from ..core.models import METHODS
+    from ..core.registry import names
+
+    METHODS = names()
 
     return [(m, *METHOD_LABELS.get(m, (m.capitalize(), ""))) for m in METHODS]
 
@@ -504,9 +506,9 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         }
         if self.model_method == "autoencoder":
             return {
-                "pca_dim": int(self.model_k) or None,
-                "pca_tolerance": float(self.model_tolerance) or None,
-                "max_pca_dim": int(self.model_max_k),
+                "k": int(self.model_k) or None,
+                "tolerance": float(self.model_tolerance) or None,
+                "max_k": int(self.model_max_k),
                 "latent_dim": int(self.ae_latent_dim) or None,
                 "latent_tolerance": float(self.ae_latent_tolerance) or None,
                 "hidden": [int(self.ae_hidden)] * int(self.ae_layers),

@@ -107,7 +107,7 @@ class Driver:
     """
 
     def __init__(self, obj: bpy.types.Object, scene: bpy.types.Scene):
-        from ..core.models import load_simulator
+        from ..core.registry import load_simulator
 
         s = obj.neural_rom
         if not s.model.path:

@@ -870,7 +870,9 @@ def make_train_job(
     dict: ``kind`` "train", ``method``, ``bakes`` (abs paths), ``out`` (abs .nrmodel),
     ``settings``, ``device``, ``mesh_hash``, ``log_dir``.
     """
-    from ..core.models import METHODS
+    from ..core.registry import names
+
+    METHODS = names()
 
     s = obj.neural_rom
     if s.role != "DEFORMABLE":

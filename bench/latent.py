@@ -21,8 +21,8 @@ Reported, all on the held-out bakes:
 * for each ``r``, the smallest PCA ``k`` with an error at most the autoencoder's: ``r / k``
   is the acceptance number of the issue (<= 40%);
 * one held-out rollout each of full space (:class:`core.sim.Simulation`, Newton), the
-  autoencoder model (:class:`core.latent.LatentSimulation`, preconditioned L-BFGS), the PCA
-  model of the matched ``k`` (:class:`core.reduced.ReducedSimulation`, Newton) and the same
+  autoencoder model (:class:`core.methods.autoencoder.LatentSimulation`, preconditioned L-BFGS), the PCA
+  model of the matched ``k`` (:class:`core.methods.linear.ReducedSimulation`, Newton) and the same
   PCA model solved by L-BFGS (``LatentSimulation`` with an identity decoder over the PCA
   basis, the paper's Fig. 9 comparison): ms per step, solver iterations per step, rollout
   error against the bake;
@@ -180,7 +180,7 @@ def train_ae(paths, out: Path, r: int, epochs: int, batch_size: int = 32, **kw) 
     from neural_rom.training.autoencoder import AutoencoderSettings, train_autoencoder
 
     s = AutoencoderSettings(
-        pca_dim=PCA_LAYER,
+        k=PCA_LAYER,
         latent_dim=r,
         epochs=epochs,
         batch_size=batch_size,
@@ -295,13 +295,12 @@ def rollout(sim, cache, record: list | None = None) -> dict:
     (``evals``).
     """
     from neural_rom.core.bake import BakeSpec, setup_scenario
-    from neural_rom.core.compare import initial_state
     from neural_rom.core.sim import FrameInputs
 
     X, T = np.asarray(cache.X), np.asarray(cache.T)
     _, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
     full = cache.channel("positions")
-    initial_state(sim, driver.x0, driver.v0, driver.forces[0])
+    sim.start_from(driver.x0, driver.v0, driver.forces[0])
     if record is not None:
         record.append(np.array(sim.positions()))
     times, reports, err = [], [], 0.0
@@ -367,9 +366,9 @@ def run(args) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from neural_rom.core.latent import LatentSimulation
-    from neural_rom.core.models import load_simulator
+    from neural_rom.core.methods.autoencoder import LatentSimulation
     from neural_rom.core.nnet import MLP
+    from neural_rom.core.registry import load_simulator
     from neural_rom.training.linear import LinearSettings, train_linear
 
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nrom_latent_"))

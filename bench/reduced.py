@@ -4,7 +4,7 @@ Problem: the 4:1:1 bar of ``bench/fullspace.py`` (clamped at x = 0, stable Neo-H
 E = 1 MPa, nu = 0.45, rho = 1000 kg/m^3, h = 1/24 s) hit by a scripted poke at its free end.
 
 * ``full``: :class:`neural_rom.core.sim.Simulation` (Newton, AMG-CG solves).
-* ``reduced``: :class:`neural_rom.core.reduced.ReducedSimulation` with a ``--modes``-vector basis
+* ``reduced``: :class:`neural_rom.core.methods.linear.ReducedSimulation` with a ``--modes``-vector basis
   of the 8 lowest linear vibration modes plus their modal derivatives (Barbic & James 2005,
   :func:`neural_rom.core.subspace.modal_derivatives`; linear modes alone lock under the large
   sag of this soft bar) and optimized cubature (An et al. 2008, at most ``--cubature``
@@ -59,7 +59,7 @@ def poke_forces(X: np.ndarray, mass: np.ndarray, frames: int) -> np.ndarray:
 def run(n_tets: int, modes: int, max_cubature: int, frames: int) -> dict:
     from neural_rom.core.cubature import optimized_cubature
     from neural_rom.core.fem import Material, TetFEM, mass_matrix
-    from neural_rom.core.reduced import ReducedSimulation
+    from neural_rom.core.methods.linear import ReducedSimulation
     from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
     from neural_rom.core.subspace import modal_basis, modal_derivatives
 

@@ -16,48 +16,6 @@ from .errors import JobCancelled, SimulationError
 from .sim import FrameInputs
 
 
-def initial_state(sim, x0: np.ndarray, v0: np.ndarray, f0: np.ndarray | None = None) -> None:
-    """Reset ``sim`` to the closest state to full-space positions ``x0`` and velocities ``v0``.
-
-    A linear model (``sim.U``, ``sim.mass``, ``sim.M_red``) takes the mass-weighted
-    projections ``q = (U^T M U)^{-1} U^T M (x0 - X)`` and likewise ``qdot`` from ``v0``
-    (for an M-orthonormal basis, ``q = U^T M (x0 - X)``: Subspace.encode), passed as
-    ``sim.reset(q=..., qdot=...)`` (a latent model encodes ``q`` onto its manifold). Any
-    other simulator can only start at rest.
-
-    Parameters
-    ----------
-    sim : a :class:`.reduced.Simulator`
-    x0, v0 : (n, 3) float arrays
-        Initial positions (m) and velocities (m/s).
-    f0 : (n, 3) float array or None
-        External forces at frame 0 (N); the first step ramps from them.
-    """
-    x0 = np.asarray(x0, dtype=np.float64)
-    v0 = np.asarray(v0, dtype=np.float64)
-    if hasattr(sim, "U") and hasattr(sim, "M_red"):
-        pose = sim.frame_of(x0) if hasattr(sim, "frame_of") else None
-        if pose is not None and not pose.is_identity:  # pins moved: start in their frame
-            x0, v0 = (x0 - pose.c) @ pose.R, v0 @ pose.R
-        m3 = np.repeat(np.asarray(sim.mass, dtype=np.float64), 3)
-        rhs = sim.U.T @ np.stack([m3 * (x0 - sim.X).ravel(), m3 * v0.ravel()], axis=1)
-        q, qdot = np.linalg.solve(sim.M_red, rhs).T
-        sim.reset(q=q, qdot=qdot)
-        if pose is not None and not pose.is_identity:
-            sim.place_frame(pose)
-        if f0 is not None and hasattr(sim, "project_forces"):
-            sim.f_ext = sim.project_forces(f0)
-        return
-    sim.reset()
-    rest = np.asarray(sim.positions(), dtype=np.float64)
-    scale = float(np.linalg.norm(rest.max(0) - rest.min(0))) or 1.0
-    if np.abs(x0 - rest).max() > 1e-9 * scale or np.abs(v0).max() > 0:
-        raise SimulationError(
-            "This model can only start at rest, but the bake starts moved or moving; compare "
-            "it with a bake whose scenario starts at rest."
-        )
-
-
 def replay_bake(
     sim,
     cache,
@@ -68,7 +26,7 @@ def replay_bake(
 ) -> np.ndarray:
     """Replay a bake's scenario with a reduced simulator.
 
-    Starts from the scenario's initial state (:func:`initial_state`) and steps every
+    Starts from the scenario's initial state (``sim.start_from``) and steps every
     committed frame of the bake with that frame's external forces, colliders and pin
     targets (a reduced model follows pins that move rigidly).
 
@@ -110,7 +68,7 @@ def replay_bake(
         raise SimulationError(
             f"The bake has {n_frames} frames but its scenario only {len(driver.forces)}; re-bake."
         )
-    initial_state(sim, driver.x0, driver.v0, driver.forces[0])
+    sim.start_from(driver.x0, driver.v0, driver.forces[0])
     out = np.empty((n_frames, n, 3))
     out[0] = sim.positions()
     for f in range(1, n_frames):
@@ -190,26 +148,11 @@ def error_stats(errors: np.ndarray) -> dict:
 
 
 def closest_shapes(sim, x: np.ndarray) -> np.ndarray:
-    """The model's closest shapes to full-space positions ``x`` (F, n, 3), metres.
-
-    A linear model's mass-weighted projection onto its basis; a latent model's encoding
-    refined onto its manifold (``encode_pose``), decoded; both in the pins' frame of each
-    frame. The error of these shapes is what the model can represent at best: a rollout
-    far worse than it means the reduced space stiffens (too few DOFs to bend freely).
-    """
-    x = np.asarray(x, dtype=np.float64)
-    out = np.empty_like(x)
-    m3 = np.repeat(np.asarray(sim.mass, dtype=np.float64), 3)
-    for f in range(len(x)):
-        pose = sim.frame_of(x[f]) if hasattr(sim, "frame_of") else None
-        y = x[f] if pose is None or pose.is_identity else (x[f] - pose.c) @ pose.R
-        if hasattr(sim, "encode_pose"):
-            q = sim.decoder.forward(sim.encode_pose(y))
-        else:
-            q = np.linalg.solve(sim.M_red, sim.U.T @ (m3 * (y - sim.X).ravel()))
-        shape = sim.X + (sim.U @ q).reshape(-1, 3)
-        out[f] = shape if pose is None else pose.apply(shape)
-    return out
+    """The model's closest shapes (:meth:`core.simulator.Simulator.closest_shape`) to
+    full-space positions ``x`` (F, n, 3), metres. Their error is what the model can represent
+    at best: a rollout far worse than it means the reduced space stiffens (too few DOFs to
+    bend freely)."""
+    return np.stack([sim.closest_shape(xf) for xf in np.asarray(x, dtype=np.float64)])
 
 
 def stiffening_hint(rollout: dict) -> str | None:
@@ -271,7 +214,7 @@ def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | N
         "max_error_rel": stats["max"] / diag if diag > 0 else 0.0,
         "step_ms": float(1000 * np.mean(times)) if times else 0.0,
     }
-    if hasattr(sim, "U") and hasattr(sim, "M_red") and len(reduced) > 1:
+    if len(reduced) > 1:
         target = np.asarray(full[1 : len(reduced)])
         best = vertex_errors(closest_shapes(sim, target), target)
         out["projection_max_error_m"] = float(best.max())

@@ -76,6 +76,18 @@ class SimSettings:
     contact_offset: float = 0.0
     linear_solver: str = "auto"
 
+    def to_dict(self) -> dict:
+        """The time-step settings a model file stores (JSON-able)."""
+        return {
+            "dt": float(self.dt),
+            "substeps": int(self.substeps),
+            "gravity": [float(g) for g in self.gravity],
+            "damping_alpha": float(self.damping_alpha),
+            "damping_beta": float(self.damping_beta),
+            "newton_tol": float(self.newton_tol),
+            "max_newton_iters": int(self.max_newton_iters),
+        }
+
     def validate(self) -> None:
         if not (self.dt > 0 and np.isfinite(self.dt)):
             raise SimulationError(f"Time step must be positive, got dt={self.dt}.")
@@ -99,11 +111,58 @@ class FrameInputs:
         Positions of the pinned vertices at the end of the frame, metres; None keeps them.
     colliders : list of Collider or None
         Colliders at the end of the frame; None keeps the previous ones.
+    sliders : (r,) float array or None
+        Latent slider values (methods with a latent space an artist drives directly).
+    markers : Markers or None
+        Marker targets for inverse control (positions and weights).
+    reference_frame : (4, 4) float array or None
+        The driving reference frame at the end of the frame (an object's or a bone's
+        world matrix, metres); methods that simulate relative to a moving frame take it.
+
+    A method ignores an input it does not take and refuses a frame that lacks one it needs
+    (its registry record lists both: :func:`core.registry.check_inputs`).
     """
 
     forces: np.ndarray | None = None
     pin_targets: np.ndarray | None = None
     colliders: list[Collider] | None = None
+    sliders: np.ndarray | None = None
+    markers: Markers | None = None
+    reference_frame: np.ndarray | None = None
+
+
+@dataclass
+class Markers:
+    """Marker targets of one frame: where chosen points of the body should be.
+
+    Attributes
+    ----------
+    vertices : (p,) int array
+        Vertices (of the simulated mesh) the markers are attached to.
+    positions : (p, 3) float array
+        Target world positions, metres.
+    weights : (p,) float array
+        Relative importance of each marker (>= 0).
+    """
+
+    vertices: np.ndarray
+    positions: np.ndarray
+    weights: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.vertices = np.asarray(self.vertices, dtype=np.int64).reshape(-1)
+        self.positions = np.asarray(self.positions, dtype=np.float64).reshape(-1, 3)
+        p = len(self.vertices)
+        self.weights = (
+            np.ones(p) if self.weights is None else np.asarray(self.weights, float).reshape(-1)
+        )
+        if len(self.positions) != p or len(self.weights) != p:
+            raise SimulationError(
+                f"Markers need one position and one weight per vertex; got {p} vertices, "
+                f"{len(self.positions)} positions and {len(self.weights)} weights."
+            )
+        if np.any(self.weights < 0) or not np.all(np.isfinite(self.positions)):
+            raise SimulationError("Marker weights must be >= 0 and positions finite.")
 
 
 @dataclass

@@ -146,7 +146,7 @@ def straight_run(bpy, obj, frames, colliders=None):
     frame, with core alone: the reference the scrubbed driver must reproduce."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import stages
-    from neural_rom.core.models import load_simulator
+    from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
 
     sim, _ = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
@@ -418,7 +418,7 @@ def test_autoencoder_method_trains_and_simulates_from_the_panel(addon, blend_fil
     s.ae_hidden, s.ae_layers, s.ae_epochs, s.ae_batch_size = 16, 2, 30, 32
     settings = s.model_settings()
     assert (
-        settings["hidden"] == [16, 16] and settings["latent_dim"] == 2 and settings["pca_dim"] == 4
+        settings["hidden"] == [16, 16] and settings["latent_dim"] == 2 and settings["k"] == 4
     )
     assert "k" not in settings  # the linear method's names are not sent to the autoencoder
     draw_all(bpy, obj)  # the panel draws the autoencoder fields (checked against UILayout)
@@ -442,7 +442,7 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     identically when scrubbed and when stepped straight through with core."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate, stages
-    from neural_rom.core.models import load_simulator
+    from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
 
     bpy = addon.bpy

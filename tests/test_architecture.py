@@ -38,7 +38,8 @@ def test_core_imports_neither_bpy_nor_torch():
             if level == 0:
                 assert top(mod) not in {"bpy", "torch", "bmesh", "mathutils"}, f"{f}: imports {mod}"
             else:  # relative imports must stay inside core
-                assert level == 1, f"{f}: relative import leaves core ({'.' * level}{mod})"
+                depth = len(f.relative_to(ROOT / "core").parts)  # core/x.py: 1, core/a/x.py: 2
+                assert level <= depth, f"{f}: relative import leaves core ({'.' * level}{mod})"
 
 
 def test_training_never_imports_bpy():

@@ -11,11 +11,11 @@ import pytest
 from neural_rom.core import bake as bk
 from neural_rom.core import fem
 from neural_rom.core.cache import BakeCache
-from neural_rom.core.compare import error_stats, initial_state, replay_bake, vertex_errors
+from neural_rom.core.compare import error_stats, replay_bake, vertex_errors
 from neural_rom.core.errors import JobCancelled, SimulationError
 from neural_rom.core.fem import Material
 from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.reduced import ReducedSimulation
+from neural_rom.core.methods.linear import ReducedSimulation
 from neural_rom.core.sim import FrameInputs
 from neural_rom.core.subspace import mass_weighted_pod
 
@@ -128,12 +128,12 @@ def test_initial_state_is_the_mass_weighted_projection(tmp_path):
     sim = _reduced(cache, driver, sub.U)
     q = np.array([0.01, -0.02, 0.005])
     v = (sub.U @ np.array([0.3, 0.1, -0.2])).reshape(-1, 3)
-    initial_state(sim, sub.decode(q), v)
+    sim.start_from(sub.decode(q), v)
     np.testing.assert_allclose(sim.q, q, atol=1e-12)
     np.testing.assert_allclose(sim.qdot, [0.3, 0.1, -0.2], atol=1e-12)
     # a position off the subspace lands on its closest subspace point: q = U^T M (x - X)
     x = full[-1]
-    initial_state(sim, x, np.zeros_like(x))
+    sim.start_from(x, np.zeros_like(x))
     np.testing.assert_allclose(sim.q, sub.encode(x), atol=1e-12)
 
 
@@ -180,7 +180,7 @@ def test_replay_refuses_a_model_that_does_not_fit(tmp_path):
 def _by_hand(bpy, obj, rec):
     """Reduced and full render positions (world) of every bake frame, stepped by hand."""
     from neural_rom.addon import stages
-    from neural_rom.core.models import load_simulator
+    from neural_rom.core.registry import load_simulator
 
     rm = stages.RenderMap(obj, rec)
     cache = rm.cache
@@ -339,7 +339,7 @@ def test_closest_shapes_are_projections_and_the_stiffening_hint():
     from neural_rom.core.compare import closest_shapes, stiffening_hint
     from neural_rom.core.fem import Material, mass_matrix
     from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.core.reduced import ReducedSimulation
+    from neural_rom.core.methods.linear import ReducedSimulation
 
     X, T = grid_tetmesh((0.4, 0.1, 0.1), (4, 1, 1))
     mat = Material(youngs_modulus=5e4, poisson_ratio=0.4, density=1000.0)

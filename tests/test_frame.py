@@ -12,9 +12,9 @@ from neural_rom.core.errors import SimulationError
 from neural_rom.core.fem import Material
 from neural_rom.core.frame import IDENTITY, Pose, fit_pose, interpolate, to_pin_frame
 from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.latent import LatentSimulation
+from neural_rom.core.methods.autoencoder import LatentSimulation
+from neural_rom.core.methods.linear import ReducedSimulation
 from neural_rom.core.nnet import MLP
-from neural_rom.core.reduced import ReducedSimulation
 from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
 
 from .test_reduced import full_basis

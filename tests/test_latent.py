@@ -10,10 +10,11 @@ from neural_rom.core.cubature import Cubature
 from neural_rom.core.errors import CacheError, SimulationError
 from neural_rom.core.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.latent import LatentSimulation
-from neural_rom.core.models import load_simulator, save_autoencoder_model
+from neural_rom.core.methods.autoencoder import LatentSimulation
+from neural_rom.core.methods.autoencoder import save as save_autoencoder_model
+from neural_rom.core.methods.linear import ReducedSimulation
 from neural_rom.core.nnet import MLP
-from neural_rom.core.reduced import ReducedSimulation
+from neural_rom.core.registry import load_simulator
 from neural_rom.core.sim import FrameInputs, SimSettings, boundary_vertices
 from neural_rom.core.subspace import Subspace, modal_basis
 
@@ -246,7 +247,7 @@ def test_model_file_round_trip(tmp_path):
     sim, model = load_simulator(path, expect_mesh_hash=h)
     assert isinstance(sim, LatentSimulation) and model.method == "autoencoder"
     meta = model.metadata
-    assert (meta["latent_dim"], meta["pca_dim"], meta["training"]) == (r, sub.k, {"epochs": 1})
+    assert (meta["latent_dim"], meta["k"], meta["training"]) == (r, sub.k, {"epochs": 1})
     assert (sim.lbfgs_window, sim.lbfgs_tol, sim.max_iters) == (5, 1e-7, 50)
     assert {"dec_W0", "enc_W2", "U", "cubature_weights"} <= set(model.arrays)
     direct = LatentSimulation(

@@ -51,7 +51,7 @@ def test_autoencoder_needs_at_most_40_percent_of_pca_dofs(tmp_path):
     # closest-shape error: measured 364 mm (12 mm closest shapes; 218 mm with every element
     # as cubature) against 19 mm for PCA with k = 6. The bounds state these numbers.
     from neural_rom.core.compare import rollout_metrics
-    from neural_rom.core.models import load_simulator
+    from neural_rom.core.registry import load_simulator
     from neural_rom.training.linear import LinearSettings, train_linear
 
     roll = rollout_metrics(lambda d: load_simulator(tmp_path / "ae.nrmodel")[0], ds[int(held[0])])

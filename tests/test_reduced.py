@@ -6,7 +6,8 @@ from neural_rom.core.colliders import Collider
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.reduced import ReducedSimulation, surface_sample
+from neural_rom.core.methods.common import surface_sample
+from neural_rom.core.methods.linear import ReducedSimulation
 from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
 from neural_rom.core.subspace import modal_basis
 

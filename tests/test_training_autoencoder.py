@@ -22,7 +22,7 @@ from neural_rom.training.autoencoder import (
 
 # tiny networks and few epochs: the file must stay fast on two busy cores
 TINY = dict(
-    pca_dim=6,
+    k=6,
     latent_dim=3,
     hidden=[16, 16],
     epochs=30,
@@ -118,7 +118,7 @@ def test_model_file_layout_and_reconstruction(bakes, reference):
     m, res = reference.model, reference.res
     assert m.method == "autoencoder"
     meta = m.metadata
-    assert meta["latent_dim"] == 3 and meta["pca_dim"] == 6
+    assert meta["latent_dim"] == 3 and meta["k"] == 6
     assert meta["lbfgs"] == {"window": 8, "tolerance": 1e-8, "max_iters": 100}
     for name in ("X", "T", "U", "mass", "pinned", "cubature_elements", "contact_vertices"):
         assert name in m.arrays
@@ -234,7 +234,7 @@ def test_latent_search_end_to_end(bakes, tmp_path):
 
 def test_train_job_through_the_worker_process(bakes, tmp_path):
     from neural_rom.core.jobs import Job
-    from neural_rom.core.models import load_simulator
+    from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
 
     out = tmp_path / "job.nrmodel"

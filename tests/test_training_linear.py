@@ -12,7 +12,7 @@ from neural_rom.core.cache import BakeCache, mesh_hash
 from neural_rom.core.errors import CacheError, JobCancelled
 from neural_rom.core.fem import Material
 from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.models import load_simulator
+from neural_rom.core.registry import load_simulator
 from neural_rom.training.linear import LinearSettings, train_linear
 
 
@@ -63,7 +63,7 @@ def test_model_runs_without_torch_and_matches(bakes, tmp_path):
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any torch import now fails
         "import numpy as np\n"
-        "from neural_rom.core.models import load_simulator\n"
+        "from neural_rom.core.registry import load_simulator\n"
         "from neural_rom.core.sim import FrameInputs\n"
         f"sim, model = load_simulator({str(out)!r})\n"
         f"F = np.load({str(tmp_path / 'forces.npy')!r}, allow_pickle=False)\n"

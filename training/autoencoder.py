@@ -14,7 +14,7 @@ Pipeline (one model per mesh and physics setup):
    largest per-vertex error on held-out bakes is within the latent tolerance (sec. 4.3).
 3. Optimized cubature on the PCA basis ``U`` fitted on PCA-projected training poses (sec. 5.3).
 4. Export to torch-free :class:`core.nnet.MLP` networks (float64), checked against torch,
-   a contact sample, a held-out rollout with :mod:`core.latent` when it is available, and
+   a contact sample, a held-out rollout with :mod:`core.methods.autoencoder` when it is available, and
    the model file (method ``"autoencoder"``).
 
 torch is imported here and only here (never in ``core``).
@@ -35,20 +35,20 @@ import torch
 from torch import nn
 
 from ..core import fem as _fem
+from ..core import registry
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.latent import LatentSimulation
-from ..core.models import save_autoencoder_model
+from ..core.methods.autoencoder import NAME, LatentSimulation
+from ..core.methods.autoencoder import save as save_autoencoder_model
+from ..core.methods.common import surface_sample
 from ..core.nnet import MLP
-from ..core.reduced import surface_sample
 from ..core.sim import SimSettings, boundary_vertices
 from ..core.subspace import Subspace, mass_weighted_pod
 from .linear import _even, _save_npz, open_bakes
 
 Report = Callable[[float, str], None]
 
-METHOD = "autoencoder"
 # At most one progress message / metric event per this many seconds during the epochs.
 _THROTTLE_S = 0.5
 # Frames per block when full-space errors are evaluated (bounds temporary memory).
@@ -67,19 +67,19 @@ class AutoencoderSettings:
 
     Attributes
     ----------
-    pca_dim : int or None
-        PCA size ``k``; None chooses it from ``pca_tolerance``.
-    pca_tolerance : float or None
+    k : int or None
+        PCA size ``k``; None chooses it from ``tolerance``.
+    tolerance : float or None
         Largest per-vertex PCA reconstruction error allowed (m), Fulton 2019 sec. 4.3.
         Default when neither is given: 1% of the bounding-box diagonal.
-    max_pca_dim : int
+    max_k : int
     latent_dim : int or None
         Latent size ``r``; None searches it: ``r = latent_start, latent_start + 1, ...``
         until the max per-vertex reconstruction error ``|x - X - U phi(enc(q))|`` on the
         held-out bakes (training frames when none is held out) is within the latent tolerance.
     latent_tolerance : float or None
         Metres. Default: twice the PCA tolerance (Fulton's 3 mm PCA / 6 mm latent), or twice
-        the PCA error reached when ``pca_dim`` is given. A target below the PCA error (the
+        the PCA error reached when ``k`` is given. A target below the PCA error (the
         floor: the decoder's output lies in the PCA span) cannot be met.
     latent_start : int
     max_latent_dim : int or None
@@ -112,9 +112,9 @@ class AutoencoderSettings:
         reduced simulation of that bake).
     """
 
-    pca_dim: int | None = None
-    pca_tolerance: float | None = None
-    max_pca_dim: int = 60
+    k: int | None = None
+    tolerance: float | None = None
+    max_k: int = 60
     latent_dim: int | None = None
     latent_tolerance: float | None = None
     latent_start: int = 1
@@ -161,14 +161,17 @@ class AutoencoderSettings:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> AutoencoderSettings:
+        """Settings checked by value against the method's registry record."""
         d = dict(d or {})
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise NeuralRomError(
-                f"Unknown autoencoder setting(s): {', '.join(sorted(unknown))}; valid: "
-                f"{', '.join(cls.__dataclass_fields__)}."
-            )
-        return cls(**d)
+        device = d.pop("device", "auto")
+        return cls(**registry.get(NAME).validate(d), device=device)
+
+
+def train(bakes, out, settings: dict, *, device: str = "auto", **kwargs) -> dict:
+    """The registry's trainer entry point (``core.methods.autoencoder.METHOD``); ``kwargs``
+    as :func:`train_autoencoder` takes them."""
+    return train_autoencoder(bakes, out, AutoencoderSettings.from_dict(settings), device=device,
+                             **kwargs)
 
 
 _ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "softplus": nn.Softplus, "relu": nn.ReLU}
@@ -258,7 +261,7 @@ def train_autoencoder(
 
     Returns
     -------
-    dict with ``model`` (path), ``pca_dim``, ``latent_dim``, errors (m), timings, warnings.
+    dict with ``model`` (path), ``k``, ``latent_dim``, errors (m), timings, warnings.
     """
     s = settings or AutoencoderSettings()
     say = progress or (lambda f, m: None)
@@ -273,7 +276,7 @@ def train_autoencoder(
     key = hashlib.sha256(
         json.dumps(
             {
-                "method": METHOD,
+                "method": NAME,
                 "bakes": [t.meta.get("bake_id", str(t.path)) for t in ds],
                 "frames": [t.n_frames for t in ds],
                 "settings": settings_for_key,
@@ -299,7 +302,7 @@ def train_autoencoder(
     pca_err_val = sub.reconstruction_error(check_x)
     emit(
         {
-            "pca_dim": sub.k,
+            "k": sub.k,
             "pca_max_error_train_m": pca_err_train,
             "pca_max_error_val_m": pca_err_val,
         }
@@ -327,7 +330,7 @@ def train_autoencoder(
             warnings.append(
                 f"The latent tolerance {target * 1000:.3g} mm is below the PCA error "
                 f"{pca_err_val * 1000:.3g} mm, which no autoencoder on this basis can beat: "
-                "raise latent_tolerance or lower pca_tolerance."
+                "raise latent_tolerance or lower tolerance."
             )
         top = min(int(s.max_latent_dim or sub.k), sub.k)
         candidates = list(range(min(int(s.latent_start), top), top + 1))
@@ -408,7 +411,7 @@ def train_autoencoder(
     # 6. model file --------------------------------------------------------------------------
     say(0.97, "writing the model")
     metrics = {
-        "pca_dim": sub.k,
+        "k": sub.k,
         "latent_dim": r,
         "pca_max_error_train_m": pca_err_train,
         "pca_max_error_val_m": pca_err_val,
@@ -504,8 +507,8 @@ def _torch_device(name: str) -> torch.device:
 
 def _pca_basis(s, X, mass, pinned, train_x, val_x, ckpt, key, say):
     """The PCA layer U (mass-weighted POD), from the checkpoint when there is one."""
-    tol = s.pca_tolerance
-    if s.pca_dim is None and tol is None:
+    tol = s.tolerance
+    if s.k is None and tol is None:
         tol = 0.01 * float(np.linalg.norm(X.max(0) - X.min(0)))
     basis_file = ckpt / f"aebasis_{key}.npz" if ckpt else None
     if basis_file and basis_file.exists():
@@ -518,9 +521,9 @@ def _pca_basis(s, X, mass, pinned, train_x, val_x, ckpt, key, say):
         train_x - X,
         mass,
         pinned,
-        k=s.pca_dim,
-        tolerance=tol if s.pca_dim is None else None,
-        max_k=s.max_pca_dim,
+        k=s.k,
+        tolerance=tol if s.k is None else None,
+        max_k=s.max_k,
         validation=(val_x - X) if len(val_x) else None,
         X=X,
     )

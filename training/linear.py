@@ -16,14 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from ..core import fem as _fem
+from ..core import registry
 from ..core.bake import BakeSpec
 from ..core.cache import BakeDataset
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.frame import to_pin_frame
-from ..core.models import save_linear_model
-from ..core.reduced import ReducedSimulation, surface_sample
+from ..core.methods.common import surface_sample
+from ..core.methods.linear import NAME, ReducedSimulation
+from ..core.methods.linear import save as save_linear_model
 from ..core.sim import SimSettings, boundary_vertices
 from ..core.subspace import Subspace, mass_weighted_pod
 
@@ -69,12 +71,14 @@ class LinearSettings:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> LinearSettings:
-        d = dict(d or {})
-        names = set(cls.__dataclass_fields__)
-        unknown = set(d) - names
-        if unknown:
-            raise NeuralRomError(f"Unknown linear-model setting(s): {', '.join(sorted(unknown))}.")
-        return cls(**d)
+        """Settings checked by value against the method's registry record."""
+        return cls(**registry.get(NAME).validate(d))
+
+
+def train(bakes, out, settings: dict, *, device: str = "cpu", **kwargs) -> dict:
+    """The registry's trainer entry point (``core.methods.linear.METHOD``): numpy on the CPU
+    whatever ``device`` says; ``kwargs`` as :func:`train_linear` takes them."""
+    return train_linear(bakes, out, LinearSettings.from_dict(settings), **kwargs)
 
 
 def _even(n: int, count: int) -> np.ndarray:

@@ -1,44 +1,47 @@
 """The worker's ``train`` job: ``worker.py`` hands it the job spec.
 
-Spec keys: ``method`` (``"linear"`` or ``"autoencoder"``), ``bakes`` (list of .nrbake
-paths, or a glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings dict), ``device``
-(``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash`` (optional: refuse bakes of another mesh),
-``checkpoint_dir`` (optional; default: next to the model). torch is imported only by the
-methods that need it, so a linear model trains with numpy and scipy alone.
+Spec keys: ``method`` (a name in :mod:`core.registry`), ``method_origin`` (optional: the file
+that registers a method defined outside the package), ``bakes`` (list of .nrbake paths, or a
+glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings, validated by its
+record before anything runs), ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash``
+(optional: refuse bakes of another mesh), ``checkpoint_dir`` (optional; default: next to the
+model). torch is imported only by the trainers of methods that need it, so a linear model
+trains with numpy and scipy alone.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..core import jobs
+from ..core import jobs, registry
 from ..core.errors import NeuralRomError
 
-METHODS = ("linear", "autoencoder")
 PROGRESS_UNITS = 1000
 
 
-def resolve_device(preference: str, method: str) -> str:
-    """The device a method trains on, from the preference (auto, cpu, cuda).
+def resolve_device(preference: str, method: registry.Method) -> str:
+    """The device ``method`` trains on, from the preference (auto, cpu, cuda).
 
-    Raises a NeuralRomError when CUDA is asked for but this interpreter cannot use it.
+    Raises a NeuralRomError when CUDA is asked for but this interpreter cannot use it, or
+    when the method needs torch and this interpreter has none.
     """
     preference = (preference or "auto").lower()
     if preference not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {preference!r}: use auto, cpu or cuda.")
-    if method == "linear":
+    if not method.needs_torch:
         if preference == "cuda":
             jobs.emit(
                 "warning",
-                message="The linear model trains with numpy on the CPU; CUDA is used by the learned methods.",
+                message=f"The {method.label} model trains with numpy on the CPU; CUDA is used "
+                "by the learned methods.",
             )
         return "cpu"
     try:
         import torch
     except ImportError as e:
         raise NeuralRomError(
-            "Training this method needs PyTorch in the job interpreter: set Preferences > "
-            "Neural ROM > Python to an environment with torch (see the README)."
+            f"Training the {method.label} model needs PyTorch in the job interpreter: set "
+            "Preferences > Neural ROM > Python to an environment with torch (see the README)."
         ) from e
     cuda = torch.cuda.is_available()
     if preference == "cuda" and not cuda:
@@ -50,14 +53,10 @@ def resolve_device(preference: str, method: str) -> str:
 
 
 def run(spec: dict) -> dict:
-    method = spec.get("method", "linear")
-    if method not in METHODS:
-        raise NeuralRomError(
-            f"Unknown training method {method!r}; this version trains {', '.join(METHODS)}."
-        )
+    method = registry.get(spec.get("method", "linear"), origin=spec.get("method_origin"))
+    settings = method.validate(spec.get("settings"))
     out = Path(spec["out"])
-    settings = dict(spec.get("settings") or {})
-    device = resolve_device(spec.get("device") or settings.get("device") or "auto", method)
+    device = resolve_device(spec.get("device") or "auto", method)
     meter = jobs.Progress(PROGRESS_UNITS)
 
     def progress(fraction: float, message: str) -> None:
@@ -66,33 +65,17 @@ def run(spec: dict) -> dict:
     def metric(values: dict) -> None:
         jobs.emit("metric", values=values)
 
-    if method == "linear":
-        from .linear import LinearSettings, train_linear
-
-        result = train_linear(
-            spec["bakes"],
-            out,
-            LinearSettings.from_dict(settings),
-            expect_mesh_hash=spec.get("mesh_hash"),
-            checkpoint_dir=spec.get("checkpoint_dir") or out.parent / (out.stem + ".checkpoints"),
-            progress=progress,
-            should_cancel=jobs.should_cancel,
-            metric=metric,
-        )
-    elif method == "autoencoder":
-        from .autoencoder import AutoencoderSettings, train_autoencoder
-
-        result = train_autoencoder(
-            spec["bakes"],
-            out,
-            AutoencoderSettings.from_dict(settings),
-            expect_mesh_hash=spec.get("mesh_hash"),
-            checkpoint_dir=spec.get("checkpoint_dir") or out.parent / (out.stem + ".checkpoints"),
-            progress=progress,
-            should_cancel=jobs.should_cancel,
-            metric=metric,
-            device=device,
-        )
+    result = method.trainer_function()(
+        spec["bakes"],
+        out,
+        settings,
+        device=device,
+        expect_mesh_hash=spec.get("mesh_hash"),
+        checkpoint_dir=spec.get("checkpoint_dir") or out.parent / (out.stem + ".checkpoints"),
+        progress=progress,
+        should_cancel=jobs.should_cancel,
+        metric=metric,
+    )
     for w in result.get("warnings", []):
         jobs.emit("warning", message=w)
-    return {**result, "method": method, "device": device}
+    return {**result, "method": method.name, "device": device}

@@ -1,9 +1,9 @@
-"""Latent-space dynamics: the per-frame runtime of autoencoder models (Fulton et al. 2019, sec. 5).
+"""Latent-space dynamics: the runtime of the ``autoencoder`` method (Fulton et al. 2019, sec. 5).
 
 Positions live on the nonlinear manifold ``x = psi(z) = X + U phi(z)``: ``U`` (3n, k) is the
 PCA outer layer (M-orthonormal, zero on pinned DOFs) and ``phi`` the decoder MLP mapping the
 latent ``z`` (r,) to PCA coordinates ``q`` (k,) (eq. 6). A time step is eq. (12) with the
-external, contact and damping terms of :mod:`.reduced` added::
+external, contact and damping terms of :mod:`.common` added::
 
     z_{n+1} = argmin_z E(z),   q = phi(z),   q~ = 2 q_n - q_{n-1} = q_n + h qdot_n
 
@@ -29,26 +29,38 @@ rest and SPD whenever ``J`` has full column rank (``M~`` is SPD, ``K~_0`` PSD). 
 
 A state is the latent ``z_n``, its decoded ``q_n = phi(z_n)`` and the PCA velocity
 ``qdot_n = (q_n - q_{n-1}) / h``; keeping ``qdot`` rather than ``q_{n-1}`` makes substeps
-and frame-rate changes behave as in :class:`.reduced.ReducedSimulation`.
+and frame-rate changes behave as in :class:`.linear.ReducedSimulation`.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import scipy.linalg as sla
 
-from . import fem as _fem
-from .colliders import Collider
-from .errors import SimulationError
-from .frame import local_colliders
-from .nnet import MLP
-from .reduced import SubspaceModel, run_frame
-from .sim import FrameInputs, SimSettings, StepReport
+from .. import fem as _fem
+from ..colliders import Collider
+from ..cubature import Cubature
+from ..errors import SimulationError
+from ..frame import local_colliders
+from ..modelfile import save_model
+from ..nnet import MLP
+from ..registry import Method, Setting
+from ..sim import FrameInputs, SimSettings, StepReport
+from ..subspace import Subspace
+from .common import (
+    SUBSPACE_INPUTS,
+    SUBSPACE_SETTINGS,
+    SubspaceModel,
+    run_frame,
+    subspace_arguments,
+    subspace_payload,
+)
 
-__all__ = ["DEFAULT_LBFGS_TOL", "DEFAULT_LBFGS_WINDOW", "DEFAULT_MAX_ITERS", "LatentSimulation"]
+NAME = "autoencoder"
 
 DEFAULT_LBFGS_WINDOW = 8
 #: eps of the convergence test |dE/dz| < eps max(|z|, 1) (J per latent unit). Fulton uses 1e-8.
@@ -243,6 +255,11 @@ class LatentSimulation(SubspaceModel):
         (With the M-orthonormal PCA basis ``M~ = I``; a general basis is solved with ``M~``.)
         """
         return self.encode_q(self._project(np.asarray(x, dtype=float) - self.X), refine)
+
+    def closest_q(self, y: np.ndarray) -> np.ndarray:
+        """PCA coordinates of the manifold's closest shape to ``y`` (n, 3) in the pins' frame:
+        the refined encoding, decoded."""
+        return self.decoder.forward(self.encode_pose(y))
 
     def encode_q(self, q: np.ndarray, refine: bool = True) -> np.ndarray:
         """The latent ``z`` (r,) whose decoding best matches PCA coordinates ``q`` (k,).
@@ -546,3 +563,155 @@ def _two_loop(g: np.ndarray, mem, chol) -> np.ndarray:
         b = rho * (y @ d)
         d += (a - b) * s
     return d
+
+
+# ------------------------------------------------------------------------------------------
+# Model file and registry record
+# ------------------------------------------------------------------------------------------
+
+
+def save(
+    path: str | Path,
+    *,
+    mesh_hash: str,
+    T: np.ndarray,
+    subspace: Subspace,
+    cubature: Cubature,
+    contact: tuple[np.ndarray, np.ndarray],
+    material: _fem.Material,
+    settings: SimSettings,
+    decoder: MLP,
+    encoder: MLP | None,
+    metadata: dict | None = None,
+) -> Path:
+    """Write an autoencoder latent-space model file (Fulton 2019).
+
+    Parameters
+    ----------
+    path : target ``.nrmodel`` file (written atomically)
+    mesh_hash : hash of the tet mesh (world space, as baked) the model belongs to
+    T : (m, 4) int array
+    subspace : the PCA outer layer ``U`` (3n, k), M-orthonormal, zero on pinned DOFs
+    cubature : cubature rule fitted on ``U``
+    contact : (vertices (s,), masses (s,)) contact sample
+    material, settings : the physics the model steps with
+    decoder : MLP ``phi``: latent (r,) -> PCA coordinates (k,); stored with prefix ``dec_``
+    encoder : MLP (k,) -> (r,) or None; stored with prefix ``enc_``
+    metadata : JSON-able extras merged into the file's metadata, typically ``training``
+        (settings), ``metrics`` and ``lbfgs`` (``window``, ``tolerance``, ``max_iters``;
+        this module's defaults when absent)
+    """
+    if decoder.out_dim != subspace.k:
+        raise ValueError(
+            f"decoder outputs {decoder.out_dim} coordinates but the PCA basis has {subspace.k}"
+        )
+    if encoder is not None and (encoder.in_dim != subspace.k or encoder.out_dim != decoder.in_dim):
+        raise ValueError(
+            f"encoder maps {encoder.in_dim} -> {encoder.out_dim}; expected {subspace.k} -> "
+            f"{decoder.in_dim}"
+        )
+    dec_arrays, dec_meta = decoder.to_arrays(prefix="dec_")
+    enc_arrays, enc_meta = encoder.to_arrays(prefix="enc_") if encoder is not None else ({}, None)
+    arrays, meta = subspace_payload(T, subspace, cubature, contact, material, settings)
+    arrays.update(dec_arrays, **enc_arrays)
+    meta.update(
+        {
+            "decoder": dec_meta,
+            "encoder": enc_meta,
+            "latent_dim": int(decoder.in_dim),
+            "k": int(subspace.k),
+            "lbfgs": {
+                "window": DEFAULT_LBFGS_WINDOW,
+                "tolerance": DEFAULT_LBFGS_TOL,
+                "max_iters": DEFAULT_MAX_ITERS,
+            },
+            **(metadata or {}),
+        }
+    )
+    return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
+
+
+def load(model, *, settings: SimSettings | None = None, colliders=None) -> LatentSimulation:
+    """The runtime of an opened autoencoder model file."""
+    a, meta = model.arrays, model.metadata
+    decoder = MLP.from_arrays(a, meta["decoder"])
+    encoder = MLP.from_arrays(a, meta["encoder"]) if meta.get("encoder") else None
+    lb = meta.get("lbfgs") or {}
+    args = subspace_arguments(model, settings, colliders)
+    return LatentSimulation(
+        args.pop("X"),
+        args.pop("T"),
+        args.pop("material"),
+        args.pop("U"),
+        decoder,
+        args.pop("settings"),
+        encoder=encoder,
+        lbfgs_window=int(lb.get("window", DEFAULT_LBFGS_WINDOW)),
+        lbfgs_tol=float(lb.get("tolerance", DEFAULT_LBFGS_TOL)),
+        max_iters=int(lb.get("max_iters", DEFAULT_MAX_ITERS)),
+        **args,
+    )
+
+
+ACTIVATIONS = ("elu", "tanh", "softplus", "relu")
+
+SETTINGS = SUBSPACE_SETTINGS[:3] + (
+    Setting("latent_dim", "int", None, "Latent Size", "Latent coordinates r; 0 searches the "
+            "smallest size that meets Latent Tolerance", minimum=1, maximum=1000,
+            soft_maximum=64, auto=True),
+    Setting("latent_tolerance", "float", None, "Latent Tolerance", "Largest vertex error the "
+            "autoencoder may leave on held-out bakes when Latent Size is 0; 0 uses twice the "
+            "basis Tolerance (Fulton's 3 mm PCA / 6 mm latent)", unit="m", minimum=0.0,
+            soft_maximum=0.1, auto=True),
+    Setting("latent_start", "int", 1, "Latent Start", "First latent size the search tries",
+            minimum=1, maximum=1000, advanced=True),
+    Setting("max_latent_dim", "int", None, "Max Latent Size", "Largest latent size the "
+            "search tries; 0 uses the basis size", minimum=1, maximum=1000, auto=True,
+            advanced=True),
+    Setting("hidden", "int_list", [100, 100], "Hidden Layers", "Widths of the hidden layers "
+            "of the encoder (the decoder mirrors them), e.g. 100, 100", minimum=1,
+            maximum=4096),
+    Setting("activation", "enum", "elu", "Activation", "Hidden activation (Fulton 2019 uses "
+            "ELU); output layers are linear",
+            items=tuple((a, a.upper() if a != "softplus" else "Softplus", "") for a in ACTIVATIONS),
+            advanced=True),
+    Setting("epochs", "int", 2000, "Epochs", "Passes over the training frames", minimum=1,
+            maximum=1_000_000, soft_maximum=20000),
+    Setting("batch_size", "int", 256, "Batch Size", "Frames per Adam step", minimum=1,
+            maximum=1_000_000, soft_maximum=4096),
+    Setting("learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7,
+            maximum=1.0),
+    Setting("weight_decay", "float", 0.0, "Weight Decay", "Adam weight decay", minimum=0.0,
+            maximum=1.0, advanced=True),
+    Setting("lr_schedule", "enum", "cosine", "Schedule", "Learning rate schedule: constant "
+            "(Fulton's plain Adam) or cosine decay to 1% over the epochs",
+            items=(("constant", "Constant", ""), ("cosine", "Cosine", "")), advanced=True),
+    Setting("checkpoint_every", "int", 100, "Checkpoint Every", "Epochs between "
+            "checkpoints (a cancelled run resumes from the last)", minimum=1,
+            maximum=1_000_000, advanced=True),
+    *SUBSPACE_SETTINGS[3:],
+    Setting("lbfgs_window", "int", DEFAULT_LBFGS_WINDOW, "L-BFGS Window", "Correction pairs "
+            "the runtime's L-BFGS keeps (Fulton 2019 sec. 5.2: 8)", minimum=1, maximum=100,
+            advanced=True),
+    Setting("lbfgs_tolerance", "float", 1e-8, "L-BFGS Tolerance", "Convergence test "
+            "|dE/dz| < eps max(|z|, 1) of the runtime", minimum=1e-16, maximum=1.0,
+            advanced=True),
+    Setting("lbfgs_max_iters", "int", DEFAULT_MAX_ITERS, "L-BFGS Iterations", "Most L-BFGS "
+            "iterations per time step", minimum=1, maximum=100_000, advanced=True),
+    Setting("rollout", "bool", True, "Held-out Rollout", "Replay a held-out bake with the "
+            "model after training and report its error", advanced=True),
+)
+
+METHOD = Method(
+    name=NAME,
+    label="Autoencoder (Fulton 2019)",
+    description="Nonlinear latent space: a PCA layer and an autoencoder in PCA coordinates; "
+    "latent dynamics by L-BFGS preconditioned with the reduced rest stiffness. Fewer DOFs "
+    "than PCA for the same shapes; trains with PyTorch.",
+    settings=SETTINGS,
+    load=load,
+    trainer="training.autoencoder:train",
+    needs_torch=True,
+    inputs=SUBSPACE_INPUTS,
+    order=10,
+)
