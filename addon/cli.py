@@ -480,9 +480,8 @@ def cmd_export_pc2(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from . import jobs
+    from . import jobs, training
 
-    stages = _stages()
     overrides = {}
     if args.k is not None:
         overrides["k"] = args.k or None
@@ -497,7 +496,7 @@ def cmd_train(args) -> int:
     if args.seed is not None:
         overrides["seed"] = args.seed
     for obj in select_objects(args.objects):
-        spec = stages.make_train_job(
+        spec = training.make_train_job(
             obj, bpy.context.scene, method=args.method, settings=overrides, device=args.device
         )
         _out(
@@ -508,7 +507,7 @@ def cmd_train(args) -> int:
         def on_done(result: dict, name: str = name) -> None:
             target = bpy.data.objects.get(name)
             if target is not None:
-                stages.on_train_done(target, result)
+                training.on_train_done(target, result)
 
         jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
         m = bpy.data.objects[name].neural_rom.model

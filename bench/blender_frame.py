@@ -65,7 +65,7 @@ def register_addon():
 
 def build(bpy, folder: Path, args) -> object:
     """The hanging sphere, tetrahedralized, baked and trained; returns the object."""
-    from neural_rom.addon import stages
+    from neural_rom.addon import stages, training
     from neural_rom.core import bake, mesh
     from neural_rom.training.worker import run
 
@@ -109,7 +109,7 @@ def build(bpy, folder: Path, args) -> object:
     )
     stages.on_bake_done(obj, {"paths": [str(p) for p in paths]})
     t2 = time.perf_counter()
-    if not stages.on_train_done(obj, run(stages.make_train_job(obj, scene))):
+    if not training.on_train_done(obj, run(training.make_train_job(obj, scene))):
         raise SystemExit("Training wrote no model.")
     t3 = time.perf_counter()
     print(

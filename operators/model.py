@@ -6,7 +6,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from ..addon import simulate, stages
+from ..addon import simulate, stages, training
 from ..core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job, run_toggle, toggle_items
 
@@ -43,8 +43,8 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
             context,
             noun="Training",
             gerund="Training",
-            make_job=stages.make_train_job,
-            on_done=stages.on_train_done,
+            make_job=training.make_train_job,
+            on_done=training.on_train_done,
             pending="pending_train",
             summary=summary,
         )
@@ -73,7 +73,7 @@ class NEURAL_ROM_OT_clear_model(bpy.types.Operator):
         if obj is None:
             return fail(self, "The active object is not Deformable.")
         try:
-            stages.clear_model(obj, delete_file=self.delete_file)
+            training.clear_model(obj, delete_file=self.delete_file)
         except NeuralRomError as e:
             return fail(self, str(e))
         return {"FINISHED"}

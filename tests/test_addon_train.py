@@ -119,11 +119,11 @@ def bake_in_process(obj, scene):
 
 def train_in_process(obj, scene):
     """What the worker's train job does, in this process (the operator test runs the worker)."""
-    from neural_rom.addon import stages
+    from neural_rom.addon import training
     from neural_rom.training.worker import run
 
-    spec = stages.make_train_job(obj, scene)
-    assert stages.on_train_done(obj, run(spec))
+    spec = training.make_train_job(obj, scene)
+    assert training.on_train_done(obj, run(spec))
 
 
 def trained_ball(bpy, **kw):
@@ -332,14 +332,14 @@ def test_a_model_of_another_mesh_is_refused(addon, blend_file):
 
 
 def test_train_refuses_without_bakes_and_stale_bakes(addon, blend_file):
-    from neural_rom.addon import stages
+    from neural_rom.addon import training
 
     bpy = addon.bpy
     obj = ball(bpy)
     select_only(bpy, obj)
     bpy.ops.neural_rom.tetrahedralize()
     with pytest.raises(Exception, match="no bakes to train on; run Bake first"):
-        stages.make_train_job(obj, bpy.context.scene)
+        training.make_train_job(obj, bpy.context.scene)
     bake_in_process(obj, bpy.context.scene)
     obj.neural_rom.tet_size = 0.25
     bpy.ops.neural_rom.tetrahedralize()
@@ -347,7 +347,7 @@ def test_train_refuses_without_bakes_and_stale_bakes(addon, blend_file):
         bpy.ops.neural_rom.train()
     assert obj.neural_rom.pending_train == "" and not obj.neural_rom.model.path
     with pytest.raises(Exception, match="Unknown training device"):
-        stages.make_train_job(obj, bpy.context.scene, device="tpu")
+        training.make_train_job(obj, bpy.context.scene, device="tpu")
 
 
 def test_bake_simulation_to_pc2(addon, blend_file):
