@@ -1,0 +1,171 @@
+"""The method registry: settings validated by value in one place, built-ins found by listing
+core/methods, one name per concept, model files loaded by the method they name, and every
+runtime following the simulator protocol."""
+
+import numpy as np
+import pytest
+from neural_rom.core import registry
+from neural_rom.core.errors import CacheError, NeuralRomError, SimulationError
+from neural_rom.core.fem import Material
+from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import save as save_linear
+from neural_rom.core.modelfile import save_model
+from neural_rom.core.registry import Method, Setting
+from neural_rom.core.sim import FrameInputs, Markers, SimSettings
+from neural_rom.core.simulator import Simulator
+
+K = Setting("k", "int", None, "Modes", "basis size", minimum=1, maximum=50, auto=True)
+TOL = Setting("tolerance", "float", 0.01, "Tolerance", "error", unit="m", minimum=0.0)
+HIDDEN = Setting("hidden", "int_list", [8, 8], "Hidden", "widths", minimum=1, maximum=64)
+ACT = Setting("activation", "enum", "elu", "Act", "act", items=(("elu", "ELU", ""), ("tanh", "Tanh", "")))
+FLAG = Setting("rollout", "bool", True, "Rollout", "replay")
+
+
+def test_builtins_are_found_by_listing_core_methods_linear_first():
+    names = registry.names()
+    assert names[:2] == ["linear", "autoencoder"]
+    lin, ae = registry.get("linear"), registry.get("autoencoder")
+    assert not lin.needs_torch and ae.needs_torch
+    assert {"forces", "pin_targets", "colliders"} <= lin.inputs
+    # one name per concept: the basis size is "k" in every method with a PCA/POD basis
+    assert lin.setting("k") == ae.setting("k")
+    assert lin.setting("tolerance").unit == ae.setting("tolerance").unit == "m"
+
+
+def test_setting_check_converts_and_refuses_with_name_and_range():
+    assert K.check(0) is None and K.check(None) is None  # 0 = automatic
+    assert K.check(12) == 12 and K.check(12.0) == 12 and K.check("7") == 7
+    for bad in (-3, 51, 2.5, "x", True, float("nan")):
+        with pytest.raises(NeuralRomError, match=r"k = .* between 1 and 50 .*0 chooses"):
+            K.check(bad)
+    assert TOL.check(0.003) == 0.003
+    with pytest.raises(NeuralRomError, match=r"tolerance = -1 .*at least 0 m"):
+        TOL.check(-1)
+    assert HIDDEN.check("32, 16") == [32, 16] == HIDDEN.check([32.0, 16])
+    for bad in ("", "8, 0", [8, 65], "a, b", 3):
+        with pytest.raises(NeuralRomError, match="hidden"):
+            HIDDEN.check(bad)
+    assert ACT.check("tanh") == "tanh"
+    with pytest.raises(NeuralRomError, match="one of elu, tanh"):
+        ACT.check("swish")
+    assert FLAG.check("false") is False and FLAG.check(1) is True
+    with pytest.raises(NeuralRomError, match="true or false"):
+        FLAG.check("maybe")
+
+
+def test_a_setting_without_auto_needs_a_value_and_a_valid_default():
+    with pytest.raises(ValueError, match="auto"):
+        Setting("k", "int", None, "Modes", "size")
+    with pytest.raises(NeuralRomError):
+        Setting("k", "int", 0, "Modes", "size", minimum=1)
+    with pytest.raises(NeuralRomError, match="needs a value"):
+        TOL.check(None)
+
+
+def test_validate_fills_defaults_and_names_unknown_fields():
+    lin = registry.get("linear")
+    v = lin.validate({"k": 8, "seed": 3})
+    assert v["k"] == 8 and v["seed"] == 3 and v["max_cubature"] == 500 and v["tolerance"] is None
+    assert set(v) == {s.name for s in lin.settings}
+    with pytest.raises(NeuralRomError, match=r"latent_dim: not a setting of the Linear.*k, tolerance"):
+        lin.validate({"latent_dim": 2})
+    with pytest.raises(NeuralRomError, match=r"k = -3 is not valid: between 1 and 2000"):
+        lin.validate({"k": -3})
+    # the autoencoder takes the same k and its own settings
+    ae = registry.get("autoencoder").validate({"k": 4, "hidden": "16,16", "latent_dim": 2})
+    assert (ae["k"], ae["hidden"], ae["latent_dim"], ae["activation"]) == (4, [16, 16], 2, "elu")
+
+
+def _toy(name="toy", settings=(K,), **kw):
+    return Method(name=name, label="Toy", description="a toy", settings=settings,
+                  load=lambda model, **_: None, trainer="tests.nowhere:train", **kw)
+
+
+def test_register_refuses_one_name_for_two_concepts_and_unregisters():
+    bad = Setting("k", "float", 1.0, "Stiffness", "another k", unit="Pa")
+    with pytest.raises(ValueError, match="use another name for another concept"):
+        registry.register(_toy(settings=(bad,)))
+    assert "toy" not in registry.names()
+    seen = []
+    registry.on_change(lambda: seen.append(1))
+    try:
+        rec = registry.register(_toy())
+        assert rec.origin.endswith("test_registry.py")
+        assert registry.names()[-1] == "toy" and registry.job_fields(rec)["method_origin"] == rec.origin
+        assert registry.job_fields(registry.get("linear")) == {"method": "linear"}
+    finally:
+        registry.unregister("toy")
+        registry._LISTENERS.clear()
+    assert "toy" not in registry.names() and len(seen) == 2
+    with pytest.raises(NeuralRomError, match="knows linear, autoencoder"):
+        registry.get("toy")
+
+
+def test_a_method_record_checks_its_inputs():
+    with pytest.raises(ValueError, match="unknown inputs"):
+        _toy(inputs={"telepathy"})
+    with pytest.raises(ValueError, match="requires inputs it does not take"):
+        _toy(inputs={"forces"}, requires={"markers"})
+    needs = _toy(inputs={"forces", "markers"}, requires={"markers"})
+    with pytest.raises(SimulationError, match="needs marker targets"):
+        registry.check_inputs(needs, FrameInputs(forces=np.zeros((1, 3))))
+    registry.check_inputs(needs, FrameInputs(markers=Markers([0], [[0, 0, 1.0]])))
+    registry.check_inputs(registry.get("linear"), None)  # takes everything it needs: nothing
+    with pytest.raises(SimulationError, match="one position and one weight"):
+        Markers([0, 1], [[0, 0, 0]])
+
+
+def _linear_model(tmp_path):
+    X, T = grid_tetmesh((0.3, 0.1, 0.1), (3, 1, 1))
+    from neural_rom.core.cubature import Cubature
+    from neural_rom.core.fem import mass_matrix
+    from neural_rom.core.subspace import modal_basis
+
+    mat = Material(youngs_modulus=1e5, poisson_ratio=0.3, density=1000.0)
+    pinned = np.flatnonzero(X[:, 0] < 1e-9)
+    from neural_rom.core.fem import TetFEM
+
+    mass = np.asarray(mass_matrix(X, T, mat.density, lumped=True))
+    sub = modal_basis(TetFEM(X, T, mat), mass, pinned, 4)
+    cub = Cubature(np.arange(len(T)), np.ones(len(T)), {})
+    verts = np.arange(len(X))
+    path = save_linear(tmp_path / "m.nrmodel", mesh_hash="h", T=T, subspace=sub, cubature=cub,
+                       contact=(verts, mass), material=mat, settings=SimSettings())
+    return path, X
+
+
+def test_load_simulator_by_the_method_the_file_names(tmp_path):
+    path, X = _linear_model(tmp_path)
+    sim, model = registry.load_simulator(path, expect_mesh_hash="h")
+    assert model.method == "linear" and isinstance(sim, ReducedSimulation)
+    assert isinstance(sim, Simulator)  # the protocol, checked structurally
+    np.testing.assert_array_equal(sim.rest_positions(), X)
+    # the closest shape of a shape in the basis is itself; of rest, rest
+    sim.step(FrameInputs())
+    x = sim.positions()
+    np.testing.assert_allclose(sim.closest_shape(x), x, atol=1e-12)
+    np.testing.assert_allclose(sim.closest_shape(X), X, atol=1e-12)
+    # start_from then positions reproduces a pose in the basis
+    sim.start_from(x, np.zeros_like(x))
+    np.testing.assert_allclose(sim.positions(), x, atol=1e-12)
+
+    other = save_model(tmp_path / "o.nrmodel", method="telepathy", mesh_hash="h",
+                       arrays={"X": X}, metadata={})
+    with pytest.raises(CacheError, match=r"'telepathy' model.*knows linear, autoencoder.*update"):
+        registry.load_simulator(other)
+    broken = save_model(tmp_path / "b.nrmodel", method="linear", mesh_hash="h",
+                        arrays={"X": X}, metadata={})
+    with pytest.raises(CacheError, match="lacks .*retrain"):
+        registry.load_simulator(broken)
+
+
+def test_every_builtin_runtime_follows_the_protocol():
+    for m in registry.methods():
+        cls = m.load.__annotations__.get("return")
+        assert cls is not None, m.name
+        mod = __import__(m.load.__module__, fromlist=[cls])
+        runtime = getattr(mod, cls)
+        for attr in ("rest_positions", "positions", "reset", "step", "get_state", "set_state",
+                     "start_from", "closest_shape"):
+            assert callable(getattr(runtime, attr, None)), (m.name, attr)
