@@ -219,7 +219,7 @@ class Method:
     requires: frozenset = frozenset()
     order: int = 100
     origin: str = ""
-    _by_name: dict = field(default_factory=dict, repr=False)
+    _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.inputs, self.requires = frozenset(self.inputs), frozenset(self.requires)
@@ -293,8 +293,8 @@ def register(record: Method, *, origin: str | None = None) -> Method:
     another method's setting but not its kind or unit (one name, one concept).
     """
     if origin is None:
-        frame = inspect.stack()[1]
-        origin = str(Path(frame.filename).resolve())
+        caller = inspect.currentframe().f_back
+        origin = str(Path(caller.f_code.co_filename).resolve())
     for other in _REGISTRY.values():
         if other.name == record.name:
             continue
