@@ -1,10 +1,10 @@
-"""Platform zips with bundled wheels (scripts/build_extension.py --wheels / --wheel-dir).
+"""The platform zips with their wheels (scripts/build_extension.py, Blender's builder).
 
-No network: the wheels are tiny, valid fake wheels made here with the file names PyPI's
-would have, and pip is a fake script. Checked against Blender's own extension tooling from
-the PyPI bpy: its strict manifest validator and ``validate`` command, its
-``build --split-platforms``, its wheel-platform mapping and the wheel installer Blender runs
-when an extension is installed (``_bpy_internal/extensions/wheel_manager.py``).
+No network: the wheels are tiny, valid fake wheels made here under the file names that
+``blender_manifest.toml`` lists (PyPI's), and pip is a fake script. The zips are built by
+Blender's own ``extension build --split-platforms`` from the PyPI bpy, and checked with its
+strict manifest validator, its ``validate`` command and the wheel installer Blender runs when
+an extension is installed (``_bpy_internal/extensions/wheel_manager.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ import pytest
 from neural_rom.core import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
+# What runs in Blender and in the job worker: all that ships besides the manifest and wheels.
+RUNTIME_FOLDERS = ("addon", "core", "operators", "panels", "training")
+RUNTIME_FILES = ("__init__.py", "worker.py")
 
 
 def load_script(name: str, path: Path):
@@ -41,11 +44,10 @@ def bx():
 
 
 @pytest.fixture(scope="module")
-def bpy_scripts() -> Path:
-    origin = Path(importlib.util.find_spec("bpy").origin).parent
-    found = sorted(origin.glob("*/scripts"))
-    assert found, f"the PyPI bpy in {origin} ships no scripts folder"
-    return found[-1]
+def bpy_scripts(bx) -> Path:
+    found = bx.pypi_bpy_scripts()
+    assert found is not None, "the PyPI bpy ships no scripts/addons_core/bl_pkg"
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -58,25 +60,23 @@ def blender_ext(blender_ext_path):
     return load_script("blender_ext", blender_ext_path)
 
 
+@pytest.fixture(scope="module")
+def manifest(bx) -> dict:
+    return bx.read_manifest(ROOT)
+
+
 # ---------------------------------------------------------------------------------------
 # Fake wheels
 # ---------------------------------------------------------------------------------------
 
-# The platform tags PyPI's scipy/tetgen cp311 wheels carry, one per Blender platform.
-BINARY_TAGS = {
-    "linux-x64": "manylinux_2_17_x86_64.manylinux2014_x86_64",
-    "windows-x64": "win_amd64",
-    "macos-arm64": "macosx_12_0_arm64",
-    "macos-x64": "macosx_10_13_x86_64",
-}
-BINARY = {"scipy", "tetgen"}
-# Runtime requirements as the real wheels state them (abridged).
+# Runtime requirements as the real wheels state them (abridged), by normalized name.
 REQUIRES = {
     "scipy": ["numpy<2.5,>=1.23.5", 'pytest>=8.0.0; extra == "test"'],
     "tetgen": ["numpy", 'pyvista; extra == "extras"'],
+    "pyamg": ["numpy>=1.23.5", "scipy>=1.11.0"],
     "meshio": ["numpy >=1.20.0", "rich", 'importlib-metadata ; python_version < "3.8"'],
     "rich": ["markdown-it-py (>=2.2.0)", "pygments (>=2.13.0,<3.0.0)"],
-    "markdown-it-py": ["mdurl~=0.1"],
+    "markdown_it_py": ["mdurl~=0.1"],
 }
 
 
@@ -85,17 +85,18 @@ def module_name(dist: str) -> str:
     return "nrfake_" + dist.replace("-", "_").lower()
 
 
-def make_wheel(folder: Path, dist: str, version: str, tags: str, requires=None) -> Path:
-    """A small, valid wheel: one module, METADATA, WHEEL and a RECORD with hashes."""
-    stem = dist.replace("-", "_")
+def make_wheel(folder: Path, filename: str, requires: list[str] | None = None) -> Path:
+    """A small, valid wheel named ``filename``: one module, METADATA, WHEEL and a RECORD
+    with hashes; ``requires`` default: :data:`REQUIRES` of its distribution."""
+    stem, version, python, abi, platform = filename[:-4].split("-")
     info = f"{stem}-{version}.dist-info"
-    python, abi, platform = tags.split("-")
+    tags = f"{python}-{abi}-{platform}"
+    if requires is None:
+        requires = REQUIRES.get(stem.lower(), [])
     files = {
-        f"{module_name(dist)}/__init__.py": f"VERSION = {version!r}\nTAGS = {tags!r}\n",
-        f"{info}/METADATA": "Metadata-Version: 2.1\n"
-        f"Name: {dist}\nVersion: {version}\n"
-        + "".join(f"Requires-Dist: {r}\n" for r in REQUIRES.get(dist, []) if requires is None)
-        + "".join(f"Requires-Dist: {r}\n" for r in (requires or [])),
+        f"{module_name(stem)}/__init__.py": f"VERSION = {version!r}\nTAGS = {tags!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {stem}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
         f"Root-Is-Purelib: {'true' if platform == 'any' else 'false'}\n"
         + "".join(f"Tag: {python}-{abi}-{p}\n" for p in platform.split(".")),
@@ -106,76 +107,80 @@ def make_wheel(folder: Path, dist: str, version: str, tags: str, requires=None) 
         record.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
     files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{stem}-{version}-{tags}.whl"
+    path = folder / filename
     with zipfile.ZipFile(path, "w") as zf:
         for name, text in files.items():
             zf.writestr(name, text)
     return path
 
 
-def fake_wheel_dir(folder: Path, pins: dict[str, str]) -> Path:
-    """wheels/<platform>/ binary wheels, wheels/any/ pure ones, as --wheels lays them out;
-    plus decoys that must never be bundled."""
-    for dist, version in pins.items():
-        if dist in BINARY:
-            for platform, tag in BINARY_TAGS.items():
-                make_wheel(folder / platform, dist, version, f"cp311-cp311-{tag}")
-        else:
-            make_wheel(folder / "any", dist, version, "py3-none-any")
-    make_wheel(folder / "windows-x64", "scipy", "1.0.0", "cp311-cp311-win_amd64")  # stale
-    make_wheel(folder / "windows-x64", "scipy", pins["scipy"], "cp312-cp312-win_amd64")
-    make_wheel(folder / "any", "numpy", "1.26.4", "py3-none-any")  # Blender ships numpy
-    make_wheel(folder / "linux-x64", "tetgen", pins["tetgen"], "cp311-cp311-win_amd64")
-    return folder
+def copy_source(dest: Path, bx) -> Path:
+    """The extension's source tree (what a checkout holds), with a fake wheel for each
+    wheel the manifest lists in ``wheels/``, plus files that must never ship."""
+    shutil.copytree(
+        ROOT,
+        dest,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "wheels", "dist", "out", "build", "__pycache__", ".*_cache"
+        ),
+    )
+    for name in bx.wheel_names(bx.read_manifest(dest)):
+        make_wheel(dest / "wheels", name)
+    # Decoys: an unlisted wheel (numpy: Blender ships it), caches, a virtualenv, docs.
+    make_wheel(dest / "wheels", "numpy-1.26.4-cp311-cp311-win_amd64.whl")
+    for name in ("core/__pycache__/x.cpython-311.pyc", ".venv/lib/x.py", "docs/notes.md",
+                 "out/bake.npy", "dist/old.zip"):  # fmt: skip
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_text("not for the zip\n")
+    return dest
 
 
-def expected_wheels(bx, platform: str) -> list[str]:
-    names = []
-    for dist, version in bx.WHEEL_PINS.items():
-        tags = f"cp311-cp311-{BINARY_TAGS[platform]}" if dist in BINARY else "py3-none-any"
-        names.append(f"{dist.replace('-', '_')}-{version}-{tags}.whl")
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, bx) -> Path:
+    return copy_source(tmp_path_factory.mktemp("checkout") / "neural_rom", bx)
+
+
+@pytest.fixture(scope="module")
+def platform_zips(tmp_path_factory, bx, source) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("dist")
+    zips = bx.build(source, out, download=False)
+    platforms = bx.read_manifest(source)["platforms"]
+    return dict(zip(platforms, zips, strict=True))
+
+
+def runtime_files(source: Path) -> list[str]:
+    """Root-relative names of the files that must ship (besides manifest and wheels)."""
+    names = [n for n in RUNTIME_FILES if (source / n).is_file()]
+    for folder in RUNTIME_FOLDERS:
+        for path in (source / folder).rglob("*"):
+            rel = path.relative_to(source).as_posix()
+            if path.is_file() and "__pycache__" not in rel and not path.name.startswith("."):
+                names.append(rel)
     return sorted(names)
 
 
-@pytest.fixture(scope="module")
-def wheel_dir(tmp_path_factory, bx) -> Path:
-    return fake_wheel_dir(tmp_path_factory.mktemp("wheels"), bx.WHEEL_PINS)
-
-
-@pytest.fixture(scope="module")
-def plain_zip(tmp_path_factory, bx) -> Path:
-    return bx.build(ROOT, output=tmp_path_factory.mktemp("plain") / "plain.zip")
-
-
-@pytest.fixture(scope="module")
-def platform_zips(tmp_path_factory, bx, wheel_dir) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("dist")
-    zips = bx.build_platforms(ROOT, wheel_dir, output_dir=out)
-    return dict(zip(bx.PLATFORMS, zips, strict=True))
-
-
-def extracted_source(plain_zip: Path, folder: Path) -> Path:
-    """A source tree with only what the plain zip holds (small, fast to build)."""
-    with zipfile.ZipFile(plain_zip) as zf:
-        zf.extractall(folder)
-    return folder
-
-
 # ---------------------------------------------------------------------------------------
-# Pins and platforms
+# The manifest's wheel list: the one table of pins
 # ---------------------------------------------------------------------------------------
 
 
-def test_pins_cover_what_core_imports_and_leave_numpy_to_blender(bx):
-    pins = {bx.normalize_name(n) for n in bx.WHEEL_PINS}
-    assert {"scipy", "tetgen", "meshio", "rich"} <= pins and "numpy" not in pins
-    assert set(bx.PLATFORMS) == {"linux-x64", "windows-x64", "macos-arm64", "macos-x64"}
-    for version in bx.WHEEL_PINS.values():
-        assert version[0].isdigit() and "*" not in version and "," not in version
-    assert bx.PYTHON_VERSION == "3.11" and bx.BLENDER_VERSION_MAX == "5.1.0"
+def test_the_wheel_list_pins_what_core_imports_for_every_platform(bx, manifest):
+    assert bx.check_manifest(manifest) == []
+    pins = bx.pins(manifest)
+    assert {"scipy", "tetgen", "meshio", "pyamg", "rich"} <= set(pins) and "numpy" not in pins
+    assert pins["scipy"] == "1.15.3"  # the last that runs on Blender 4.2's numpy 1.24.3
+    assert manifest["platforms"] == list(bx.PIP_PLATFORMS)
+    for platform in manifest["platforms"]:
+        names = bx.platform_wheels(manifest, platform)
+        assert sorted(bx.parse_wheel_filename(n)[0] for n in names) == sorted(pins), platform
+        assert all(bx.wheel_fits(n, platform) for n in names), platform
+    assert manifest["blender_version_max"] == bx.BLENDER_VERSION_MAX == "5.1.0"
+    assert bx.PYTHON_VERSION == "3.11"
 
 
-def test_wheel_platform_tags_map_to_blender_platforms_as_blender_maps_them(bx, blender_ext):
+def test_wheel_platform_tags_map_to_blender_platforms_as_blender_maps_them(
+    bx, blender_ext, manifest
+):
     tags = [
         "win_amd64", "win32", "manylinux_2_17_x86_64.manylinux2014_x86_64",
         "manylinux_2_27_x86_64.manylinux_2_28_x86_64", "manylinux2014_aarch64",
@@ -185,10 +190,12 @@ def test_wheel_platform_tags_map_to_blender_platforms_as_blender_maps_them(bx, b
     for tag in tags:
         ours = bx.blender_platforms_of_wheel_tag(tag)
         assert ours == blender_ext.blender_platforms_from_wheel_platform(tag), tag
-    for platform, pip_tags in bx.PLATFORMS.items():  # every tag pip is given serves it
+    for platform, pip_tags in bx.PIP_PLATFORMS.items():  # every tag pip is given serves it
         for tag in pip_tags:
             assert bx.blender_platforms_of_wheel_tag(tag) == [platform], tag
-    assert bx.blender_platforms_of_wheel_tag("any") == list(bx.PLATFORMS)
+    for platform in manifest["platforms"]:  # the checks pick the wheels Blender picks
+        theirs = blender_ext.paths_filter_wheels_by_platform(manifest["wheels"], platform)
+        assert theirs == [f"./wheels/{n}" for n in bx.platform_wheels(manifest, platform)]
 
 
 def test_wheel_fits_checks_platform_and_python(bx):
@@ -209,132 +216,128 @@ def test_wheel_fits_checks_platform_and_python(bx):
         bx.parse_wheel_filename("scipy-1.15.3.whl")
 
 
+def test_a_bad_wheel_list_says_what_to_fix(bx, manifest):
+    def problems(**changes) -> str:
+        return "\n".join(bx.check_manifest(dict(manifest, **changes)))
+
+    wheels = manifest["wheels"]
+    win_scipy = "./wheels/scipy-1.15.3-cp311-cp311-win_amd64.whl"
+    assert "no windows-x64 wheel of scipy 1.15.3" in problems(
+        wheels=[w for w in wheels if w != win_scipy]
+    )
+    assert "scipy is pinned at 1.15.3, 1.16.0: list one version" in problems(
+        wheels=[*wheels, "./wheels/scipy-1.16.0-cp311-cp311-win_amd64.whl"]
+    )
+    assert "numpy is in the wheels: remove it" in problems(
+        wheels=[*wheels, "./wheels/numpy-1.26.4-cp311-cp311-win_amd64.whl"]
+    )
+    text = problems(wheels=[*wheels, "./wheels/x-1.0-cp312-cp312-win_amd64.whl"])
+    assert "x-1.0-cp312-cp312-win_amd64.whl installs on none of the platforms" in text
+    assert 'set blender_version_max = "5.1.0"' in problems(blender_version_max="5.2.0")
+    assert "add its pip platform tags to PIP_PLATFORMS" in problems(
+        platforms=[*manifest["platforms"], "linux-arm64"]
+    )
+    with pytest.raises(SystemExit, match=r'list it as "\./wheels/x-1\.0-py3-none-any\.whl"'):
+        bx.wheel_names({"wheels": ["./deps/x-1.0-py3-none-any.whl"]})
+
+
 # ---------------------------------------------------------------------------------------
-# The platform zips
+# The platform zips, as Blender's builder writes them
 # ---------------------------------------------------------------------------------------
 
 
-def test_each_platform_zip_holds_exactly_its_wheels_and_lists_them(
-    bx, platform_zips, plain_zip, wheel_dir
+def test_each_platform_zip_holds_exactly_its_wheels_and_the_runtime_files(
+    bx, source, platform_zips, manifest
 ):
-    with zipfile.ZipFile(plain_zip) as zf:
-        plain_names = zf.namelist()
-    source = tomllib.loads((ROOT / "blender_manifest.toml").read_text())
+    shipped = runtime_files(source)
+    assert "core/jobs.py" in shipped and "addon/registration.py" in shipped
     for platform, path in platform_zips.items():
-        assert path.name == f"neural_rom-{source['version']}-{platform.replace('-', '_')}.zip"
+        assert path.name == f"neural_rom-{manifest['version']}-{platform.replace('-', '_')}.zip"
+        wheels = bx.platform_wheels(manifest, platform)
         with zipfile.ZipFile(path) as zf:
             assert zf.testzip() is None
             names = zf.namelist()
-            wheels = sorted(n for n in names if n.startswith("wheels/"))
-            assert wheels == [f"wheels/{w}" for w in expected_wheels(bx, platform)], platform
-            # Blender's order: manifest, wheels, then the same files as the plain zip.
             assert names[0] == "blender_manifest.toml"
-            assert names[1 : 1 + len(wheels)] == wheels
-            assert [n for n in names if not n.startswith("wheels/")] == plain_names
+            assert names[1 : 1 + len(wheels)] == [f"wheels/{w}" for w in wheels], platform
+            rest = sorted(names[1 + len(wheels) :])
+            assert rest == shipped, platform  # no docs, tests, README, caches, other wheels
             for name in wheels:  # the wheels go in unchanged, stored (not deflated)
-                assert zf.getinfo(name).compress_type == zipfile.ZIP_STORED
-                folder = "any" if name.endswith("-none-any.whl") else platform
-                assert zf.read(name) == (wheel_dir / folder / Path(name).name).read_bytes()
-            manifest = tomllib.loads(zf.read("blender_manifest.toml").decode())
-        assert manifest["platforms"] == [platform]
-        assert manifest["wheels"] == [f"./{w}" for w in wheels]
-        rest = {k: v for k, v in manifest.items() if k not in ("platforms", "wheels")}
-        assert rest == dict(source, blender_version_max="5.1.0")
+                info = zf.getinfo(f"wheels/{name}")
+                assert info.compress_type == zipfile.ZIP_STORED
+                assert zf.read(info) == (source / "wheels" / name).read_bytes()
+            assert zf.read("core/jobs.py") == (source / "core" / "jobs.py").read_bytes()
+            shipped_manifest = tomllib.loads(zf.read("blender_manifest.toml").decode())
+        generated = shipped_manifest["build"].pop("generated")
+        assert generated == {"platforms": [platform], "wheels": [f"./wheels/{w}" for w in wheels]}
+        assert shipped_manifest == manifest
 
 
-def test_platform_zips_pass_blenders_strict_validation(bx, platform_zips, blender_ext_path):
-    blender_ext = load_script("blender_ext", blender_ext_path)
+def test_platform_zips_pass_blenders_strict_validation(
+    bx, platform_zips, blender_ext, blender_ext_path
+):
     for platform, path in platform_zips.items():
         with zipfile.ZipFile(path) as zf:
             result = blender_ext.pkg_manifest_from_zipfile_and_validate_all_errors(
                 zf, "", strict=True
             )
             assert not isinstance(result, list), result
-            assert result.platforms == [platform]
-            wheels = sorted(n for n in zf.namelist() if n.startswith("wheels/"))
-        assert sorted(result.wheels) == [f"./{w}" for w in wheels]
-        # Blender's own filter keeps every listed wheel for this platform, and no other.
-        assert blender_ext.paths_filter_wheels_by_platform(result.wheels, platform) == result.wheels
-        for other in bx.PLATFORMS:
-            if other != platform:
-                kept = blender_ext.paths_filter_wheels_by_platform(result.wheels, other)
-                assert all("-none-any" in w for w in kept), (platform, other)
+            wheels = [n for n in zf.namelist() if n.startswith("wheels/")]
+        assert result.platforms == [platform]
+        assert result.wheels == [f"./{w}" for w in wheels]
         assert blender_ext.python_versions_from_wheels(result.wheels) == {(3, 11)}
-    proc = subprocess.run(
-        [sys.executable, str(blender_ext_path), "validate", str(platform_zips["linux-x64"])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0 and "Success" in proc.stdout, proc.stdout + proc.stderr
-
-
-def test_platform_zips_match_blenders_split_platforms_build(
-    bx, tmp_path, plain_zip, wheel_dir, blender_ext_path, platform_zips
-):
-    # Blender's way: the source manifest lists every wheel and platform; --split-platforms
-    # makes one zip per platform, with [build.generated] platforms and wheels.
-    src = extracted_source(plain_zip, tmp_path / "blender_src")
-    (src / "wheels").mkdir()
-    for platform in bx.PLATFORMS:
-        for name in expected_wheels(bx, platform):
-            folder = "any" if name.endswith("-none-any.whl") else platform
-            shutil.copy(wheel_dir / folder / name, src / "wheels" / name)
-    all_wheels = sorted(p.name for p in (src / "wheels").iterdir())
-    text = (src / "blender_manifest.toml").read_text()
-    head = "platforms = [{}]\nwheels = [{}]\n".format(
-        ", ".join(f'"{p}"' for p in bx.PLATFORMS),
-        ", ".join(f'"./wheels/{w}"' for w in all_wheels),
-    )
-    (src / "blender_manifest.toml").write_text(head + text)
-    out = tmp_path / "blender_dist"
-    out.mkdir()
-    proc = subprocess.run(
-        [sys.executable, str(blender_ext_path), "build", "--split-platforms",
-         "--source-dir", str(src), "--output-dir", str(out)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    blender_ext = load_script("blender_ext", blender_ext_path)
-    theirs = {p.name: p for p in out.glob("*.zip")}
-    assert sorted(theirs) == sorted(p.name for p in platform_zips.values())
     for path in platform_zips.values():
-        with zipfile.ZipFile(path) as a, zipfile.ZipFile(theirs[path.name]) as b:
-            assert sorted(a.namelist()) == sorted(b.namelist()), path.name
-            ma = blender_ext.pkg_manifest_from_zipfile_and_validate(a, "", strict=True)
-            mb = blender_ext.pkg_manifest_from_zipfile_and_validate(b, "", strict=True)
-            assert (ma.platforms, sorted(ma.wheels)) == (mb.platforms, sorted(mb.wheels))
+        proc = subprocess.run(
+            [sys.executable, str(blender_ext_path), "validate", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0 and "Success" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_the_plain_build_never_takes_a_wheels_folder(bx, tmp_path, plain_zip, wheel_dir):
-    src = extracted_source(plain_zip, tmp_path / "src")
-    shutil.copytree(wheel_dir, src / "wheels")
-    out = bx.build(src, output=tmp_path / "plain.zip")
-    with zipfile.ZipFile(out) as zf, zipfile.ZipFile(plain_zip) as ref:
-        assert zf.namelist() == ref.namelist()
-        assert "platforms" not in tomllib.loads(zf.read("blender_manifest.toml").decode())
-    # ... while the platform builds take their wheels from that folder by default.
-    outs = bx.build_platforms(src, platforms=["macos-arm64"], output_dir=tmp_path / "d")
-    version = tomllib.loads((src / "blender_manifest.toml").read_text())["version"]
-    assert [p.name for p in outs] == [f"neural_rom-{version}-macos_arm64.zip"]
+FAKE_BLENDER = """#!{python}
+# `blender --command extension ...` as Blender runs it (bl_pkg/bl_extension_cli.py).
+import importlib.util, json, sys
+with open({log!r}, "a") as fh:
+    fh.write(json.dumps(sys.argv[1:]) + "\\n")
+if sys.argv[1:3] != ["--command", "extension"]:
+    sys.exit("not a Blender command line: " + " ".join(sys.argv[1:]))
+spec = importlib.util.spec_from_file_location("blender_ext", {cli!r})
+blender_ext = importlib.util.module_from_spec(spec)
+sys.modules["blender_ext"] = blender_ext
+spec.loader.exec_module(blender_ext)
+blender_ext.ARG_DEFAULTS_OVERRIDE.build_valid_tags = {tags!r}
+sys.exit(blender_ext.main(sys.argv[3:], args_internal=False, prog="blender --command extension"))
+"""
 
 
-def test_command_line_builds_the_named_platforms_offline(bx, tmp_path, wheel_dir, capsys):
-    out = tmp_path / "ext.zip"
-    argv = ["--wheel-dir", str(wheel_dir), "--platform", "windows-x64",
-            "--platform", "linux-x64", "--output", str(out), "--list"]  # fmt: skip
-    assert bx.main(argv) == 0
-    printed = capsys.readouterr().out.splitlines()
-    created = [line for line in printed if line.startswith("created: ")]
-    assert [c.split()[1] for c in created] == [
-        str(tmp_path / "ext-windows_x64.zip"),
-        str(tmp_path / "ext-linux_x64.zip"),
-    ]
-    assert f"wheels/{expected_wheels(bx, 'windows-x64')[0]}" in printed
-    with pytest.raises(SystemExit):
-        bx.main(["--platform", "linux-x64"])  # a platform needs wheels
-    assert "--platform needs --wheels or --wheel-dir" in capsys.readouterr().err
+def test_a_blender_executable_builds_the_same_zips(
+    bx, tmp_path, source, platform_zips, bpy_scripts, blender_ext_path, capsys
+):
+    log = tmp_path / "blender.log"
+    blender = tmp_path / "blender"
+    blender.write_text(
+        FAKE_BLENDER.format(
+            python=sys.executable,
+            log=str(log),
+            cli=str(blender_ext_path),
+            tags=str(bpy_scripts / "modules" / "_bpy_internal" / "extensions" / "tags.py"),
+        )
+    )
+    blender.chmod(0o755)
+    out = tmp_path / "dist"
+    argv = ["--source", str(source), "--output-dir", str(out), "--blender", str(blender)]
+    assert bx.main([*argv, "--offline"]) == 0
+    (call,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert call == ["--command", "extension", "build", "--split-platforms",
+                    "--source-dir", str(source), "--output-dir", str(out)]  # fmt: skip
+    created = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("created: ")]
+    assert [ln.split()[1] for ln in created] == [str(out / p.name) for p in platform_zips.values()]
+    for path in platform_zips.values():
+        with zipfile.ZipFile(path) as a, zipfile.ZipFile(out / path.name) as b:
+            assert a.namelist() == b.namelist()
+            assert a.read("blender_manifest.toml") == b.read("blender_manifest.toml")
 
 
 # ---------------------------------------------------------------------------------------
@@ -342,60 +345,51 @@ def test_command_line_builds_the_named_platforms_offline(bx, tmp_path, wheel_dir
 # ---------------------------------------------------------------------------------------
 
 
-def test_a_missing_wheel_says_how_to_get_it(bx, tmp_path, wheel_dir):
-    partial = tmp_path / "partial"
-    shutil.copytree(wheel_dir, partial)
-    scipy = bx.WHEEL_PINS["scipy"]
-    (partial / "macos-x64" / f"scipy-{scipy}-cp311-cp311-macosx_10_13_x86_64.whl").unlink()
-    assert len(bx.select_wheels(partial, "linux-x64")) == len(bx.WHEEL_PINS)
-    with pytest.raises(SystemExit, match=rf"no macos-x64 wheel for scipy {scipy} .*--wheels"):
-        bx.build_platforms(ROOT, partial, output_dir=tmp_path / "out")
+def wheel_checkout(tmp_path: Path, source: Path) -> Path:
+    """A small source tree for the wheel checks: the manifest and the wheels."""
+    dest = tmp_path / "src"
+    dest.mkdir()
+    shutil.copy(source / "blender_manifest.toml", dest)
+    shutil.copytree(source / "wheels", dest / "wheels")
+    return dest
+
+
+def test_a_missing_wheel_says_how_to_get_it(bx, tmp_path, source, manifest):
+    src = wheel_checkout(tmp_path, source)
+    name = "scipy-1.15.3-cp311-cp311-macosx_10_13_x86_64.whl"
+    (src / "wheels" / name).unlink()
+    assert bx.missing_wheels(src, manifest, "linux-x64") == []
+    assert bx.missing_wheels(src, manifest) == [name]
+    with pytest.raises(bx.BuildError, match=rf"no wheel file {name} .*without --offline"):
+        bx.build(src, tmp_path / "out", download=False)
     assert not (tmp_path / "out").exists()  # nothing half-built
-    with pytest.raises(SystemExit, match="unknown platform 'linux-arm64'"):
-        bx.select_wheels(partial, "linux-arm64")
+    with pytest.raises(SystemExit, match="downloads the wheels blender_manifest.toml lists"):
+        bx.main(["--source", str(src), "--offline"])
 
 
-def test_two_candidate_wheels_are_refused(bx, tmp_path, wheel_dir):
-    dup = tmp_path / "dup"
-    shutil.copytree(wheel_dir, dup)
-    make_wheel(dup / "linux-x64", "scipy", bx.WHEEL_PINS["scipy"],
-               "cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64")  # fmt: skip
-    with pytest.raises(SystemExit, match="2 scipy .* wheels for linux-x64 .*delete all but one"):
-        bx.select_wheels(dup, "linux-x64")
-
-
-def test_requirements_of_the_bundled_wheels_are_checked(bx, tmp_path, wheel_dir, monkeypatch):
-    wheels = bx.select_wheels(wheel_dir, "windows-x64")
-    assert bx.check_requirements(wheels, "windows-x64") == []
-    bad = tmp_path / "bad"
-    shutil.copytree(wheel_dir, bad)
-    rich = bx.WHEEL_PINS["rich"]
-    make_wheel(bad / "any", "rich", rich, "py3-none-any",
+def test_requirements_of_the_bundled_wheels_are_checked(bx, tmp_path, source, manifest):
+    pins = bx.pins(manifest)
+    win = [source / "wheels" / n for n in bx.platform_wheels(manifest, "windows-x64")]
+    assert bx.check_requirements(win, "windows-x64", pins) == []
+    src = wheel_checkout(tmp_path, source)
+    make_wheel(src / "wheels", "rich-15.0.0-py3-none-any.whl",
                requires=["pygments>=99", "colorama; sys_platform == 'win32'",
                          "typing-extensions; python_version < '3.11'"])  # fmt: skip
-    scipy = bx.WHEEL_PINS["scipy"]
-    make_wheel(bad / "windows-x64", "scipy", scipy, "cp311-cp311-win_amd64",
+    make_wheel(src / "wheels", "scipy-1.15.3-cp311-cp311-win_amd64.whl",
                requires=["numpy>=1.26.4"])  # fmt: skip
-    problems = bx.check_requirements(bx.select_wheels(bad, "windows-x64"), "windows-x64")
+    win = [src / "wheels" / n for n in bx.platform_wheels(manifest, "windows-x64")]
+    problems = bx.check_requirements(win, "windows-x64", pins)
     assert len(problems) == 3, problems
-    assert any("pygments>=99" in p and "WHEEL_PINS['pygments']" in p for p in problems)
-    assert any("colorama" in p and "add colorama to WHEEL_PINS" in p for p in problems)
+    assert any("pygments>=99" in p and "the pinned pygments is 2.21.0" in p for p in problems)
+    assert any(
+        "colorama" in p and "add colorama's wheels to blender_manifest" in p for p in problems
+    )
     assert any("numpy>=1.26.4" in p and "Blender's numpy is 1.24.3" in p for p in problems)
     # Markers are evaluated for the target: on Linux, colorama is not needed.
-    linux = bx.check_requirements(bx.select_wheels(bad, "linux-x64"), "linux-x64")
-    assert not any("colorama" in p for p in linux)
-    with pytest.raises(SystemExit, match="do not fit together"):
-        bx.build_platforms(ROOT, bad, ["windows-x64"], output_dir=tmp_path / "out")
-
-
-def test_manifest_keys_the_builder_writes_must_not_be_in_the_source(bx):
-    text = (ROOT / "blender_manifest.toml").read_text()
-    with pytest.raises(SystemExit, match='sets "wheels": remove it'):
-        bx.platform_manifest('wheels = ["./wheels/x-1-py3-none-any.whl"]\n' + text, "linux-x64", [])
-    with pytest.raises(SystemExit, match='lower blender_version_max to "5.1.0"'):
-        bx.platform_manifest('blender_version_max = "5.2.0"\n' + text, "linux-x64", [])
-    kept = bx.platform_manifest('blender_version_max = "4.5.0"\n' + text, "linux-x64", [])
-    assert tomllib.loads(kept)["blender_version_max"] == "4.5.0"
+    linux = [src / "wheels" / n for n in bx.platform_wheels(manifest, "linux-x64")]
+    assert not any("colorama" in p for p in bx.check_requirements(linux, "linux-x64", pins))
+    with pytest.raises(bx.BuildError, match="do not fit together"):
+        bx.build(src, tmp_path / "out", download=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -405,59 +399,95 @@ def test_manifest_keys_the_builder_writes_must_not_be_in_the_source(bx):
 FAKE_PIP = """
 import json, sys
 from pathlib import Path
-sys.path.insert(0, {tests!r})
-from test_build_wheels import BINARY, make_wheel
+sys.path[:0] = [{tests!r}, {scripts!r}]
+from build_extension import blender_platforms_of_wheel_tag, parse_wheel_filename
+from test_build_wheels import make_wheel
 args = sys.argv[2:]
 assert sys.argv[1] == "download", sys.argv
-log = Path({log!r})
-log.write_text(log.read_text() + json.dumps(args) + "\\n" if log.exists() else json.dumps(args) + "\\n")
+with open({log!r}, "a") as fh:
+    fh.write(json.dumps(args) + "\\n")
 dest = Path(args[args.index("--dest") + 1])
-tag = args[args.index("--platform") + 1]
+platform = blender_platforms_of_wheel_tag(args[args.index("--platform") + 1])[0]
+index = json.loads(Path({index!r}).read_text())  # what "PyPI" has
 for pin in [a for a in args if "==" in a]:
-    dist, version = pin.split("==")
-    if dist in BINARY:
-        make_wheel(dest, dist, version, "cp311-cp311-" + tag)
+    for name in index:
+        dist, version, _, _, tag = parse_wheel_filename(name)
+        if f"{{dist}}=={{version}}" == pin and (
+                tag == "any" or platform in blender_platforms_of_wheel_tag(tag)):
+            make_wheel(dest, name)
+            break
     else:
-        make_wheel(dest, dist, version, "py3-none-any")
+        sys.exit(f"ERROR: No matching distribution found for {{pin}}")
 """
 
 
-def test_download_runs_pip_per_platform_and_shares_pure_wheels(bx, tmp_path):
+def fake_pip(tmp_path: Path, index: list[str]) -> tuple[list[str], Path]:
     log = tmp_path / "pip.log"
+    (tmp_path / "index.json").write_text(json.dumps(index))
     script = tmp_path / "fake_pip.py"
-    script.write_text(FAKE_PIP.format(tests=str(ROOT / "tests"), log=str(log)))
-    dest = tmp_path / "wheels"
-    pip = [sys.executable, str(script)]
-    bx.download_wheels(dest, ["linux-x64", "macos-arm64"], pip=pip)
+    script.write_text(
+        FAKE_PIP.format(
+            tests=str(ROOT / "tests"),
+            scripts=str(ROOT / "scripts"),
+            log=str(log),
+            index=str(tmp_path / "index.json"),
+        )
+    )
+    return [sys.executable, str(script)], log
+
+
+def test_download_runs_pip_per_platform_for_what_is_missing(bx, tmp_path, manifest):
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(ROOT / "blender_manifest.toml", src)
+    names = bx.wheel_names(manifest)
+    pip, log = fake_pip(tmp_path, names)
+    bx.download_wheels(src, pip=pip)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(calls) == 2
-    for call, platform in zip(calls, ["linux-x64", "macos-arm64"], strict=True):
+    assert len(calls) == len(manifest["platforms"])
+    binary = sorted(
+        {"{}=={}".format(*bx.parse_wheel_filename(n)[:2]) for n in names if "-none-any" not in n}
+    )
+    for i, (call, platform) in enumerate(zip(calls, manifest["platforms"], strict=True)):
         assert "--only-binary=:all:" in call and "--no-deps" in call
         assert call[call.index("--python-version") + 1] == "3.11"
         assert call[call.index("--implementation") + 1] == "cp"
-        tags = [call[i + 1] for i, a in enumerate(call) if a == "--platform"]
-        assert tags == list(bx.PLATFORMS[platform])
-        assert call[call.index("--dest") + 1] == str(dest / platform)
-        assert [a for a in call if "==" in a] == [f"{n}=={v}" for n, v in bx.WHEEL_PINS.items()]
-    assert "--find-links" not in calls[0] and calls[1][calls[1].index("--find-links") + 1] == str(
-        dest / "any"
-    )
-    tag = bx.PLATFORMS["linux-x64"][0]
-    assert sorted(p.name for p in (dest / "linux-x64").iterdir()) == sorted(
-        f"{d}-{v}-cp311-cp311-{tag}.whl" for d, v in bx.WHEEL_PINS.items() if d in BINARY
-    )
-    pure = sorted(p.name for p in (dest / "any").iterdir())
-    assert pure == sorted(n for n in expected_wheels(bx, "linux-x64") if "none-any" in n)
+        tags = [call[j + 1] for j, a in enumerate(call) if a == "--platform"]
+        assert tags == list(bx.PIP_PLATFORMS[platform])
+        assert Path(call[call.index("--dest") + 1]).parent == src / "wheels"
+        requested = [a for a in call if "==" in a]
+        if i == 0:  # everything; later platforms already have the pure-Python wheels
+            assert len(requested) == len(bx.pins(manifest))
+        else:
+            assert requested == binary
+    assert sorted(p.name for p in (src / "wheels").iterdir()) == sorted(names)  # no leftovers
     # A second run finds everything and does not call pip.
-    bx.download_wheels(dest, ["linux-x64", "macos-arm64"], pip=pip)
-    assert len(log.read_text().splitlines()) == 2
+    bx.download_wheels(src, pip=pip)
+    assert len(log.read_text().splitlines()) == len(calls)
     # pip failing (no network, a pin without a wheel) is an error naming the platform.
-    with pytest.raises(SystemExit, match=r"pip download for windows-x64 failed \(exit code 3\)"):
-        bx.download_wheels(dest, ["windows-x64"], pip=[sys.executable, "-c", "raise SystemExit(3)"])
+    (src / "wheels" / "scipy-1.15.3-cp311-cp311-win_amd64.whl").unlink()
+    with pytest.raises(bx.BuildError, match=r"pip download for windows-x64 failed \(exit code 3"):
+        bx.download_wheels(src, pip=[sys.executable, "-c", "raise SystemExit(3)"])
+
+
+def test_pip_choosing_another_file_than_the_manifest_names_both(bx, tmp_path, manifest):
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(ROOT / "blender_manifest.toml", src)
+    listed = "scipy-1.15.3-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    other = "scipy-1.15.3-cp311-cp311-manylinux_2_28_x86_64.whl"
+    index = [other if n == listed else n for n in bx.wheel_names(manifest)]
+    pip, _ = fake_pip(tmp_path, index)
+    with pytest.raises(bx.BuildError) as err:
+        bx.download_wheels(src, pip=pip)
+    text = str(err.value)
+    assert "pip download for linux-x64 got" in text and other in text
+    assert f"not {listed}, which blender_manifest.toml lists" in text
+    assert "put the file names pip chose in its wheels" in text
 
 
 # ---------------------------------------------------------------------------------------
-# Installed in Blender: the job worker sees the wheels
+# Installed in Blender: the wheels reach the job worker, a job runs
 # ---------------------------------------------------------------------------------------
 
 
@@ -496,14 +526,15 @@ print(json.dumps({{"dirs": jobs.extension_wheel_dirs(), "rc": out.returncode,
 """
 
 
-def test_installed_zip_wheels_reach_the_job_worker(bx, tmp_path, platform_zips, bpy_scripts):
-    # Install as Blender does: extract the zip into extensions/<repo>/<id>/, then its
-    # wheel manager extracts the listed wheels into extensions/.local/.../site-packages.
-    ext = tmp_path / "extensions"
+def install(zip_path: Path, ext: Path, bpy_scripts: Path) -> tuple[Path, Path]:
+    """Install as Blender does: extract the zip into ``extensions/<repo>/<id>/``, then its
+    wheel manager extracts the wheels of the manifest (its ``[build.generated]`` list)
+    into ``extensions/.local/.../site-packages``. Returns (package folder, site-packages)."""
     package = ext / "user_default" / "neural_rom"
-    with zipfile.ZipFile(platform_zips["linux-x64"]) as zf:
+    with zipfile.ZipFile(zip_path) as zf:
         zf.extractall(package)
         manifest = tomllib.loads(zf.read("blender_manifest.toml").decode())
+    wheels = manifest["build"]["generated"]["wheels"]
     wheel_manager = load_script(
         "wheel_manager",
         bpy_scripts / "modules" / "_bpy_internal" / "extensions" / "wheel_manager.py",
@@ -515,12 +546,19 @@ def test_installed_zip_wheels_reach_the_job_worker(bx, tmp_path, platform_zips, 
     wheel_manager.apply_action(
         local_dir=str(local),
         local_dir_site_packages=str(site),
-        wheel_list=[("neural_rom", [str(package / w) for w in manifest["wheels"]])],
+        wheel_list=[("neural_rom", [str(package / w) for w in wheels])],
         error_fn=errors.append,
         remove_error_fn=lambda path, exc: errors.append(exc),
         debug=False,
     )
-    assert errors == [] and (site / "nrfake_scipy" / "__init__.py").is_file()
+    assert errors == []
+    return package, site
+
+
+def test_installed_zip_wheels_reach_the_job_worker(tmp_path, platform_zips, bpy_scripts):
+    package, site = install(platform_zips["linux-x64"], tmp_path / "extensions", bpy_scripts)
+    assert (site / "nrfake_scipy" / "__init__.py").is_file()
+    assert not (site / "nrfake_numpy").exists()  # the decoy was never bundled
     # The job interpreter is this one (as Blender's own Python is Blender's): the child gets
     # the wheel folder although this process's sys.path lacks it (the fallback).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -533,7 +571,27 @@ def test_installed_zip_wheels_reach_the_job_worker(bx, tmp_path, platform_zips, 
     assert found["dirs"] == [str(site)]
     assert found["rc"] == 0, found["err"]
     path, tags = json.loads(found["out"])
-    assert Path(path).parent.parent == site and tags.endswith(BINARY_TAGS["linux-x64"])
+    assert Path(path).parent.parent == site and tags.endswith("manylinux2014_x86_64")
+
+
+def test_the_built_extension_runs_a_job_from_its_install_folder(
+    tmp_path, platform_zips, bpy_scripts
+):
+    # Installed, the package folder has another name and no tests, scripts or .venv.
+    package, _ = install(platform_zips["linux-x64"], tmp_path / "extensions", bpy_scripts)
+    spec = tmp_path / "job.spec.json"
+    spec.write_text(json.dumps({"kind": "selftest", "steps": 3, "sleep": 0}))
+    proc = subprocess.run(
+        [sys.executable, str(package / "worker.py"), str(spec)],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout.splitlines()[-1])
+    assert done["event"] == "done" and done["result"] == {"committed": 3, "steps": 3}
+    assert f"package={package}" in proc.stderr
 
 
 def test_another_interpreter_gets_no_wheel_folder(tmp_path, monkeypatch):
