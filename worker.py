@@ -91,7 +91,7 @@ def run_bake(spec: dict) -> dict:
     ``name``, ``mesh_hash``.
     """
     jobs, errors = _sub("core.jobs"), _sub("core.errors")
-    bake, mesh_io = _sub("core.bake"), _sub("core.mesh")
+    bake, meshfile = _sub("core.bake"), _sub("core.meshfile")
     for key in ("mesh", "spec", "out_dir", "name"):
         if key not in spec:
             raise errors.NeuralRomError(f'the bake job spec has no "{key}": re-create the job')
@@ -101,13 +101,13 @@ def run_bake(spec: dict) -> dict:
             f"no tet mesh at {mesh_path}: run Tetrahedralize on the object first, "
             "or check that the cache directory was not moved"
         )
-    mesh = mesh_io.read_tetmesh(mesh_path)
+    mesh = meshfile.read_tetmesh(mesh_path)
     bake_spec = bake.BakeSpec.from_dict(spec["spec"])
     out_dir = Path(spec["out_dir"])
     name = str(spec["name"])
     shard = tuple(int(v) for v in spec.get("shard", (0, 1)))
     paths = _variant_paths(out_dir, name, int(bake_spec.variants), shard)
-    mesh_hash = _sub("core.cache").mesh_hash(mesh.X, mesh.T)
+    mesh_hash = _sub("core.files").mesh_hash(mesh.X, mesh.T)
     meter = jobs.Progress(1)
     touched: set[int] = set()  # variants this run wrote to (older files may exist too)
 

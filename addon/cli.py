@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 import traceback
 from pathlib import Path
 
@@ -225,41 +226,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--bake", metavar="PATH", help="the .nrbake to export (default: the object's latest bake)"
     )
 
+    from ..core import registry
+
     train = sub.add_parser(
         "train",
         parents=[common],
         help="train a reduced model on each object's bakes (a child process per object)",
         description="Train a reduced model of each object on all its bakes, with the object's "
-        "model settings (overridden by the options); the model goes to the object's cache "
-        "directory and is recorded on the object.",
-    )
-    from ..core.registry import names
-
-    METHODS = names()
-
-    train.add_argument("--method", choices=METHODS, help="training method (overrides the object's)")
-    train.add_argument(
-        "--k", type=_non_negative_int, metavar="N", help="basis size; 0 chooses it by --tolerance"
+        "settings of the method (overridden by the options); the model goes to the object's "
+        "cache directory and is recorded on the object.",
+        epilog=_methods_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument(
-        "--tolerance", type=float, metavar="M", help="largest vertex error of the basis, metres"
+        "--method",
+        choices=registry.names(),
+        help="training method (overrides the object's); its settings are the object's for "
+        "that method",
     )
-    train.add_argument(
-        "--max-cubature", type=_positive_int, metavar="N", help="at most N cubature elements"
-    )
-    train.add_argument(
-        "--validation-fraction",
-        type=float,
-        metavar="F",
-        help="share of the bakes held out for validation, 0..0.9",
-    )
-    train.add_argument("--seed", type=_non_negative_int, metavar="INT", help="training seed")
     train.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
         type=str.lower,
         help="training device (overrides the add-on preference)",
     )
+    _add_setting_options(train)
 
     sim = sub.add_parser(
         "simulate",
@@ -282,6 +273,113 @@ def build_parser() -> argparse.ArgumentParser:
         "object's cache directory",
     )
     return parser
+
+
+# ---------------------------------------------------------------------------------------
+# Method settings as options: generated from the registry
+# ---------------------------------------------------------------------------------------
+
+_SETTING_DEST = "setting__"
+
+
+def setting_option(name: str) -> str:
+    """``--latent-dim`` for the setting ``latent_dim``."""
+    return "--" + name.replace("_", "-")
+
+
+def _settings_union() -> dict:
+    """Setting name -> [(method, setting), ...] over every registered method, in menu order."""
+    from ..core import registry
+
+    union: dict[str, list] = {}
+    for method in registry.methods():
+        for setting in method.settings:
+            union.setdefault(setting.name, []).append((method, setting))
+    return union
+
+
+def _typed(kind: str):
+    def parse(text: str):
+        try:
+            return int(text) if kind == "int" else float(text)
+        except ValueError:
+            what = "an integer" if kind == "int" else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+    parse.__name__ = kind  # argparse names the type in its messages
+    return parse
+
+
+def _add_setting_options(parser: argparse.ArgumentParser) -> None:
+    """One option per setting of any registered method (``--k``, ``--hidden 100,100``, ...):
+    the help is the setting's, with its unit and range, and the methods it belongs to when
+    not every method has it."""
+    from ..core import registry
+
+    n_methods = len(registry.methods())
+    group = parser.add_argument_group(
+        "method settings",
+        "override the object's settings of the method; an option the method does not have is "
+        "refused (see the methods below)",
+    )
+    for name, pairs in _settings_union().items():
+        setting = pairs[0][1]
+        owners = [m.name for m, _ in pairs]
+        only = f" [{', '.join(owners)}]" if len(owners) < n_methods else ""
+        text = f"{setting.help}; {setting.range_text}{only}".replace("%", "%%")
+        kw: dict = {"dest": _SETTING_DEST + name, "default": None, "help": text}
+        if setting.kind == "bool":
+            kw["action"] = argparse.BooleanOptionalAction
+        elif setting.kind == "enum":
+            kw["choices"] = list(dict.fromkeys(i[0] for _, st in pairs for i in st.items))
+        elif setting.kind == "int_list":
+            kw["metavar"] = "N,N"
+        else:
+            kw["type"] = _typed(setting.kind)
+            kw["metavar"] = "N" if setting.kind == "int" else (setting.unit.upper() or "X")
+        try:
+            group.add_argument(setting_option(name), **kw)
+        except argparse.ArgumentError:  # clashes with a fixed option (--file, --object, ...)
+            continue
+
+
+def _methods_epilog() -> str:
+    from ..core import registry
+
+    lines = ["methods (--method NAME; default: the one the object's panel says):"]
+    for method in registry.methods():
+        lines.append(f"  {method.name}: {method.label}")
+        lines += textwrap.wrap(method.description, 84, initial_indent="      ",
+                               subsequent_indent="      ")
+        options = ", ".join(setting_option(st.name) for st in method.settings)
+        lines += textwrap.wrap(f"settings: {options}", 84, initial_indent="      ",
+                               subsequent_indent="        ", break_on_hyphens=False)
+        if method.needs_torch:
+            lines.append("      trains with PyTorch (in the job interpreter)")
+    lines.append("")
+    lines.append("0 for a setting that can be automatic chooses it automatically.")
+    return "\n".join(lines)
+
+
+def given_settings(args) -> dict:
+    """The method settings given on the command line, by setting name."""
+    return {
+        key[len(_SETTING_DEST):]: value
+        for key, value in vars(args).items()
+        if key.startswith(_SETTING_DEST) and value is not None
+    }
+
+
+def check_settings_of(method, given: dict, obj_name: str) -> None:
+    """Refuse options that are not settings of ``method``, naming its settings."""
+    foreign = [name for name in given if name not in {st.name for st in method.settings}]
+    if foreign:
+        options = ", ".join(setting_option(n) for n in foreign)
+        theirs = ", ".join(setting_option(st.name) for st in method.settings)
+        raise UserError(
+            f"{options}: not a setting of the {method.label} method ({method.name}), which "
+            f"'{obj_name}' trains; its settings are {theirs} (or pick another --method)"
+        )
 
 
 def parse_frames(text: str) -> tuple[int, int]:
@@ -390,6 +488,13 @@ def _describe(obj) -> list[str]:
         if value in ("", None):
             continue
         lines.append(f"{key}: {value}")
+    if hasattr(settings, "method"):
+        method = settings.method()
+        values = settings.method_values(method)
+        if values:
+            lines.append(
+                f"{method.name} settings: " + ", ".join(f"{k}={v}" for k, v in values.items())
+            )
     return lines
 
 
@@ -480,24 +585,18 @@ def cmd_export_pc2(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from ..core import registry
     from . import jobs, training
 
-    overrides = {}
-    if args.k is not None:
-        overrides["k"] = args.k or None
-    if args.tolerance is not None:
-        overrides["tolerance"] = args.tolerance or None
-    if args.max_cubature is not None:
-        overrides["max_cubature"] = args.max_cubature
-    if args.validation_fraction is not None:
-        if not 0.0 <= args.validation_fraction <= 0.9:
-            raise UserError("--validation-fraction must be between 0 and 0.9")
-        overrides["validation_fraction"] = args.validation_fraction
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    for obj in select_objects(args.objects):
+    given = given_settings(args)
+    objects = select_objects(args.objects)
+    for obj in objects:  # every object's method and settings checked before any job starts
+        method = registry.get(args.method) if args.method else obj.neural_rom.method()
+        check_settings_of(method, given, obj.name)
+        training.training_settings(obj, method, given)
+    for obj in objects:
         spec = training.make_train_job(
-            obj, bpy.context.scene, method=args.method, settings=overrides, device=args.device
+            obj, bpy.context.scene, method=args.method, settings=given, device=args.device
         )
         _out(
             f"training {obj.name}: {spec['method']} on {len(spec['bakes'])} bake(s) -> {spec['out']}"

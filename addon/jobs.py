@@ -129,15 +129,19 @@ def start_job(
     Raises
     ------
     NeuralRomError
-        The owner already has a running job; the job interpreter lacks numpy/scipy; the
-        log folder cannot be created (:class:`~..core.jobs.JobError`). In background
+        The owner already has a running job; the job interpreter lacks numpy/scipy (or
+        what ``spec["needs"]`` lists: torch for a method that trains with it); the log
+        folder cannot be created (:class:`~..core.jobs.JobError`). In background
         mode also: the job failed (``JobError``, ``crashed`` True for a crash or a
         kill) or was cancelled (:class:`JobCancelled`, after ``on_done`` recorded what
         was committed).
     """
     _check_owner_free(owner)
     python = prefs.job_python(context)
-    job = core_jobs.Job.start(spec, python, job_log_dir(spec))
+    needs = spec.get("needs")  # what this job's interpreter must import, when it says
+    if needs is not None:
+        core_jobs.check_interpreter(python, tuple(needs))
+    job = core_jobs.Job.start(spec, python, job_log_dir(spec), check_python=needs is None)
     entry = _track(job, owner, on_done)
     if bpy.app.background:
         _run_foreground(entry)

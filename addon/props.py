@@ -9,6 +9,8 @@ the .blend, undone with it and copied with the object. Paths are stored Blender-
 from __future__ import annotations
 
 import json
+import math
+import zlib
 
 import bpy
 from bpy.props import (
@@ -156,32 +158,166 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
     source_hash: StringProperty(description="Hash of the object's mesh when it was baked")
 
 
-# Identifiers are core.models.METHODS (only the ones this version can train and run).
-METHOD_LABELS = {
-    "linear": ("Linear (POD + cubature)", "Linear subspace of the bakes with optimized cubature"),
-    "autoencoder": (
-        "Autoencoder (Fulton 2019)",
-        "Nonlinear latent space: PCA + autoencoder, latent dynamics by preconditioned L-BFGS",
-    ),
-}
+# --------------------------------------------------------------------------------------
+# Training methods: the menu and one property group per method, from the registry
+
+#: Setting units Blender can display natively; other units go into the field's name.
+_BLENDER_UNITS = {"m": "LENGTH", "s": "TIME_ABSOLUTE", "kg": "MASS", "rad": "ROTATION"}
+_INT32 = (-(2**31), 2**31 - 1)
 
 
-def method_items(self=None, context=None):
-    from ..core.registry import names
-
-    METHODS = names()
-
-    return [(m, *METHOD_LABELS.get(m, (m.capitalize(), ""))) for m in METHODS]
+def _enum_number(name: str) -> int:
+    """A stable enum value for a method name (menus change as methods come and go)."""
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
-_METHOD_ITEMS = None
+_METHOD_ITEMS: list = []
 
 
-def _method_items(self, context):
+def method_items(self=None, context=None) -> list:
+    """The Train menu: one item per registered method, in menu order."""
+    from ..core import registry
+
     # Blender keeps only the strings of the latest call alive: keep our own reference.
     global _METHOD_ITEMS
-    _METHOD_ITEMS = method_items()
+    _METHOD_ITEMS = [
+        (m.name, m.label, m.description, _enum_number(m.name)) for m in registry.methods()
+    ]
     return _METHOD_ITEMS
+
+
+def _get_method(self) -> int:
+    return _enum_number(chosen_method(self).name)
+
+
+def _set_method(self, value: int) -> None:
+    for item in method_items():
+        if item[3] == value:
+            self.model_method_name = item[0]
+            return
+
+
+def chosen_method(settings):
+    """The registry record of the method the object's panel says (the first method when the
+    stored one is not registered)."""
+    from ..core import registry
+
+    name = settings.model_method_name
+    known = registry.methods()
+    return next((m for m in known if m.name == name), known[0])
+
+
+def setting_property(setting):
+    """The Blender property of one :class:`core.registry.Setting`.
+
+    ``auto`` numbers show 0 for "automatic"; ``int_list`` is a string ("100, 100").
+    """
+    label = setting.label
+    unit = _BLENDER_UNITS.get(setting.unit, "NONE")
+    if setting.unit and unit == "NONE":
+        label = f"{label} ({setting.unit})"
+    kw = {"name": label, "description": f"{setting.help}; {setting.range_text}"}
+    kind = setting.kind
+    if kind == "bool":
+        return BoolProperty(default=bool(setting.default), **kw)
+    if kind == "enum":
+        items = tuple((str(i[0]), str(i[1]), str(i[2]) if len(i) > 2 else "") for i in setting.items)
+        return EnumProperty(items=items, default=str(setting.default), **kw)
+    if kind == "int_list":
+        return StringProperty(default=", ".join(str(v) for v in setting.default or ()), **kw)
+    lo, hi = setting.minimum, setting.maximum
+    soft_hi = setting.soft_maximum if setting.soft_maximum is not None else hi
+    if setting.auto and (lo is None or lo > 0):
+        lo = 0  # 0 means "automatic"
+    if kind == "int":
+        clamp = lambda v: int(min(max(v, _INT32[0]), _INT32[1]))  # noqa: E731
+        limits = {"min": lo, "max": hi, "soft_max": soft_hi}
+        limits = {k: clamp(v) for k, v in limits.items() if v is not None}
+        return IntProperty(default=int(setting.default or 0), **limits, **kw)
+    limits = {"min": lo, "max": hi, "soft_max": soft_hi}
+    limits = {k: float(v) for k, v in limits.items() if v is not None}
+    default = float(setting.default or 0.0)
+    ref = abs(default) or abs(float(soft_hi or 1.0)) or 1.0
+    precision = int(min(6, max(2, 2 - math.floor(math.log10(ref)))))
+    return FloatProperty(default=default, unit=unit, precision=precision, **limits, **kw)
+
+
+def property_value(group, setting):
+    """The value a property group holds for ``setting``, as the method's validation takes
+    it (floats rounded back from Blender's float32)."""
+    value = getattr(group, setting.name)
+    if setting.kind == "float":
+        return float(f"{value:.7g}")
+    if setting.kind == "int":
+        return int(value)
+    if setting.kind == "bool":
+        return bool(value)
+    return str(value)
+
+
+class NEURAL_ROM_PG_method_settings(bpy.types.PropertyGroup):
+    """The training settings of every registered method, one property group each
+    (``method_settings.<method name>``), generated by :func:`sync_method_properties`."""
+
+
+#: method name -> (settings signature, its generated PropertyGroup class)
+_METHOD_GROUPS: dict[str, tuple] = {}
+
+
+def _signature(method) -> str:
+    return json.dumps([method.label, [s.to_dict() for s in method.settings]], default=str)
+
+
+def _group_class(method):
+    annotations = {s.name: setting_property(s) for s in method.settings}
+    return type(
+        f"NEURAL_ROM_PG_method_{method.name}",
+        (bpy.types.PropertyGroup,),
+        {
+            "__annotations__": annotations,
+            "__doc__": f"Training settings of the {method.label} method",
+            "__module__": __name__,
+        },
+    )
+
+
+def _remove_group(name: str) -> None:
+    _sig, cls = _METHOD_GROUPS.pop(name)
+    if hasattr(NEURAL_ROM_PG_method_settings, name):
+        delattr(NEURAL_ROM_PG_method_settings, name)
+    if cls.is_registered:
+        bpy.utils.unregister_class(cls)
+
+
+def sync_method_properties() -> None:
+    """One property group per registered method, under ``Object.neural_rom.method_settings``:
+    added for a new method, rebuilt for a changed one, removed for a removed one. Values
+    stored in the .blend survive (they are kept by name)."""
+    from ..core import registry
+
+    wanted = {}
+    for method in registry.methods():
+        if not method.name.isidentifier():
+            print(f"Neural ROM: method {method.name!r} is not an identifier; it gets no panel")
+            continue
+        wanted[method.name] = method
+    for name in [n for n in _METHOD_GROUPS if n not in wanted]:
+        _remove_group(name)
+    for name, method in wanted.items():
+        sig = _signature(method)
+        if name in _METHOD_GROUPS:
+            if _METHOD_GROUPS[name][0] == sig:
+                continue
+            _remove_group(name)
+        cls = _group_class(method)
+        bpy.utils.register_class(cls)
+        setattr(NEURAL_ROM_PG_method_settings, name, PointerProperty(type=cls))
+        _METHOD_GROUPS[name] = (sig, cls)
+
+
+def remove_method_properties() -> None:
+    for name in list(_METHOD_GROUPS):
+        _remove_group(name)
 
 
 class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
@@ -383,80 +519,16 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     pending_bake: StringProperty(description="JSON record of the bake job in flight")
     pending_train: StringProperty(description="JSON record of the training job in flight")
 
-    # ---- reduced model: training settings
-    model_method: EnumProperty(name="Method", items=_method_items)
-    model_k: IntProperty(
-        name="Basis Size",
-        default=0,
-        min=0,
-        soft_max=200,
-        description="Reduced degrees of freedom; 0 grows the basis until Tolerance is met",
+    # ---- reduced model: training settings (generated from the method registry)
+    model_method: EnumProperty(
+        name="Method",
+        items=method_items,
+        get=_get_method,
+        set=_set_method,
+        description="The reduced-model method Train uses",
     )
-    model_tolerance: FloatProperty(
-        name="Tolerance",
-        default=0.0,
-        min=0.0,
-        soft_max=0.1,
-        unit="LENGTH",
-        precision=4,
-        description="Largest vertex error of the basis on the bakes (m); 0 uses 1% of the "
-        "bounding-box diagonal",
-    )
-    model_max_k: IntProperty(name="Max Basis Size", default=60, min=1, soft_max=500)
-    cubature_target: FloatProperty(
-        name="Cubature Target",
-        default=0.05,
-        min=1e-4,
-        max=1.0,
-        precision=3,
-        description="Relative reduced-force error the cubature may make on training poses",
-    )
-    max_cubature: IntProperty(
-        name="Max Cubature",
-        default=500,
-        min=1,
-        soft_max=5000,
-        description="At most this many cubature elements (the per-frame cost grows with it)",
-    )
-    validation_fraction: FloatProperty(
-        name="Validation Fraction",
-        default=0.2,
-        min=0.0,
-        max=0.9,
-        precision=2,
-        description="Share of the bakes (whole trajectories) held out to measure the error",
-    )
-    model_seed: IntProperty(name="Training Seed", default=0, min=0)
-    ae_latent_dim: IntProperty(
-        name="Latent Size",
-        default=0,
-        min=0,
-        soft_max=64,
-        description="Autoencoder latent DOFs; 0 picks the smallest meeting Latent Tolerance "
-        "(Fulton 2019, section 4.3)",
-    )
-    ae_latent_tolerance: FloatProperty(
-        name="Latent Tolerance",
-        default=0.0,
-        min=0.0,
-        soft_max=0.1,
-        unit="LENGTH",
-        precision=4,
-        description="Largest vertex error the autoencoder may add on held-out bakes (m); 0 uses "
-        "twice the basis Tolerance",
-    )
-    ae_hidden: IntProperty(name="Hidden Width", default=100, min=4, soft_max=1024)
-    ae_layers: IntProperty(name="Hidden Layers", default=2, min=1, max=8)
-    ae_epochs: IntProperty(name="Epochs", default=2000, min=1, soft_max=20000)
-    ae_batch_size: IntProperty(name="Batch Size", default=256, min=1, soft_max=4096)
-    ae_learning_rate: FloatProperty(
-        name="Learning Rate",
-        default=1e-3,
-        min=1e-6,
-        max=1.0,
-        precision=5,
-        description="Adam step size",
-    )
+    model_method_name: StringProperty(description="The chosen method, by name")
+    method_settings: PointerProperty(type=NEURAL_ROM_PG_method_settings)
 
     # ---- reduced model: result and simulation
     model: PointerProperty(type=NEURAL_ROM_PG_model)
@@ -495,34 +567,38 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
                     d[p.name] = p.get()
         return d
 
-    def model_settings(self) -> dict:
-        """Training settings of the chosen method (``training.linear.LinearSettings`` or
-        ``training.autoencoder.AutoencoderSettings`` fields)."""
-        common = {
-            "cubature_target": float(self.cubature_target),
-            "max_cubature": int(self.max_cubature),
-            "validation_fraction": float(self.validation_fraction),
-            "seed": int(self.model_seed),
-        }
-        if self.model_method == "autoencoder":
-            return {
-                "k": int(self.model_k) or None,
-                "tolerance": float(self.model_tolerance) or None,
-                "max_k": int(self.model_max_k),
-                "latent_dim": int(self.ae_latent_dim) or None,
-                "latent_tolerance": float(self.ae_latent_tolerance) or None,
-                "hidden": [int(self.ae_hidden)] * int(self.ae_layers),
-                "epochs": int(self.ae_epochs),
-                "batch_size": int(self.ae_batch_size),
-                "learning_rate": float(self.ae_learning_rate),
-                **common,
-            }
-        return {
-            "k": int(self.model_k) or None,
-            "tolerance": float(self.model_tolerance) or None,
-            "max_k": int(self.model_max_k),
-            **common,
-        }
+    def method(self):
+        """The registry record of the chosen method."""
+        return chosen_method(self)
+
+    def method_group(self, method=None):
+        """The property group of ``method``'s settings (a name or a record; default the
+        chosen one), or None when it has none."""
+        name = getattr(method, "name", method) or self.method().name
+        return getattr(self.method_settings, name, None)
+
+    def method_values(self, method=None) -> dict:
+        """The values the object holds for ``method``'s settings, unvalidated (0 for
+        automatic, layer widths as text)."""
+        method = self._record(method)
+        group = self.method_group(method)
+        if group is None:
+            return {}
+        return {s.name: property_value(group, s) for s in method.settings}
+
+    def model_settings(self, method=None) -> dict:
+        """The training settings of ``method`` (default the chosen one) from its property
+        group, validated by the method (:meth:`core.registry.Method.validate`): a bad value
+        raises NeuralRomError naming the field and its range."""
+        method = self._record(method)
+        return method.validate(self.method_values(method))
+
+    def _record(self, method):
+        from ..core import registry
+
+        if method is None:
+            return self.method()
+        return registry.get(method) if isinstance(method, str) else method
 
     def active_bake_record(self):
         """The selected bake record, or None."""
@@ -561,17 +637,30 @@ CLASSES = (
     NEURAL_ROM_PG_scenario_param,
     NEURAL_ROM_PG_bake,
     NEURAL_ROM_PG_model,
+    NEURAL_ROM_PG_method_settings,
     NEURAL_ROM_PG_object,
     NEURAL_ROM_PG_scene,
 )
 
 
+def _on_methods_changed() -> None:
+    sync_method_properties()
+
+
 def register_properties() -> None:
+    from ..core import registry
+
+    sync_method_properties()
+    registry.on_change(_on_methods_changed)
     bpy.types.Object.neural_rom = PointerProperty(type=NEURAL_ROM_PG_object)
     bpy.types.Scene.neural_rom_scene = PointerProperty(type=NEURAL_ROM_PG_scene)
 
 
 def unregister_properties() -> None:
+    from ..core import registry
+
+    registry.remove_listener(_on_methods_changed)
+    remove_method_properties()
     for owner, name in ((bpy.types.Scene, "neural_rom_scene"), (bpy.types.Object, "neural_rom")):
         if hasattr(owner, name):
             delattr(owner, name)

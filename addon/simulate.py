@@ -133,13 +133,14 @@ class Driver:
                 f"The model of '{obj.name}' cannot drive it: {e}. (Moving the object after "
                 "baking also changes its mesh: put it back, or re-bake and re-train.)"
             ) from e
-        n_render = len(stages.render_world(self.tets, self.sim.X))
+        rest = self.sim.rest_positions()
+        n_render = len(stages.render_world(self.tets, rest))
         if n_render != len(obj.data.vertices):
             raise CacheError(
                 f"The model of '{obj.name}' has {n_render} render vertices but the mesh has "
                 f"{len(obj.data.vertices)}; re-tetrahedralize, re-bake and re-train."
             )
-        self.n_nodes = len(self.sim.X)
+        self.n_nodes = len(rest)
         # pinned tet nodes in object space: they follow the object's animation, as in a bake
         pinned = np.asarray(getattr(self.sim, "pinned", ()), dtype=np.int64)
         self.pins_local = (

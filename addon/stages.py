@@ -32,8 +32,14 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core import mesh as core_mesh
+from ..core.cage import tetrahedralize_embedded
+from ..core.embedding import Embedding
 from ..core.errors import CacheError, MeshError, NeuralRomError
+from ..core.files import atomic_path
+from ..core.mesher import tetrahedralize
+from ..core.meshfile import read_tetmesh, write_tetmesh
+from ..core.surface import check_surface
+from ..core.tetmesh import TetMesh
 from . import blender_mesh as bm
 from .prefs import DEFAULT_CACHE_DIR, get_preferences
 
@@ -116,12 +122,8 @@ def load_path(path: str) -> Path:
 
 def _replace_atomic(write: Callable[[Path], None], dest: Path) -> None:
     """Write through ``write(tmp)`` then move into place, so ``dest`` is never half written."""
-    tmp = dest.with_name(f".{dest.stem}.partial-{uuid.uuid4().hex[:8]}{dest.suffix}")
-    try:
+    with atomic_path(dest) as tmp:
         write(tmp)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -133,8 +135,8 @@ class TetResult:
     """A computed (not yet stored) tet mesh of one object."""
 
     obj_name: str
-    mesh: core_mesh.TetMesh  # local space
-    embedding: object | None  # core.mesh.Embedding, or None when the surface is the mesh
+    mesh: TetMesh  # local space
+    embedding: object | None  # core.embedding.Embedding, or None when the surface is the mesh
     quality: dict
     source_hash: str
     warnings: list[str] = field(default_factory=list)  # the mesher's, for the user
@@ -180,7 +182,7 @@ def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
     embedded = s.embedding == "ALWAYS"
     if not embedded:
         try:
-            core_mesh.check_surface(V, F)
+            check_surface(V, F)
         except MeshError as e:
             if s.embedding == "NEVER":
                 raise MeshError(
@@ -193,13 +195,13 @@ def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if embedded:
-                tm, emb = core_mesh.tetrahedralize_embedded(
+                tm, emb = tetrahedralize_embedded(
                     V, F, resolution=int(s.cage_resolution), **kw
                 )
             else:  # check_surface ran above
                 # boundary may be split (finer tets than the render mesh); the render vertices
                 # stay the first nodes, so the render mesh still maps one to one
-                tm = core_mesh.tetrahedralize(V, F, keep_surface=False, check=False, **kw)
+                tm = tetrahedralize(V, F, keep_surface=False, check=False, **kw)
                 emb = None
     except NeuralRomError:
         raise
@@ -215,7 +217,7 @@ def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
         )
     q = tm.quality
     quality = dict(q() if callable(q) else q)
-    local = core_mesh.TetMesh(bm.to_local(tm.X, M), tm.T, tm.n_surface_inputs)
+    local = TetMesh(bm.to_local(tm.X, M), tm.T, tm.n_surface_inputs)
     notes = [str(w.message) for w in caught]
     return TetResult(obj.name, local, emb, quality, bm.surface_hash(obj), notes)
 
@@ -225,7 +227,7 @@ def store_tets(obj: bpy.types.Object, result: TetResult) -> dict:
     folder = cache_dir(obj)
     tets_path = folder / TETS_FILE
     emb_path = folder / EMBEDDING_FILE
-    core_mesh.write_tetmesh(tets_path, result.mesh)  # atomic
+    write_tetmesh(tets_path, result.mesh)  # atomic
     if result.embedding is not None:
         arrays = result.embedding.to_arrays()
         _replace_atomic(lambda p: np.savez(p, **arrays), emb_path)
@@ -279,7 +281,7 @@ def tetrahedralize_object(obj: bpy.types.Object, *, settings=None) -> dict:
 class Tets:
     """An object's stored tet mesh (local space) and embedding."""
 
-    mesh: core_mesh.TetMesh
+    mesh: TetMesh
     embedding: object | None
 
 
@@ -298,7 +300,7 @@ def load_tets(obj: bpy.types.Object, *, check_fresh: bool = True) -> Tets:
         raise MeshError(
             f"'{obj.name}' was edited after it was tetrahedralized; re-tetrahedralize, then re-bake."
         )
-    tm = core_mesh.read_tetmesh(path)
+    tm = read_tetmesh(path)
     if tm.hash() != s.tets_hash:
         raise CacheError(
             f"The tets file {path} is not the one '{obj.name}' recorded; re-tetrahedralize, then re-bake."
@@ -311,7 +313,7 @@ def load_tets(obj: bpy.types.Object, *, check_fresh: bool = True) -> Tets:
                 f"The embedding of '{obj.name}' is missing ({epath}); re-tetrahedralize."
             )
         with np.load(epath, allow_pickle=False) as z:
-            emb = core_mesh.Embedding.from_arrays({k: z[k] for k in z.files})
+            emb = Embedding.from_arrays({k: z[k] for k in z.files})
     return Tets(tm, emb)
 
 
@@ -384,7 +386,7 @@ def make_bake_job(
     """
     from ..core import bake as core_bake
     from ..core import fem
-    from ..core.cache import mesh_hash as cache_mesh_hash
+    from ..core.files import mesh_hash as cache_mesh_hash
     from ..core.scenarios import validate_scenario
 
     s = obj.neural_rom
@@ -458,16 +460,16 @@ def make_bake_job(
     out_dir = folder / BAKES_DIR
     out_dir.mkdir(exist_ok=True)
     name = f"{s.scenario}_s{spec.seed}"
-    world = core_mesh.TetMesh(X_world, tets.mesh.T, tets.mesh.n_surface_inputs)
+    world = TetMesh(X_world, tets.mesh.T, tets.mesh.n_surface_inputs)
     mesh_path = out_dir / f"{name}.tets.npz"
-    core_mesh.write_tetmesh(mesh_path, world)
+    write_tetmesh(mesh_path, world)
     s.pending_bake = json.dumps(
         {
             "out_dir": str(out_dir),
             "name": name,
             "frame_start": start,
             "scenario": s.scenario,
-            # the identity bake caches record (core.cache.mesh_hash), not TetMesh.hash()
+            # the identity bake caches record (core.files.mesh_hash), not TetMesh.hash()
             "mesh_hash": cache_mesh_hash(world.X, world.T),
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
@@ -842,7 +844,7 @@ def start_matrix(obj: bpy.types.Object, scene: bpy.types.Scene) -> np.ndarray:
 def world_mesh_hash(obj: bpy.types.Object, scene: bpy.types.Scene) -> str:
     """Hash of the world-space tet mesh a bake made now would simulate (and a model of this
     object must have been trained on): the tets placed at the start frame."""
-    from ..core.cache import mesh_hash as cache_mesh_hash
+    from ..core.files import mesh_hash as cache_mesh_hash
 
     tets = load_tets(obj)
     X_world = bm.to_world(np.asarray(tets.mesh.X, dtype=np.float64), start_matrix(obj, scene))

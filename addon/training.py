@@ -12,11 +12,32 @@ from pathlib import Path
 
 import bpy
 
+from ..core import registry
 from ..core.errors import NeuralRomError
 from .prefs import get_preferences
 from .stages import cache_dir, load_path, load_tets, open_bake, store_path
 
 MODELS_DIR = "models"
+
+
+def training_settings(obj: bpy.types.Object, method, overrides: dict | None = None) -> dict:
+    """The settings ``obj`` trains ``method`` (a registry record) with: its property group on
+    the object, ``overrides`` on top, validated by the method.
+
+    Raises NeuralRomError naming the object, the method, and the field that is unknown or out
+    of range (with its range).
+    """
+    values = {**obj.neural_rom.method_values(method), **(overrides or {})}
+    try:
+        return method.validate(values)
+    except NeuralRomError as e:
+        raise NeuralRomError(f"Cannot train '{obj.name}' with {method.label}: {e}") from None
+
+
+def job_needs(method) -> list[str]:
+    """What the job interpreter must import to train ``method``: numpy and scipy, and torch
+    only for a method whose training needs it."""
+    return ["numpy", "scipy", *(["torch"] if method.needs_torch else [])]
 
 
 def make_train_job(
@@ -29,30 +50,27 @@ def make_train_job(
 ) -> dict:
     """The worker job that trains a reduced model of ``obj`` on all its bakes (JSON-able).
 
-    ``settings`` overrides fields of :meth:`props.NEURAL_ROM_PG_object.model_settings`;
-    ``device`` (auto, cpu, cuda) overrides the add-on preference. Every bake is checked
-    (fresh, same world mesh) before anything is written; what is being trained is recorded
-    on the object (``pending_train``) for :func:`on_train_done`.
+    ``method`` (a registered method's name) overrides the panel's choice; the settings are
+    that method's property group on the object, overridden by ``settings`` and validated by
+    the method (a bad or unknown field is refused with its name and range).
+    ``device`` (auto, cpu, cuda) overrides the add-on preference. Every setting and bake is
+    checked (fresh, same world mesh) before anything is written; what is being trained is
+    recorded on the object (``pending_train``) for :func:`on_train_done`.
 
     Returns
     -------
-    dict: ``kind`` "train", ``method``, ``bakes`` (abs paths), ``out`` (abs .nrmodel),
-    ``settings``, ``device``, ``mesh_hash``, ``log_dir``.
+    dict: ``kind`` "train", :func:`core.registry.job_fields` (``method``, and
+    ``method_origin`` for a method registered outside the package), ``needs`` (what the job
+    interpreter must import), ``bakes`` (abs paths), ``out`` (abs .nrmodel), ``settings``,
+    ``device``, ``mesh_hash``, ``log_dir``.
     """
-    from ..core.registry import names
-
-    METHODS = names()
-
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
         raise NeuralRomError(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
-    method = method or s.model_method
-    if method not in METHODS:
-        raise NeuralRomError(
-            f"Unknown training method {method!r}; this version trains {', '.join(METHODS)}."
-        )
+    record = registry.get(method) if method else s.method()  # unknown: names the known ones
+    values = training_settings(obj, record, settings)
     if device is None:
         device = str(get_preferences().device).lower()
     if device not in ("auto", "cpu", "cuda"):
@@ -70,19 +88,14 @@ def make_train_job(
             f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
             "between bakes); clear the old bakes or re-bake them all, then train."
         )
-    values = s.model_settings()
-    unknown = set(settings or {}) - set(values)
-    if unknown:
-        raise NeuralRomError(f"Unknown training setting(s): {', '.join(sorted(unknown))}.")
-    values.update(settings or {})
     folder = cache_dir(obj) / MODELS_DIR
     folder.mkdir(exist_ok=True)
-    out = folder / f"{method}.nrmodel"
+    out = folder / f"{record.name}.nrmodel"
     mesh_hash = hashes.pop()
     s.pending_train = json.dumps(
         {
             "out": str(out),
-            "method": method,
+            "method": record.name,
             "mesh_hash": mesh_hash,
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
@@ -91,7 +104,8 @@ def make_train_job(
     )
     return {
         "kind": "train",
-        "method": method,
+        **registry.job_fields(record),
+        "needs": job_needs(record),
         "bakes": paths,
         "out": str(out),
         "settings": values,
@@ -115,12 +129,9 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m = s.model
     m.path = store_path(obj, path)
     m.method = str(result.get("method", pending.get("method", "")))
-    # reduced DOFs: the latent size of a learned model, the basis size of a linear one
-    m.k = int(result.get("latent_dim") or result.get("k") or 0)
+    m.k = result_dofs(result)
     m.cubature = int(result.get("cubature_elements", 0))
-    m.val_error = float(
-        result.get("ae_max_error_val_m") or result.get("pod_max_error_val_m") or 0.0
-    )
+    m.val_error = result_validation_error(result)
     m.rollout_error = float(rollout.get("max_error_m", -1.0))
     m.projection_error = float(rollout.get("projection_max_error_m", -1.0))
     m.step_ms = float(rollout.get("step_ms", 0.0))
@@ -132,6 +143,22 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.bakes = int(pending.get("bakes", 0))
     _forget_drivers(obj.name)
     return True
+
+
+def result_dofs(result: dict) -> int:
+    """Reduced degrees of freedom a trainer reports: ``dofs``; from a trainer that does not
+    report it yet, its latent size, else its basis size."""
+    return int(result.get("dofs") or result.get("latent_dim") or result.get("k") or 0)
+
+
+def result_validation_error(result: dict) -> float:
+    """Largest vertex error of the model's shapes on held-out bakes, metres:
+    ``max_error_val_m``; from a trainer that does not report it yet, its final stage's
+    (the last ``*_max_error_val_m`` it reports)."""
+    if result.get("max_error_val_m") is not None:
+        return float(result["max_error_val_m"])
+    staged = [v for k, v in result.items() if k.endswith("_max_error_val_m") and v is not None]
+    return float(staged[-1]) if staged else 0.0
 
 
 def _forget_drivers(name: str | None = None) -> None:

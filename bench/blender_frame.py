@@ -66,7 +66,7 @@ def register_addon():
 def build(bpy, folder: Path, args) -> object:
     """The hanging sphere, tetrahedralized, baked and trained; returns the object."""
     from neural_rom.addon import stages, training
-    from neural_rom.core import bake, mesh
+    from neural_rom.core import bake, meshfile
     from neural_rom.training.worker import run
 
     bpy.ops.wm.save_as_mainfile(filepath=str(folder / "frame_bench.blend"))
@@ -91,8 +91,8 @@ def build(bpy, folder: Path, args) -> object:
     s.scenario = "random_pokes"
     s.frames = args.bake_frames
     s.variants = args.variants
-    s.model_k = args.k
-    s.max_cubature = args.cubature
+    s.method_settings.linear.k = args.k
+    s.method_settings.linear.max_cubature = args.cubature
     for o in bpy.context.view_layer.objects:
         o.select_set(o is obj)
     bpy.context.view_layer.objects.active = obj
@@ -102,7 +102,7 @@ def build(bpy, folder: Path, args) -> object:
     t1 = time.perf_counter()
     job = stages.make_bake_job(obj, scene)
     paths = bake.bake_variants(
-        mesh.read_tetmesh(job["mesh"]),
+        meshfile.read_tetmesh(job["mesh"]),
         bake.BakeSpec.from_dict(job["spec"]),
         job["out_dir"],
         job["name"],

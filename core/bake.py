@@ -2,9 +2,9 @@
 
 The Python API a pipeline TD uses::
 
-    from neural_rom.core import mesh, fem, bake
-    V, F = mesh.icosphere(0.5, 3)
-    tets = mesh.tetrahedralize(V, F, target_edge_length=0.08)
+    from neural_rom.core import bake, fem, mesher, surface
+    V, F = surface.icosphere(0.5, 3)
+    tets = mesher.tetrahedralize(V, F, target_edge_length=0.08)
     spec = bake.BakeSpec(material=fem.Material.preset("rubber").to_dict(),
                          scenario=bake.default_scenario("random_pokes"), frames=48, seed=1)
     path = bake.bake(tets, spec, "ball.nrbake")
@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from . import fem as _fem
-from .cache import BakeCache, BakeWriter, mesh_hash
+from .cache import BakeCache, BakeWriter
 from .errors import JobCancelled, NeuralRomError, SimulationError
+from .files import mesh_hash
 from .scenarios import (
     SCENARIO_KINDS,
     ScenarioDriver,

@@ -33,16 +33,17 @@ Append-then-commit
 :meth:`BakeWriter.append` validates the whole frame first (names, shapes, dtypes, finite
 values), then writes every channel's bytes at the offset of frame ``N``, flushes (and by
 default fsyncs) them, and only then replaces ``commit.json`` with ``frames = N + 1``:
-the JSON is written to ``commit.json.tmp``, flushed, fsynced and moved over the old one
-with ``os.replace`` (atomic on POSIX and Windows), then the directory is fsynced.
+the JSON is written to a hidden temporary beside it, fsynced and moved over the old one
+with ``os.replace`` (atomic on POSIX and Windows), then the directory is fsynced
+(:func:`.files.write_atomic`, the package's one atomic write).
 So at any instant ``commit.json`` names a count of frames whose bytes are all on disk.
 
 - Bytes past the committed frames (a frame cut in the middle by a crash) are ignored by
   :class:`BakeCache` and truncated away by :meth:`BakeWriter.resume`.
 - A channel file *shorter* than the committed frames is truncated (damaged) and raises
   :class:`~.errors.CacheError`.
-- Stale ``*.tmp`` files (a crash between writing the temp file and the replace) are
-  never read; :meth:`BakeWriter.resume` deletes them.
+- Stale temporaries (a crash between writing the temp file and the replace;
+  :func:`.files.is_temporary`) are never read; :meth:`BakeWriter.resume` deletes them.
 - A new bake is assembled in a hidden sibling directory ``.<name>.creating-<uuid>`` and
   renamed into place, so the bake path either does not exist or holds a valid 0-frame
   bake. ``overwrite=True`` first renames the old bake aside to ``.<name>.old-<uuid>``,
@@ -57,7 +58,6 @@ One writer at a time per bake; any number of readers, including while it is writ
 from __future__ import annotations
 
 import glob as _glob
-import hashlib
 import json
 import math
 import os
@@ -68,13 +68,14 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
 
+from . import files
 from .errors import CacheError, JobCancelled
+from .files import fsync_dir, is_temporary, json_default, tool_version, write_atomic
 
 __all__ = [
     "BAKE_SUFFIX",
@@ -84,7 +85,6 @@ __all__ = [
     "BakeDataset",
     "BakeWriter",
     "Channel",
-    "mesh_hash",
 ]
 
 SCHEMA_VERSION = 1
@@ -94,44 +94,11 @@ BAKE_SUFFIX = ".nrbake"
 _META = "meta.json"
 _MESH = "mesh.npz"
 _COMMIT = "commit.json"
-_TMP_SUFFIX = ".tmp"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _RESERVED_EXTRA = ("X", "T")
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def mesh_hash(X: np.ndarray, T: np.ndarray) -> str:
-    """Identity of a tet mesh: sha256 of its float64 rest positions then int64 tets.
-
-    This is the single implementation; ``TetMesh.hash()`` in :mod:`.mesh` must agree.
-
-    Parameters
-    ----------
-    X : (n, 3) float array
-        Rest positions [m]; hashed as little-endian float64, C order.
-    T : (m, 4) int array
-        Tetrahedra (vertex indices); hashed as little-endian int64, C order.
-
-    Returns
-    -------
-    str
-        64 hex digits.
-    """
-    X = np.asarray(X)
-    T = np.asarray(T)
-    if X.ndim != 2 or X.shape[1] != 3:
-        raise ValueError(f"mesh_hash: X must have shape (n, 3), got {X.shape}")
-    if T.ndim != 2 or T.shape[1] != 4:
-        raise ValueError(f"mesh_hash: T must have shape (m, 4), got {T.shape}")
-    h = hashlib.sha256()
-    h.update(np.ascontiguousarray(X, dtype="<f8").tobytes())
-    h.update(np.ascontiguousarray(T, dtype="<i8").tobytes())
-    return h.hexdigest()
-
-
-_mesh_hash = mesh_hash  # BakeWriter's ``mesh_hash`` argument shadows the function
 
 
 def _check_name(name: str, what: str) -> str:
@@ -227,79 +194,14 @@ def _channels_from_arg(channels: Sequence[Channel] | Mapping[str, Any]) -> dict[
     return out
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (Path, os.PathLike)):
-        return os.fspath(o)
-    if isinstance(o, (set, frozenset)):
-        return sorted(o)
-    raise TypeError(f"{type(o).__name__} is not JSON serializable")
-
-
 def _to_json_bytes(obj: Any, what: str) -> bytes:
     try:
-        return json.dumps(obj, indent=1, default=_json_default).encode("utf-8")
+        return json.dumps(obj, indent=1, default=json_default).encode("utf-8")
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"{what} must be JSON-serializable (numbers, strings, lists, dicts, numpy "
             f"scalars/arrays): {e}"
         ) from e
-
-
-def _fsync_dir(path: Path) -> None:
-    if os.name != "posix":  # directories cannot be opened for fsync on Windows
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _replace(src: Path, dst: Path) -> None:
-    # On Windows os.replace fails while a reader briefly has dst open; retry shortly.
-    for attempt in range(50):
-        try:
-            os.replace(src, dst)
-            return
-        except PermissionError:
-            if os.name == "posix" or attempt == 49:
-                raise
-            time.sleep(0.01)
-
-
-def _atomic_write(path: Path, data: bytes, *, durable: bool) -> None:
-    """Write ``data`` to ``path`` so readers see the old or the new content, never a mix."""
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())
-    _replace(tmp, path)
-    if durable:
-        _fsync_dir(path.parent)
-
-
-@lru_cache(maxsize=1)
-def _tool_version() -> str:
-    manifest = Path(__file__).resolve().parents[1] / "blender_manifest.toml"
-    # In Blender the extension is not pip-installed: its manifest is the source of truth.
-    try:
-        import tomllib
-
-        with open(manifest, "rb") as f:
-            return str(tomllib.load(f)["version"])
-    except (OSError, ValueError, KeyError):
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("neural_rom")
-        except PackageNotFoundError:
-            return "unknown"
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -494,7 +396,7 @@ class BakeWriter:
                 )
             extras[name] = arr
         if mesh_hash is None:
-            mesh_hash = _mesh_hash(X, T)
+            mesh_hash = files.mesh_hash(X, T)
         if not isinstance(mesh_hash, str) or not mesh_hash:
             raise ValueError("mesh_hash must be a non-empty string")
         if not isinstance(metadata, Mapping):
@@ -508,7 +410,7 @@ class BakeWriter:
             "channels": {name: ch.to_json() for name, ch in table.items()},
             "extra_arrays": list(extras),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "tool_version": _tool_version(),
+            "tool_version": tool_version(),
             "status": "in_progress",
             "metadata": dict(metadata),
         }
@@ -546,14 +448,14 @@ class BakeWriter:
                 with open(staging / f"{ch.name}.bin", "wb") as f:
                     if durable:
                         os.fsync(f.fileno())
-            _atomic_write(staging / _META, meta_bytes, durable=durable)
+            write_atomic(staging / _META, meta_bytes, durable=durable)
             commit = {
                 "frames": 0,
                 "bake_id": meta["bake_id"],
                 "schema": SCHEMA_VERSION,
                 "time": time.time(),
             }
-            _atomic_write(staging / _COMMIT, _to_json_bytes(commit, "commit"), durable=durable)
+            write_atomic(staging / _COMMIT, _to_json_bytes(commit, "commit"), durable=durable)
             if old is not None:
                 trash = path.parent / f".{path.name}.old-{token}"
                 os.rename(old, trash)
@@ -564,7 +466,7 @@ class BakeWriter:
                     path.rmdir()
                 os.rename(staging, path)
             if durable:
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -614,7 +516,7 @@ class BakeWriter:
             raise CacheError(f"bake {path} is missing {_MESH}; the bake is damaged: re-bake it")
         frames = _read_commit(path, meta)["frames"]
         sizes = _check_channel_sizes(path, table, frames)
-        for stale in path.glob("*" + _TMP_SUFFIX):
+        for stale in filter(is_temporary, path.iterdir()):
             stale.unlink(missing_ok=True)
         self = cls.__new__(cls)
         self._init_open(path, meta, table, frames=frames, durable=durable)
@@ -728,7 +630,7 @@ class BakeWriter:
                 "schema": SCHEMA_VERSION,
                 "time": time.time(),
             }
-            _atomic_write(
+            write_atomic(
                 self.path / _COMMIT, _to_json_bytes(commit, "commit"), durable=self._durable
             )
         except OSError as e:
@@ -788,7 +690,7 @@ class BakeWriter:
         meta["metadata"].update(kv)
         data = _to_json_bytes(meta, "metadata")
         try:
-            _atomic_write(self.path / _META, data, durable=self._durable)
+            write_atomic(self.path / _META, data, durable=self._durable)
         except OSError as e:
             raise CacheError(f"could not update {self.path / _META}: {e}") from e
         self._meta = json.loads(data)

@@ -58,6 +58,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from .errors import CacheError, JobCancelled, NeuralRomError
+from .files import json_default
 
 __all__ = [
     "Cubature",
@@ -154,7 +155,7 @@ class Cubature:
         return {
             f"{prefix}elements": self.elements.copy(),
             f"{prefix}weights": self.weights.copy(),
-            f"{prefix}info": np.array(json.dumps(self.info, sort_keys=True, default=_json_default)),
+            f"{prefix}info": np.array(json.dumps(self.info, sort_keys=True, default=json_default)),
         }
 
     @classmethod
@@ -192,14 +193,6 @@ class Cubature:
         cub = cls(elements.astype(np.int64), weights.astype(np.float64), dict(info))
         cub.validate(n_elements)
         return cub
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg as sla
+from scipy.spatial.transform import Rotation
 
 from .colliders import Collider
 from .errors import SimulationError
@@ -75,48 +76,25 @@ IDENTITY = Pose()
 
 
 def interpolate(a: Pose, b: Pose, w: float, centre: np.ndarray | None = None) -> Pose:
-    """The pose a fraction ``w`` of the way from ``a`` to ``b``: the relative rotation turned
-    by ``w`` of its angle about its axis, and the image of the rest point ``centre`` (the
-    pins' centroid; default the origin) moved along the straight line, as linearly
-    interpolated pin targets move their centroid."""
+    """The pose a fraction ``w`` of the way from ``a`` to ``b``: the rotation slerped (the
+    relative rotation turned by ``w`` of its angle about its axis), and the image of the rest
+    point ``centre`` (the pins' centroid; default the origin) moved along the straight line, as
+    linearly interpolated pin targets move their centroid."""
     if w >= 1.0:
         return b
     if w <= 0.0:
         return a
     x = np.zeros(3) if centre is None else np.asarray(centre, dtype=float)
-    R = _rotation(w * _rotvec(b.R @ a.R.T)) @ a.R
+    # slerp: the relative rotation to the power w (Slerp's own formula, without building a
+    # Slerp object, which costs ~5x more per call; this runs every substep)
+    R = (Rotation.from_matrix(b.R @ a.R.T) ** w).as_matrix() @ a.R
     p = (1 - w) * (a.R @ x + a.c) + w * (b.R @ x + b.c)
     return Pose(R, p - R @ x)
 
 
-def _rotvec(R: np.ndarray) -> np.ndarray:
-    """Axis times angle (3,) of a rotation matrix."""
-    cos = np.clip((np.trace(R) - 1) / 2, -1.0, 1.0)
-    angle = float(np.arccos(cos))
-    v = np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
-    if angle < 1e-8:
-        return 0.5 * v
-    if np.pi - angle < 1e-6:  # near a half turn: the axis from the symmetric part
-        axis = np.sqrt(np.maximum((np.diag(R) + 1) / 2, 0.0))
-        i = int(np.argmax(axis))
-        axis = (R[:, i] + np.eye(3)[:, i]) / 2
-        axis /= np.linalg.norm(axis)
-        return angle * axis
-    return angle / (2 * np.sin(angle)) * v
-
-
-def _rotation(rotvec: np.ndarray) -> np.ndarray:
-    """Rodrigues: the rotation of axis-angle ``rotvec`` (3,)."""
-    angle = float(np.linalg.norm(rotvec))
-    if angle < 1e-12:
-        return np.eye(3)
-    k = rotvec / angle
-    K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-    return np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * (K @ K)
-
-
 def fit_pose(rest: np.ndarray, targets: np.ndarray, guess: Pose = IDENTITY) -> tuple[Pose, float]:
-    """The rigid motion that best takes ``rest`` points to ``targets`` (Kabsch).
+    """The rigid motion that best takes ``rest`` points to ``targets`` (Kabsch, unweighted:
+    ``Rotation.align_vectors`` of the centred points).
 
     Parameters
     ----------
@@ -134,13 +112,14 @@ def fit_pose(rest: np.ndarray, targets: np.ndarray, guess: Pose = IDENTITY) -> t
     P = np.asarray(targets, dtype=float).reshape(-1, 3)
     X = np.asarray(rest, dtype=float).reshape(-1, 3)
     xb, pb = X.mean(0), P.mean(0)
-    H = (P - pb).T @ (X - xb)  # maximize tr(R^T H)
-    # a faint pull towards the guess settles the directions the points leave free
+    # A faint pull towards the guess settles the directions the points leave free: the guess
+    # maps the unit axes e_i to its columns, three extra pairs of weight 1e-9 x the spread.
     spread = float(np.sum((X - xb) ** 2)) + float(np.sum((P - pb) ** 2))
-    H = H + 1e-9 * max(spread, 1e-300) * guess.R
-    W, _, Vt = np.linalg.svd(H)
-    D = np.diag([1.0, 1.0, np.sign(np.linalg.det(W @ Vt)) or 1.0])
-    R = W @ D @ Vt
+    pull = 1e-9 * max(spread, 1e-300)
+    a = np.concatenate([P - pb, np.asarray(guess.R, dtype=float).T])  # a_i ~ R b_i
+    b = np.concatenate([X - xb, np.eye(3)])
+    weights = np.concatenate([np.ones(len(P)), np.full(3, pull)])
+    R = Rotation.align_vectors(a, b, weights)[0].as_matrix()
     c = pb - R @ xb
     residual = float(np.abs(X @ R.T + c - P).max()) if len(P) else 0.0
     return Pose(R, c), residual

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NeuralRomError
+from .files import json_default
 
 __all__ = [
     "EXIT_CANCELLED",
@@ -166,15 +167,12 @@ def should_cancel() -> bool:
     return _cancel_file is not None and os.path.exists(_cancel_file)
 
 
-def _json_default(obj: Any) -> Any:
-    # numpy scalars and arrays, paths: without importing numpy here.
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    return repr(obj)
+def _event_default(obj: Any) -> Any:
+    # An event never fails the job: what the package's encoder cannot encode goes as its repr.
+    try:
+        return json_default(obj)
+    except TypeError:
+        return repr(obj)
 
 
 def emit(kind: str, /, **fields: Any) -> None:
@@ -185,7 +183,7 @@ def emit(kind: str, /, **fields: Any) -> None:
     its next safe point rather than computing for nobody.
     """
     record = {"event": kind, "time": time.time(), **fields}
-    line = json.dumps(record, default=_json_default) + "\n"
+    line = json.dumps(record, default=_event_default) + "\n"
     stream = _out if _out is not None else sys.stdout
     with _out_lock:
         try:

@@ -12,7 +12,7 @@ A model is one uncompressed ``.npz`` archive (``np.savez``), by convention named
 - ``__meta__``: a uint8 array holding UTF-8 JSON::
 
     {"format": "neural_rom.model", "schema": 1, "method": "pca" | "autoencoder" | ...,
-     "mesh_hash": <core.cache.mesh_hash of the tet mesh>, "created": <ISO 8601 UTC>,
+     "mesh_hash": <core.files.mesh_hash of the tet mesh>, "created": <ISO 8601 UTC>,
      "tool_version": <extension version>,
      "metadata": {<caller JSON: material, dt, training settings, metrics, network
                    descriptions from MLP.to_arrays, ...>},
@@ -22,7 +22,7 @@ A model is one uncompressed ``.npz`` archive (``np.savez``), by convention named
 The manifest lets :func:`load_model` prove that every array is the one that was written:
 a truncated, bit-flipped or edited file fails with :class:`~.errors.CacheError` instead of
 playing back garbage. Files are written to a hidden temp file in the same directory and
-moved into place with ``os.replace``, so the path holds the old model or the new one,
+moved into place with ``os.replace`` (:func:`.files.write_npz`), so the path holds the old model or the new one,
 never half of one.
 
 Example
@@ -40,7 +40,6 @@ import hashlib
 import json
 import os
 import re
-import uuid
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,9 +49,8 @@ from typing import Any
 
 import numpy as np
 
-# the bake cache's helpers: one version lookup, one JSON encoder, one atomic replace
-from .cache import _fsync_dir, _json_default, _replace, _tool_version
 from .errors import CacheError
+from .files import json_default, tool_version, write_npz
 
 __all__ = ["FORMAT", "MODEL_SCHEMA", "SUFFIX", "Model", "load_model", "save_model"]
 
@@ -83,7 +81,7 @@ class Model:
     method : str
         Which reduced model this is (``"pca"``, ``"autoencoder"``, ...).
     mesh_hash : str
-        Hash of the tet mesh it was trained for (:func:`.cache.mesh_hash`).
+        Hash of the tet mesh it was trained for (:func:`.files.mesh_hash`).
     schema : int
         Format version of the file.
     metadata : dict
@@ -128,7 +126,7 @@ def save_model(
     method : str
         Model kind, e.g. ``"pca"``, ``"autoencoder"``, ``"hoda"``, ``"licrom"``.
     mesh_hash : str
-        :func:`.cache.mesh_hash` (``TetMesh.hash()``) of the mesh the model belongs to.
+        :func:`.files.mesh_hash` (``TetMesh.hash()``) of the mesh the model belongs to.
     arrays : mapping of str to array
         Numeric or boolean arrays; names of letters, digits, ``_``, ``.`` and ``-``.
         Stored exactly (dtype, shape and bytes round-trip).
@@ -177,12 +175,12 @@ def save_model(
         "method": method,
         "mesh_hash": mesh_hash,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "tool_version": _tool_version(),
+        "tool_version": tool_version(),
         "metadata": dict(metadata),
         "arrays": {name: _manifest_entry(a) for name, a in out.items()},
     }
     try:
-        meta_bytes = json.dumps(meta, indent=1, default=_json_default).encode("utf-8")
+        meta_bytes = json.dumps(meta, indent=1, default=json_default).encode("utf-8")
     except (TypeError, ValueError) as e:
         raise ValueError(
             "save_model: metadata must be JSON-serializable (numbers, strings, lists, dicts, "
@@ -190,17 +188,7 @@ def save_model(
         ) from e
     out[_META] = np.frombuffer(meta_bytes, dtype=np.uint8)
 
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **out)
-            f.flush()
-            os.fsync(f.fileno())
-        _replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    write_npz(path, out, durable=True)
     return path
 
 

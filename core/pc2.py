@@ -26,6 +26,7 @@ from typing import Self
 import numpy as np
 
 from .errors import CacheError
+from .files import replace_file
 
 MAGIC = b"POINTCACHE2\0"
 VERSION = 1
@@ -93,7 +94,7 @@ class PC2Writer:
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
-        os.replace(self._tmp, self.path)
+        replace_file(self._tmp, self.path)
         return self.path
 
     def abort(self) -> None:

@@ -26,7 +26,16 @@ def describe_probe(info: dict) -> str:
     if not (info.get("numpy") and info.get("scipy")):
         lines.append("Bakes need numpy and scipy: install them in this Python or pick another.")
     elif not info.get("torch"):
-        lines.append("Baking works; training needs torch in this Python.")
+        from ..core import registry
+
+        torch_free = [m.label for m in registry.methods() if not m.needs_torch]
+        needing = [m.label for m in registry.methods() if m.needs_torch]
+        can = "Baking" + (f" and training {', '.join(torch_free)}" if torch_free else "")
+        if needing:
+            can += f" work; training {', '.join(needing)} needs torch in this Python."
+        else:
+            can += " work."
+        lines.append(can)
     return "\n".join(lines)
 
 

@@ -274,6 +274,49 @@ class NEURAL_ROM_PT_playback(_DeformableSub, bpy.types.Panel):
         col.operator("neural_rom.export_pc2", icon="EXPORT")
 
 
+def draw_method_settings(layout, s) -> None:
+    """The Train menu and the chosen method's settings (its generated property group), the
+    advanced ones under a fold."""
+    layout.prop(s, "model_method")
+    method = s.method()
+    group = s.method_group(method)
+    if group is None:
+        return
+    col = layout.column()
+    for setting in method.settings:
+        if not setting.advanced:
+            col.prop(group, setting.name)
+    advanced = [setting for setting in method.settings if setting.advanced]
+    if advanced:
+        header, body = layout.panel("NEURAL_ROM_training_advanced", default_closed=True)
+        header.label(text="Advanced")
+        if body is not None:
+            col = body.column()
+            for setting in advanced:
+                col.prop(group, setting.name)
+
+
+def draw_model_result(box, s) -> None:
+    """What a trained model reports, the same fields for every method."""
+    from ..core import registry
+
+    m = s.model
+    known = {r.name: r for r in registry.methods()}
+    label = known[m.method].label if m.method in known else f"{m.method} (not installed)"
+    box.label(text=label, icon="CHECKMARK")
+    box.label(text=f"{m.method}: {m.k} DOFs, {m.cubature} cubature elements")
+    box.label(text=f"Validation error {m.val_error * 1000:.3g} mm")
+    if m.rollout_error >= 0:
+        box.label(text=f"Rollout error {m.rollout_error * 1000:.3g} mm, {m.step_ms:.2f} ms/step")
+        if m.projection_error >= 0:
+            box.label(text=f"Closest shapes {m.projection_error * 1000:.3g} mm")
+            if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
+                box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
+    box.label(text=f"Trained on {m.bakes} bake(s) in {m.train_seconds:.1f} s ({m.device})")
+    if m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
+        box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
+
+
 class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
     bl_label = "Reduced Model"
     bl_idname = "NEURAL_ROM_PT_model"
@@ -283,50 +326,16 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         s = obj.neural_rom
         layout = self.layout
         draw_jobs(layout, obj.name, "train")
-        col = layout.column()
-        col.prop(s, "model_method")
-        col.prop(s, "model_k")
-        if s.model_k == 0:
-            col.prop(s, "model_tolerance")
-            col.prop(s, "model_max_k")
-        if s.model_method == "autoencoder":
-            col.separator()
-            col.prop(s, "ae_latent_dim")
-            if s.ae_latent_dim == 0:
-                col.prop(s, "ae_latent_tolerance")
-            col.prop(s, "ae_hidden")
-            col.prop(s, "ae_layers")
-            col.prop(s, "ae_epochs")
-            col.prop(s, "ae_batch_size")
-            col.prop(s, "ae_learning_rate")
-            col.separator()
-        col.prop(s, "cubature_target")
-        col.prop(s, "max_cubature")
-        col.prop(s, "validation_fraction")
-        col.prop(s, "model_seed")
+        draw_method_settings(layout, s)
         row = layout.row(align=True)
         row.enabled = len(s.bakes) > 0
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
         if not len(s.bakes):
             layout.label(text="Bake first", icon="INFO")
-        m = s.model
-        if not m.path:
+        if not s.model.path:
             layout.label(text="Model: not trained yet", icon="INFO")
             return
-        box = layout.box()
-        box.label(text=f"{m.method}: {m.k} DOFs, {m.cubature} cubature elements", icon="CHECKMARK")
-        box.label(text=f"Validation error {m.val_error * 1000:.3g} mm")
-        if m.rollout_error >= 0:
-            box.label(
-                text=f"Rollout error {m.rollout_error * 1000:.3g} mm, {m.step_ms:.2f} ms/step"
-            )
-            if m.projection_error >= 0:
-                box.label(text=f"Closest shapes {m.projection_error * 1000:.3g} mm")
-                if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
-                    box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
-        box.label(text=f"Trained on {m.bakes} bake(s) in {m.train_seconds:.1f} s ({m.device})")
-        if m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
-            box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
+        draw_model_result(layout.box(), s)
         layout.operator("neural_rom.clear_model", text="Clear Model", icon="TRASH")
 
 

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     rr.run_workflow(bpy, ball)  # tetrahedralize + bake
 
     t = time.perf_counter()
-    ball.neural_rom.model_k = 12
+    ball.neural_rom.method_settings.linear.k = 12
     assert bpy.ops.neural_rom.train() == {"FINISHED"}
     m = ball.neural_rom.model
     print(

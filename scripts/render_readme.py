@@ -118,9 +118,9 @@ def build_scene(bpy, tmp: Path, quick: bool):
     scene.render.fps = 24
 
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.core import mesh as core_mesh
+    from neural_rom.core import surface as core_surface
 
-    V, F = core_mesh.icosphere(0.5, 4 if not quick else 2)
+    V, F = core_surface.icosphere(0.5, 4 if not quick else 2)
     me = bm.mesh_from_arrays("Ball", V, F)
     me.shade_smooth()
     ball = bpy.data.objects.new("Ball", me)
@@ -300,13 +300,13 @@ def tets_picture(bpy, hide, out: Path) -> None:
     inside the tetrahedralized cage that carries her."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import stages
-    from neural_rom.core import mesh as core_mesh
+    from neural_rom.core import surface as core_surface
 
     for o in hide:
         o.hide_render = True
     scene = bpy.context.scene
 
-    V, F = core_mesh.icosphere(0.5, 3)
+    V, F = core_surface.icosphere(0.5, 3)
     sphere = bpy.data.objects.new("Sphere", bm.mesh_from_arrays("Sphere", V, F))
     scene.collection.objects.link(sphere)
     sphere.location = (-0.8, 0.0, 0.5)
@@ -434,7 +434,7 @@ def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
     (the blue -> red ramp of Compare with Bake). Workbench, Attribute colours.
     """
     from neural_rom.addon.compare import error_colors
-    from neural_rom.core.mesh import TetMesh
+    from neural_rom.core.tetmesh import TetMesh
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     scene = bpy.context.scene

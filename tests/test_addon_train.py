@@ -91,8 +91,8 @@ def ball(bpy, name="Ball", location=(0.0, 0.0, 1.0), frames=5):
     s.frames = frames
     s.variants = 2
     s.scenario = "random_pokes"
-    s.model_k = 4
-    s.max_cubature = 40
+    s.method_settings.linear.k = 4
+    s.method_settings.linear.max_cubature = 40
     return obj
 
 
@@ -105,11 +105,11 @@ def select_only(bpy, obj):
 
 def bake_in_process(obj, scene):
     from neural_rom.addon import stages
-    from neural_rom.core import bake, mesh
+    from neural_rom.core import bake, meshfile
 
     job = stages.make_bake_job(obj, scene)
     paths = bake.bake_variants(
-        mesh.read_tetmesh(job["mesh"]),
+        meshfile.read_tetmesh(job["mesh"]),
         bake.BakeSpec.from_dict(job["spec"]),
         job["out_dir"],
         job["name"],
@@ -413,14 +413,17 @@ def test_autoencoder_method_trains_and_simulates_from_the_panel(addon, blend_fil
     bake_in_process(obj, scene)
     s = obj.neural_rom
     s.model_method = "autoencoder"
-    s.model_k = 4
-    s.ae_latent_dim = 2
-    s.ae_hidden, s.ae_layers, s.ae_epochs, s.ae_batch_size = 16, 2, 30, 32
+    ae = s.method_settings.autoencoder
+    ae.k = 4
+    ae.max_cubature = 40
+    ae.latent_dim = 2
+    ae.hidden, ae.epochs, ae.batch_size = "16, 16", 30, 32
     settings = s.model_settings()
     assert (
         settings["hidden"] == [16, 16] and settings["latent_dim"] == 2 and settings["k"] == 4
     )
-    assert "k" not in settings  # the linear method's names are not sent to the autoencoder
+    # only the autoencoder's own settings are sent to it
+    assert set(settings) == {st.name for st in s.method().settings}
     draw_all(bpy, obj)  # the panel draws the autoencoder fields (checked against UILayout)
     assert bpy.ops.neural_rom.train() == {"FINISHED"}
     m = s.model
@@ -461,9 +464,9 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     s.frames = 11
     s.variants = 3
     s.scenario = "random_pokes"
-    s.model_tolerance = 0.0
-    s.model_k = 10
-    s.max_cubature = 60
+    s.method_settings.linear.tolerance = 0.0
+    s.method_settings.linear.k = 10
+    s.method_settings.linear.max_cubature = 60
     end = [v.index for v in obj.data.vertices if v.co.x < 0]
     obj.vertex_groups.new(name="clamp").add(end, 1.0, "REPLACE")
     s.pin_group = "clamp"

@@ -88,3 +88,36 @@ def test_no_unsafe_loading_anywhere():
         text = f.read_text()
         for n in needles:
             assert n not in text, f"{f}: {n}"
+
+
+def private_imports(path: Path) -> list[str]:
+    """``from <package module> import _name`` statements of a file: the imported name, not its
+    alias, is what counts (``from . import fem as _fem`` is fine)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 0 and top(node.module or "") != "neural_rom":
+            continue  # a third-party module's business
+        for a in node.names:
+            if a.name.startswith("_") and not a.name.startswith("__"):
+                out.append(
+                    f"{node.lineno}: from {'.' * node.level}{node.module or ''} import {a.name}"
+                )
+    return out
+
+
+def test_private_imports_are_seen(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "from . import fem as _fem\nfrom .cache import mesh_hash as _h\n"
+        "def g():\n    from ..core.cache import BakeCache, _replace\n"
+    )
+    assert private_imports(f) == ["4: from ..core.cache import _replace"]
+
+
+def test_no_module_imports_a_private_name_of_another():
+    # A private helper another module needs is made public in one shared place (STYLE.md).
+    bad = [f"{f.relative_to(ROOT)}:{line}" for f in package_files() for line in private_imports(f)]
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)

@@ -13,9 +13,9 @@ from neural_rom.core.cache import (
     BakeDataset,
     BakeWriter,
     Channel,
-    mesh_hash,
 )
 from neural_rom.core.errors import CacheError, JobCancelled
+from neural_rom.core.files import mesh_hash
 
 N_VERTS = 7
 

@@ -355,7 +355,8 @@ def bake_job_spec(tmp_path, *, frames=3, variants=1, seed=0, **extra) -> dict:
     from neural_rom.core import bake as core_bake
     from neural_rom.core.fem import PRESETS, Material
     from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.core.mesh import TetMesh, write_tetmesh
+    from neural_rom.core.meshfile import write_tetmesh
+    from neural_rom.core.tetmesh import TetMesh
 
     X, T = grid_tetmesh((0.3, 0.1, 0.1), (3, 1, 1))
     mesh = TetMesh(X, T, 0)

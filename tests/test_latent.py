@@ -4,11 +4,11 @@ trips, and the preconditioner's effect on L-BFGS iterations."""
 
 import numpy as np
 import pytest
-from neural_rom.core.cache import mesh_hash
 from neural_rom.core.colliders import Collider
 from neural_rom.core.cubature import Cubature
 from neural_rom.core.errors import CacheError, SimulationError
 from neural_rom.core.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.files import mesh_hash
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.methods.autoencoder import LatentSimulation
 from neural_rom.core.methods.autoencoder import save as save_autoencoder_model

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 from neural_rom.core import modelfile
-from neural_rom.core.cache import mesh_hash
 from neural_rom.core.errors import CacheError
+from neural_rom.core.files import mesh_hash
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.modelfile import MODEL_SCHEMA, SUFFIX, Model, load_model, save_model
 from neural_rom.core.nnet import MLP

@@ -35,11 +35,11 @@ def make_ball(bpy, name="Ball", location=(0.0, 0.0, 1.0), radius=0.5):
 
 def run_bake(obj, scene, **kw):
     """Bake the object's job in-process (what the worker does) and record it."""
-    from neural_rom.core import bake, mesh
+    from neural_rom.core import bake, meshfile
 
     stages = _stages()
     job = stages.make_bake_job(obj, scene, **kw)
-    tm = mesh.read_tetmesh(job["mesh"])
+    tm = meshfile.read_tetmesh(job["mesh"])
     spec = bake.BakeSpec.from_dict(job["spec"])
     paths = bake.bake_variants(tm, spec, job["out_dir"], job["name"], overwrite=True)
     stages.on_bake_done(obj, {"paths": [str(p) for p in paths]})
@@ -244,9 +244,9 @@ def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_fil
     assert T[0, 2, 3] == pytest.approx(3.0) and T[-1, 2, 3] == pytest.approx(1.0)
     assert spec["dt"] == pytest.approx(1 / scene.render.fps)
     assert spec["gravity"] == pytest.approx([0, 0, -9.81])
-    from neural_rom.core import mesh
+    from neural_rom.core import meshfile
 
-    tm = mesh.read_tetmesh(job["mesh"])  # world-space rest mesh at the start frame
+    tm = meshfile.read_tetmesh(job["mesh"])  # world-space rest mesh at the start frame
     np.testing.assert_allclose(tm.X.mean(0), np.array(obj.matrix_world.translation), atol=0.05)
     json.dumps(job)  # JSON-able
 

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
-from neural_rom.core.cache import BakeCache, mesh_hash
+from neural_rom.core.cache import BakeCache
 from neural_rom.core.errors import CacheError, JobCancelled
 from neural_rom.core.fem import Material
+from neural_rom.core.files import mesh_hash
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.registry import load_simulator
 from neural_rom.training.linear import LinearSettings, train_linear

@@ -39,13 +39,14 @@ from ..core import registry
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
+from ..core.files import atomic_path, write_npz
 from ..core.methods.autoencoder import NAME, LatentSimulation
 from ..core.methods.autoencoder import save as save_autoencoder_model
 from ..core.methods.common import surface_sample
 from ..core.nnet import MLP
 from ..core.sim import SimSettings, boundary_vertices
 from ..core.subspace import Subspace, mass_weighted_pod
-from .linear import _even, _save_npz, open_bakes
+from .linear import even_indices, open_bakes
 
 Report = Callable[[float, str], None]
 
@@ -529,7 +530,7 @@ def _pca_basis(s, X, mass, pinned, train_x, val_x, ckpt, key, say):
     )
     if basis_file:
         arr = sub.to_arrays()
-        _save_npz(
+        write_npz(
             basis_file,
             {k: v for k, v in arr.items() if k not in ("kind", "info")}
             | {"kind": np.array(arr["kind"]), "info": np.array(json.dumps(arr["info"]))},
@@ -671,16 +672,15 @@ def _learning_rate(s: AutoencoderSettings, epoch: int) -> float:
 
 
 def _torch_save(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _export(model: _AE, activation: str, scale: float, q_train: np.ndarray) -> tuple[MLP, MLP]:
     """Encoder ``q -> z`` and decoder ``z -> q`` as float64 numpy MLPs, checked against torch."""
     encoder = to_numpy_mlp(model.encoder, activation, in_scale=scale)
     decoder = to_numpy_mlp(model.decoder, activation, out_scale=scale)
-    q = q_train[_even(len(q_train), _VERIFY_POSES)]
+    q = q_train[even_indices(len(q_train), _VERIFY_POSES)]
     enc64 = _copy64(model.encoder)
     dec64 = _copy64(model.decoder)
     with torch.no_grad():
@@ -726,9 +726,9 @@ def _cubature(
         say(_P_ROLL, f"cubature of {len(cub)} elements from checkpoint")
         return cub
     fem = _fem.TetFEM(X, T, material)
-    pick = _even(len(train_x), s.cubature_poses)
+    pick = even_indices(len(train_x), s.cubature_poses)
     poses = sub.project(train_x[pick])
-    held = sub.project(val_x[_even(len(val_x), s.cubature_poses)]) if len(val_x) else None
+    held = sub.project(val_x[even_indices(len(val_x), s.cubature_poses)]) if len(val_x) else None
 
     def cub_progress(done, total, info=None):
         frac = min(done / max(total, 1), 1.0)
@@ -748,7 +748,7 @@ def _cubature(
         should_cancel=cancel,
     )
     if cub_file:
-        _save_npz(cub_file, cub.to_arrays())
+        write_npz(cub_file, cub.to_arrays())
     return cub
 
 

@@ -22,6 +22,7 @@ from ..core.cache import BakeDataset
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
+from ..core.files import write_npz
 from ..core.frame import to_pin_frame
 from ..core.methods.common import surface_sample
 from ..core.methods.linear import NAME, ReducedSimulation
@@ -81,7 +82,8 @@ def train(bakes, out, settings: dict, *, device: str = "cpu", **kwargs) -> dict:
     return train_linear(bakes, out, LinearSettings.from_dict(settings), **kwargs)
 
 
-def _even(n: int, count: int) -> np.ndarray:
+def even_indices(n: int, count: int) -> np.ndarray:
+    """At most ``count`` distinct indices spread evenly over ``0 .. n-1``, sorted (int array)."""
     return (
         np.unique(np.linspace(0, n - 1, min(n, count)).round().astype(int))
         if n
@@ -130,7 +132,7 @@ class TrainingBakes:
         ids = [np.full(self.ds[int(i)].n_frames, int(i)) for i in indices]
         allx = np.concatenate(chunks) if chunks else np.zeros((0,) + self.X.shape)
         allid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        pick = _even(len(allx), count)
+        pick = even_indices(len(allx), count)
         return to_pin_frame(allx[pick], self.X, self.pinned), allid[pick]
 
 
@@ -230,7 +232,7 @@ def train_linear(
         )
         if basis_file:
             arr = sub.to_arrays()
-            _save_npz(
+            write_npz(
                 basis_file,
                 {k: v for k, v in arr.items() if k not in ("kind", "info")}
                 | {"kind": np.array(arr["kind"]), "info": np.array(json.dumps(arr["info"]))},
@@ -250,10 +252,10 @@ def train_linear(
             cub = Cubature.from_arrays({k: d[k] for k in d.files}, n_elements=len(T))
         say(0.75, f"cubature of {len(cub)} elements from checkpoint")
     else:
-        pick = _even(len(train_x), s.cubature_poses)
+        pick = even_indices(len(train_x), s.cubature_poses)
         poses = train_x[pick]
         groups = train_groups[pick]
-        held = val_x[_even(len(val_x), s.cubature_poses)] if len(val_x) else None
+        held = val_x[even_indices(len(val_x), s.cubature_poses)] if len(val_x) else None
 
         def cub_progress(done, total, info=None):
             say(0.3 + 0.45 * min(done / max(total, 1), 1.0), f"cubature: {done} elements")
@@ -272,7 +274,7 @@ def train_linear(
             should_cancel=cancel,
         )
         if cub_file:
-            _save_npz(cub_file, cub.to_arrays())
+            write_npz(cub_file, cub.to_arrays())
     emit(
         {
             "cubature_elements": len(cub),
@@ -347,9 +349,3 @@ def _rollout_error(cache, X, T, material, sub, cub, contact, settings: SimSettin
         )
 
     return rollout_metrics(make_sim, cache, cancel=cancel)
-
-
-def _save_npz(path: Path, arrays: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)

@@ -1,0 +1,213 @@
+"""What every file the package writes shares: the atomic write, the JSON encoder, the mesh
+identity and the tool version. One implementation of each, used by bake caches, model files,
+tet-mesh files, the add-on's stored arrays and the job event stream.
+
+Atomic writes
+-------------
+A file is written to a hidden temporary beside its destination, ``.<stem>.<8 hex>.tmp<suffix>``
+(same folder, so the rename never crosses a file system; same suffix, so writers that pick a
+format by extension, like ``np.savez``, write the file asked for), then moved over the
+destination with ``os.replace``, which is atomic on POSIX and Windows. A reader sees the old
+file or the new one, never a mix; a crash leaves at most a temporary that
+:func:`is_temporary` recognizes. ``durable=True`` also fsyncs the file before the rename and
+the folder after it, so the new content survives a power cut once the call returns.
+
+No numpy at import time: :mod:`.jobs` (which imports no numpy either) uses the JSON encoder,
+so numpy is imported inside :func:`write_npz` and :func:`mesh_hash` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "atomic_path",
+    "fsync_dir",
+    "is_temporary",
+    "json_default",
+    "mesh_hash",
+    "replace_file",
+    "temporary_path",
+    "tool_version",
+    "write_atomic",
+    "write_npz",
+]
+
+_TEMP_RE = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp(\.[^.]+)?$")
+
+
+# --------------------------------------------------------------------------------------------
+# atomic writes
+# --------------------------------------------------------------------------------------------
+
+
+def temporary_path(dest: str | os.PathLike) -> Path:
+    """A fresh hidden temporary path beside ``dest`` with the same suffix (see the module doc)."""
+    dest = Path(dest)
+    return dest.with_name(f".{dest.stem}.{uuid.uuid4().hex[:8]}.tmp{dest.suffix}")
+
+
+def is_temporary(path: str | os.PathLike) -> bool:
+    """True for a temporary an interrupted write left behind (ours, or any ``*.tmp``)."""
+    name = Path(path).name
+    return name.endswith(".tmp") or _TEMP_RE.match(name) is not None
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a folder's entries (a rename in it) to disk; a no-op where folders cannot be
+    opened (Windows)."""
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """``os.replace(src, dst)``, retried briefly on Windows, where it fails while a reader
+    has ``dst`` open for a moment."""
+    for attempt in range(50):
+        try:
+            os.replace(src, dst)
+            return
+        except PermissionError:
+            if os.name == "posix" or attempt == 49:
+                raise
+            time.sleep(0.01)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDWR)  # Windows commits only handles opened for writing
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | os.PathLike, *, durable: bool = False) -> Iterator[Path]:
+    """Write a file atomically: yield a temporary path, move it over ``dest`` on success.
+
+    >>> with atomic_path("model.npz") as tmp:  # doctest: +SKIP
+    ...     np.savez(tmp, a=a)
+
+    When the block raises, ``dest`` keeps its old content (or stays absent) and the temporary
+    is removed. ``durable`` fsyncs the file before the rename and the folder after it.
+    """
+    dest = Path(dest)
+    tmp = temporary_path(dest)
+    try:
+        yield tmp
+        if durable:
+            _fsync_file(tmp)
+        replace_file(tmp, dest)
+        if durable:
+            fsync_dir(dest.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(dest: str | os.PathLike, data: bytes, *, durable: bool = False) -> None:
+    """Replace ``dest`` with ``data`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(dest, durable=durable) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_npz(dest: str | os.PathLike, arrays: Mapping[str, Any], *, durable: bool = False) -> None:
+    """``np.savez`` (uncompressed) of ``arrays`` to ``dest`` atomically, under exactly that
+    name (see :func:`atomic_path`). Store numeric arrays only: we read with
+    ``allow_pickle=False``."""
+    import numpy as np  # here, not at the top: see the module docstring
+
+    with atomic_path(dest, durable=durable) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+
+
+# --------------------------------------------------------------------------------------------
+# JSON
+# --------------------------------------------------------------------------------------------
+
+
+def json_default(obj: Any) -> Any:
+    """The package's JSON encoder, for ``json.dumps(..., default=json_default)``.
+
+    numpy scalars and arrays become Python numbers and (nested) lists, paths strings, sets
+    sorted lists. Anything else raises ``TypeError`` as ``json.dumps`` expects.
+    """
+    if hasattr(obj, "tolist") and callable(obj.tolist):  # numpy, without importing it here
+        return obj.tolist()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, (set, frozenset)):
+        try:
+            return sorted(obj)
+        except TypeError:  # mixed types: any order is still valid JSON
+            return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+# --------------------------------------------------------------------------------------------
+# identities
+# --------------------------------------------------------------------------------------------
+
+
+def mesh_hash(X, T) -> str:
+    """Identity of a tet mesh: SHA-256 of its float64 rest positions, then its int64 tets.
+
+    Bake caches and model files record it and refuse a mesh whose hash differs;
+    ``TetMesh.hash()`` is this function.
+
+    Parameters
+    ----------
+    X : (n, 3) float array
+        Rest positions, metres; hashed as little-endian float64, C order.
+    T : (m, 4) int array
+        Tetrahedra (node indices); hashed as little-endian int64, C order.
+
+    Returns
+    -------
+    str
+        64 hex digits.
+    """
+    import numpy as np  # here, not at the top: see the module docstring
+
+    X = np.asarray(X)
+    T = np.asarray(T)
+    if X.ndim != 2 or X.shape[1] != 3:
+        raise ValueError(f"mesh_hash: X must have shape (n, 3), got {X.shape}")
+    if T.ndim != 2 or T.shape[1] != 4:
+        raise ValueError(f"mesh_hash: T must have shape (m, 4), got {T.shape}")
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(X, dtype="<f8").tobytes())
+    h.update(np.ascontiguousarray(T, dtype="<i8").tobytes())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def tool_version() -> str:
+    """The extension's version, recorded in every file it writes ("unknown" if not found)."""
+    manifest = Path(__file__).resolve().parents[1] / "blender_manifest.toml"
+    # In Blender the extension is not pip-installed: its manifest is the source of truth.
+    try:
+        import tomllib
+
+        with open(manifest, "rb") as f:
+            return str(tomllib.load(f)["version"])
+    except (OSError, ValueError, KeyError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("neural_rom")
+        except PackageNotFoundError:
+            return "unknown"
