@@ -349,11 +349,17 @@ def _methods_epilog() -> str:
     lines = ["methods (--method NAME; default: the one the object's panel says):"]
     for method in registry.methods():
         lines.append(f"  {method.name}: {method.label}")
-        lines += textwrap.wrap(method.description, 84, initial_indent="      ",
-                               subsequent_indent="      ")
+        lines += textwrap.wrap(
+            method.description, 84, initial_indent="      ", subsequent_indent="      "
+        )
         options = ", ".join(setting_option(st.name) for st in method.settings)
-        lines += textwrap.wrap(f"settings: {options}", 84, initial_indent="      ",
-                               subsequent_indent="        ", break_on_hyphens=False)
+        lines += textwrap.wrap(
+            f"settings: {options}",
+            84,
+            initial_indent="      ",
+            subsequent_indent="        ",
+            break_on_hyphens=False,
+        )
         if method.needs_torch:
             lines.append("      trains with PyTorch (in the job interpreter)")
     lines.append("")
@@ -364,7 +370,7 @@ def _methods_epilog() -> str:
 def given_settings(args) -> dict:
     """The method settings given on the command line, by setting name."""
     return {
-        key[len(_SETTING_DEST):]: value
+        key[len(_SETTING_DEST) :]: value
         for key, value in vars(args).items()
         if key.startswith(_SETTING_DEST) and value is not None
     }

@@ -221,7 +221,9 @@ def setting_property(setting):
     if kind == "bool":
         return BoolProperty(default=bool(setting.default), **kw)
     if kind == "enum":
-        items = tuple((str(i[0]), str(i[1]), str(i[2]) if len(i) > 2 else "") for i in setting.items)
+        items = tuple(
+            (str(i[0]), str(i[1]), str(i[2]) if len(i) > 2 else "") for i in setting.items
+        )
         return EnumProperty(items=items, default=str(setting.default), **kw)
     if kind == "int_list":
         return StringProperty(default=", ".join(str(v) for v in setting.default or ()), **kw)
