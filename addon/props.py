@@ -299,8 +299,8 @@ def sync_method_properties() -> None:
 
     wanted = {}
     for method in registry.methods():
-        if not method.name.isidentifier():
-            print(f"Neural ROM: method {method.name!r} is not an identifier; it gets no panel")
+        if not method.name.isidentifier() or hasattr(bpy.types.PropertyGroup, method.name):
+            print(f"Neural ROM: method name {method.name!r} cannot name a property; no panel")
             continue
         wanted[method.name] = method
     for name in [n for n in _METHOD_GROUPS if n not in wanted]:
