@@ -103,12 +103,28 @@ def test_numpy_export_equals_torch_forward_jvp_vjp():
 
 
 def test_settings_refuse_unknown_keys_and_bad_values():
-    with pytest.raises(NeuralRomError, match="Unknown autoencoder setting.*latent_size"):
+    # the registry record is the one validation: it names the field and the valid ones
+    with pytest.raises(NeuralRomError, match="latent_size: not a setting of the Autoencoder"):
         AutoencoderSettings.from_dict({"latent_size": 4})
     with pytest.raises(NeuralRomError, match="activation"):
         AutoencoderSettings(activation="swish")
     s = AutoencoderSettings.from_dict({"latent_dim": 4, "hidden": [8, 8]})
     assert s.latent_dim == 4 and s.hidden == [8, 8] and s.batch_size == 256
+
+
+def test_settings_dataclass_mirrors_the_registry_record():
+    """AutoencoderSettings is typed access to the record's settings: the same names in the
+    same order, the same defaults, and no device (the device is the job's)."""
+    from dataclasses import asdict, fields
+
+    from neural_rom.core.methods.autoencoder import METHOD
+
+    assert [f.name for f in fields(AutoencoderSettings)] == [s.name for s in METHOD.settings]
+    assert asdict(AutoencoderSettings()) == METHOD.defaults()
+    with pytest.raises(TypeError, match="device"):
+        AutoencoderSettings(device="cpu")
+    # 0 means "choose automatically" on the panel and the CLI, as in the record
+    assert AutoencoderSettings(latent_dim=0).latent_dim is None
 
 
 # --------------------------------------------------------------------------- training
@@ -142,6 +158,14 @@ def test_model_file_layout_and_reconstruction(bakes, reference):
     assert epochs and epochs[-1]["epoch"] == 30
     assert {"train_loss", "val_loss", "val_max_error_m"} <= set(epochs[-1])
     assert res["rollout"] == {"skipped": "turned off in the settings"}
+    # the result record's common keys (training/common.py), the same in the file
+    assert res["method"] == "autoencoder" and res["device"] == "cpu"
+    assert (res["k"], res["dofs"]) == (6, 3)
+    assert res["max_error_val_m"] == res["ae_max_error_val_m"]
+    assert res["rollout_max_error_m"] is None and res["step_ms"] is None
+    assert res["cubature_elements"] == len(m.arrays["cubature_elements"])
+    assert meta["metrics"] == {k: v for k, v in res.items() if k not in ("model", "warnings")}
+    assert meta["training"] == {**AutoencoderSettings(**TINY).__dict__}
 
 
 def test_training_is_deterministic_by_seed(bakes, reference, tmp_path):

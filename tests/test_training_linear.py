@@ -55,6 +55,37 @@ def test_train_linear_fits_held_out_bakes(bakes, tmp_path):
     assert res["cubature_elements"] < len(bakes.T)
 
 
+def test_registry_entry_point_returns_the_common_record(bakes, tmp_path):
+    """``train`` (what the worker calls) takes the record's settings as a dict and returns
+    the record every trainer returns; the model file carries the same metrics."""
+    from neural_rom.core.modelfile import load_model
+    from neural_rom.training.linear import train
+
+    out = tmp_path / "bar.nrmodel"
+    res = train(bakes.paths, out, {"k": 4, "max_cubature": 30}, device="cuda")
+    assert res["method"] == "linear" and res["device"] == "cpu"  # numpy whatever was asked
+    assert res["k"] == res["dofs"] == 4
+    assert res["max_error_val_m"] == res["pod_max_error_val_m"]
+    roll = res["rollout"]
+    assert res["rollout_max_error_m"] == roll["max_error_m"] and res["step_ms"] == roll["step_ms"]
+    meta = load_model(out).metadata
+    assert meta["metrics"] == {k: v for k, v in res.items() if k not in ("model", "warnings")}
+    assert meta["training"] == {**LinearSettings(k=4, max_cubature=30).__dict__}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_settings_dataclass_mirrors_the_registry_record():
+    from dataclasses import asdict, fields
+
+    from neural_rom.core.errors import NeuralRomError
+    from neural_rom.core.methods.linear import METHOD
+
+    assert [f.name for f in fields(LinearSettings)] == [s.name for s in METHOD.settings]
+    assert asdict(LinearSettings()) == METHOD.defaults()
+    with pytest.raises(NeuralRomError, match="max_cubature = -1 is not valid"):
+        LinearSettings(max_cubature=-1)
+
+
 def test_model_runs_without_torch_and_matches(bakes, tmp_path):
     out = tmp_path / "bar.nrmodel"
     train_linear(bakes.paths, out, LinearSettings(k=8, max_cubature=60, cubature_target=0.02))

@@ -1,10 +1,11 @@
 """Training of the autoencoder latent-space model of Fulton et al. 2019 (sections 4 and 5.3).
 
-Pipeline (one model per mesh and physics setup):
+Pipeline (one model per mesh and physics setup); stages 1, 3 (cubature) and the end are
+:mod:`.common`'s, the rest is this method's:
 
-1. Mass-weighted PCA of the bake displacements (:func:`core.subspace.mass_weighted_pod`):
-   ``U`` (3n, k), M-orthonormal, so the PCA coordinates ``q = U^T M (x - X)`` (eq. 6 with
-   our M-orthonormal ``U``) are the outer linear layer of the network.
+1. Mass-weighted PCA of the bake displacements (:func:`.common.pod_basis`): ``U`` (3n, k),
+   M-orthonormal, so the PCA coordinates ``q = U^T M (x - X)`` (eq. 6 with our
+   M-orthonormal ``U``) are the outer linear layer of the network.
 2. An autoencoder in PCA coordinates: encoder ``q (k) -> z (r)`` and decoder
    ``phi: z (r) -> q (k)``, MLPs with ELU hidden layers and linear (identity) output
    layers, trained with Adam on the loss of eq. 7, ``mean_i ||phi(enc(q_i)) - q_i||^2``.
@@ -12,18 +13,18 @@ Pipeline (one model per mesh and physics setup):
    displacements (restricted to the PCA span). The full decode is ``psi(z) = X + U phi(z)``.
    With ``latent_dim=None`` the latent size ``r`` grows from ``latent_start`` until the
    largest per-vertex error on held-out bakes is within the latent tolerance (sec. 4.3).
-3. Optimized cubature on the PCA basis ``U`` fitted on PCA-projected training poses (sec. 5.3).
-4. Export to torch-free :class:`core.nnet.MLP` networks (float64), checked against torch,
-   a contact sample, a held-out rollout with :mod:`core.methods.autoencoder` when it is available, and
-   the model file (method ``"autoencoder"``).
+   Exported to torch-free :class:`core.nnet.MLP` networks (float64), checked against torch.
+3. Optimized cubature on the PCA basis ``U`` fitted on PCA-projected training poses (sec. 5.3)
+   (:func:`.common.fit_cubature`).
+4. A held-out rollout with :mod:`core.methods.autoencoder` and the model file (method
+   ``"autoencoder"``, :meth:`.common.TrainingRun.finish`).
 
 torch is imported here and only here (never in ``core``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -34,21 +35,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core import fem as _fem
 from ..core import registry
-from ..core.compare import rollout_metrics, stiffening_hint
-from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import atomic_path, write_npz
-from ..core.methods.autoencoder import NAME, LatentSimulation
+from ..core.files import atomic_path
+from ..core.methods.autoencoder import NAME
 from ..core.methods.autoencoder import save as save_autoencoder_model
-from ..core.methods.common import surface_sample
 from ..core.nnet import MLP
-from ..core.sim import SimSettings, boundary_vertices
-from ..core.subspace import Subspace, mass_weighted_pod
-from .linear import even_indices, open_bakes
-
-Report = Callable[[float, str], None]
+from ..core.subspace import Subspace
+from .common import Checkpoints, Report, TrainingRun, even_indices, fit_cubature, pod_basis
 
 # At most one progress message / metric event per this many seconds during the epochs.
 _THROTTLE_S = 0.5
@@ -64,16 +58,13 @@ _P_BASIS, _P_AE, _P_CUB, _P_ROLL = 0.05, 0.15, 0.75, 0.9
 
 @dataclass
 class AutoencoderSettings:
-    """Settings of an autoencoder model (all JSON-able).
+    """Typed settings of an autoencoder model: the fields, defaults and checks of the
+    method's registry record (``core.methods.autoencoder.METHOD.settings``). The device is
+    not a setting: it is the job's (``train(..., device=...)``).
 
     Attributes
     ----------
-    k : int or None
-        PCA size ``k``; None chooses it from ``tolerance``.
-    tolerance : float or None
-        Largest per-vertex PCA reconstruction error allowed (m), Fulton 2019 sec. 4.3.
-        Default when neither is given: 1% of the bounding-box diagonal.
-    max_k : int
+    k, tolerance, max_k : the PCA layer (:func:`.common.pod_basis`; Fulton 2019 sec. 4.3)
     latent_dim : int or None
         Latent size ``r``; None searches it: ``r = latent_start, latent_start + 1, ...``
         until the max per-vertex reconstruction error ``|x - X - U phi(enc(q))|`` on the
@@ -98,14 +89,9 @@ class AutoencoderSettings:
         the same epoch count.
     checkpoint_every : int
         Epochs between checkpoints (when a checkpoint directory is given).
-    cubature_target, max_cubature, cubature_poses : optimized cubature on ``U`` (sec. 5.3).
-    max_frames : int
-        Frames used for training and for validation (sampled evenly when there are more).
-    validation_fraction : float
-        Share of whole trajectories held out.
-    seed : int
-    device : str
-        ``"auto"``, ``"cpu"`` or ``"cuda"`` (used when the caller passes no device).
+    cubature_target, max_cubature, cubature_poses, cubature_validation : optimized cubature
+        on ``U`` (sec. 5.3; :func:`.common.fit_cubature`).
+    max_frames, validation_fraction, seed : the frames and the split (:mod:`.common`).
     lbfgs_window, lbfgs_tolerance, lbfgs_max_iters : the runtime's L-BFGS (sec. 5.2:
         window 8, ``|grad E| < eps max(|z|, 1)`` with ``eps = 1e-8``), stored in the model.
     rollout : bool
@@ -135,44 +121,18 @@ class AutoencoderSettings:
     max_frames: int = 2000
     validation_fraction: float = 0.2
     seed: int = 0
-    device: str = "auto"
     lbfgs_window: int = 8
     lbfgs_tolerance: float = 1e-8
     lbfgs_max_iters: int = 100
     rollout: bool = True
 
     def __post_init__(self) -> None:
-        self.hidden = [int(h) for h in self.hidden]
-        if self.activation not in _ACTIVATIONS:
-            raise NeuralRomError(
-                f"Unknown autoencoder activation {self.activation!r}: use one of "
-                f"{', '.join(_ACTIVATIONS)} (Fulton 2019 uses elu)."
-            )
-        if any(h < 1 for h in self.hidden):
-            raise NeuralRomError(f"Hidden layer widths must be >= 1, got {self.hidden}.")
-        for name in ("epochs", "batch_size", "checkpoint_every", "latent_start"):
-            if int(getattr(self, name)) < 1:
-                raise NeuralRomError(f"Autoencoder setting {name} must be >= 1.")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise NeuralRomError(
-                f"Unknown lr_schedule {self.lr_schedule!r}: use constant or cosine."
-            )
-        if self.latent_dim is not None and self.latent_dim < 1:
-            raise NeuralRomError("latent_dim must be >= 1 (or None to search it).")
+        self.__dict__.update(registry.get(NAME).validate(asdict(self)))
 
     @classmethod
     def from_dict(cls, d: dict | None) -> AutoencoderSettings:
         """Settings checked by value against the method's registry record."""
-        d = dict(d or {})
-        device = d.pop("device", "auto")
-        return cls(**registry.get(NAME).validate(d), device=device)
-
-
-def train(bakes, out, settings: dict, *, device: str = "auto", **kwargs) -> dict:
-    """The registry's trainer entry point (``core.methods.autoencoder.METHOD``); ``kwargs``
-    as :func:`train_autoencoder` takes them."""
-    return train_autoencoder(bakes, out, AutoencoderSettings.from_dict(settings), device=device,
-                             **kwargs)
+        return cls(**registry.get(NAME).validate(d))
 
 
 _ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "softplus": nn.Softplus, "relu": nn.ReLU}
@@ -229,19 +189,20 @@ class _AE(nn.Module):
 # ------------------------------------------------------------------------------------------
 
 
-def train_autoencoder(
+def train(
     bakes,
     out: str | Path,
-    settings: AutoencoderSettings | None = None,
+    settings: dict | None = None,
     *,
+    device: str = "auto",
     expect_mesh_hash: str | None = None,
     checkpoint_dir: str | Path | None = None,
     progress: Report | None = None,
     should_cancel: Callable[[], bool] | None = None,
     metric: Callable[[dict], None] | None = None,
-    device: str | None = None,
 ) -> dict:
-    """Train an autoencoder latent-space model from bakes of one mesh and write it to ``out``.
+    """Train an autoencoder latent-space model from bakes of one mesh and write it to ``out``;
+    the registry's trainer entry point (``core.methods.autoencoder.METHOD``).
 
     Whole trajectories are held out for validation. Checkpoints (PCA basis, network and
     optimizer every ``checkpoint_every`` epochs, cubature) go to ``checkpoint_dir``; a run
@@ -250,67 +211,49 @@ def train_autoencoder(
 
     Parameters
     ----------
-    bakes : .nrbake paths (or a glob), as :meth:`core.cache.BakeDataset.open` takes them
-    out : the ``.nrmodel`` path
-    settings : :class:`AutoencoderSettings`
-    expect_mesh_hash : refuse bakes of another mesh
-    checkpoint_dir : where checkpoints go (None: no checkpoints)
-    progress : ``progress(fraction, message)``
-    should_cancel : polled between epochs; True raises :class:`JobCancelled`
+    settings : the method's settings (:class:`AutoencoderSettings` fields)
+    device : torch device (``"cpu"``, ``"cuda"``, ``"auto"``)
+    should_cancel : polled between stages and epochs; True raises :class:`JobCancelled`
     metric : ``metric(dict)`` of training metrics (per-epoch losses, at most ~2 per second)
-    device : torch device (``"cpu"``, ``"cuda"``, ``"auto"``); None uses ``settings.device``
+
+    The other parameters are :meth:`.common.TrainingRun.start`'s.
 
     Returns
     -------
-    dict with ``model`` (path), ``k``, ``latent_dim``, errors (m), timings, warnings.
+    The result record of :meth:`.common.TrainingRun.finish`, with ``latent_dim``, the PCA and
+    autoencoder errors (m), the latent-size search and the final losses.
     """
-    s = settings or AutoencoderSettings()
-    say = progress or (lambda f, m: None)
-    emit = metric or (lambda d: None)
-    cancel = should_cancel or (lambda: False)
-    dev = _torch_device(device or s.device)
-    t0 = time.perf_counter()
-    b = open_bakes(bakes, expect_mesh_hash, s.validation_fraction, s.seed)
-    ds, spec, material, X, T = b.ds, b.spec, b.material, b.X, b.T
-    pinned, mass, train_idx, val_idx, warnings = b.pinned, b.mass, b.train, b.val, b.warnings
-    settings_for_key = {k: v for k, v in asdict(s).items() if k not in ("device",)}
-    key = hashlib.sha256(
-        json.dumps(
-            {
-                "method": NAME,
-                "bakes": [t.meta.get("bake_id", str(t.path)) for t in ds],
-                "frames": [t.n_frames for t in ds],
-                "settings": settings_for_key,
-            },
-            sort_keys=True,
-            default=str,
-        ).encode()
-    ).hexdigest()[:16]
-    ckpt = Path(checkpoint_dir) if checkpoint_dir else None
-    if ckpt:
-        ckpt.mkdir(parents=True, exist_ok=True)
-
-    say(0.02, "loading bakes")
-    train_x, train_groups = b.frames(train_idx, s.max_frames)
-    val_x, _ = b.frames(val_idx, s.max_frames)
+    dev = _torch_device(device)
+    run = TrainingRun.start(
+        NAME,
+        bakes,
+        settings,
+        device=str(dev),
+        expect_mesh_hash=expect_mesh_hash,
+        checkpoint_dir=checkpoint_dir,
+        progress=progress,
+        should_cancel=should_cancel,
+        metric=metric,
+    )
+    s = AutoencoderSettings(**run.settings)
+    warnings = run.warnings
+    train_x, train_groups, val_x = run.bakes.training_frames(s.max_frames)
     check_x = val_x if len(val_x) else train_x
-    if cancel():
-        raise JobCancelled("Training cancelled before the PCA basis was computed.")
+    run.check_cancel("Training cancelled before the PCA basis was computed.")
 
     # 1. PCA basis (the outer linear layer, eq. 6) -----------------------------------------
-    sub, pca_tol = _pca_basis(s, X, mass, pinned, train_x, val_x, ckpt, key, say)
+    sub, pca_tol = pod_basis(run, train_x, val_x, label="PCA", span=(_P_BASIS, _P_AE))
     pca_err_train = sub.reconstruction_error(train_x)
     pca_err_val = sub.reconstruction_error(check_x)
-    emit(
+    run.emit(
         {
             "k": sub.k,
             "pca_max_error_train_m": pca_err_train,
             "pca_max_error_val_m": pca_err_val,
         }
     )
-    say(_P_AE, f"PCA: {sub.k} modes, max vertex error {pca_err_val * 1000:.3g} mm held out")
-    if cancel():
-        raise JobCancelled("Training cancelled after the PCA basis (checkpointed).")
+    run.say(_P_AE, f"PCA: {sub.k} modes, max vertex error {pca_err_val * 1000:.3g} mm held out")
+    run.check_cancel("Training cancelled after the PCA basis (checkpointed).")
 
     # 2. autoencoder in PCA coordinates (eq. 7), latent size by tolerance (sec. 4.3) --------
     q_train = sub.encode(train_x)
@@ -337,7 +280,7 @@ def train_autoencoder(
         candidates = list(range(min(int(s.latent_start), top), top + 1))
     n_cand = len(candidates)
 
-    trainer = _Trainer(s, q_train, q_val, dev, ckpt, key, cancel, emit)
+    trainer = _Trainer(s, q_train, q_val, dev, run.checkpoints, run.should_cancel, run.emit)
 
     def fit(r: int):
         ci = candidates.index(r)
@@ -345,11 +288,11 @@ def train_autoencoder(
         hi = _P_AE + (_P_CUB - _P_AE) * (ci + 1) / n_cand
 
         def epoch_progress(done, total, msg):
-            say(lo + (hi - lo) * done / max(total, 1), msg)
+            run.say(lo + (hi - lo) * done / max(total, 1), msg)
 
         model, hist = trainer.train(r, epoch_progress, lambda qh: _max_error(check_x, sub, qh))
         err = _max_error(check_x, sub, _predict(model, q_check, trainer))
-        emit({"latent_dim": r, "latent_max_error_val_m": err, "search": target is not None})
+        run.emit({"latent_dim": r, "latent_max_error_val_m": err, "search": target is not None})
         return model, err, hist
 
     r, model, searched = search_latent_size(candidates, fit, target)
@@ -360,105 +303,67 @@ def train_autoencoder(
             f"{target * 1000:.3g} mm; kept r = {r} ({entry['max_error_val_m'] * 1000:.3g} mm). "
             "Train longer (epochs), raise latent_tolerance or max_latent_dim."
         )
-    say(_P_CUB, f"autoencoder: r = {r}, max vertex error {entry['max_error_val_m'] * 1000:.3g} mm")
+    run.say(
+        _P_CUB, f"autoencoder: r = {r}, max vertex error {entry['max_error_val_m'] * 1000:.3g} mm"
+    )
 
-    # 3. export to numpy, checked against torch ---------------------------------------------
+    # export to numpy, checked against torch
     encoder, decoder = _export(model, s.activation, trainer.scale, q_train)
     ae_err_train = _max_error(train_x, sub, decoder.forward(encoder.forward(q_train)))
     ae_err_val = _max_error(check_x, sub, decoder.forward(encoder.forward(q_check)))
     # PCA of the latent size alone: what the latent space buys over a linear space of r DOFs
     pca_r_err = sub.truncated(r).reconstruction_error(check_x) if r < sub.k else pca_err_val
-    if cancel():
-        raise JobCancelled("Training cancelled after the autoencoder (checkpointed).")
+    run.check_cancel("Training cancelled after the autoencoder (checkpointed).")
 
-    # 4. cubature on the PCA layer U (Fulton 2019, sec. 5.3) --------------------------------
-    cub = _cubature(s, X, T, material, sub, train_x, train_groups, val_x, ckpt, key, say, cancel)
-    emit(
-        {
-            "cubature_elements": len(cub),
-            **{k: v for k, v in cub.info.items() if k.endswith("error")},
-        }
-    )
+    # 3. cubature on the PCA layer U (Fulton 2019, sec. 5.3) --------------------------------
+    cub = fit_cubature(run, sub, train_x, train_groups, val_x, project=True, span=(_P_CUB, _P_ROLL))
 
-    # 5. contact sample and a held-out rollout ---------------------------------------------
-    contact = surface_sample(X, boundary_vertices(T), mass, seed=s.seed)
-    sim_settings = spec.sim_settings()
-    rollout: dict = {"skipped": "no held-out bake"}
-    if not s.rollout:
-        rollout = {"skipped": "turned off in the settings"}
-    elif len(val_idx):
-        say(_P_ROLL, "rollout of a held-out bake")
-        rollout = _rollout_error(
-            ds[int(val_idx[0])],
-            X,
-            T,
-            material,
-            sub,
-            cub,
-            contact,
-            sim_settings,
-            encoder,
-            decoder,
-            s,
-            cancel,
-        )
-        emit({f"rollout_{k}": v for k, v in rollout.items() if isinstance(v, (int, float))})
-        if "skipped" in rollout:  # the runtime failed on it: worth a look
-            warnings.append(f"Held-out rollout skipped: {rollout['skipped']}")
-        hint = stiffening_hint(rollout)
-        if hint:
-            warnings.append(hint)
-
-    # 6. model file --------------------------------------------------------------------------
-    say(0.97, "writing the model")
-    metrics = {
-        "k": sub.k,
-        "latent_dim": r,
-        "pca_max_error_train_m": pca_err_train,
-        "pca_max_error_val_m": pca_err_val,
-        "pca_r_max_error_val_m": pca_r_err,
-        "ae_max_error_train_m": ae_err_train,
-        "ae_max_error_val_m": ae_err_val,
-        "latent_tolerance_m": target,
-        "latent_search": searched,
-        "final_train_loss": entry.get("train_loss"),
-        "final_val_loss": entry.get("val_loss"),
-        "epochs": s.epochs,
-        "device": str(dev),
-        "cubature_elements": len(cub),
-        "cubature_train_rel_error": cub.info.get("train_rel_error"),
-        "cubature_heldout_rel_error": cub.info.get("heldout_rel_error"),
-        "cubature_validation_rel_error": cub.info.get("validation_rel_error"),
-        "rollout": rollout,
-        "train_seconds": time.perf_counter() - t0,
-    }
-    path = save_autoencoder_model(
-        out,
-        mesh_hash=ds.mesh_hash,
-        T=T,
+    # 4. held-out rollout and the model file ------------------------------------------------
+    save = functools.partial(
+        save_autoencoder_model,
         subspace=sub,
         cubature=cub,
-        contact=contact,
-        material=material,
-        settings=sim_settings,
+        contact=run.contact_sample(),
         decoder=decoder,
         encoder=encoder,
+    )
+    return run.finish(
+        out,
+        save,
+        k=sub.k,
+        dofs=r,
+        max_error_val_m=ae_err_val,
+        cubature=cub,
+        rollout=s.rollout,
+        at=_P_ROLL,
+        metrics={
+            "latent_dim": r,
+            "pca_max_error_train_m": pca_err_train,
+            "pca_max_error_val_m": pca_err_val,
+            "pca_r_max_error_val_m": pca_r_err,
+            "ae_max_error_train_m": ae_err_train,
+            "ae_max_error_val_m": ae_err_val,
+            "latent_tolerance_m": target,
+            "latent_search": searched,
+            "final_train_loss": entry.get("train_loss"),
+            "final_val_loss": entry.get("val_loss"),
+            "epochs": s.epochs,
+        },
         metadata={
-            "training": asdict(s),
             "lbfgs": {
                 "window": s.lbfgs_window,
                 "tolerance": s.lbfgs_tolerance,
                 "max_iters": s.lbfgs_max_iters,
-            },
-            "bakes": [str(t.path) for t in ds],
-            "train_trajectories": [int(i) for i in train_idx],
-            "validation_trajectories": [int(i) for i in val_idx],
-            "metrics": metrics,
-            "warnings": warnings,
+            }
         },
     )
-    say(1.0, f"model written: PCA {sub.k}, latent {r}, {len(cub)} cubature elements")
-    return {"model": str(path), "warnings": warnings, **metrics}
+
+
+def train_autoencoder(
+    bakes, out: str | Path, settings: AutoencoderSettings | None = None, **job
+) -> dict:
+    """:func:`train` with typed settings (scripts, tests, benchmarks)."""
+    return train(bakes, out, asdict(settings or AutoencoderSettings()), **job)
 
 
 def search_latent_size(
@@ -506,38 +411,6 @@ def _torch_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _pca_basis(s, X, mass, pinned, train_x, val_x, ckpt, key, say):
-    """The PCA layer U (mass-weighted POD), from the checkpoint when there is one."""
-    tol = s.tolerance
-    if s.k is None and tol is None:
-        tol = 0.01 * float(np.linalg.norm(X.max(0) - X.min(0)))
-    basis_file = ckpt / f"aebasis_{key}.npz" if ckpt else None
-    if basis_file and basis_file.exists():
-        with np.load(basis_file, allow_pickle=False) as d:
-            sub = Subspace.from_arrays({k: d[k] for k in d.files} | {"info": str(d["info"])})
-        say(_P_AE, f"PCA basis of {sub.k} modes from checkpoint")
-        return sub, tol
-    say(_P_BASIS, "PCA of the bake displacements")
-    sub = mass_weighted_pod(
-        train_x - X,
-        mass,
-        pinned,
-        k=s.k,
-        tolerance=tol if s.k is None else None,
-        max_k=s.max_k,
-        validation=(val_x - X) if len(val_x) else None,
-        X=X,
-    )
-    if basis_file:
-        arr = sub.to_arrays()
-        write_npz(
-            basis_file,
-            {k: v for k, v in arr.items() if k not in ("kind", "info")}
-            | {"kind": np.array(arr["kind"]), "info": np.array(json.dumps(arr["info"]))},
-        )
-    return sub, tol
-
-
 def _max_error(x: np.ndarray, sub: Subspace, q_hat: np.ndarray) -> float:
     """max over frames and vertices of ``|x - (X + U q_hat)|`` (m); x (F, n, 3), q_hat (F, k)."""
     worst = 0.0
@@ -565,7 +438,7 @@ class _Trainer:
     layers at export.
     """
 
-    def __init__(self, s, q_train, q_val, device, ckpt, key, cancel, emit):
+    def __init__(self, s, q_train, q_val, device, checkpoints: Checkpoints, cancel, emit):
         self.s = s
         self.device = device
         self.dtype = torch.float32
@@ -578,10 +451,10 @@ class _Trainer:
             if len(q_val)
             else None
         )
-        self.ckpt, self.key, self.cancel, self.emit = ckpt, key, cancel, emit
+        self.checkpoints, self.cancel, self.emit = checkpoints, cancel, emit
 
     def _file(self, r: int) -> Path | None:
-        return self.ckpt / f"ae_{self.key}_r{r:03d}.pt" if self.ckpt else None
+        return self.checkpoints.file("ae", f"_r{r:03d}.pt")
 
     def train(self, r: int, progress, max_error) -> tuple[_AE, dict]:
         s, dev = self.s, self.device
@@ -713,66 +586,3 @@ def _copy64(net: nn.Sequential) -> nn.Sequential:
     out = build_mlp(sizes, name).to(torch.float64)
     out.load_state_dict({k: v.to("cpu", torch.float64) for k, v in net.state_dict().items()})
     return out
-
-
-def _cubature(
-    s, X, T, material, sub, train_x, train_groups, val_x, ckpt, key, say, cancel
-) -> Cubature:
-    """Optimized cubature (An et al. 2008) on the PCA layer U, fitted on projected poses."""
-    cub_file = ckpt / f"aecubature_{key}.npz" if ckpt else None
-    if cub_file and cub_file.exists():
-        with np.load(cub_file, allow_pickle=False) as d:
-            cub = Cubature.from_arrays({k: d[k] for k in d.files}, n_elements=len(T))
-        say(_P_ROLL, f"cubature of {len(cub)} elements from checkpoint")
-        return cub
-    fem = _fem.TetFEM(X, T, material)
-    pick = even_indices(len(train_x), s.cubature_poses)
-    poses = sub.project(train_x[pick])
-    held = sub.project(val_x[even_indices(len(val_x), s.cubature_poses)]) if len(val_x) else None
-
-    def cub_progress(done, total, info=None):
-        frac = min(done / max(total, 1), 1.0)
-        say(_P_CUB + (_P_ROLL - _P_CUB) * frac, f"cubature: {done} elements")
-
-    cub = optimized_cubature(
-        fem,
-        sub.U,
-        poses,
-        target=s.cubature_target,
-        max_elements=s.max_cubature,
-        seed=s.seed,
-        heldout_poses=held,
-        validation_fraction=s.cubature_validation,
-        groups=train_groups[pick],
-        progress=cub_progress,
-        should_cancel=cancel,
-    )
-    if cub_file:
-        write_npz(cub_file, cub.to_arrays())
-    return cub
-
-
-def _rollout_error(
-    cache, X, T, material, sub, cub, contact, settings: SimSettings, encoder, decoder, s, cancel
-) -> dict:
-    """Replay a held-out bake's scenario with the latent runtime; errors against the bake."""
-
-    def make_sim(driver):
-        return LatentSimulation(
-            X,
-            T,
-            material,
-            sub.U,
-            decoder,
-            settings,
-            pinned=sub.pinned,
-            cubature=(cub.elements, cub.weights),
-            contact=contact,
-            colliders=driver.colliders(0),
-            encoder=encoder,
-            lbfgs_window=s.lbfgs_window,
-            lbfgs_tol=s.lbfgs_tolerance,
-            max_iters=s.lbfgs_max_iters,
-        )
-
-    return rollout_metrics(make_sim, cache, cancel=cancel)

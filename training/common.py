@@ -1,0 +1,602 @@
+"""What every trainer shares, in one place each: opening the bakes, the whole-trajectory
+train/validation split, checkpointed stages, the PCA/POD basis, cubature fitting, the
+held-out rollout and the result record.
+
+A trainer is ``train(bakes, out, settings, *, device, expect_mesh_hash, checkpoint_dir,
+progress, should_cancel, metric) -> dict``, named in its method's registry record
+(:class:`core.registry.Method`, ``trainer="training.<name>:train"``) and called by the
+worker (:mod:`training.worker`) with ``settings`` already checked by the record. Its body
+is what is specific to the method; the rest is a :class:`TrainingRun`::
+
+    run = TrainingRun.start(NAME, bakes, settings, device=device, **job)  # job: the keywords
+    s = MySettings(**run.settings)                     # typed access (optional)
+    train_x, groups, val_x = run.bakes.training_frames(s.max_frames)
+    run.check_cancel("Training cancelled before the basis was computed.")
+    sub, _ = pod_basis(run, train_x, val_x, label="POD", span=(0.05, 0.3))
+    ...                                                # the method's own stages
+    cub = fit_cubature(run, sub, train_x, groups, val_x, project=True, span=(0.3, 0.75))
+    save = functools.partial(core.methods.mine.save, subspace=sub, cubature=cub,
+                             contact=run.contact_sample(), ...)
+    return run.finish(out, save, k=sub.k, dofs=..., max_error_val_m=..., cubature=cub,
+                      metrics={...method-specific...})
+
+What each piece does:
+
+* :meth:`TrainingRun.start` checks ``settings`` against the method's record
+  (:meth:`core.registry.Method.validate`, the one validation), opens the bakes
+  (:func:`open_bakes`: stale, foreign or mixed bakes are refused; whole bakes are held out,
+  ``validation_fraction`` and ``seed`` of the settings), keys the checkpoints and holds the
+  job's callbacks (``say``, ``emit``, :meth:`TrainingRun.check_cancel`).
+* :class:`Checkpoints`: files ``<stage>_<key><suffix>`` in the checkpoint folder, ``key`` a
+  hash of the method, the bakes and the settings, so a cancelled run resumes from the stages
+  it finished and never from another run's. :meth:`Checkpoints.stage` runs a stage or reads
+  it back; :meth:`Checkpoints.file` names a file for a stage a trainer saves itself (the
+  autoencoder's torch state every few epochs).
+* :func:`pod_basis`: the mass-weighted PCA/POD basis (``k``, ``tolerance``, ``max_k``) of
+  the training frames, checked on the held-out ones, checkpointed.
+* :func:`fit_cubature`: optimized cubature (An et al. 2008) on a basis, stopped on held-out
+  trajectories (``cubature_*`` settings), checkpointed, its errors streamed as metrics.
+* :meth:`TrainingRun.finish`: writes the model with the runtime's ``save`` and the common
+  metadata, replays a held-out bake with the model as a user will load it
+  (:func:`core.registry.load_simulator`, :func:`core.compare.rollout_metrics`), warns when
+  the dynamics, not the shapes, limit the accuracy (:func:`core.compare.stiffening_hint`),
+  and returns the result record: the common keys (``model``, ``method``, ``k``, ``dofs``,
+  ``cubature_elements``, ``max_error_val_m``, ``rollout``, ``rollout_max_error_m``,
+  ``step_ms``, ``train_seconds``, ``device``, ``warnings``) and the method's own metrics.
+
+A new method's trainer provides its settings (the registry record; a dataclass mirroring it
+only if it wants typed access), its own stages between basis and cubature (or instead of
+them), the ``save`` of its runtime module with its arrays bound, and the metrics only it has.
+
+numpy only at import: the linear method trains without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core import fem as _fem
+from ..core import registry
+from ..core.bake import BakeSpec
+from ..core.cache import BakeCache, BakeDataset
+from ..core.compare import rollout_metrics, stiffening_hint
+from ..core.cubature import Cubature, optimized_cubature
+from ..core.errors import JobCancelled, NeuralRomError
+from ..core.files import temporary_path, write_npz
+from ..core.frame import to_pin_frame
+from ..core.methods.common import surface_sample
+from ..core.sim import SimSettings, boundary_vertices
+from ..core.subspace import Subspace, mass_weighted_pod
+
+#: ``progress(fraction, message)``: fraction of the whole job in [0, 1]
+Report = Callable[[float, str], None]
+
+
+def even_indices(n: int, count: int) -> np.ndarray:
+    """At most ``count`` distinct indices spread evenly over ``0 .. n-1``, sorted (int array)."""
+    return (
+        np.unique(np.linspace(0, n - 1, min(n, count)).round().astype(int))
+        if n
+        else np.zeros(0, int)
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Bakes and the split
+# ------------------------------------------------------------------------------------------
+
+
+def physics_of(ds: BakeDataset) -> tuple[dict, BakeSpec]:
+    """Material (as a dict) and bake spec shared by every bake (a model has one physics).
+
+    Raises NeuralRomError naming the first bake whose material, time step or gravity differ.
+    """
+    specs = [BakeSpec.from_dict(t.meta["spec"]) for t in ds]
+    first = specs[0]
+    for t, s in zip(ds, specs):
+        if (
+            s.material != first.material
+            or s.dt != first.dt
+            or list(s.gravity) != list(first.gravity)
+        ):
+            raise NeuralRomError(
+                f"Bake {Path(t.path).name} has another material, time step or gravity than "
+                f"{Path(ds[0].path).name}; train one model per physics setup."
+            )
+    return first.material, first
+
+
+@dataclass
+class TrainingBakes:
+    """Bakes of one mesh opened for training: the dataset, its physics, the mesh, pins and
+    masses, and the whole-trajectory split (``train`` / ``val`` bake indices).
+
+    Attributes
+    ----------
+    X : (n, 3) float array, rest positions (m); T : (m, 4) int array
+    pinned : (p,) int array; mass : (n,) lumped vertex masses (kg)
+    train, val : sorted bake indices; no frame of a ``val`` bake is ever trained on
+    warnings : what the user should know about the data (the run's warnings list)
+    """
+
+    ds: BakeDataset
+    spec: BakeSpec
+    material: _fem.Material
+    X: np.ndarray
+    T: np.ndarray
+    pinned: np.ndarray
+    mass: np.ndarray
+    train: np.ndarray
+    val: np.ndarray
+    warnings: list
+
+    def frames(self, indices, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``count`` evenly spaced frames of bakes ``indices``: positions (F, n, 3)
+        in the pins' frame (:func:`core.frame.to_pin_frame`: bakes whose pins move rigidly
+        are learnt in that frame) and the bake index of each frame (F,)."""
+        chunks = [np.asarray(self.ds[int(i)].channel("positions")) for i in indices]
+        ids = [np.full(self.ds[int(i)].n_frames, int(i)) for i in indices]
+        allx = np.concatenate(chunks) if chunks else np.zeros((0,) + self.X.shape)
+        allid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        pick = even_indices(len(allx), count)
+        return to_pin_frame(allx[pick], self.X, self.pinned), allid[pick]
+
+    def training_frames(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(train_x (F, n, 3), train_groups (F,), val_x (G, n, 3))``: at most ``count``
+        frames of the training bakes with their bake indices, and as many of the held-out
+        ones (G = 0 when only one bake was given)."""
+        train_x, groups = self.frames(self.train, count)
+        val_x, _ = self.frames(self.val, count)
+        return train_x, groups, val_x
+
+    @property
+    def sim_settings(self) -> SimSettings:
+        """The time stepping of the bakes, which the model steps with."""
+        return self.spec.sim_settings()
+
+    def heldout_bake(self) -> BakeCache | None:
+        """The first held-out bake (the one the rollout replays), None when none is."""
+        return self.ds[int(self.val[0])] if len(self.val) else None
+
+
+def open_bakes(bakes, expect_mesh_hash, validation_fraction: float, seed: int) -> TrainingBakes:
+    """Open bakes for a trainer (refusing stale, foreign or mixed ones) and split them into
+    whole training and validation trajectories (:meth:`core.cache.BakeDataset.split`)."""
+    ds = BakeDataset.open(bakes, expect_mesh_hash=expect_mesh_hash)
+    material_dict, spec = physics_of(ds)
+    material = _fem.Material.from_dict(material_dict)
+    first = ds[0]
+    X, T = np.asarray(first.X, float), np.asarray(first.T, np.int64)
+    pinned = (
+        np.asarray(first.extra("pinned"), np.int64)
+        if "pinned" in first.extra_names
+        else np.zeros(0, np.int64)
+    )
+    mass = _fem.mass_matrix(X, T, material.density, lumped=True)
+    train, val = ds.split(validation_fraction, seed)
+    warnings = []
+    if len(val) == 0:
+        warnings.append(
+            "Only one bake: nothing is held out, so the validation error is the training error. "
+            "Bake more variants for an honest error."
+        )
+    return TrainingBakes(ds, spec, material, X, T, pinned, mass, train, val, warnings)
+
+
+# ------------------------------------------------------------------------------------------
+# Checkpoints
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """The checkpoint files of one training run: ``<directory>/<stage>_<key><suffix>``.
+
+    ``key`` hashes the method, the bakes (ids and frame counts) and the settings, so a run
+    resumes only from stages of a run like it. ``directory`` None: no checkpoints (every
+    stage is computed, nothing is written).
+    """
+
+    directory: Path | None
+    key: str
+
+    @classmethod
+    def open(cls, directory, method: str, ds: BakeDataset, settings: Mapping) -> Checkpoints:
+        key = hashlib.sha256(
+            json.dumps(
+                {
+                    "method": method,
+                    "bakes": [t.meta.get("bake_id", str(t.path)) for t in ds],
+                    "frames": [t.n_frames for t in ds],
+                    "settings": dict(settings),
+                },
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()[:16]
+        path = Path(directory) if directory else None
+        if path:
+            path.mkdir(parents=True, exist_ok=True)
+        return cls(path, key)
+
+    def file(self, stage: str, suffix: str = ".npz") -> Path | None:
+        """The file of ``stage`` (None without a directory); write it atomically
+        (:func:`core.files.atomic_path`)."""
+        return self.directory / f"{stage}_{self.key}{suffix}" if self.directory else None
+
+    def stage(
+        self,
+        stage: str,
+        compute: Callable[[], Any],
+        *,
+        to_arrays: Callable[[Any], dict],
+        from_arrays: Callable[[dict], Any],
+    ) -> tuple[Any, bool]:
+        """``(value, resumed)``: the stage's value read back from its ``.npz`` checkpoint
+        (``resumed`` True), or ``compute()``, checkpointed (numeric arrays only: it is read
+        with ``allow_pickle=False``)."""
+        f = self.file(stage)
+        if f is not None and f.exists():
+            with np.load(f, allow_pickle=False) as d:
+                return from_arrays({k: d[k] for k in d.files}), True
+        value = compute()
+        if f is not None:
+            write_npz(f, to_arrays(value))
+        return value, False
+
+
+def _subspace_arrays(sub: Subspace) -> dict:
+    arr = sub.to_arrays()
+    return {k: v for k, v in arr.items() if k not in ("kind", "info")} | {
+        "kind": np.array(arr["kind"]),
+        "info": np.array(json.dumps(arr["info"])),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# The run
+# ------------------------------------------------------------------------------------------
+
+
+def _nothing(*args) -> None:
+    return None
+
+
+@dataclass
+class TrainingRun:
+    """One training job: the method, its checked settings, the device, the opened bakes,
+    the checkpoints and the job's callbacks (see the module docstring)."""
+
+    method: str
+    settings: dict
+    device: str
+    bakes: TrainingBakes
+    checkpoints: Checkpoints
+    progress: Report = _nothing
+    should_cancel: Callable[[], bool] = field(default=lambda: False)
+    metric: Callable[[dict], None] = _nothing
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def start(
+        cls,
+        method: str,
+        bakes,
+        settings: Mapping | None,
+        *,
+        device: str = "cpu",
+        expect_mesh_hash: str | None = None,
+        checkpoint_dir: str | Path | None = None,
+        progress: Report | None = None,
+        should_cancel: Callable[[], bool] | None = None,
+        metric: Callable[[dict], None] | None = None,
+    ) -> TrainingRun:
+        """Check ``settings`` against ``method``'s record, open and split the bakes, key the
+        checkpoints.
+
+        Parameters
+        ----------
+        method : the registry name of the method
+        bakes : .nrbake paths (or a glob), as :meth:`core.cache.BakeDataset.open` takes them
+        settings : the method's settings (missing ones take their defaults); the record must
+            have ``validation_fraction`` and ``seed`` (the split), and the shared stages read
+            theirs (:data:`core.methods.common.SUBSPACE_SETTINGS` has them all)
+        device : what the model trains on ("cpu", "cuda"), reported in the result
+        expect_mesh_hash : refuse bakes of another mesh
+        checkpoint_dir : where checkpoints go (None: no checkpoints)
+        progress : ``progress(fraction, message)``
+        should_cancel : polled between stages (and epochs); True cancels the job
+        metric : ``metric(dict)`` of training metrics, streamed to the panel
+        """
+        started = time.perf_counter()
+        values = registry.get(method).validate(settings)
+        b = open_bakes(bakes, expect_mesh_hash, values["validation_fraction"], values["seed"])
+        run = cls(
+            method,
+            values,
+            str(device),
+            b,
+            Checkpoints.open(checkpoint_dir, method, b.ds, values),
+            progress or _nothing,
+            should_cancel or (lambda: False),
+            metric or _nothing,
+            started,
+        )
+        run.say(0.02, "loading bakes")
+        return run
+
+    @property
+    def warnings(self) -> list[str]:
+        """Warnings the result carries (append to it)."""
+        return self.bakes.warnings
+
+    def say(self, fraction: float, message: str) -> None:
+        self.progress(fraction, message)
+
+    def emit(self, values: dict) -> None:
+        self.metric(values)
+
+    def check_cancel(self, message: str) -> None:
+        """Raise :class:`JobCancelled` with ``message`` when the job is cancelled."""
+        if self.should_cancel():
+            raise JobCancelled(message)
+
+    def contact_sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """The contact sample of the surface (:func:`core.methods.common.surface_sample`)."""
+        b = self.bakes
+        return surface_sample(b.X, boundary_vertices(b.T), b.mass, seed=self.settings["seed"])
+
+    # --------------------------------------------------------------------------- the end
+    def finish(
+        self,
+        out: str | Path,
+        save: Callable[..., Path],
+        *,
+        k: int,
+        dofs: int,
+        max_error_val_m: float,
+        cubature: Cubature | None = None,
+        metrics: Mapping | None = None,
+        metadata: Mapping | None = None,
+        rollout: bool = True,
+        at: float = 0.9,
+    ) -> dict:
+        """Replay a held-out bake with the model, write the model to ``out``, return the
+        result record.
+
+        Parameters
+        ----------
+        save : ``save(path, *, mesh_hash, T, material, settings, metadata) -> Path``: the
+            runtime module's ``save`` with the method's own arguments bound
+            (``functools.partial``); ``settings`` is the bakes' :class:`core.sim.SimSettings`
+        k : size of the PCA/POD basis
+        dofs : reduced coordinates the runtime steps (``k`` for a linear model, the latent
+            size of a latent one)
+        max_error_val_m : largest vertex error of the model's shapes on the held-out
+            frames (the training frames when none is held out), metres
+        cubature : the cubature rule, reported (size and errors) when given
+        metrics : the method's own metrics (JSON-able), merged into the record
+        metadata : the method's own entries of the model file's metadata
+        rollout : replay a held-out bake (the rollout replays the file as
+            :func:`core.registry.load_simulator` opens it, so it measures what users run)
+        at : progress fraction where the rollout starts
+
+        Returns
+        -------
+        dict: ``model`` (path), ``warnings`` and the metrics: the common keys (see the module
+        docstring) and ``metrics``. The model file's metadata holds the same metrics, the
+        settings (``training``), the bakes and the split.
+        """
+        b = self.bakes
+        record = self._record(k, dofs, max_error_val_m, cubature, metrics)
+        common = {
+            "training": self.settings,
+            "bakes": [str(t.path) for t in b.ds],
+            "train_trajectories": [int(i) for i in b.train],
+            "validation_trajectories": [int(i) for i in b.val],
+        }
+        physics = {
+            "mesh_hash": b.ds.mesh_hash,
+            "T": b.T,
+            "material": b.material,
+            "settings": b.sim_settings,
+        }
+
+        def write(path) -> Path:
+            meta = {**common, "metrics": record, "warnings": self.warnings, **(metadata or {})}
+            return save(path, **physics, metadata=meta)
+
+        roll: dict = {"skipped": "no held-out bake"}
+        if not rollout:
+            roll = {"skipped": "turned off in the settings"}
+        elif len(b.val):
+            self.say(at, "rollout of a held-out bake")
+            roll = self._rollout(write, out)
+        record.update(
+            rollout=roll,
+            rollout_max_error_m=roll.get("max_error_m"),
+            step_ms=roll.get("step_ms"),
+            train_seconds=time.perf_counter() - self.started,
+        )
+        self.say(max(at, 0.97), "writing the model")
+        path = write(out)
+        self.say(
+            1.0,
+            f"model written: {dofs} reduced coordinates"
+            + (f", {len(cubature)} cubature elements" if cubature is not None else ""),
+        )
+        return {"model": str(path), "warnings": self.warnings, **record}
+
+    def _record(self, k, dofs, max_error_val_m, cubature, metrics) -> dict:
+        """The metrics every method reports, then the method's own."""
+        info = cubature.info if cubature is not None else {}
+        return {
+            "method": self.method,
+            "device": self.device,
+            "k": int(k),
+            "dofs": int(dofs),
+            "max_error_val_m": float(max_error_val_m),
+            "cubature_elements": len(cubature) if cubature is not None else None,
+            "cubature_train_rel_error": info.get("train_rel_error"),
+            "cubature_heldout_rel_error": info.get("heldout_rel_error"),
+            "cubature_validation_rel_error": info.get("validation_rel_error"),
+            **(metrics or {}),
+        }
+
+    def _rollout(self, write: Callable[[Path], Path], out) -> dict:
+        """Rollout metrics of the first held-out bake, replayed by the model written to a
+        temporary beside ``out`` (removed after); metrics streamed, warnings added."""
+        tmp = None
+        try:
+            tmp = write(temporary_path(out))
+            roll = rollout_metrics(
+                lambda driver: registry.load_simulator(tmp, colliders=driver.colliders(0))[0],
+                self.bakes.heldout_bake(),
+                cancel=self.should_cancel,
+            )
+        finally:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+        self.emit({f"rollout_{k}": v for k, v in roll.items() if isinstance(v, (int, float))})
+        if "skipped" in roll:  # the runtime failed on it: worth a look
+            self.warnings.append(f"Held-out rollout skipped: {roll['skipped']}")
+        hint = stiffening_hint(roll)
+        if hint:
+            self.warnings.append(hint)
+        return roll
+
+
+# ------------------------------------------------------------------------------------------
+# Shared stages
+# ------------------------------------------------------------------------------------------
+
+
+def pod_basis(
+    run: TrainingRun,
+    train_x: np.ndarray,
+    val_x: np.ndarray,
+    *,
+    label: str = "POD",
+    span: tuple[float, float] = (0.05, 0.3),
+) -> tuple[Subspace, float | None]:
+    """The mass-weighted PCA/POD basis of the training frames (checkpoint stage ``basis``).
+
+    Sized by the settings ``k``, else by ``tolerance`` (default 1% of the bounding-box
+    diagonal; Fulton 2019 sec. 4.3), at most ``max_k``; the tolerance holds on the held-out
+    frames too.
+
+    Parameters
+    ----------
+    train_x, val_x : (F, n, 3), (G, n, 3) float arrays, positions (m)
+    label : what progress messages call the basis ("POD", "PCA")
+    span : progress fractions at the start and the end of the stage
+
+    Returns
+    -------
+    (Subspace, tolerance) : tolerance in metres, None when ``k`` was given without one
+    """
+    s, b = run.settings, run.bakes
+    X = b.X
+    tol = s["tolerance"]
+    if s["k"] is None and tol is None:
+        tol = 0.01 * float(np.linalg.norm(X.max(0) - X.min(0)))
+
+    def compute() -> Subspace:
+        run.say(span[0], f"{label} of the bake displacements")
+        return mass_weighted_pod(
+            train_x - X,
+            b.mass,
+            b.pinned,
+            k=s["k"],
+            tolerance=tol if s["k"] is None else None,
+            max_k=s["max_k"],
+            validation=(val_x - X) if len(val_x) else None,
+            X=X,
+        )
+
+    sub, resumed = run.checkpoints.stage(
+        "basis",
+        compute,
+        to_arrays=_subspace_arrays,
+        from_arrays=lambda d: Subspace.from_arrays(d | {"info": str(d["info"])}),
+    )
+    if resumed:
+        run.say(span[1], f"{label} basis of {sub.k} modes from checkpoint")
+    return sub, tol
+
+
+def fit_cubature(
+    run: TrainingRun,
+    sub: Subspace,
+    train_x: np.ndarray,
+    train_groups: np.ndarray,
+    val_x: np.ndarray,
+    *,
+    project: bool,
+    span: tuple[float, float],
+) -> Cubature:
+    """Optimized cubature (An et al. 2008) on the basis ``sub.U`` (checkpoint stage
+    ``cubature``).
+
+    Fitted on ``cubature_poses`` training frames to ``cubature_target`` (at most
+    ``max_cubature`` elements), stopped on the ``cubature_validation`` share of the training
+    trajectories and checked on held-out ones. Streams ``cubature_elements`` and the errors.
+
+    Parameters
+    ----------
+    train_x, train_groups, val_x : as :meth:`TrainingBakes.training_frames` returns them
+    project : fit on the poses projected onto the basis (the shapes a runtime whose positions
+        are ``X + U q(z)`` takes), else on the bake poses as they are
+    span : progress fractions at the start and the end of the stage
+    """
+    s, b = run.settings, run.bakes
+    lo, hi = span
+
+    def compute() -> Cubature:
+        pick = even_indices(len(train_x), s["cubature_poses"])
+        poses = train_x[pick]
+        held = val_x[even_indices(len(val_x), s["cubature_poses"])] if len(val_x) else None
+        if project:
+            poses = sub.project(poses)
+            held = sub.project(held) if held is not None else None
+
+        def cub_progress(done, total, info=None):
+            run.say(lo + (hi - lo) * min(done / max(total, 1), 1.0), f"cubature: {done} elements")
+
+        return optimized_cubature(
+            _fem.TetFEM(b.X, b.T, b.material),
+            sub.U,
+            poses,
+            target=s["cubature_target"],
+            max_elements=s["max_cubature"],
+            seed=s["seed"],
+            heldout_poses=held,
+            validation_fraction=s["cubature_validation"],
+            groups=train_groups[pick],
+            progress=cub_progress,
+            should_cancel=run.should_cancel,
+        )
+
+    cub, resumed = run.checkpoints.stage(
+        "cubature",
+        compute,
+        to_arrays=lambda c: c.to_arrays(),
+        from_arrays=lambda d: Cubature.from_arrays(d, n_elements=len(b.T)),
+    )
+    if resumed:
+        run.say(hi, f"cubature of {len(cub)} elements from checkpoint")
+    run.emit(
+        {
+            "cubature_elements": len(cub),
+            **{k: v for k, v in cub.info.items() if k.endswith("error")},
+        }
+    )
+    return cub
