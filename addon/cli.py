@@ -11,7 +11,8 @@ Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
 the cancel is kept and recorded).
 
-Every stage goes through ``addon/stages.py``, the same functions the operators call, so
+Every stage goes through the same functions the operators call (``addon/tets.py``,
+``addon/bakes.py``, ``addon/export.py``, ``addon/training.py``), so
 a farm bake and a bake from the panel are the same bake.
 """
 
@@ -410,12 +411,6 @@ def _out(message: str) -> None:
     print(f"neural_rom: {message}", flush=True)
 
 
-def _stages():
-    from . import stages
-
-    return stages
-
-
 def _abspath(path: str) -> Path:
     return Path(bpy.path.abspath(path)).expanduser()
 
@@ -524,7 +519,8 @@ def cmd_info(args) -> int:
 
 
 def cmd_tetrahedralize(args) -> int:
-    stages = _stages()
+    from . import tets
+
     settings = {}
     if args.tet_size is not None:
         settings["tet_size"] = args.tet_size
@@ -536,7 +532,7 @@ def cmd_tetrahedralize(args) -> int:
         settings["cage_resolution"] = args.cage_resolution
     for obj in select_objects(args.objects):
         _out(f"tetrahedralizing {obj.name}")
-        info = stages.tetrahedralize_object(obj, settings=settings or None)
+        info = tets.tetrahedralize_object(obj, settings=settings or None)
         quality = info.get("quality") or {}
         extra = ""
         if isinstance(quality, dict) and "min_dihedral_deg" in quality:
@@ -546,12 +542,11 @@ def cmd_tetrahedralize(args) -> int:
 
 
 def cmd_bake(args) -> int:
-    from . import jobs
+    from . import bakes, jobs
 
-    stages = _stages()
     scene = bpy.context.scene
     for obj in select_objects(args.objects):
-        spec = stages.make_bake_job(obj, scene, seed=args.seed, variants=args.variants)
+        spec = bakes.make_bake_job(obj, scene, seed=args.seed, variants=args.variants)
         spec["shard"] = list(args.shard)
         if args.out:
             spec["out_dir"] = str(_abspath(args.out))
@@ -565,14 +560,15 @@ def cmd_bake(args) -> int:
         def on_done(result: dict, name: str = name) -> None:
             target = bpy.data.objects.get(name)
             if target is not None:
-                stages.on_bake_done(target, result)
+                bakes.on_bake_done(target, result)
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK
 
 
 def cmd_export_pc2(args) -> int:
-    stages = _stages()
+    from . import export
+
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
     if out is not None and len(objects) > 1 and out.suffix.lower() == ".pc2":
@@ -585,7 +581,7 @@ def cmd_export_pc2(args) -> int:
             path = out
         else:
             path = out / f"{bpy.path.clean_name(obj.name)}.pc2"
-        written = stages.export_pc2(obj, path, bake_path=bake_path)
+        written = export.export_pc2(obj, path, bake_path=bake_path)
         _out(f"{obj.name}: wrote {written}")
     return EXIT_OK
 

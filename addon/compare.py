@@ -24,8 +24,8 @@ import bpy
 import numpy as np
 
 from ..core.errors import CacheError, NeuralRomError, SimulationError
+from . import bakes, paths, simulate, tets
 from . import blender_mesh as bm
-from . import simulate, stages
 
 GHOST_SUFFIX = " (full space)"
 ERROR_ATTRIBUTE = "nrom_error"
@@ -77,7 +77,7 @@ def error_colors(errors: np.ndarray, max_error: float) -> np.ndarray:
 
 def _key(obj: bpy.types.Object, rec) -> tuple:
     s = obj.neural_rom
-    path = stages.load_path(s.model.path) if s.model.path else None
+    path = paths.load_path(s.model.path) if s.model.path else None
     try:
         st = os.stat(path) if path is not None else None
         stamp = (st.st_mtime_ns, st.st_size) if st else None
@@ -87,7 +87,7 @@ def _key(obj: bpy.types.Object, rec) -> tuple:
         str(path),
         stamp,
         s.model.mesh_hash,
-        str(stages.load_path(rec.path)),
+        str(paths.load_path(rec.path)),
         rec.mesh_hash,
         int(rec.frames),
         int(rec.frame_start),
@@ -106,8 +106,8 @@ def compute(obj: bpy.types.Object, scene: bpy.types.Scene, bake_path: str | None
     from ..core.bake import BakeSpec, setup_scenario
     from ..core.compare import error_stats, replay_bake, vertex_errors
 
-    rec = stages.find_bake(obj, bake_path)
-    rm = stages.RenderMap(obj, rec)  # stale, missing, foreign bake: "re-bake"
+    rec = bakes.find_bake(obj, bake_path)
+    rm = bakes.RenderMap(obj, rec)  # stale, missing, foreign bake: "re-bake"
     d = simulate.Driver(obj, scene)  # no model, stale or foreign model: "re-train"
     cache = rm.cache
     if d.model.mesh_hash != cache.mesh_hash:
@@ -123,7 +123,7 @@ def compute(obj: bpy.types.Object, scene: bpy.types.Scene, bake_path: str | None
         raise SimulationError(
             f"The model of '{obj.name}' cannot replay bake '{rec.name}': {e}"
         ) from e
-    reduced = np.stack([stages.render_world(d.tets, p) for p in P])
+    reduced = np.stack([tets.render_world(d.tets, p) for p in P])
     full = np.stack([rm.world(k) for k in range(len(P))])
     errors = vertex_errors(reduced, full)
     return Comparison(
@@ -208,7 +208,7 @@ def result(obj: bpy.types.Object, scene: bpy.types.Scene) -> Comparison:
     if info is None:
         raise NeuralRomError(f"'{obj.name}' is not compared with a bake; run Compare first.")
     bake_path = info.get("bake_path") or None
-    rec = stages.find_bake(obj, bake_path)
+    rec = bakes.find_bake(obj, bake_path)
     c = _results.get(obj.name)
     if c is None or c.key != _key(obj, rec):
         c = compute(obj, scene, bake_path)
@@ -250,7 +250,7 @@ def start_comparison(
     Everything is checked and replayed before the scene changes. Playback and simulation
     of ``obj`` are stopped: the comparison drives its vertices.
     """
-    scene = scene or stages._scene_of(obj)
+    scene = scene or paths.scene_of(obj)
     if placement not in ("SIDE", "OVERLAY"):
         raise NeuralRomError(f"Unknown placement {placement!r}: use SIDE or OVERLAY.")
     if display not in ("WIRE", "TRANSPARENT"):
@@ -268,13 +268,13 @@ def start_comparison(
         raise NeuralRomError(
             f"An object named '{name}' already exists and is not a comparison ghost; rename it."
         )
-    rec = stages.find_bake(obj, bake_path)
+    rec = bakes.find_bake(obj, bake_path)
     c = compute(obj, scene, bake_path)  # raises before anything changes
     s = obj.neural_rom
     if s.simulate:
         simulate.stop_simulation(obj)
     if s.playback:
-        stages.stop_playback(obj)
+        bakes.stop_playback(obj)
     bm.store_rest(obj.data)
     ghost = _make_ghost(obj, placement, display)
     st = c.stats

@@ -4,7 +4,7 @@ simulation is on (:func:`.simulate.on_frame_change`).
 
 The per-frame work is one memmap read, the embedding (a sparse matrix product) and one
 ``foreach_set``; the open bake and embedding are kept between frames
-(:func:`stages.render_map`). A bake that stopped fitting its object (edited mesh, new
+(:func:`bakes.render_map`). A bake that stopped fitting its object (edited mesh, new
 tets, deleted files) turns that object's playback off with a message in the console,
 rather than raising inside Blender's frame change.
 """
@@ -15,7 +15,7 @@ import bpy
 from bpy.app.handlers import persistent
 
 from ..core.errors import NeuralRomError
-from . import compare, simulate, stages
+from . import bakes, compare, simulate
 
 
 @persistent
@@ -25,10 +25,10 @@ def on_frame_change(scene: bpy.types.Scene, depsgraph=None) -> None:
         if s is None or not s.playback or obj.type != "MESH" or obj.mode == "EDIT":
             continue  # edit mode keeps its own copy of the mesh: writing it would be lost
         try:
-            stages.apply_frame(obj, scene.frame_current)
+            bakes.apply_frame(obj, scene.frame_current)
         except (NeuralRomError, OSError) as e:
             print(f"Neural ROM: playback of '{obj.name}' stopped: {e}")
-            stages.stop_playback(obj)
+            bakes.stop_playback(obj)
     simulate.on_frame_change(scene)
     compare.on_frame_change(scene)
 
@@ -36,7 +36,7 @@ def on_frame_change(scene: bpy.types.Scene, depsgraph=None) -> None:
 @persistent
 def on_load(_filepath=None) -> None:
     # bakes and embeddings of the previous file must not be reused by name
-    stages._forget_caches()
+    bakes.forget()
     simulate.forget()
     compare.forget()
 
@@ -65,7 +65,7 @@ def unregister_handlers() -> None:
     for handlers, fn in _HANDLERS:
         for h in [h for h in handlers if _same(h, fn)]:
             handlers.remove(h)
-    stages._forget_caches()
+    bakes.forget()
     simulate.forget()
     compare.forget()
 

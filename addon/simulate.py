@@ -26,8 +26,8 @@ import bpy
 import numpy as np
 
 from ..core.errors import CacheError, NeuralRomError
+from . import bakes, export, paths, tets
 from . import blender_mesh as bm
-from . import stages
 from .framecache import FrameCache, inputs_digest
 
 # Set while a driver samples other frames (scene.frame_set re-enters the handlers).
@@ -46,12 +46,12 @@ def clear_poke(name: str) -> None:
 
 
 def scene_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
-    return stages._colliders(obj, scene)
+    return bakes.scene_colliders(obj, scene)
 
 
 def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None = None) -> list:
     """core Colliders of the scene's collider objects (at ``mats``, default: now), sized
-    and placed the way :func:`stages.make_bake_job` samples them."""
+    and placed the way :func:`bakes.make_bake_job` samples them."""
     from ..core.colliders import Collider
 
     out = []
@@ -80,7 +80,7 @@ def _digest(colliders: list, forces: np.ndarray | None, pins: np.ndarray | None 
 def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
     """What the simulated frames depend on, besides the per-frame inputs."""
     s = obj.neural_rom
-    path = stages.load_path(s.model.path) if s.model.path else None
+    path = paths.load_path(s.model.path) if s.model.path else None
     try:
         st = os.stat(path) if path is not None else None
         stamp = (st.st_mtime_ns, st.st_size) if st else None
@@ -93,7 +93,7 @@ def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
         s.tets_hash,
         s.model.mesh_hash,
         int(scene.frame_start),
-        stages.scene_dt(scene),
+        bakes.scene_dt(scene),
         tuple(sorted(s.material_values().items())),
         cols,
     )
@@ -113,19 +113,19 @@ class Driver:
         if not s.model.path:
             raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
         self.name = obj.name
-        self.tets = stages.load_tets(obj)  # missing or edited: re-tetrahedralize
+        self.tets = tets.load_tets(obj)  # missing or edited: re-tetrahedralize
         if s.model.tets_hash and s.model.tets_hash != s.tets_hash:
             raise CacheError(
                 f"'{obj.name}' was re-tetrahedralized after its model was trained; re-bake and "
                 "re-train."
             )
-        path = stages.load_path(s.model.path)
+        path = paths.load_path(s.model.path)
         if not path.is_file():
             raise CacheError(
                 f"The model of '{obj.name}' is missing ({path}); train again (or check that the "
                 "cache folder moved with the .blend)."
             )
-        mesh_hash = stages.world_mesh_hash(obj, scene)
+        mesh_hash = tets.world_mesh_hash(obj, scene)
         try:
             self.sim, self.model = load_simulator(path, expect_mesh_hash=mesh_hash)
         except CacheError as e:
@@ -134,7 +134,7 @@ class Driver:
                 "baking also changes its mesh: put it back, or re-bake and re-train.)"
             ) from e
         rest = self.sim.rest_positions()
-        n_render = len(stages.render_world(self.tets, rest))
+        n_render = len(tets.render_world(self.tets, rest))
         if n_render != len(obj.data.vertices):
             raise CacheError(
                 f"The model of '{obj.name}' has {n_render} render vertices but the mesh has "
@@ -245,8 +245,8 @@ class Driver:
         if self.tets.embedding is not None:
             # barycentric rows sum to 1, so the affine map commutes with the embedding:
             # transform the (few) cage nodes rather than the (many) render vertices
-            return stages.render_world(self.tets, bm.to_local(P, matrix_world))
-        return bm.to_local(stages.render_world(self.tets, P), matrix_world)
+            return tets.render_world(self.tets, bm.to_local(P, matrix_world))
+        return bm.to_local(tets.render_world(self.tets, P), matrix_world)
 
 
 _drivers: dict[str, Driver] = {}
@@ -286,7 +286,7 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
 
     Validates the model first, then saves the rest shape and shows the current frame.
     """
-    scene = scene or stages._scene_of(obj)
+    scene = scene or paths.scene_of(obj)
     if obj.type != "MESH":
         raise NeuralRomError(f"'{obj.name}' is not a mesh.")
     if obj.data.shape_keys is not None:
@@ -297,7 +297,7 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     _drivers.pop(obj.name, None)
     d = driver(obj, scene)  # raises before anything changes
     if obj.neural_rom.playback:
-        stages.stop_playback(obj)
+        bakes.stop_playback(obj)
     bm.store_rest(obj.data)
     obj.neural_rom.simulate = True
     apply_frame(obj, scene)
@@ -315,7 +315,7 @@ def stop_simulation(obj: bpy.types.Object) -> None:
 
 def reset_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) -> None:
     """Forget the simulated frames (the next frame change simulates from rest)."""
-    scene = scene or stages._scene_of(obj)
+    scene = scene or paths.scene_of(obj)
     d = _drivers.get(obj.name)
     if d is not None:
         d.reset(scene, obj)
@@ -328,7 +328,7 @@ def reset_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
 
 
 def default_sim_pc2_path(obj: bpy.types.Object) -> Path:
-    return stages.cache_dir(obj) / f"{bpy.path.clean_name(obj.name)}_reduced.pc2"
+    return paths.cache_dir(obj) / f"{bpy.path.clean_name(obj.name)}_reduced.pc2"
 
 
 def export_simulation_pc2(
@@ -347,7 +347,7 @@ def export_simulation_pc2(
     """
     from ..core.pc2 import write_pc2
 
-    scene = scene or stages._scene_of(obj)
+    scene = scene or paths.scene_of(obj)
     start = int(scene.frame_start if frame_start is None else frame_start)
     end = int(scene.frame_end if frame_end is None else frame_end)
     if end < start:
@@ -406,8 +406,8 @@ def export_simulation_pc2(
     if obj.neural_rom.simulate:
         stop_simulation(obj)
     if obj.neural_rom.playback:
-        stages.stop_playback(obj)
-    stages.wire_mesh_cache(obj, path, start, stages.SIM_MODIFIER_NAME)
+        bakes.stop_playback(obj)
+    export.wire_mesh_cache(obj, path, start, export.SIM_MODIFIER_NAME)
     steps = d.step_seconds
     return path, {
         "frames": end - start + 1,

@@ -1,7 +1,7 @@
 """Training stages of an object: the train job, recording its result, clearing the model.
 
-Shared by the Train operator and the command line. Like :mod:`.stages`, everything is
-validated first and the scene changed last.
+Shared by the Train operator and the command line. Like the other stages (:mod:`.tets`,
+:mod:`.bakes`), everything is validated first and the scene changed last.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import bpy
 
 from ..core import registry
 from ..core.errors import NeuralRomError
+from .bakes import open_bake
+from .paths import cache_dir, load_path, store_path
 from .prefs import get_preferences
-from .stages import cache_dir, load_path, load_tets, open_bake, store_path
+from .tets import load_tets
 
 MODELS_DIR = "models"
 

@@ -15,7 +15,7 @@ the real call path by timing wrappers around:
 * ``inputs``: scene colliders, pokes and the inputs digest
 * ``step``: :meth:`ReducedSimulation.step` (Newton on the cubature sub-mesh)
 * ``decode``: ``X + U q`` of the tet nodes and the frame cache copy
-* ``embed``: tet nodes -> render vertices (:func:`stages.render_world`) and to local space
+* ``embed``: tet nodes -> render vertices (:func:`tets.render_world`) and to local space
 * ``write``: :func:`blender_mesh.set_positions` (float32, the ``position`` attribute's
   ``foreach_set``, ``mesh.update``)
 * ``blender``: the rest of ``frame_set`` (Blender's own frame change and depsgraph update)
@@ -65,7 +65,7 @@ def register_addon():
 
 def build(bpy, folder: Path, args) -> object:
     """The hanging sphere, tetrahedralized, baked and trained; returns the object."""
-    from neural_rom.addon import stages, training
+    from neural_rom.addon import bakes, tets, training
     from neural_rom.core import bake, meshfile
     from neural_rom.training.worker import run
 
@@ -98,16 +98,16 @@ def build(bpy, folder: Path, args) -> object:
     bpy.context.view_layer.objects.active = obj
     scene = bpy.context.scene
     t0 = time.perf_counter()
-    info = stages.tetrahedralize_object(obj)
+    info = tets.tetrahedralize_object(obj)
     t1 = time.perf_counter()
-    job = stages.make_bake_job(obj, scene)
+    job = bakes.make_bake_job(obj, scene)
     paths = bake.bake_variants(
         meshfile.read_tetmesh(job["mesh"]),
         bake.BakeSpec.from_dict(job["spec"]),
         job["out_dir"],
         job["name"],
     )
-    stages.on_bake_done(obj, {"paths": [str(p) for p in paths]})
+    bakes.on_bake_done(obj, {"paths": [str(p) for p in paths]})
     t2 = time.perf_counter()
     if not training.on_train_done(obj, run(training.make_train_job(obj, scene))):
         raise SystemExit("Training wrote no model.")
@@ -155,7 +155,7 @@ def measure(bpy, obj, frames: int, rounds: int = 3) -> dict:
     """Step the timeline frame by frame with ``frame_set``, from rest, ``rounds`` times;
     mean ms per frame, by part, of the fastest round (the machine is shared)."""
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import simulate, stages
+    from neural_rom.addon import simulate, tets
 
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, frames + 1
@@ -174,7 +174,7 @@ def measure(bpy, obj, frames: int, rounds: int = 3) -> dict:
         t.wrap(d.sim, "step", "step")
         t.wrap(d.sim, "positions", "decode")
         t.wrap(d.cache, "put", "decode")
-        t.wrap(stages, "render_world", "embed")
+        t.wrap(tets, "render_world", "embed")
         t.wrap(bm, "to_local", "embed")
         t.wrap(bm, "set_positions", "write")
         iters, step = [], d.sim.step

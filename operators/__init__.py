@@ -1,4 +1,5 @@
-"""bpy Operators (``neural_rom.<verb>``): thin wrappers over :mod:`..addon.stages`."""
+"""bpy Operators (``neural_rom.<verb>``): thin wrappers over the stages in
+:mod:`..addon` (tets, bakes, export, training, simulate, compare)."""
 
 from . import bake, compare, interpreter, model, playback, poke, tets
 

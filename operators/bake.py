@@ -5,7 +5,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty
 
-from ..addon import props, stages
+from ..addon import bakes, props
 from ..core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job
 
@@ -31,8 +31,8 @@ class NEURAL_ROM_OT_bake(bpy.types.Operator):
             context,
             noun="Bake",
             gerund="Baking",
-            make_job=stages.make_bake_job,
-            on_done=stages.on_bake_done,
+            make_job=bakes.make_bake_job,
+            on_done=bakes.on_bake_done,
             pending="pending_bake",
             summary=summary,
         )
@@ -65,7 +65,7 @@ class NEURAL_ROM_OT_clear_bake(bpy.types.Operator):
         if obj is None:
             return fail(self, "The active object is not Deformable.")
         try:
-            n = stages.clear_bakes(obj, all_bakes=self.all_bakes, delete_files=self.delete_files)
+            n = bakes.clear_bakes(obj, all_bakes=self.all_bakes, delete_files=self.delete_files)
         except NeuralRomError as e:
             return fail(self, str(e))
         self.report({"INFO"}, f"Cleared {n} bake(s) of '{obj.name}'")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from ..addon import simulate, stages, training
+from ..addon import export, simulate, training
 from ..core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job, run_toggle, toggle_items
 
@@ -168,7 +168,7 @@ class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
         self.report(
             {"INFO"},
             f"Wrote {stats['frames']} frames to {path} ({stats['step_ms']:.2f} ms per step) "
-            f"and the '{stages.SIM_MODIFIER_NAME}' modifier",
+            f"and the '{export.SIM_MODIFIER_NAME}' modifier",
         )
         return {"FINISHED"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from ..addon import stages
+from ..addon import bakes, export
 from ..core.errors import NeuralRomError
 from ._common import active_deformable, fail, run_toggle, toggle_items
 
@@ -30,8 +30,8 @@ class NEURAL_ROM_OT_playback(bpy.types.Operator):
             self,
             context,
             lambda obj: obj.neural_rom.playback,
-            stages.start_playback,
-            stages.stop_playback,
+            bakes.start_playback,
+            bakes.stop_playback,
         )
 
 
@@ -54,7 +54,7 @@ class NEURAL_ROM_OT_export_pc2(bpy.types.Operator):
         obj = active_deformable(context)
         if not self.filepath and obj is not None:
             try:
-                self.filepath = str(stages.default_pc2_path(obj))
+                self.filepath = str(export.default_pc2_path(obj))
             except NeuralRomError:
                 self.filepath = bpy.path.clean_name(obj.name) + ".pc2"
         context.window_manager.fileselect_add(self)
@@ -65,10 +65,10 @@ class NEURAL_ROM_OT_export_pc2(bpy.types.Operator):
         if obj is None:
             return fail(self, "The active object is not Deformable.")
         try:
-            path = stages.export_pc2(obj, self.filepath or None)
+            path = export.export_pc2(obj, self.filepath or None)
         except NeuralRomError as e:
             return fail(self, str(e))
-        self.report({"INFO"}, f"Wrote {path} and the '{stages.MODIFIER_NAME}' modifier")
+        self.report({"INFO"}, f"Wrote {path} and the '{export.MODIFIER_NAME}' modifier")
         return {"FINISHED"}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty
 
-from ..addon import stages
+from ..addon import paths, preview, tets
 from ..core.errors import NeuralRomError
 from ._common import active_object, fail
 
@@ -37,10 +37,10 @@ class NEURAL_ROM_OT_tetrahedralize(bpy.types.Operator):
             )
         try:
             for obj in objs:  # every cache directory usable before any (long) meshing
-                stages.cache_dir(obj)
+                paths.cache_dir(obj)
             # mesh everything first: one bad mesh leaves every object as it was
-            results = [stages.compute_tets(obj) for obj in objs]
-            infos = [stages.store_tets(obj, r) for obj, r in zip(objs, results)]
+            results = [tets.compute_tets(obj) for obj in objs]
+            infos = [tets.store_tets(obj, r) for obj, r in zip(objs, results)]
         except NeuralRomError as e:
             return fail(self, str(e))
         text = ", ".join(
@@ -77,7 +77,7 @@ class NEURAL_ROM_OT_preview_tets(bpy.types.Operator):
         if obj is None or not obj.neural_rom.tets_path:
             return fail(self, "The active object has no tets; run Tetrahedralize first.")
         try:
-            prev = stages.build_preview(obj, cutaway=self.cutaway)
+            prev = preview.build_preview(obj, cutaway=self.cutaway)
         except NeuralRomError as e:
             return fail(self, str(e))
         self.report({"INFO"}, f"Tet preview '{prev.name}' ({obj.neural_rom.tets_count} tets)")
@@ -97,7 +97,7 @@ class NEURAL_ROM_OT_clear_preview(bpy.types.Operator):
             return fail(self, "No active object.")
         if obj.neural_rom.preview_of:  # the preview itself is active
             obj = bpy.data.objects.get(obj.neural_rom.preview_of) or obj
-        if not stages.remove_preview(obj):
+        if not preview.remove_preview(obj):
             return fail(self, f"'{obj.name}' has no tet preview.")
         return {"FINISHED"}
 

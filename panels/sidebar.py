@@ -167,7 +167,7 @@ class NEURAL_ROM_PT_simulation(_DeformableSub, bpy.types.Panel):
         col = self.layout.column()
         col.prop(s, "dt_from_scene")
         if s.dt_from_scene:
-            from ..addon.stages import scene_dt
+            from ..addon.bakes import scene_dt
 
             col.label(text=f"dt = {scene_dt(context.scene):.4f} s (scene frame rate)")
         else:
@@ -426,7 +426,7 @@ class NEURAL_ROM_PT_cache(_Sidebar, bpy.types.Panel):
     bl_options = {"DEFAULT_CLOSED"}
 
     def draw(self, context):
-        from ..addon.stages import cache_base
+        from ..addon.paths import cache_base
 
         col = self.layout.column()
         col.prop(context.scene.neural_rom_scene, "cache_dir")

@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     import bpy
-    from neural_rom.addon import simulate, stages
+    from neural_rom.addon import bakes, simulate
+    from neural_rom.addon.tets import load_tets, render_world
 
     t0 = time.perf_counter()
     ball = build(bpy, out, args.quick)
@@ -110,16 +111,15 @@ def main(argv=None) -> int:
     )
 
     scene = bpy.context.scene
-    rm = stages.render_map(ball)
+    rm = bakes.render_map(ball)
     frames = rr.pick_frames(rm, 4)
     full = [rm.world(k) for k in frames]
-    tets = stages.load_tets(ball)
+    tets = load_tets(ball)
     assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
     driver = simulate.Driver(ball, scene)
     t = time.perf_counter()
     reduced = [
-        stages.render_world(tets, driver.positions_at(scene.frame_start + k, ball, scene))
-        for k in frames
+        render_world(tets, driver.positions_at(scene.frame_start + k, ball, scene)) for k in frames
     ]
     steps = max(frames)
     err = max(float(np.linalg.norm(a - b, axis=1).max()) for a, b in zip(full, reduced))

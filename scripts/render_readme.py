@@ -192,10 +192,10 @@ def _smooth(obj) -> None:
 
 def filmstrip(bpy, ball, spacing=1.35) -> tuple[list, tuple, float]:
     """Copies of the ball at several bake frames, side by side along X; hides the original."""
+    from neural_rom.addon import bakes
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import stages
 
-    rm = stages.render_map(ball)
+    rm = bakes.render_map(ball)
     frames = pick_frames(rm, 5)
     copies = []
     x0 = -spacing * (len(frames) - 1) / 2
@@ -299,7 +299,7 @@ def tets_picture(bpy, hide, out: Path) -> None:
     """Left: a closed sphere's tets, cut in half. Right: Suzanne (open, non-manifold)
     inside the tetrahedralized cage that carries her."""
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import stages
+    from neural_rom.addon import preview
     from neural_rom.core import surface as core_surface
 
     for o in hide:
@@ -329,14 +329,14 @@ def tets_picture(bpy, hide, out: Path) -> None:
         assert bpy.ops.neural_rom.tetrahedralize() == {"FINISHED"}
     scene.frame_set(scene.frame_current)
 
-    cut = stages.build_preview(sphere, cutaway=True)
+    cut = preview.build_preview(sphere, cutaway=True)
     sphere.hide_render = True
     cut.hide_render = False
     cut.data.materials.append(_material(bpy, "Tets", (0.35, 0.55, 0.85), 0.6))
     bpy.context.view_layer.update()
     _edges(bpy, cut, "TetEdges", (0.04, 0.06, 0.1), 0.005, replace=False)
 
-    cage = stages.build_preview(monkey)
+    cage = preview.build_preview(monkey)
     bpy.context.view_layer.update()
     _edges(bpy, cage, "CageEdges", (0.2, 0.35, 0.6), 0.004)
     cage.hide_render = True

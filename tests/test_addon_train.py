@@ -104,17 +104,17 @@ def select_only(bpy, obj):
 
 
 def bake_in_process(obj, scene):
-    from neural_rom.addon import stages
+    from neural_rom.addon.bakes import make_bake_job, on_bake_done
     from neural_rom.core import bake, meshfile
 
-    job = stages.make_bake_job(obj, scene)
+    job = make_bake_job(obj, scene)
     paths = bake.bake_variants(
         meshfile.read_tetmesh(job["mesh"]),
         bake.BakeSpec.from_dict(job["spec"]),
         job["out_dir"],
         job["name"],
     )
-    stages.on_bake_done(obj, {"paths": [str(p) for p in paths]})
+    on_bake_done(obj, {"paths": [str(p) for p in paths]})
 
 
 def train_in_process(obj, scene):
@@ -145,17 +145,17 @@ def straight_run(bpy, obj, frames, colliders=None):
     """Local render positions of the reduced model stepped straight from rest, frame by
     frame, with core alone: the reference the scrubbed driver must reproduce."""
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import stages
+    from neural_rom.addon.tets import load_tets, render_world
     from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
 
     sim, _ = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
-    tets = stages.load_tets(obj)
+    tets = load_tets(obj)
     M = bm.matrix(obj)
-    out = {1: bm.to_local(stages.render_world(tets, sim.positions()), M)}
+    out = {1: bm.to_local(render_world(tets, sim.positions()), M)}
     for f in range(2, frames + 1):
         sim.step(FrameInputs(colliders=list(colliders or [])))
-        out[f] = bm.to_local(stages.render_world(tets, sim.positions()), M)
+        out[f] = bm.to_local(render_world(tets, sim.positions()), M)
     return out
 
 
@@ -419,9 +419,7 @@ def test_autoencoder_method_trains_and_simulates_from_the_panel(addon, blend_fil
     ae.latent_dim = 2
     ae.hidden, ae.epochs, ae.batch_size = "16, 16", 30, 32
     settings = s.model_settings()
-    assert (
-        settings["hidden"] == [16, 16] and settings["latent_dim"] == 2 and settings["k"] == 4
-    )
+    assert settings["hidden"] == [16, 16] and settings["latent_dim"] == 2 and settings["k"] == 4
     # only the autoencoder's own settings are sent to it
     assert set(settings) == {st.name for st in s.method().settings}
     draw_all(bpy, obj)  # the panel draws the autoencoder fields (checked against UILayout)
@@ -444,7 +442,8 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     vertices on the animated object (local rest positions) while the free end swings,
     identically when scrubbed and when stepped straight through with core."""
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import simulate, stages
+    from neural_rom.addon import simulate
+    from neural_rom.addon.tets import load_tets, render_world
     from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
 
@@ -494,12 +493,12 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
 
     # the same frames stepped straight through with core and the object's matrices
     sim, _ = load_simulator(bpy.path.abspath(s.model.path))
-    tets = stages.load_tets(obj)
+    tets = load_tets(obj)
     mats = bm.sample_matrices(scene, [obj], range(1, 13))[:, 0]
     pins_local = np.asarray(tets.mesh.X)[sim.pinned]
     for f in range(2, 13):
         sim.step(FrameInputs(pin_targets=bm.to_world(pins_local, mats[f - 1])))
-    ref = bm.to_local(stages.render_world(tets, sim.positions()), mats[-1])
+    ref = bm.to_local(render_world(tets, sim.positions()), mats[-1])
     np.testing.assert_allclose(P, ref, atol=1e-5)
     d = simulate._drivers["Arm"]
     assert len(d.step_seconds) == 11  # scrubbing back never stepped a frame twice

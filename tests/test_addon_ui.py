@@ -270,21 +270,21 @@ def test_bake_play_export_clear_through_the_operators(addon, blend_file):
 
 
 def test_playback_operator_refuses_a_stale_bake(addon, blend_file):
-    from neural_rom.addon import stages
+    from neural_rom.addon.bakes import make_bake_job, on_bake_done
     from neural_rom.core import bake, meshfile
 
     bpy = addon.bpy
     obj = ball(bpy, frames=1)
     select_only(bpy, obj)
     bpy.ops.neural_rom.tetrahedralize()
-    job = stages.make_bake_job(obj, bpy.context.scene)
+    job = make_bake_job(obj, bpy.context.scene)
     paths = bake.bake_variants(
         meshfile.read_tetmesh(job["mesh"]),
         bake.BakeSpec.from_dict(job["spec"]),
         job["out_dir"],
         job["name"],
     )
-    stages.on_bake_done(obj, {"paths": [str(p) for p in paths]})
+    on_bake_done(obj, {"paths": [str(p) for p in paths]})
     obj.data.vertices[3].co.x += 0.02
     with pytest.raises(RuntimeError, match="re-bake"):
         bpy.ops.neural_rom.playback()
@@ -364,27 +364,28 @@ def test_panels_draw_for_every_role(addon, blend_file):
 
     select_only(bpy, obj)
     bpy.ops.neural_rom.tetrahedralize()
-    from neural_rom.addon import stages
+    from neural_rom.addon.bakes import make_bake_job, on_bake_done, start_playback, stop_playback
+    from neural_rom.addon.preview import build_preview
     from neural_rom.core import bake, meshfile
 
-    job = stages.make_bake_job(obj, bpy.context.scene)
+    job = make_bake_job(obj, bpy.context.scene)
     paths = bake.bake_variants(
         meshfile.read_tetmesh(job["mesh"]),
         bake.BakeSpec.from_dict(job["spec"]),
         job["out_dir"],
         job["name"],
     )
-    stages.on_bake_done(obj, {"paths": [str(p) for p in paths]})
-    stages.start_playback(obj)
+    on_bake_done(obj, {"paths": [str(p) for p in paths]})
+    start_playback(obj)
     log = draw_all(bpy, obj)
     assert {"NEURAL_ROM_PT_bake", "NEURAL_ROM_PT_playback"} <= panels(log)
     t = texts(log)
     assert f"{obj.neural_rom.tets_count} tets" in t and "3 frames" in t and "Stop Playback" in t
     assert any(n == "template_list" for n, _ in log)
-    stages.stop_playback(obj)
+    stop_playback(obj)
 
     # a tet preview object
-    stages.build_preview(obj)
+    build_preview(obj)
     log = draw_all(bpy, bpy.data.objects["Ball_tets"])
     assert "Tet preview of 'Ball'" in texts(log)
 

@@ -179,19 +179,20 @@ def test_replay_refuses_a_model_that_does_not_fit(tmp_path):
 
 def _by_hand(bpy, obj, rec):
     """Reduced and full render positions (world) of every bake frame, stepped by hand."""
-    from neural_rom.addon import stages
+    from neural_rom.addon.bakes import RenderMap
+    from neural_rom.addon.tets import load_tets, render_world
     from neural_rom.core.registry import load_simulator
 
-    rm = stages.RenderMap(obj, rec)
+    rm = RenderMap(obj, rec)
     cache = rm.cache
     sim, _ = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
     _, driver = bk.setup_scenario(cache.X, cache.T, bk.BakeSpec.from_dict(cache.meta["spec"]))
     assert np.abs(driver.x0 - sim.X).max() == 0  # random pokes start at rest
-    tets = stages.load_tets(obj)
-    red = [stages.render_world(tets, sim.positions())]
+    tets = load_tets(obj)
+    red = [render_world(tets, sim.positions())]
     for f in range(1, cache.n_frames):
         sim.step(FrameInputs(forces=driver.forces[f], colliders=driver.colliders(f)))
-        red.append(stages.render_world(tets, sim.positions()))
+        red.append(render_world(tets, sim.positions()))
     return rm, np.stack(red), np.stack([rm.world(k) for k in range(cache.n_frames)])
 
 

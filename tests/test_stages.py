@@ -1,4 +1,5 @@
-"""addon/stages.py and addon/blender_mesh.py with the PyPI bpy: cache paths, tets, bake
+"""The stages (addon/paths.py, tets.py, bakes.py, export.py, preview.py) and
+addon/blender_mesh.py with the PyPI bpy: cache paths, tets, bake
 jobs (collider animation, pins), bake records, playback, PC2 export, staleness."""
 
 from __future__ import annotations
@@ -10,12 +11,6 @@ import numpy as np
 import pytest
 
 from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
-
-
-def _stages():
-    from neural_rom.addon import stages
-
-    return stages
 
 
 def _bm():
@@ -35,14 +30,14 @@ def make_ball(bpy, name="Ball", location=(0.0, 0.0, 1.0), radius=0.5):
 
 def run_bake(obj, scene, **kw):
     """Bake the object's job in-process (what the worker does) and record it."""
+    from neural_rom.addon.bakes import make_bake_job, on_bake_done
     from neural_rom.core import bake, meshfile
 
-    stages = _stages()
-    job = stages.make_bake_job(obj, scene, **kw)
+    job = make_bake_job(obj, scene, **kw)
     tm = meshfile.read_tetmesh(job["mesh"])
     spec = bake.BakeSpec.from_dict(job["spec"])
     paths = bake.bake_variants(tm, spec, job["out_dir"], job["name"], overwrite=True)
-    stages.on_bake_done(obj, {"paths": [str(p) for p in paths]})
+    on_bake_done(obj, {"paths": [str(p) for p in paths]})
     return job, paths
 
 
@@ -50,35 +45,43 @@ def run_bake(obj, scene, **kw):
 
 
 def test_cache_dir_needs_a_saved_file_when_relative(addon):
+    from neural_rom.addon.paths import cache_dir
+
     bpy = addon.bpy
     obj = make_ball(bpy)
     with pytest.raises(Exception, match="Save the .blend file first"):
-        _stages().cache_dir(obj)
+        cache_dir(obj)
 
 
 def test_cache_dir_relative_to_blend_and_stored_relative(addon, blend_file):
+    from neural_rom.addon.paths import cache_dir, store_path
+
     bpy = addon.bpy
     obj = make_ball(bpy, name="My Ball")
-    d = _stages().cache_dir(obj)
+    d = cache_dir(obj)
     assert d == blend_file.parent / "neural_rom" / bpy.path.clean_name("My Ball")
     assert d.is_dir()
-    assert _stages().store_path(obj, d / "x.npz").startswith("//neural_rom/")
+    assert store_path(obj, d / "x.npz").startswith("//neural_rom/")
 
 
 def test_cache_dir_unwritable_is_a_clear_error(addon, tmp_path):
+    from neural_rom.addon.paths import cache_dir
+
     bpy = addon.bpy
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("a file where the cache directory should be")
     bpy.context.scene.neural_rom_scene.cache_dir = str(blocker / "cache")
     obj = make_ball(bpy)
     with pytest.raises(Exception, match="Cannot write to the cache directory"):
-        _stages().cache_dir(obj)
+        cache_dir(obj)
 
 
 def test_cache_dir_from_preferences(addon, tmp_path):
+    from neural_rom.addon.paths import cache_dir
+
     addon.prefs.cache_dir = str(tmp_path / "prefcache")
     obj = make_ball(addon.bpy)
-    assert _stages().cache_dir(obj) == tmp_path / "prefcache" / "Ball"
+    assert cache_dir(obj) == tmp_path / "prefcache" / "Ball"
 
 
 # ------------------------------------------------------------------------ mesh I/O
@@ -145,38 +148,40 @@ def test_collider_shapes_from_empties_and_meshes(addon):
 
 def test_tetrahedralize_cube_keeps_surface_and_stores_relative(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+
     bpy.ops.mesh.primitive_cube_add(size=1.0, location=(0.0, 0.0, 2.0))
     cube = bpy.context.object
     cube.neural_rom.embedding = "NEVER"
-    info = stages.tetrahedralize_object(cube)
+    info = tetrahedralize_object(cube)
     s = cube.neural_rom
     assert s.role == "DEFORMABLE"
     assert not s.tets_embedded and s.tets_surface == 8
     assert s.tets_path == "//neural_rom/Cube/tets.npz"
     assert info["n_tets"] == s.tets_count > 0
     assert s.tets_quality_min > 0
-    tets = stages.load_tets(cube)
+    tets = load_tets(cube)
     # local space: the first nodes are the cube's own vertices
     np.testing.assert_allclose(tets.mesh.X[:8], _bm().get_positions(cube.data), atol=1e-6)
 
 
 def test_monkey_goes_through_the_cage(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+
     bpy.ops.mesh.primitive_monkey_add()
     monkey = bpy.context.object
     monkey.neural_rom.cage_resolution = 8
     monkey.neural_rom.embedding = "NEVER"
     with pytest.raises(Exception, match="cage"):
-        stages.tetrahedralize_object(monkey)
+        tetrahedralize_object(monkey)
     assert monkey.neural_rom.tets_path == "" and monkey.neural_rom.role == "NONE"
     assert not (blend_file.parent / "neural_rom" / "Suzanne" / "tets.npz").exists()
     monkey.neural_rom.embedding = "AUTO"
-    stages.tetrahedralize_object(monkey)
+    tetrahedralize_object(monkey)
     s = monkey.neural_rom
     assert s.tets_embedded and s.embedding_path.startswith("//neural_rom/")
-    tets = stages.load_tets(monkey)
+    tets = load_tets(monkey)
     # the embedding reproduces the render mesh from the rest cage
     np.testing.assert_allclose(
         tets.embedding.apply(tets.mesh.X), _bm().get_positions(monkey.data), atol=1e-5
@@ -185,13 +190,16 @@ def test_monkey_goes_through_the_cage(addon, blend_file):
 
 def test_settings_survive_save_reload_and_a_moved_folder(addon, blend_file, tmp_path):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import find_bake, open_bake
+    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+
     obj = make_ball(bpy)
     obj.neural_rom.material_preset = "jelly"
     obj.neural_rom.scenario = "random_pokes"
     obj.neural_rom.scenario_params["count"].int_value = 7
     obj.neural_rom.frames = 2
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     run_bake(obj, bpy.context.scene)
     bpy.ops.wm.save_mainfile()
     moved = tmp_path / "moved"
@@ -201,9 +209,9 @@ def test_settings_survive_save_reload_and_a_moved_folder(addon, blend_file, tmp_
     obj = bpy.data.objects["Ball"]
     s = obj.neural_rom
     assert s.material_preset == "jelly" and s.scenario_dict()["count"] == 7
-    assert stages.load_path(s.tets_path) == moved / "neural_rom" / "Ball" / "tets.npz"
-    stages.load_tets(obj)
-    cache = stages.open_bake(obj, stages.find_bake(obj))
+    assert load_path(s.tets_path) == moved / "neural_rom" / "Ball" / "tets.npz"
+    load_tets(obj)
+    cache = open_bake(obj, find_bake(obj))
     assert cache.n_frames == 3
 
 
@@ -212,11 +220,13 @@ def test_settings_survive_save_reload_and_a_moved_folder(addon, blend_file, tmp_
 
 def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import make_bake_job
+    from neural_rom.addon.tets import tetrahedralize_object
+
     scene = bpy.context.scene
     obj = make_ball(bpy)
     obj.neural_rom.frames = 4
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     bpy.ops.object.empty_add(type="SPHERE", location=(0, 0, 3))
     coll = bpy.context.object
     coll.neural_rom.role = "COLLIDER"
@@ -227,7 +237,7 @@ def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_fil
         coll.keyframe_insert("location", frame=f)
     scene.frame_start = 1
     scene.frame_set(3)
-    job = stages.make_bake_job(obj, scene)
+    job = make_bake_job(obj, scene)
     assert scene.frame_current == 3  # restored
     assert job["kind"] == "bake" and job["shard"] == [0, 1]
     spec = job["spec"]
@@ -253,7 +263,9 @@ def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_fil
 
 def test_pins_animated_with_the_object(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import make_bake_job
+    from neural_rom.addon.tets import tetrahedralize_object
+
     scene = bpy.context.scene
     bpy.ops.mesh.primitive_cube_add(size=1.0)
     obj = bpy.context.object
@@ -263,15 +275,15 @@ def test_pins_animated_with_the_object(addon, blend_file):
     top = [v.index for v in obj.data.vertices if v.co.z > 0]
     obj.vertex_groups.new(name="top").add(top, 1.0, "REPLACE")
     obj.neural_rom.pin_group = "top"
-    stages.tetrahedralize_object(obj)
-    job = stages.make_bake_job(obj, scene)
+    tetrahedralize_object(obj)
+    job = make_bake_job(obj, scene)
     assert sorted(job["spec"]["pinned"]) == sorted(top)
     assert job["spec"]["pin_targets"] is None  # not animated: held at rest
     obj.location.x = 0.0
     obj.keyframe_insert("location", frame=1)
     obj.location.x = 3.0
     obj.keyframe_insert("location", frame=4)
-    job = stages.make_bake_job(obj, scene)
+    job = make_bake_job(obj, scene)
     P = np.array(job["spec"]["pin_targets"])
     assert P.shape == (4, 4, 3)
     np.testing.assert_allclose(P[-1] - P[0], np.tile([3.0, 0, 0], (4, 1)), atol=1e-6)
@@ -279,32 +291,36 @@ def test_pins_animated_with_the_object(addon, blend_file):
 
 def test_pin_errors_name_the_group(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import make_bake_job
+    from neural_rom.addon.tets import tetrahedralize_object
+
     obj = make_ball(bpy)
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     obj.neural_rom.pin_group = "Handle"
     with pytest.raises(Exception, match="Pin group 'Handle' does not exist"):
-        stages.make_bake_job(obj, bpy.context.scene)
+        make_bake_job(obj, bpy.context.scene)
     obj.neural_rom.pin_group = ""
     obj.neural_rom.require_pins = True
     with pytest.raises(Exception, match="no pin group"):
-        stages.make_bake_job(obj, bpy.context.scene)
+        make_bake_job(obj, bpy.context.scene)
     obj.neural_rom.require_pins = False
     obj.neural_rom.scenario = "keyframed_colliders"
     obj.neural_rom.scenario_params["move_pins"].bool_value = True
     with pytest.raises(Exception, match="move_pins"):
-        stages.make_bake_job(obj, bpy.context.scene)
+        make_bake_job(obj, bpy.context.scene)
     assert obj.neural_rom.pending_bake == ""
 
 
 def test_bake_job_refuses_an_edited_mesh(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import make_bake_job
+    from neural_rom.addon.tets import tetrahedralize_object
+
     obj = make_ball(bpy)
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     obj.data.vertices[0].co.x += 0.1
     with pytest.raises(Exception, match="re-tetrahedralize"):
-        stages.make_bake_job(obj, bpy.context.scene)
+        make_bake_job(obj, bpy.context.scene)
 
 
 # ------------------------------------------------------------------------ playback, export
@@ -331,16 +347,18 @@ def _expected_local(obj, cache, k, embedding=None, n_surface=None):
 
 def test_playback_writes_cached_frames_in_local_space(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import find_bake, open_bake
+    from neural_rom.addon.tets import tetrahedralize_object
+
     scene = bpy.context.scene
     obj = _transformed_ball(bpy)
     obj.neural_rom.embedding = "NEVER"
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     run_bake(obj, scene)
-    rec = stages.find_bake(obj)
+    rec = find_bake(obj)
     assert rec.frames == 4 and rec.frame_start == scene.frame_start and rec.status == "complete"
     rest = _bm().get_positions(obj.data)
-    cache = stages.open_bake(obj, rec)
+    cache = open_bake(obj, rec)
     bpy.ops.neural_rom.playback(action="START")
     n = obj.neural_rom.tets_surface
     for k in (2, 3, 1, 0):
@@ -361,60 +379,68 @@ def test_playback_writes_cached_frames_in_local_space(addon, blend_file):
 
 def test_playback_through_the_embedding(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import find_bake, open_bake, start_playback, stop_playback
+    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+
     scene = bpy.context.scene
     obj = _transformed_ball(bpy)
     obj.neural_rom.embedding = "ALWAYS"
     obj.neural_rom.cage_resolution = 6
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     assert obj.neural_rom.tets_embedded
     run_bake(obj, scene)
-    cache = stages.open_bake(obj, stages.find_bake(obj))
-    emb = stages.load_tets(obj).embedding
-    stages.start_playback(obj, scene)
+    cache = open_bake(obj, find_bake(obj))
+    emb = load_tets(obj).embedding
+    start_playback(obj, scene)
     scene.frame_set(scene.frame_start + 2)
     np.testing.assert_allclose(
         _bm().get_positions(obj.data), _expected_local(obj, cache, 2, embedding=emb), atol=1e-5
     )
-    stages.stop_playback(obj)
+    stop_playback(obj)
 
 
 def test_stale_bake_refused_and_scene_unchanged(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import start_playback
+    from neural_rom.addon.export import export_pc2
+    from neural_rom.addon.tets import tetrahedralize_object
+
     scene = bpy.context.scene
     obj = make_ball(bpy)
     obj.neural_rom.frames = 1
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     run_bake(obj, scene)
     obj.data.vertices[0].co.z += 0.05  # edit after the bake
     before = _bm().get_positions(obj.data)
     with pytest.raises(Exception, match="re-bake"):
-        stages.start_playback(obj, scene)
+        start_playback(obj, scene)
     with pytest.raises(Exception, match="re-bake"):
-        stages.export_pc2(obj)
+        export_pc2(obj)
     assert not obj.neural_rom.playback and not _bm().has_rest(obj.data)
     assert "Neural ROM Cache" not in obj.modifiers
     np.testing.assert_array_equal(_bm().get_positions(obj.data), before)
     # re-tetrahedralizing does not revive the old bake either: its tets changed
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     with pytest.raises(Exception, match="re-bake"):
-        stages.start_playback(obj, scene)
+        start_playback(obj, scene)
 
 
 def test_export_pc2_wires_a_mesh_cache_modifier(addon, blend_file):
     from neural_rom.core.pc2 import read_pc2
 
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import find_bake, open_bake
+    from neural_rom.addon.export import export_pc2
+    from neural_rom.addon.tets import tetrahedralize_object
+
     scene = bpy.context.scene
     obj = _transformed_ball(bpy)
     obj.neural_rom.embedding = "NEVER"
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     obj.modifiers.new("Subsurf", "SUBSURF")
     run_bake(obj, scene)
-    cache = stages.open_bake(obj, stages.find_bake(obj))
-    path = stages.export_pc2(obj)
+    cache = open_bake(obj, find_bake(obj))
+    path = export_pc2(obj)
     assert path == blend_file.parent / "neural_rom" / "Ball" / "Ball.pc2"
     frames, start, rate = read_pc2(path)
     assert frames.shape == (4, len(obj.data.vertices), 3)
@@ -429,40 +455,44 @@ def test_export_pc2_wires_a_mesh_cache_modifier(addon, blend_file):
         ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
         got = np.array([v.co[:] for v in ev.data.vertices])
         np.testing.assert_allclose(got, _expected_local(obj, cache, k, n_surface=n), atol=1e-5)
-    stages.export_pc2(obj)  # again: the modifier is updated, not duplicated
+    export_pc2(obj)  # again: the modifier is updated, not duplicated
     assert sum(m.type == "MESH_CACHE" for m in obj.modifiers) == 1
 
 
 def test_clear_bakes_deletes_only_bakes(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import clear_bakes
+    from neural_rom.addon.tets import tetrahedralize_object
+
     obj = make_ball(bpy)
     obj.neural_rom.frames = 1
     obj.neural_rom.variants = 2
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     _, paths = run_bake(obj, bpy.context.scene)
     assert len(obj.neural_rom.bakes) == 2 and all(p.is_dir() for p in paths)
     obj.neural_rom.active_bake = 1
-    assert stages.clear_bakes(obj) == 1
+    assert clear_bakes(obj) == 1
     assert paths[0].is_dir() and not paths[1].exists()
-    assert stages.clear_bakes(obj, all_bakes=True) == 1
+    assert clear_bakes(obj, all_bakes=True) == 1
     assert not paths[0].exists() and len(obj.neural_rom.bakes) == 0
     with pytest.raises(Exception, match="no bakes"):
-        stages.clear_bakes(obj)
+        clear_bakes(obj)
 
 
 def test_preview_and_cutaway(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.preview import build_preview, remove_preview
+    from neural_rom.addon.tets import tetrahedralize_object
+
     obj = make_ball(bpy)
-    stages.tetrahedralize_object(obj)
-    full = stages.build_preview(obj)
+    tetrahedralize_object(obj)
+    full = build_preview(obj)
     n_full = len(full.data.polygons)
     assert full.parent == obj and full.display_type == "WIRE" and full.hide_render
     assert len(full.data.vertices) == obj.neural_rom.tets_nodes
-    cut = stages.build_preview(obj, cutaway=True)
+    cut = build_preview(obj, cutaway=True)
     assert cut == full and 0 < len(cut.data.polygons) < n_full
-    assert stages.remove_preview(obj) and obj.name + "_tets" not in bpy.data.objects
+    assert remove_preview(obj) and obj.name + "_tets" not in bpy.data.objects
 
 
 def test_animated_object_plays_back_in_place(addon, blend_file):
@@ -470,7 +500,10 @@ def test_animated_object_plays_back_in_place(addon, blend_file):
     from neural_rom.core.pc2 import read_pc2
 
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import find_bake, open_bake, start_playback, stop_playback
+    from neural_rom.addon.export import export_pc2
+    from neural_rom.addon.tets import tetrahedralize_object
+
     bm = _bm()
     scene = bpy.context.scene
     obj = make_ball(bpy)
@@ -480,17 +513,17 @@ def test_animated_object_plays_back_in_place(addon, blend_file):
         obj.location.x = x
         obj.keyframe_insert("location", frame=f)
     scene.frame_set(1)
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     run_bake(obj, scene)
-    cache = stages.open_bake(obj, stages.find_bake(obj))
+    cache = open_bake(obj, find_bake(obj))
     n = obj.neural_rom.tets_surface
-    stages.start_playback(obj, scene)
+    start_playback(obj, scene)
     for k in (1, 3):
         scene.frame_set(1 + k)
         want = bm.to_local(np.asarray(cache.channel("positions")[k])[:n], bm.matrix(obj))
         np.testing.assert_allclose(bm.get_positions(obj.data), want, atol=1e-5)
-    stages.stop_playback(obj)
-    frames, _, _ = read_pc2(stages.export_pc2(obj))
+    stop_playback(obj)
+    frames, _, _ = read_pc2(export_pc2(obj))
     for k in range(4):
         scene.frame_set(1 + k)
         want = bm.to_local(np.asarray(cache.channel("positions")[k])[:n], bm.matrix(obj))
@@ -499,14 +532,17 @@ def test_animated_object_plays_back_in_place(addon, blend_file):
 
 def test_shape_keys_refuse_playback_but_export(addon, blend_file):
     bpy = addon.bpy
-    stages = _stages()
+    from neural_rom.addon.bakes import start_playback
+    from neural_rom.addon.export import export_pc2
+    from neural_rom.addon.tets import tetrahedralize_object
+
     obj = make_ball(bpy)
     obj.neural_rom.frames = 1
-    stages.tetrahedralize_object(obj)
+    tetrahedralize_object(obj)
     run_bake(obj, bpy.context.scene)
     obj.shape_key_add(name="Basis")
     with pytest.raises(Exception, match="shape keys"):
-        stages.start_playback(obj)
+        start_playback(obj)
     assert not obj.neural_rom.playback
-    stages.export_pc2(obj)
+    export_pc2(obj)
     assert obj.modifiers[0].type == "MESH_CACHE"

@@ -1,0 +1,411 @@
+"""An object's bakes: the bake job (what the worker simulates), recording what it wrote,
+finding and opening a bake (refusing a stale one with "re-bake"), mapping its frames to the
+render mesh, showing it in the viewport (playback), and clearing it.
+
+Each step validates everything it can first and changes the scene last, so a failure
+leaves the scene as it was. A bake simulates in WORLD space (its rest mesh is the tet mesh
+placed at the scene's start frame, written next to the bake); playback maps its positions
+back to local space with the object's current inverse ``matrix_world``. Each bake record
+keeps the ``source_hash`` and ``tets_hash`` it was baked from plus the hash of the world
+mesh it simulated; a mismatch means the bake no longer belongs to the mesh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ..core.errors import CacheError, NeuralRomError
+from ..core.meshfile import write_tetmesh
+from ..core.tetmesh import TetMesh
+from . import blender_mesh as bm
+from .paths import cache_dir, load_path, scene_of, store_path
+from .tets import embedding_nodes, load_tets
+
+BAKES_DIR = "bakes"
+
+
+def _pins(obj: bpy.types.Object, s, scenario: dict) -> np.ndarray:
+    """Pinned render-vertex indices; errors when pins are required but missing."""
+    need = bool(s.require_pins) or bool(scenario.get("move_pins", False))
+    if not s.pin_group:
+        if need:
+            why = (
+                "the scenario moves pins (move_pins)"
+                if scenario.get("move_pins")
+                else "Require Pins is on"
+            )
+            raise NeuralRomError(
+                f"'{obj.name}' has no pin group but {why}; pick a vertex group as Pin Group."
+            )
+        return np.zeros(0, dtype=np.int64)
+    idx = bm.vertex_group_indices(obj, s.pin_group)
+    if need and len(idx) == 0:
+        raise NeuralRomError(
+            f"Pin group '{s.pin_group}' on '{obj.name}' has no vertices with weight >= 0.5; "
+            "assign the vertices to hold in place."
+        )
+    return idx
+
+
+def scene_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
+    """The collider objects of ``scene`` that act on ``obj`` (tet previews excluded)."""
+    return [
+        o
+        for o in scene.objects
+        if o is not obj and o.neural_rom.role == "COLLIDER" and not o.neural_rom.preview_of
+    ]
+
+
+def scene_dt(scene: bpy.types.Scene) -> float:
+    """Seconds per frame of ``scene``."""
+    return float(scene.render.fps_base) / float(scene.render.fps)
+
+
+def make_bake_job(
+    obj: bpy.types.Object,
+    scene: bpy.types.Scene,
+    *,
+    seed: int | None = None,
+    variants: int | None = None,
+    shard: tuple[int, int] = (0, 1),
+) -> dict:
+    """The worker job that bakes ``obj``'s scenario (JSON-able).
+
+    Samples the colliders' and the object's ``matrix_world`` at every frame of the bake
+    range (``scene.frame_start`` .. ``+ frames``; the current frame is restored), writes
+    the world-space rest tet mesh next to the bakes, and records what is being baked on
+    the object (``pending_bake``) for :func:`on_bake_done`.
+
+    Returns
+    -------
+    dict: ``kind`` "bake", ``mesh`` (abs path of the world tets .npz), ``spec``
+    (``BakeSpec.to_dict()``), ``out_dir``, ``name``, ``shard`` [i, N], ``overwrite``.
+    """
+    from ..core import bake as core_bake
+    from ..core import fem
+    from ..core.files import mesh_hash as cache_mesh_hash
+    from ..core.scenarios import validate_scenario
+
+    s = obj.neural_rom
+    if s.role != "DEFORMABLE":
+        raise NeuralRomError(
+            f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
+        )
+    tets = load_tets(obj)
+    material = fem.Material(**s.material_values())
+    material.validate()
+    scenario = s.scenario_dict()
+    if scenario.get("source"):
+        scenario["source"] = bpy.path.abspath(scenario["source"])
+    scenario = validate_scenario(scenario)
+    pins_render = _pins(obj, s, scenario)
+    n_nodes = len(tets.mesh.X)
+    if tets.embedding is not None:
+        pinned = embedding_nodes(tets.embedding, pins_render)
+    else:
+        pinned = pins_render
+    folder = cache_dir(obj)
+
+    frames = int(s.frames)
+    start = int(scene.frame_start)
+    colliders = scene_colliders(obj, scene)
+    mats = bm.sample_matrices(scene, [obj, *colliders], range(start, start + frames + 1))
+    # sizes at the start frame (a collider's scale is not animated in the simulation)
+    shapes = [
+        bm.collider_shape(c, c.neural_rom.collider_shape, mats[0, j])
+        for j, c in enumerate(colliders, start=1)
+    ]
+    X_local = np.asarray(tets.mesh.X, dtype=np.float64)
+    X_world = bm.to_world(X_local, mats[0, 0])
+    pin_targets = None
+    if len(pinned) and not np.allclose(mats[:, 0], mats[0, 0]):
+        Xp = X_local[pinned]
+        pin_targets = (
+            Xp @ np.transpose(mats[:, 0, :3, :3], (0, 2, 1)) + mats[:, 0, None, :3, 3]
+        ).tolist()
+    collider_dicts = []
+    for j, (c, shape) in enumerate(zip(colliders, shapes), start=1):
+        collider_dicts.append(
+            {
+                "kind": shape["kind"],
+                "radius": shape["radius"],
+                "half_length": shape["half_length"],
+                "friction": float(c.neural_rom.collider_friction),
+                "transforms": [
+                    bm.collider_transform(c, shape["centre"], mats[f, j]).tolist()
+                    for f in range(frames + 1)
+                ],
+            }
+        )
+    gravity = tuple(scene.gravity) if scene.use_gravity else (0.0, 0.0, 0.0)
+    spec = core_bake.BakeSpec(
+        material=material.to_dict(),
+        scenario=scenario,
+        frames=frames,
+        dt=scene_dt(scene) if s.dt_from_scene else float(s.dt),
+        substeps=int(s.substeps),
+        gravity=tuple(float(g) for g in gravity),
+        pinned=[int(i) for i in pinned],
+        pin_targets=pin_targets,
+        damping=(float(s.damping_mass), float(s.damping_stiffness)),
+        colliders=collider_dicts,
+        seed=int(s.seed if seed is None else seed),
+        variants=int(s.variants if variants is None else variants),
+    )
+    spec.validate(n_nodes)
+
+    out_dir = folder / BAKES_DIR
+    out_dir.mkdir(exist_ok=True)
+    name = f"{s.scenario}_s{spec.seed}"
+    world = TetMesh(X_world, tets.mesh.T, tets.mesh.n_surface_inputs)
+    mesh_path = out_dir / f"{name}.tets.npz"
+    write_tetmesh(mesh_path, world)
+    s.pending_bake = json.dumps(
+        {
+            "out_dir": str(out_dir),
+            "name": name,
+            "frame_start": start,
+            "scenario": s.scenario,
+            # the identity bake caches record (core.files.mesh_hash), not TetMesh.hash()
+            "mesh_hash": cache_mesh_hash(world.X, world.T),
+            "tets_hash": s.tets_hash,
+            "source_hash": s.source_hash,
+        }
+    )
+    return {
+        "kind": "bake",
+        "mesh": str(mesh_path),
+        "spec": spec.to_dict(),
+        "out_dir": str(out_dir),
+        "name": name,
+        "shard": [int(shard[0]), int(shard[1])],
+        "overwrite": True,
+    }
+
+
+def on_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
+    """Record the bakes a finished (or cancelled) job left on disk on ``obj``.
+
+    ``result`` is the worker's result (``paths`` of the bakes written); without it the
+    bakes of the pending job are found on disk. Every bake with committed frames is
+    recorded, a cancelled bake's prefix included. Returns the recorded paths.
+    """
+    from ..core.cache import BakeCache
+
+    s = obj.neural_rom
+    pending = json.loads(s.pending_bake) if s.pending_bake else {}
+    paths = [Path(p) for p in (result or {}).get("paths", [])]
+    if not paths and pending:
+        paths = sorted(Path(pending["out_dir"]).glob(f"{pending['name']}_v*.nrbake"))
+    recorded = []
+    for p in paths:
+        try:
+            cache = BakeCache.open(p, expect_mesh_hash=pending.get("mesh_hash") or None)
+        except CacheError:
+            continue
+        if cache.n_frames == 0:
+            continue
+        stored = store_path(obj, p)
+        rec = next((b for b in s.bakes if load_path(b.path) == p.resolve()), None)
+        if rec is None:
+            rec = s.bakes.add()
+        rec.name = p.stem
+        rec.path = stored
+        rec.variant = int(p.stem.rsplit("_v", 1)[-1]) if "_v" in p.stem else 0
+        rec.frames = cache.n_frames
+        rec.frame_start = int(pending.get("frame_start", scene_of(obj).frame_start))
+        rec.nbytes = float(cache.nbytes)
+        rec.status = cache.status
+        rec.scenario = pending.get("scenario", cache.meta.get("scenario", {}).get("kind", ""))
+        rec.mesh_hash = cache.mesh_hash
+        rec.tets_hash = pending.get("tets_hash", s.tets_hash)
+        rec.source_hash = pending.get("source_hash", s.source_hash)
+        recorded.append(str(p))
+        forget(obj.name)
+    if recorded:
+        first = load_path(store_path(obj, recorded[0]))
+        s.active_bake = next(i for i, b in enumerate(s.bakes) if load_path(b.path) == first)
+    s.pending_bake = ""
+    return recorded
+
+
+def find_bake(obj: bpy.types.Object, bake_path: str | os.PathLike | None = None):
+    """The bake record at ``bake_path`` (or the active one)."""
+    s = obj.neural_rom
+    if bake_path is None:
+        rec = s.active_bake_record()
+        if rec is None:
+            raise NeuralRomError(f"'{obj.name}' has no bake; run Bake first.")
+        return rec
+    want = Path(bpy.path.abspath(os.fspath(bake_path))).resolve()
+    for rec in s.bakes:
+        if load_path(rec.path).resolve() == want:
+            return rec
+    raise NeuralRomError(
+        f"'{obj.name}' has no bake at {bake_path}; bake it or pick one of its bakes."
+    )
+
+
+def open_bake(obj: bpy.types.Object, rec):
+    """Open a recorded bake, refusing with "re-bake" when it no longer fits the mesh."""
+    from ..core.cache import BakeCache
+
+    s = obj.neural_rom
+    if bm.surface_hash(obj) != s.source_hash or rec.source_hash != s.source_hash:
+        raise CacheError(
+            f"'{obj.name}' was edited after bake '{rec.name}' was made; re-tetrahedralize and re-bake."
+        )
+    if rec.tets_hash != s.tets_hash:
+        raise CacheError(
+            f"'{obj.name}' was re-tetrahedralized after bake '{rec.name}' was made; re-bake."
+        )
+    path = load_path(rec.path)
+    try:
+        cache = BakeCache.open(path, expect_mesh_hash=rec.mesh_hash)
+    except CacheError as e:
+        raise CacheError(f"Bake '{rec.name}' cannot be used ({e}); re-bake.") from e
+    except FileNotFoundError as e:
+        raise CacheError(f"Bake '{rec.name}' is missing ({path}); re-bake.") from e
+    if cache.n_frames == 0:
+        raise CacheError(f"Bake '{rec.name}' has no frames; re-bake.")
+    return cache
+
+
+class RenderMap:
+    """Bake frame -> render-mesh vertex positions in the object's local space."""
+
+    def __init__(self, obj: bpy.types.Object, rec):
+        self.cache = open_bake(obj, rec)
+        tets = load_tets(obj)
+        self.embedding = tets.embedding
+        self.n_surface = int(tets.mesh.n_surface_inputs)
+        self.frame_start = int(rec.frame_start)
+        self.positions = self.cache.channel("positions")
+        n_render = self.n_render()
+        if n_render != len(obj.data.vertices):
+            raise CacheError(
+                f"Bake '{rec.name}' has {n_render} render vertices but '{obj.name}' has "
+                f"{len(obj.data.vertices)}; re-tetrahedralize and re-bake."
+            )
+
+    def n_render(self) -> int:
+        return self.n_surface if self.embedding is None else int(self.embedding.n_points)
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.cache.n_frames)
+
+    def index(self, scene_frame: int) -> int:
+        """Cache frame shown at ``scene_frame`` (held at the ends)."""
+        return int(np.clip(scene_frame - self.frame_start, 0, self.n_frames - 1))
+
+    def world(self, k: int) -> np.ndarray:
+        """(r, 3) world positions of the render vertices at cache frame ``k`` (m)."""
+        P = np.asarray(self.positions[k], dtype=np.float64)
+        return self.embedding.apply(P) if self.embedding is not None else P[: self.n_surface]
+
+    def local(self, k: int, matrix_world: np.ndarray) -> np.ndarray:
+        return bm.to_local(self.world(k), matrix_world)
+
+
+# Open bakes and embeddings, per object name, reused frame to frame by playback.
+
+
+# Open bakes and embeddings, per object name, reused frame to frame by playback.
+_render_maps: dict[str, tuple[tuple, RenderMap]] = {}
+
+
+def forget(name: str | None = None) -> None:
+    """Close the open bakes of object ``name`` (default: of every object)."""
+    if name is None:
+        _render_maps.clear()
+    else:
+        _render_maps.pop(name, None)
+
+
+def render_map(obj: bpy.types.Object) -> RenderMap:
+    """The (cached) RenderMap of the object's active bake."""
+    rec = find_bake(obj)
+    s = obj.neural_rom
+    key = (rec.path, rec.mesh_hash, rec.frames, s.tets_hash, s.source_hash)
+    hit = _render_maps.get(obj.name)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    rm = RenderMap(obj, rec)
+    _render_maps[obj.name] = (key, rm)
+    return rm
+
+
+def clear_bakes(
+    obj: bpy.types.Object, *, all_bakes: bool = False, delete_files: bool = True
+) -> int:
+    """Forget the active bake (or all of them) and delete their directories.
+
+    Only directories that hold a Neural ROM bake (``meta.json``) are deleted. Stops
+    playback first when it shows a bake being cleared. Returns the number cleared.
+    """
+    s = obj.neural_rom
+    if not len(s.bakes):
+        raise NeuralRomError(f"'{obj.name}' has no bakes to clear.")
+    indices = list(range(len(s.bakes))) if all_bakes else [s.active_bake]
+    if not all(0 <= i < len(s.bakes) for i in indices):
+        raise NeuralRomError("No bake is selected; select one in the bake list.")
+    if s.playback and (all_bakes or s.active_bake in indices):
+        stop_playback(obj)
+    paths = [load_path(s.bakes[i].path) for i in indices]
+    for i in sorted(indices, reverse=True):
+        s.bakes.remove(i)
+    s.active_bake = min(s.active_bake, max(len(s.bakes) - 1, 0))
+    forget(obj.name)
+    if delete_files:
+        kept = {load_path(b.path).resolve() for b in s.bakes}
+        for p in paths:
+            if p.resolve() not in kept and (p / "meta.json").is_file():
+                shutil.rmtree(p, ignore_errors=True)
+            stem = p.name.rsplit("_v", 1)[0]
+            rest = p.parent / f"{stem}.tets.npz"
+            if rest.is_file() and not any(k.name.startswith(stem + "_v") for k in kept):
+                rest.unlink()
+    return len(indices)
+
+
+def start_playback(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) -> None:
+    """Make the mesh follow its active bake as the timeline moves.
+
+    Validates the bake first, then saves the rest shape and shows the current frame.
+    """
+    scene = scene or scene_of(obj)
+    if obj.data.shape_keys is not None:
+        raise NeuralRomError(
+            f"'{obj.name}' has shape keys, which override the vertex positions playback writes; "
+            "use Export PC2 instead (its Mesh Cache modifier plays over shape keys)."
+        )
+    rm = render_map(obj)  # raises before anything changes
+    if obj.neural_rom.simulate:
+        from . import simulate
+
+        simulate.stop_simulation(obj)
+    bm.store_rest(obj.data)
+    obj.neural_rom.playback = True
+    apply_frame(obj, scene.frame_current, rm)
+
+
+def stop_playback(obj: bpy.types.Object) -> None:
+    """Stop following the bake and put the rest shape back."""
+    obj.neural_rom.playback = False
+    if obj.type == "MESH":
+        bm.restore_rest(obj.data)
+
+
+def apply_frame(obj: bpy.types.Object, scene_frame: int, rm: RenderMap | None = None) -> int:
+    """Write the bake frame shown at ``scene_frame`` into the mesh. Returns the cache frame."""
+    rm = rm or render_map(obj)
+    k = rm.index(scene_frame)
+    bm.set_positions(obj.data, rm.local(k, bm.matrix(obj)))
+    return k

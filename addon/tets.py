@@ -1,0 +1,257 @@
+"""Tetrahedralize an object and keep its tets: compute (changing nothing), store in the
+object's cache directory and record on the object, load (refusing stale or foreign tets),
+and map tet-node positions to the render mesh.
+
+Spaces. Tet meshes are stored in the object's LOCAL space (``tets.npz``: moving the
+object does not make them stale) but built from the world-space surface, so Tet Size is
+in world metres. A bake simulates in WORLD space: its rest mesh is the tet mesh placed
+with ``matrix_world`` at the scene's start frame (:func:`start_matrix`).
+
+Staleness. ``source_hash`` (the rest surface when tetrahedralized) and ``tets_hash``
+(the local tet mesh) are recorded on the object; bakes and models keep the ones they were
+made from, and refuse with "re-tetrahedralize" / "re-bake" on a mismatch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import bpy
+import numpy as np
+
+from ..core.cage import tetrahedralize_embedded
+from ..core.embedding import Embedding
+from ..core.errors import CacheError, MeshError, NeuralRomError
+from ..core.files import atomic_path, mesh_hash
+from ..core.mesher import tetrahedralize
+from ..core.meshfile import read_tetmesh, write_tetmesh
+from ..core.surface import check_surface
+from ..core.tetmesh import TetMesh
+from . import blender_mesh as bm
+from .paths import cache_dir, load_path, store_path
+
+TETS_FILE = "tets.npz"
+EMBEDDING_FILE = "embedding.npz"
+AUTO_TET_SIZE_DIVISOR = 12.0  # Tet Size 0: bounding-box diagonal / this
+
+
+@dataclass
+class TetResult:
+    """A computed (not yet stored) tet mesh of one object."""
+
+    obj_name: str
+    mesh: TetMesh  # local space
+    embedding: object | None  # core.embedding.Embedding, or None when the surface is the mesh
+    quality: dict
+    source_hash: str
+    warnings: list[str] = field(default_factory=list)  # the mesher's, for the user
+
+
+class _Settings:
+    """Attribute view of ``obj.neural_rom`` with some values overridden (from the CLI)."""
+
+    def __init__(self, base, overrides: dict):
+        self._base, self._over = base, overrides
+
+    def __getattr__(self, name):
+        if name in self._over:
+            return self._over[name]
+        return getattr(self._base, name)
+
+
+def _settings(obj: bpy.types.Object, settings=None):
+    if settings is None:
+        return obj.neural_rom
+    if isinstance(settings, dict):
+        return _Settings(obj.neural_rom, settings)
+    return settings
+
+
+def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
+    """Tetrahedralize ``obj`` (or a cage around it) without changing anything.
+
+    The surface is taken in world space, so Tet Size is in world metres; the result is
+    stored in local space.
+    """
+    s = _settings(obj, settings)
+    if obj.type != "MESH":
+        raise MeshError(f"'{obj.name}' is not a mesh; only mesh objects can be tetrahedralized.")
+    V, F = bm.surface(obj, world=True)
+    M = bm.matrix(obj)
+    if abs(np.linalg.det(M[:3, :3])) < 1e-12:
+        raise MeshError(f"'{obj.name}' has a zero scale; give it a non-zero scale and try again.")
+    edge = float(s.tet_size)
+    if edge <= 0:  # auto: a few thousand tets whatever the surface resolution
+        edge = float(np.linalg.norm(V.max(0) - V.min(0))) / AUTO_TET_SIZE_DIVISOR
+    kw = {"target_edge_length": edge, "quality": float(s.tet_quality)}
+    embedded = s.embedding == "ALWAYS"
+    if not embedded:
+        try:
+            check_surface(V, F)
+        except MeshError as e:
+            if s.embedding == "NEVER":
+                raise MeshError(
+                    f"'{obj.name}' is not a closed manifold surface, and its Embedding is "
+                    "'Never': set Embedding to 'Auto' or 'Always' to simulate it through a "
+                    f"cage, or make the mesh closed and manifold. Details: {e}"
+                ) from e
+            embedded = True
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if embedded:
+                tm, emb = tetrahedralize_embedded(V, F, resolution=int(s.cage_resolution), **kw)
+            else:  # check_surface ran above
+                # boundary may be split (finer tets than the render mesh); the render vertices
+                # stay the first nodes, so the render mesh still maps one to one
+                tm = tetrahedralize(V, F, keep_surface=False, check=False, **kw)
+                emb = None
+    except NeuralRomError:
+        raise
+    except Exception as e:  # the mesher's own failures (tetgen RuntimeError, ...)
+        raise MeshError(
+            f"Tetrahedralizing '{obj.name}' failed ({e}). Try Embedding 'Always', a larger "
+            "Tet Size or a higher Quality bound."
+        ) from e
+    if emb is None and tm.n_surface_inputs != len(V):
+        raise MeshError(
+            f"The tets of '{obj.name}' do not keep its vertices as nodes; set Embedding to "
+            "'Always' to simulate it through a cage."
+        )
+    q = tm.quality
+    quality = dict(q() if callable(q) else q)
+    local = TetMesh(bm.to_local(tm.X, M), tm.T, tm.n_surface_inputs)
+    notes = [str(w.message) for w in caught]
+    return TetResult(obj.name, local, emb, quality, bm.surface_hash(obj), notes)
+
+
+def store_tets(obj: bpy.types.Object, result: TetResult) -> dict:
+    """Write a computed tet mesh to the object's cache directory and record it."""
+    folder = cache_dir(obj)
+    tets_path = folder / TETS_FILE
+    emb_path = folder / EMBEDDING_FILE
+    write_tetmesh(tets_path, result.mesh)  # atomic
+    if result.embedding is not None:
+        arrays = result.embedding.to_arrays()
+        with atomic_path(emb_path) as tmp:
+            np.savez(tmp, **arrays)
+    else:
+        emb_path.unlink(missing_ok=True)
+    # open bakes need no forgetting: they are keyed by tets_hash and source_hash
+    s = obj.neural_rom
+    if s.role == "NONE":
+        s.role = "DEFORMABLE"
+    q = result.quality
+    s.tets_path = store_path(obj, tets_path)
+    s.embedding_path = store_path(obj, emb_path) if result.embedding is not None else ""
+    s.tets_nodes = len(result.mesh.X)
+    s.tets_count = len(result.mesh.T)
+    s.tets_surface = int(result.mesh.n_surface_inputs)
+    s.tets_quality_min = float(q.get("min_radius_ratio", 0.0))
+    s.tets_quality_mean = float(q.get("mean_radius_ratio", 0.0))
+    s.tets_min_dihedral = float(q.get("min_dihedral_deg", 0.0))
+    s.tets_embedded = result.embedding is not None
+    s.tets_hash = result.mesh.hash()
+    s.source_hash = result.source_hash
+    return {
+        "path": str(tets_path),
+        "n_tets": len(result.mesh.T),
+        "n_nodes": len(result.mesh.X),
+        "embedded": result.embedding is not None,
+        "quality": q,
+        "warnings": list(result.warnings),
+    }
+
+
+def tetrahedralize_object(obj: bpy.types.Object, *, settings=None) -> dict:
+    """Tetrahedralize ``obj`` and store the tets (and embedding) in its cache directory.
+
+    Parameters
+    ----------
+    obj : a mesh object.
+    settings : None (use ``obj.neural_rom``), a dict overriding some of its fields
+        (``tet_size``, ``tet_quality``, ``embedding``, ``cage_resolution``), or any object
+        with those attributes.
+
+    Returns
+    -------
+    dict with ``path`` (absolute tets.npz), ``n_tets``, ``n_nodes``, ``embedded``, ``quality``.
+    """
+    cache_dir(obj)  # fail on an unusable cache directory before the (long) meshing
+    return store_tets(obj, compute_tets(obj, settings=settings))
+
+
+@dataclass
+class Tets:
+    """An object's stored tet mesh (local space) and embedding."""
+
+    mesh: TetMesh
+    embedding: object | None
+
+
+def load_tets(obj: bpy.types.Object, *, check_fresh: bool = True) -> Tets:
+    """Read the object's tet mesh, refusing when it is missing or stale."""
+    s = obj.neural_rom
+    if not s.tets_path:
+        raise NeuralRomError(f"'{obj.name}' has no tets yet; run Tetrahedralize first.")
+    path = load_path(s.tets_path)
+    if not path.is_file():
+        raise NeuralRomError(
+            f"The tets of '{obj.name}' are missing ({path}); run Tetrahedralize again "
+            "(or check that the cache folder moved with the .blend)."
+        )
+    if check_fresh and bm.surface_hash(obj) != s.source_hash:
+        raise MeshError(
+            f"'{obj.name}' was edited after it was tetrahedralized; re-tetrahedralize, then re-bake."
+        )
+    tm = read_tetmesh(path)
+    if tm.hash() != s.tets_hash:
+        raise CacheError(
+            f"The tets file {path} is not the one '{obj.name}' recorded; re-tetrahedralize, then re-bake."
+        )
+    emb = None
+    if s.tets_embedded:
+        epath = load_path(s.embedding_path)
+        if not epath.is_file():
+            raise NeuralRomError(
+                f"The embedding of '{obj.name}' is missing ({epath}); re-tetrahedralize."
+            )
+        with np.load(epath, allow_pickle=False) as z:
+            emb = Embedding.from_arrays({k: z[k] for k in z.files})
+    return Tets(tm, emb)
+
+
+def embedding_nodes(emb, render_idx: np.ndarray) -> np.ndarray:
+    """Tet nodes that carry the render vertices ``render_idx`` of an embedding: the nodes
+    of their enclosing tets, sorted. Pinning them holds those render vertices exactly."""
+    if len(render_idx) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.asarray(emb.nodes)[render_idx]).astype(np.int64)
+
+
+def render_world(tets: Tets, P: np.ndarray) -> np.ndarray:
+    """(r, 3) render-vertex world positions of (n, 3) tet-node positions ``P``."""
+    P = np.asarray(P, dtype=np.float64)
+    if tets.embedding is not None:
+        if P.ndim == 2:  # the sparse interpolation matrix: ~6x faster than apply's gather
+            return tets.embedding.matrix @ P
+        return tets.embedding.apply(P)
+    return P[: int(tets.mesh.n_surface_inputs)]
+
+
+def start_matrix(obj: bpy.types.Object, scene: bpy.types.Scene) -> np.ndarray:
+    """``matrix_world`` of ``obj`` at the scene's start frame (where bakes start)."""
+    if bm.is_animated(obj) and scene.frame_current != scene.frame_start:
+        return bm.sample_matrices(scene, [obj], range(scene.frame_start, scene.frame_start + 1))[
+            0, 0
+        ]
+    return bm.matrix(obj)
+
+
+def world_mesh_hash(obj: bpy.types.Object, scene: bpy.types.Scene) -> str:
+    """Hash of the world-space tet mesh a bake made now would simulate (and a model of this
+    object must have been trained on): the tets placed at the start frame."""
+    tets = load_tets(obj)
+    X_world = bm.to_world(np.asarray(tets.mesh.X, dtype=np.float64), start_matrix(obj, scene))
+    return mesh_hash(X_world, tets.mesh.T)
