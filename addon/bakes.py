@@ -387,10 +387,11 @@ def start_playback(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) 
             "use Export PC2 instead (its Mesh Cache modifier plays over shape keys)."
         )
     rm = render_map(obj)  # raises before anything changes
-    if obj.neural_rom.simulate:
-        from . import simulate
-
-        simulate.stop_simulation(obj)
+    # One mode drives the vertices at a time. The simulation drives only objects whose
+    # Simulate is on and starts afresh when it is turned on again, and the rest shape it
+    # saved is the one playback keeps: turning the flag off is all it takes (and bakes
+    # need not import the simulation, which imports them).
+    obj.neural_rom.simulate = False
     bm.store_rest(obj.data)
     obj.neural_rom.playback = True
     apply_frame(obj, scene.frame_current, rm)

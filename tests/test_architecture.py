@@ -69,6 +69,60 @@ def test_package_imports_are_relative():
                 )
 
 
+def sibling_imports(folder: Path) -> dict[str, set[str]]:
+    """Which modules of ``folder`` each of its modules imports: ``from . import x`` and
+    ``from .x import y``, at module level or inside a function alike."""
+    mods = {p.stem for p in folder.glob("*.py")}
+    graph = {}
+    for p in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(p.read_text(), filename=str(p))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    found.add(node.module.split(".")[0])
+                else:
+                    found |= {a.name for a in node.names}
+        graph[p.stem] = (found & mods) - {p.stem}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles a depth-first walk of ``graph`` meets, each as a closed path."""
+    cycles, state, path = [], {}, []
+
+    def visit(m: str) -> None:
+        state[m] = "open"
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                cycles.append(path[path.index(n) :] + [n])
+            elif n not in state:
+                visit(n)
+        path.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    return cycles
+
+
+def test_import_cycles_are_seen():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_addon_modules_import_each_other_without_cycles():
+    # A cycle hides which module is the lower layer (and a function-level import that
+    # breaks one at import time still ties the two together): the add-on reads bottom up,
+    # paths -> tets -> bakes -> simulate -> compare -> playback (the frame handler).
+    graph = sibling_imports(ROOT / "addon")
+    assert {"paths", "tets", "bakes", "simulate"} <= set(graph)  # the walk sees the layout
+    assert not import_cycles(graph), "import cycles in addon/: " + "; ".join(
+        " -> ".join(c) for c in import_cycles(graph)
+    )
+
+
 def test_importing_core_loads_no_bpy_or_torch():
     code = (
         "import sys, pkgutil, importlib\n"
