@@ -323,14 +323,16 @@ def on_frame_change(scene: bpy.types.Scene) -> None:
     again, own the object's vertices: its comparison waits)."""
     if simulate._busy:
         return
-    for obj in scene.objects:
-        if obj.get(PROP) is None or obj.type != "MESH" or obj.mode == "EDIT":
+    # listed first: a failure removes its ghost from scene.objects (ghosts have no PROP)
+    for obj in [o for o in scene.objects if o.get(PROP) is not None]:
+        if obj.type != "MESH" or obj.mode == "EDIT":
             continue
         s = obj.neural_rom
         if s.playback or s.simulate:
             continue
         try:
             apply_frame(obj, scene)
-        except (NeuralRomError, OSError) as e:
-            print(f"Neural ROM: comparison of '{obj.name}' cleared: {e}")
-            clear_comparison(obj)
+        except Exception as e:  # noqa: BLE001 (one object's failure must not stop the others)
+            simulate.frame_failed(obj, "Comparison", e, clear_comparison)
+        else:
+            simulate.frame_done(obj, "Comparison")

@@ -5,8 +5,8 @@ simulation is on (:func:`.simulate.on_frame_change`).
 The per-frame work is one memmap read, the embedding (a sparse matrix product) and one
 ``foreach_set``; the open bake and embedding are kept between frames
 (:func:`bakes.render_map`). A bake that stopped fitting its object (edited mesh, new
-tets, deleted files) turns that object's playback off with a message in the console,
-rather than raising inside Blender's frame change.
+tets, deleted files) turns that object's playback off and says why
+(:func:`.simulate.frame_failed`), rather than raising inside Blender's frame change.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import bpy
 from bpy.app.handlers import persistent
 
-from ..core.errors import NeuralRomError
 from . import bakes, compare, simulate
 
 
@@ -26,9 +25,10 @@ def on_frame_change(scene: bpy.types.Scene, depsgraph=None) -> None:
             continue  # edit mode keeps its own copy of the mesh: writing it would be lost
         try:
             bakes.apply_frame(obj, scene.frame_current)
-        except (NeuralRomError, OSError) as e:
-            print(f"Neural ROM: playback of '{obj.name}' stopped: {e}")
-            bakes.stop_playback(obj)
+        except Exception as e:  # noqa: BLE001 (one object's failure must not stop the others)
+            simulate.frame_failed(obj, "Playback", e, bakes.stop_playback)
+        else:
+            simulate.frame_done(obj, "Playback")
     simulate.on_frame_change(scene)
     compare.on_frame_change(scene)
 

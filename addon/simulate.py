@@ -11,7 +11,7 @@ Reset forgets the frames.
 
 The per-frame work is the reduced step (k x k Newton solves on the cubature sub-mesh),
 ``U q`` for the positions, the embedding and one ``foreach_set``. A model that stopped
-fitting its object turns that object's simulation off with a message in the console,
+fitting its object turns that object's simulation off and says why (:func:`frame_failed`),
 rather than raising inside Blender's frame change.
 """
 
@@ -418,6 +418,66 @@ def export_simulation_pc2(
 # --------------------------------------------------------------------------------------
 # Frame change (called by playback.on_frame_change, the one frame handler)
 
+# ID property on an object whose frame update failed: what went wrong and what to do.
+# Shown under Object Properties > Custom Properties; removed when the object updates again.
+FRAME_ERROR = "nrom_frame_error"
+# How long the failure stays in the status bar, seconds.
+STATUS_SECONDS = 10.0
+
+
+def _status_bar(text: str | None) -> None:
+    """Show ``text`` in the status bar of every window (None: give it back to Blender)."""
+    wm = getattr(bpy.context, "window_manager", None)
+    for window in wm.windows if wm is not None else ():
+        workspace = window.workspace
+        if workspace is not None:
+            workspace.status_text_set(text)
+
+
+def _clear_status_bar() -> None:
+    _status_bar(None)  # returns None: a one-shot timer
+
+
+def frame_failed(
+    obj: bpy.types.Object, what: str, error: Exception, stop: Callable[[bpy.types.Object], object]
+) -> str:
+    """Stop driving ``obj`` after its frame update raised ``error``, and tell the user.
+
+    ``what`` names the mode ("Simulation", "Playback", "Comparison"); ``stop(obj)`` turns
+    it off, so it does not fail again on every frame. The message ("Simulation of 'Cube'
+    stopped: <error>", which says what to do) goes on the object (:data:`FRAME_ERROR`),
+    into the status bar for :data:`STATUS_SECONDS` and to the terminal. An error that is
+    not a :class:`NeuralRomError` or ``OSError`` is a bug: its traceback is printed too.
+    Returns the message.
+    """
+    import traceback
+
+    if not isinstance(error, NeuralRomError | OSError):
+        traceback.print_exception(error)
+        error = f"{type(error).__name__}: {error} (a bug: please report it with the traceback)"
+    message = f"{what} of '{obj.name}' stopped: {error}"
+    print(f"Neural ROM: {message}")
+    try:
+        stop(obj)
+    except Exception:  # noqa: BLE001 (the mode's flag is off first; the rest is best effort)
+        traceback.print_exc()
+    obj[FRAME_ERROR] = message
+    try:
+        _status_bar(f"Neural ROM: {message}")
+        if bpy.app.timers.is_registered(_clear_status_bar):
+            bpy.app.timers.unregister(_clear_status_bar)
+        bpy.app.timers.register(_clear_status_bar, first_interval=STATUS_SECONDS)
+    except (AttributeError, RuntimeError, ValueError):  # no UI: the terminal line stays
+        pass
+    return message
+
+
+def frame_done(obj: bpy.types.Object, what: str) -> None:
+    """``what`` updated ``obj``: forget an earlier failure of that mode (another mode's
+    stays: a comparison shown again after a failed simulation must not hide why)."""
+    if str(obj.get(FRAME_ERROR, "")).startswith(f"{what} of "):
+        del obj[FRAME_ERROR]
+
 
 def on_frame_change(scene: bpy.types.Scene) -> None:
     """Drive every object whose Simulate is on to the scene's current frame."""
@@ -429,6 +489,7 @@ def on_frame_change(scene: bpy.types.Scene) -> None:
             continue
         try:
             apply_frame(obj, scene)
-        except (NeuralRomError, OSError) as e:
-            print(f"Neural ROM: simulation of '{obj.name}' stopped: {e}")
-            stop_simulation(obj)
+        except Exception as e:  # noqa: BLE001 (one object's failure must not stop the others)
+            frame_failed(obj, "Simulation", e, stop_simulation)
+        else:
+            frame_done(obj, "Simulation")

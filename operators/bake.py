@@ -15,7 +15,7 @@ class NEURAL_ROM_OT_bake(bpy.types.Operator):
 
     bl_idname = "neural_rom.bake"
     bl_label = "Bake"
-    bl_options = {"REGISTER", "UNDO"}
+    bl_options = {"REGISTER"}  # the job records the bake when it ends; no undo step to start it
 
     @classmethod
     def poll(cls, context):

@@ -44,7 +44,7 @@ class NEURAL_ROM_OT_check_interpreter(bpy.types.Operator):
 
     bl_idname = "neural_rom.check_interpreter"
     bl_label = "Check Job Python"
-    bl_options = {"REGISTER", "UNDO"}
+    bl_options = {"REGISTER"}  # reads the job Python; preferences are not undone
 
     def execute(self, context):
         from ..core.jobs import probe_interpreter

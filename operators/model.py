@@ -23,7 +23,7 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
 
     bl_idname = "neural_rom.train"
     bl_label = "Train"
-    bl_options = {"REGISTER", "UNDO"}
+    bl_options = {"REGISTER"}  # the job records the model when it ends; no undo step to start it
 
     @classmethod
     def poll(cls, context):
@@ -107,7 +107,7 @@ class NEURAL_ROM_OT_reset_simulation(bpy.types.Operator):
 
     bl_idname = "neural_rom.reset_simulation"
     bl_label = "Reset Simulation"
-    bl_options = {"REGISTER", "UNDO"}
+    bl_options = {"REGISTER"}  # forgets in-memory frames only: nothing to undo
 
     @classmethod
     def poll(cls, context):
