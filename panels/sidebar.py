@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import bpy
 
 
@@ -70,6 +72,12 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
         if ghost_of:
             layout.label(text=f"Full-space bake of '{ghost_of}'", icon="GHOST_ENABLED")
             return
+        error = obj.get("nrom_frame_error")  # addon.simulate.FRAME_ERROR
+        if error:
+            box = layout.box()
+            box.alert = True
+            for i, line in enumerate(textwrap.wrap(str(error), 48)):
+                box.label(text=line, icon="ERROR" if i == 0 else "BLANK1")
         layout.prop(s, "role", expand=True)
         if s.role == "NONE":
             if obj.type == "MESH":

@@ -155,7 +155,7 @@ def test_operators_are_named_and_undoable(addon):
     assert len(operators.CLASSES) >= 9
     for cls in operators.CLASSES:
         assert cls.bl_idname.startswith("neural_rom."), cls
-        assert {"REGISTER", "UNDO"} <= set(cls.bl_options), cls
+        assert "REGISTER" in cls.bl_options, cls  # UNDO only where Blender data changes
         module, fn = cls.bl_idname.split(".")
         getattr(getattr(bpy.ops, module), fn).get_rna_type()  # registered
 
@@ -346,6 +346,12 @@ def test_panels_draw_for_every_role(addon, blend_file):
     obj.neural_rom.role = "NONE"
     log = draw_all(bpy, obj)
     assert panels(log) == {"NEURAL_ROM_PT_main", "NEURAL_ROM_PT_cache"}
+
+    # a frame handler's failure (addon.simulate.FRAME_ERROR) is shown at the top of the panel
+    obj["nrom_frame_error"] = "Simulation of 'Ball' stopped: the model file is gone; retrain it."
+    assert "Simulation of 'Ball' stopped: the model file is" in texts(draw_all(bpy, obj))
+    del obj["nrom_frame_error"]
+    assert "stopped" not in texts(draw_all(bpy, obj))
 
     obj.neural_rom.role = "DEFORMABLE"
     log = draw_all(bpy, obj)
