@@ -620,7 +620,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from . import simulate
+    from . import export
 
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
@@ -636,7 +636,7 @@ def cmd_simulate(args) -> int:
             path = out
         else:
             path = out / f"{bpy.path.clean_name(obj.name)}_reduced.pc2"
-        written, stats = simulate.export_simulation_pc2(
+        written, stats = export.export_simulation_pc2(
             obj, path, frame_start=start, frame_end=end, scene=bpy.context.scene
         )
         _out(

@@ -1,57 +1,75 @@
 """Interactive reduced simulation: a ``frame_change_post`` handler drives every object
-whose Simulate is on from its trained model, with the scene's colliders and pokes.
+whose Simulate is on from its trained model, with the scene's colliders, pins and pokes.
 
-Scrubbing works like Blender's point cache, in memory (:class:`.framecache.FrameCache`):
-the start frame is the rest state; every simulated frame is kept (state + positions);
-going back restores a kept frame; going forward simulates from the newest kept frame
-before the target. A frame whose inputs changed since it was simulated (a collider moved,
-a poke) is simulated again, with every frame after it. A new model, material, tets,
-start frame, frame rate or set of colliders rebuilds the driver (:func:`driver_key`);
-Reset forgets the frames.
+The per-frame path reads straight through (:func:`on_frame_change` -> :func:`apply_frame`):
 
-The per-frame work is the reduced step (k x k Newton solves on the cubature sub-mesh),
-``U q`` for the positions, the embedding and one ``foreach_set``. A model that stopped
-fitting its object turns that object's simulation off and says why (:func:`frame_failed`),
-rather than raising inside Blender's frame change.
+1. Blender gathers the frame's inputs once (:meth:`Driver.inputs`: the colliders and the
+   pin targets from the world matrices, and the running poke, :func:`set_poke`);
+2. core steps: :class:`..core.framecache.Timeline` scrubs like Blender's point cache, in
+   memory (going back restores a kept frame, going forward steps the frames in between,
+   a frame whose inputs changed is simulated again with every frame after it);
+3. Blender writes the mesh once (:meth:`Driver.local`, one ``foreach_set``).
+
+Sliders, markers and a driving reference frame are fields of
+:class:`..core.sim.FrameInputs`; :meth:`Driver.inputs` is where they are gathered when a
+method takes them. A new model, material, tets, start frame, frame rate or set of
+colliders rebuilds the driver (:func:`driver_key`); Reset forgets the frames. A model that
+stopped fitting its object turns that object's simulation off and says why
+(:func:`frame_failed`), rather than raising inside Blender's frame change.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import bpy
 import numpy as np
 
 from ..core.errors import CacheError, NeuralRomError
-from . import bakes, export, paths, tets
+from ..core.framecache import Timeline
+from ..core.poke import Poke
+from ..core.sim import FrameInputs
+from . import bakes, paths, tets
 from . import blender_mesh as bm
-from .framecache import FrameCache, inputs_digest
 
 # Set while a driver samples other frames (scene.frame_set re-enters the handlers).
 _busy = False
-# Running pokes, per object name: (grabbed node indices, weights, target (3,) m,
-# stiffness N/m, max force N); see operators/poke.py.
-_pokes: dict[str, tuple] = {}
+# Running pokes, per object name (see operators/poke.py).
+_pokes: dict[str, Poke] = {}
 
 
 def set_poke(name: str, idx, w, target, stiffness: float, max_force: float | None = None) -> None:
-    _pokes[name] = (np.asarray(idx), np.asarray(w), np.asarray(target, float), stiffness, max_force)
+    """Pull the vertices ``idx`` (weights ``w``, summing to 1) of object ``name`` towards
+    ``target`` (3,) m with a spring of ``stiffness`` N/m, at most ``max_force`` N, from the
+    next frame on (:class:`..core.poke.Poke`)."""
+    _pokes[name] = Poke(
+        np.asarray(idx),
+        np.asarray(w, dtype=np.float64),
+        np.asarray(target, float).reshape(3),
+        float(stiffness),
+        max_force,
+    )
 
 
 def clear_poke(name: str) -> None:
     _pokes.pop(name, None)
 
 
-def scene_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
-    return bakes.scene_colliders(obj, scene)
+def sample_matrices(scene: bpy.types.Scene, objs: list, frames: range) -> np.ndarray:
+    """:func:`.blender_mesh.sample_matrices` with the frame handlers told to stay out
+    (``scene.frame_set`` re-enters them)."""
+    global _busy
+    _busy, was = True, _busy
+    try:
+        return bm.sample_matrices(scene, objs, frames)
+    finally:
+        _busy = was
 
 
 def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None = None) -> list:
     """core Colliders of the scene's collider objects (at ``mats``, default: now), sized
-    and placed the way :func:`bakes.make_bake_job` samples them."""
+    and placed the way :func:`.bakes.make_bake_job` samples them."""
     from ..core.colliders import Collider
 
     out = []
@@ -70,15 +88,9 @@ def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None =
     return out
 
 
-def _digest(colliders: list, forces: np.ndarray | None, pins: np.ndarray | None = None) -> str:
-    arr = np.array(
-        [[c.radius, c.half_length, c.friction, *c.transform.ravel()] for c in colliders]
-    ).reshape(len(colliders), 19)
-    return inputs_digest(arr, forces, pins)
-
-
-def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
-    """What the simulated frames depend on, besides the per-frame inputs."""
+def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) -> tuple:
+    """What the simulated frames depend on, besides the per-frame inputs (``colliders``:
+    the scene's collider objects, when the caller has them)."""
     s = obj.neural_rom
     path = paths.load_path(s.model.path) if s.model.path else None
     try:
@@ -86,7 +98,8 @@ def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
         stamp = (st.st_mtime_ns, st.st_size) if st else None
     except OSError:
         stamp = None
-    cols = tuple((c.name, c.neural_rom.collider_shape) for c in scene_colliders(obj, scene))
+    if colliders is None:
+        colliders = bakes.scene_colliders(obj, scene)
     return (
         str(path),
         stamp,
@@ -95,12 +108,13 @@ def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
         int(scene.frame_start),
         bakes.scene_dt(scene),
         tuple(sorted(s.material_values().items())),
-        cols,
+        tuple((c.name, c.neural_rom.collider_shape) for c in colliders),
     )
 
 
 class Driver:
-    """The reduced simulation of one object, its frame cache and its render mapping.
+    """The reduced simulation of one object on the scene's timeline
+    (:class:`..core.framecache.Timeline`) and its render mapping.
 
     Raises (on construction) a :class:`NeuralRomError` saying what to do when the object
     has no model, the model is missing or belongs to another mesh, or the mesh changed.
@@ -148,97 +162,79 @@ class Driver:
         )
         self.frame_start = int(scene.frame_start)
         self.key = driver_key(obj, scene)
-        self.cache = FrameCache(self.key)
-        self.step_seconds: list[float] = []
-        self.reset(scene, obj)
+        self.timeline = Timeline(self.sim, self.frame_start)
+
+    @property
+    def cache(self):
+        """The simulated frames (:class:`..core.framecache.FrameCache`)."""
+        return self.timeline.cache
+
+    @property
+    def step_seconds(self) -> list[float]:
+        return self.timeline.step_seconds
 
     # ------------------------------------------------------------------ inputs
-    def inputs(self, obj, scene, mats: np.ndarray | None = None):
-        """Colliders, poke forces and pin targets of the frame now, or with the world
-        matrices ``mats`` ((1 + colliders, 4, 4): the object's, then its colliders')."""
-        colliders = collider_inputs(scene_colliders(obj, scene), None if mats is None else mats[1:])
-        forces = None
-        poke = _pokes.get(self.name)
-        if poke is not None:
-            from .framecache import poke_forces
-
-            idx, w, target, k, fmax = poke
-            forces = poke_forces(self.sim.positions(), idx, w, target, k, fmax)
+    def inputs(self, obj, colliders: list, mats: np.ndarray | None = None) -> FrameInputs:
+        """The frame's inputs, read from Blender once: the ``colliders`` (objects) and the
+        pin targets, at the world matrices ``mats`` ((1 + colliders, 4, 4): the object's,
+        then its colliders'), default: now."""
         pins = None
         if self.pins_local is not None:
             pins = bm.to_world(self.pins_local, bm.matrix(obj) if mats is None else mats[0])
-        return colliders, forces, pins
+        return FrameInputs(
+            colliders=collider_inputs(colliders, None if mats is None else mats[1:]),
+            pin_targets=pins,
+        )
 
     # ----------------------------------------------------------------- frames
-    def reset(self, scene=None, obj=None) -> None:
+    def reset(self) -> None:
         """Forget every simulated frame; the start frame is the rest state."""
-        self.sim.reset()
-        self.cache.invalidate()
-        digest = ""
-        if scene is not None and obj is not None:
-            digest = _digest(*self.inputs(obj, scene))
-        self.cache.put(self.frame_start, self.sim.get_state(), self.sim.positions(), digest)
+        self.timeline.reset()
 
     def positions_at(
         self,
         frame: int,
         obj,
         scene,
-        sample: Callable[[int, int, object, object], np.ndarray | None] | None = None,
+        sample: Callable[[int, int], np.ndarray | None] | None = None,
+        *,
+        colliders: list | None = None,
+        pokes: tuple[Poke, ...] | None = None,
     ) -> np.ndarray:
         """(n, 3) world tet-node positions at scene ``frame``, simulating what is missing.
 
         Without ``sample``, the frame's colliders and pins are the scene's now, and the
-        frames stepped on the way are sampled with :func:`blender_mesh.sample_matrices` when
-        the object or a collider is animated. ``sample(first, last, obj, scene)`` instead
-        gives the matrices of the object and its colliders for frames first..last
-        ((count, 1 + colliders, 4, 4)).
+        frames stepped on the way are sampled with :func:`sample_matrices` when the object
+        or a collider is animated. ``sample(first, last)`` instead gives the matrices of the
+        object and its colliders for frames first..last ((count, 1 + colliders, 4, 4)).
+        ``colliders`` are the scene's collider objects (default: looked up); ``pokes``
+        default to the object's running poke.
         """
-        from ..core.sim import FrameInputs
-
         frame = int(frame)
-        if frame <= self.frame_start:
-            return self.cache.get(self.frame_start).positions
-        if sample is None:
-            now = self.inputs(obj, scene)
-        else:
-            now = self.inputs(obj, scene, sample(frame, frame, obj, scene)[0])
-        hit = self.cache.get(frame)
-        if hit is not None and hit.inputs == _digest(*now):
-            self.sim.set_state(hit.state)
-            return hit.positions
-        self.cache.invalidate(frame)  # inputs changed there: this frame and later are stale
-        first = self.cache.latest_at_or_before(frame - 1)
-        self.sim.set_state(self.cache.get(first).state)
-        mats = None
-        if frame - 1 > first:
-            mats = (sample or self._sample)(first + 1, frame - 1, obj, scene)
-        for f in range(first + 1, frame + 1):
-            if f == frame:
-                cols, forces, pins = now
-            else:
-                cols, forces, pins = self.inputs(
-                    obj, scene, None if mats is None else mats[f - first - 1]
-                )
-            t0 = time.perf_counter()
-            self.sim.step(FrameInputs(forces=forces, colliders=cols, pin_targets=pins))
-            self.step_seconds.append(time.perf_counter() - t0)
-            self.cache.put(
-                f, self.sim.get_state(), self.sim.positions(), _digest(cols, forces, pins)
-            )
-        return self.cache.get(frame).positions
+        if colliders is None:
+            colliders = bakes.scene_colliders(obj, scene)
+        if pokes is None:
+            pokes = (_pokes[self.name],) if self.name in _pokes else ()
+        now = self.inputs(obj, colliders, None if sample is None else sample(frame, frame)[0])
+        sample = sample or self._sampler(obj, scene, colliders)
+
+        def between(first: int, last: int) -> list[FrameInputs] | None:
+            mats = sample(first, last)
+            return None if mats is None else [self.inputs(obj, colliders, m) for m in mats]
+
+        return self.timeline.positions_at(frame, now, pokes=pokes, between=between)
 
     @staticmethod
-    def _sample(first: int, last: int, obj, scene) -> np.ndarray | None:
-        global _busy
-        objs = [obj, *scene_colliders(obj, scene)]
-        if not any(bm.is_animated(o) for o in objs):
-            return None
-        _busy, was = True, _busy
-        try:
-            return bm.sample_matrices(scene, objs, range(first, last + 1))
-        finally:
-            _busy = was
+    def _sampler(obj, scene, colliders: list) -> Callable[[int, int], np.ndarray | None]:
+        """The matrices of frames first..last, sampled only when something is animated."""
+        objs = [obj, *colliders]
+
+        def sample(first: int, last: int) -> np.ndarray | None:
+            if not any(bm.is_animated(o) for o in objs):
+                return None  # every frame in between is the scene now
+            return sample_matrices(scene, objs, range(first, last + 1))
+
+        return sample
 
     def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:
         """Render-mesh local positions of (n, 3) world tet-node positions."""
@@ -260,11 +256,23 @@ def forget(name: str | None = None) -> None:
         _drivers.pop(name, None)
 
 
-def driver(obj: bpy.types.Object, scene: bpy.types.Scene) -> Driver:
-    """The object's driver, rebuilt when what its frames depend on changed."""
+def _let_go_of_stopped() -> None:
+    """Drop the drivers and pokes of objects that no longer simulate (another mode turned
+    Simulate off, the object was deleted or renamed)."""
+    for name in list(_drivers):
+        obj = bpy.data.objects.get(name)
+        if obj is None or not obj.neural_rom.simulate:
+            _drivers.pop(name, None)
+            _pokes.pop(name, None)
+
+
+def driver(obj: bpy.types.Object, scene: bpy.types.Scene, colliders: list | None = None) -> Driver:
+    """The object's driver, rebuilt when what its frames depend on changed
+    (``colliders``: the scene's collider objects, when the caller has them)."""
     d = _drivers.get(obj.name)
-    if d is not None and d.key == driver_key(obj, scene):
+    if d is not None and d.key == driver_key(obj, scene, colliders):
         return d
+    _let_go_of_stopped()
     d = Driver(obj, scene)
     _drivers[obj.name] = d
     return d
@@ -275,8 +283,10 @@ def apply_frame(
 ) -> np.ndarray:
     """Write the simulated frame (default: the current one) into the mesh; returns the
     (n, 3) world tet-node positions."""
-    d = driver(obj, scene)
-    P = d.positions_at(scene.frame_current if frame is None else frame, obj, scene)
+    colliders = bakes.scene_colliders(obj, scene)
+    d = driver(obj, scene, colliders)
+    frame = scene.frame_current if frame is None else frame
+    P = d.positions_at(frame, obj, scene, colliders=colliders)
     bm.set_positions(obj.data, d.local(P, bm.matrix(obj)))
     return P
 
@@ -295,6 +305,7 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
             "writes; use Bake Simulation instead (its Mesh Cache modifier plays over shape keys)."
         )
     _drivers.pop(obj.name, None)
+    clear_poke(obj.name)
     d = driver(obj, scene)  # raises before anything changes
     if obj.neural_rom.playback:
         bakes.stop_playback(obj)
@@ -318,101 +329,9 @@ def reset_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     scene = scene or paths.scene_of(obj)
     d = _drivers.get(obj.name)
     if d is not None:
-        d.reset(scene, obj)
+        d.reset()
     if obj.neural_rom.simulate:
         apply_frame(obj, scene)
-
-
-# --------------------------------------------------------------------------------------
-# Bake the reduced simulation to PC2
-
-
-def default_sim_pc2_path(obj: bpy.types.Object) -> Path:
-    return paths.cache_dir(obj) / f"{bpy.path.clean_name(obj.name)}_reduced.pc2"
-
-
-def export_simulation_pc2(
-    obj: bpy.types.Object,
-    path: str | os.PathLike | None = None,
-    *,
-    frame_start: int | None = None,
-    frame_end: int | None = None,
-    scene: bpy.types.Scene | None = None,
-) -> tuple[Path, dict]:
-    """Simulate ``frame_start..frame_end`` (default: the scene range) from rest at the
-    scene's start frame and write the render mesh as a PC2 (local space), wired to a
-    Mesh Cache modifier. Simulation, if on, is stopped: the modifier shows the result.
-
-    Returns (path, stats) with ``frames`` and ``step_ms`` (mean reduced step, ms).
-    """
-    from ..core.pc2 import write_pc2
-
-    scene = scene or paths.scene_of(obj)
-    start = int(scene.frame_start if frame_start is None else frame_start)
-    end = int(scene.frame_end if frame_end is None else frame_end)
-    if end < start:
-        raise NeuralRomError(f"Frame range {start}..{end} is empty; the end must be >= the start.")
-    if start < scene.frame_start:
-        raise NeuralRomError(
-            f"The simulation starts at rest at the scene's start frame {scene.frame_start}; "
-            f"pick a start frame >= {scene.frame_start}."
-        )
-    d = Driver(obj, scene)  # a fresh one: the viewport's pokes and cache are not baked
-    _pokes_saved = _pokes.pop(obj.name, None)
-    path = (
-        Path(bpy.path.abspath(os.fspath(path))) if path is not None else default_sim_pc2_path(obj)
-    )
-    if path.suffix.lower() != ".pc2":
-        path = path.with_suffix(".pc2")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NeuralRomError(
-            f"Cannot create {path.parent} ({e.strerror or e}); pick another path."
-        ) from e
-    cols = scene_colliders(obj, scene)
-    animated = bm.is_animated(obj) or any(bm.is_animated(c) for c in cols)
-    global _busy
-    if animated:
-        _busy, was = True, _busy
-        try:
-            mats = bm.sample_matrices(scene, [obj, *cols], range(scene.frame_start, end + 1))
-        finally:
-            _busy = was
-    else:
-        mats = np.broadcast_to(
-            np.stack([bm.matrix(o) for o in [obj, *cols]]),
-            (end + 1 - scene.frame_start, 1 + len(cols), 4, 4),
-        )
-    f0 = scene.frame_start
-
-    def sample(first, last, _obj, _scene):
-        return np.asarray(mats[first - f0 : last - f0 + 1])
-
-    def frames() -> Iterator[np.ndarray]:
-        for f in range(start, end + 1):
-            P = d.positions_at(f, obj, scene, sample=sample)
-            yield d.local(P, mats[f - f0, 0])
-
-    try:
-        write_pc2(path, frames(), start_frame=start, sample_rate=1.0)
-    except OSError as e:
-        raise NeuralRomError(
-            f"Cannot write {path} ({e.strerror or e}); pick a writable path."
-        ) from e
-    finally:
-        if _pokes_saved is not None:
-            _pokes[obj.name] = _pokes_saved
-    if obj.neural_rom.simulate:
-        stop_simulation(obj)
-    if obj.neural_rom.playback:
-        bakes.stop_playback(obj)
-    export.wire_mesh_cache(obj, path, start, export.SIM_MODIFIER_NAME)
-    steps = d.step_seconds
-    return path, {
-        "frames": end - start + 1,
-        "step_ms": 1000.0 * float(np.mean(steps)) if steps else 0.0,
-    }
 
 
 # --------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ evaluates the depsgraph). Each frame is timed whole and split into its parts, me
 the real call path by timing wrappers around:
 
 * ``driver``: finding the object's driver (:func:`simulate.driver_key`)
-* ``inputs``: scene colliders, pokes and the inputs digest
+* ``inputs``: the frame's inputs read from Blender (colliders, pins) and their digest
 * ``step``: :meth:`ReducedSimulation.step` (Newton on the cubature sub-mesh)
 * ``decode``: ``X + U q`` of the tet nodes and the frame cache copy
 * ``embed``: tet nodes -> render vertices (:func:`tets.render_world`) and to local space
@@ -156,6 +156,7 @@ def measure(bpy, obj, frames: int, rounds: int = 3) -> dict:
     mean ms per frame, by part, of the fastest round (the machine is shared)."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate, tets
+    from neural_rom.core import framecache
 
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, frames + 1
@@ -170,7 +171,7 @@ def measure(bpy, obj, frames: int, rounds: int = 3) -> dict:
         t = Timers()
         t.wrap(simulate, "driver_key", "driver")
         t.wrap(d, "inputs", "inputs")
-        t.wrap(simulate, "_digest", "inputs")
+        t.wrap(framecache, "frame_digest", "inputs")
         t.wrap(d.sim, "step", "step")
         t.wrap(d.sim, "positions", "decode")
         t.wrap(d.cache, "put", "decode")

@@ -38,6 +38,7 @@ from scipy.spatial import cKDTree
 
 from .colliders import Collider, colliders_from_dicts
 from .errors import NeuralRomError
+from .poke import poke_weights, share
 from .sim import FrameInputs
 
 SCENARIO_KINDS = ("gravity_drop", "random_pokes", "keyframed_colliders", "replay_forces")
@@ -201,22 +202,22 @@ class ScenarioDriver:
         radius = float(p["radius"]) * diag
         total_weight = float(ctx.mass.sum() * (np.linalg.norm(ctx.gravity) or 9.81))
         magnitude = float(p["force"]) if p["force"] > 0 else float(p["strength"]) * total_weight
-        tree = cKDTree(ctx.X[ctx.surface])
         t = np.arange(F + 1) * dt
         window = (F * dt) / count
         for i in range(count):
             centre = ctx.surface[rng.integers(len(ctx.surface))]
-            region = ctx.surface[tree.query_ball_point(ctx.X[centre], radius)]
+            # the one poke model (core.poke): a region weighted by mass, a prescribed total
+            # force (a sin^2 pulse along a random direction) spread by weight
+            idx, w = poke_weights(
+                ctx.X, ctx.X[centre], radius, candidates=ctx.surface, mass=ctx.mass
+            )
             direction = rng.normal(size=3)
             direction /= np.linalg.norm(direction)
             start = (i + rng.uniform(0.0, 0.5)) * window
             duration = min(float(p["duration"]), max(window, dt))
             s = np.clip((t - start) / duration, 0.0, 1.0)
             envelope = np.sin(np.pi * s) ** 2
-            w = ctx.mass[region] / ctx.mass[region].sum()
-            self.forces[:, region, :] += (
-                envelope[:, None, None] * magnitude * w[None, :, None] * direction[None, None, :]
-            )
+            self.forces[:, idx, :] += share(w, envelope[:, None] * magnitude * direction)
 
     def _keyframed_colliders(self, p: dict, rng: np.random.Generator) -> None:
         ctx = self.ctx

@@ -145,7 +145,7 @@ class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
         obj = active_deformable(context)
         if not self.filepath and obj is not None:
             try:
-                self.filepath = str(simulate.default_sim_pc2_path(obj))
+                self.filepath = str(export.default_sim_pc2_path(obj))
             except NeuralRomError:
                 self.filepath = bpy.path.clean_name(obj.name) + "_reduced.pc2"
         context.window_manager.fileselect_add(self)
@@ -156,7 +156,7 @@ class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
         if obj is None:
             return fail(self, "The active object is not Deformable.")
         try:
-            path, stats = simulate.export_simulation_pc2(
+            path, stats = export.export_simulation_pc2(
                 obj,
                 self.filepath or None,
                 frame_start=None if self.frame_start < 0 else self.frame_start,

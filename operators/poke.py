@@ -8,8 +8,8 @@ import numpy as np
 from bpy.props import FloatProperty
 
 from ..addon import simulate
-from ..addon.framecache import poke_weights
 from ..core.errors import NeuralRomError
+from ..core.poke import poke_weights
 from ._common import active_deformable, fail
 
 

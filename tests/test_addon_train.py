@@ -1,7 +1,7 @@
 """Train / Simulate with the PyPI bpy: the train operator (real worker), the reduced
 simulation frame driver (scrubbing, the in-memory frame cache and its invalidation,
-colliders, pokes), save/reload, refusal of a foreign model, the reduced PC2 bake; and the
-pure frame cache and poke force without Blender."""
+colliders, pokes), save/reload, refusal of a foreign model, the reduced PC2 bake. The frame
+cache and the poke without Blender: tests/test_framecache.py, tests/test_poke.py."""
 
 from __future__ import annotations
 
@@ -11,72 +11,6 @@ import numpy as np
 import pytest
 
 from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
-
-# ----------------------------------------------------------------------------- pure parts
-
-
-def test_frame_cache_get_put_invalidate():
-    from neural_rom.addon.framecache import FrameCache
-
-    c = FrameCache(key="a", max_frames=4)
-    q = np.arange(3.0)
-    c.put(1, {"q": q, "frame": 0}, np.zeros((2, 3)), "d1")
-    q[:] = -1  # the cache keeps its own copy
-    np.testing.assert_array_equal(c.get(1).state["q"], [0, 1, 2])
-    for f in (2, 3, 4):
-        c.put(f, {"q": np.full(3, f)}, np.full((2, 3), f), f"d{f}")
-    assert c.frames == [1, 2, 3, 4] and 3 in c and 9 not in c and c.get(9) is None
-    assert c.latest_at_or_before(10) == 4 and c.latest_at_or_before(2) == 2
-    assert c.latest_at_or_before(0) is None
-    c.invalidate(3)
-    assert c.frames == [1, 2] and c.matches("a")
-    for f in (3, 4, 5):
-        c.put(f, {}, np.zeros((2, 3)))
-    assert c.frames == [2, 3, 4, 5]  # over max_frames: the farthest from the write goes
-    c.invalidate(key="b")
-    assert len(c) == 0 and not c.matches("a") and c.matches("b")
-
-
-def test_inputs_digest_sees_every_change():
-    from neural_rom.addon.framecache import inputs_digest
-
-    a = np.eye(4)
-    assert inputs_digest(a, None) == inputs_digest(a.copy(), None)
-    b = a.copy()
-    b[0, 3] = 1e-9
-    assert inputs_digest(b, None) != inputs_digest(a, None)
-    assert inputs_digest(a, np.zeros((2, 3))) != inputs_digest(a, None)
-    assert inputs_digest(np.zeros((0, 19)), None) != inputs_digest(np.zeros((1, 19)), None)
-
-
-def test_poke_force_is_a_spring_spread_by_weight():
-    from neural_rom.addon.framecache import poke_forces, poke_weights
-
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-1, 1, (200, 3))
-    centre = np.array([0.2, 0.0, 0.1])
-    idx, w = poke_weights(X, centre, 0.5)
-    d = np.linalg.norm(X - centre, axis=1)
-    np.testing.assert_array_equal(np.sort(idx), np.flatnonzero(d < 0.5))
-    assert w.sum() == pytest.approx(1.0) and np.all(w > 0)
-    # nearer vertices pull harder
-    order = np.argsort(d[idx])
-    assert w[order[0]] >= w[order[-1]]
-    target = centre + np.array([0.0, 0.0, 0.3])
-    f = poke_forces(X, idx, w, target, stiffness=100.0)
-    p = w @ X[idx]
-    np.testing.assert_allclose(f.sum(axis=0), 100.0 * (target - p), rtol=1e-12)  # total = k (t - p)
-    off = np.setdiff1d(np.arange(200), idx)
-    assert np.all(f[off] == 0)
-    np.testing.assert_allclose(f[idx], w[:, None] * f[idx].sum(0), atol=1e-12)
-    capped = poke_forces(X, idx, w, target, stiffness=100.0, max_force=2.0)
-    assert np.linalg.norm(capped.sum(0)) == pytest.approx(2.0)
-    # no vertex within reach: the nearest one is grabbed
-    idx1, w1 = poke_weights(X, np.array([5.0, 5.0, 5.0]), 0.1)
-    assert idx1.tolist() == [int(np.argmin(np.linalg.norm(X - 5.0, axis=1)))] and w1[0] == 1.0
-    with pytest.raises(ValueError, match="radius must be positive"):
-        poke_weights(X, centre, 0.0)
-
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -268,7 +202,7 @@ def test_collider_move_and_pokes_invalidate_later_frames(addon, blend_file):
     d = simulate._drivers["Ball"]
     free = mesh_positions(obj)
     P = d.sim.positions()
-    from neural_rom.addon.framecache import poke_weights
+    from neural_rom.core.poke import poke_weights
 
     idx, w = poke_weights(P, P[0], 0.3)
     simulate.set_poke("Ball", idx, w, P[0] + [0.0, 0.0, 0.5], stiffness=2000.0)

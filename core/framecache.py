@@ -1,0 +1,223 @@
+"""Scrubbing a simulation along a timeline, like Blender's point cache, in memory.
+
+:class:`Timeline` puts any :class:`~.simulator.Simulator` on a host's frame numbers. The
+start frame is the rest state. Every simulated frame is kept in a :class:`FrameCache`
+(simulator state, positions, and a digest of the inputs that produced it), so
+
+* jumping back restores a kept frame without simulating;
+* jumping forward simulates only from the newest kept frame before the target, with the
+  inputs of each frame in between;
+* a frame whose inputs changed since it was simulated (a collider moved, a poke started)
+  is simulated again from the frame before it, and every later frame is forgotten.
+
+A step's inputs are the frame's :class:`~.sim.FrameInputs` and the running pokes
+(:class:`~.poke.Poke`), whose forces follow the body: they are computed from the positions
+the step starts from. The host (Blender's frame handler) gathers the inputs of a frame
+once and writes the positions it gets back; nothing here knows about Blender.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .poke import Poke
+from .sim import FrameInputs
+
+
+@dataclass
+class CachedFrame:
+    """One simulated frame: simulator state, (n, 3) positions (m, world) and the digest
+    of the inputs that produced it."""
+
+    state: dict
+    positions: np.ndarray
+    inputs: str = ""
+
+
+class FrameCache:
+    """Simulated frames of one simulation, by frame number.
+
+    Parameters
+    ----------
+    key : anything comparable
+        What the cached frames depend on (model file, material, start frame, ...); a
+        driver compares it with :meth:`matches` and invalidates on a change.
+    max_frames : int
+        Frames kept at most; the ones farthest from the newest write go first.
+    """
+
+    def __init__(self, key=None, max_frames: int = 10000):
+        self.key = key
+        self.max_frames = int(max_frames)
+        self._frames: dict[int, CachedFrame] = {}
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def __contains__(self, frame: int) -> bool:
+        return int(frame) in self._frames
+
+    @property
+    def frames(self) -> list[int]:
+        return sorted(self._frames)
+
+    def matches(self, key) -> bool:
+        return self.key == key
+
+    def get(self, frame: int) -> CachedFrame | None:
+        return self._frames.get(int(frame))
+
+    def put(self, frame: int, state: dict, positions: np.ndarray, inputs: str = "") -> None:
+        """Keep frame ``frame`` (copies of the state's arrays and of the positions)."""
+        frame = int(frame)
+        state = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+        self._frames[frame] = CachedFrame(state, np.array(positions, dtype=np.float64), inputs)
+        if len(self._frames) > self.max_frames:
+            far = sorted(self._frames, key=lambda f: abs(f - frame), reverse=True)
+            for f in far[: len(self._frames) - self.max_frames]:
+                del self._frames[f]
+
+    def latest_at_or_before(self, frame: int) -> int | None:
+        """The newest cached frame ``<= frame`` (None when there is none)."""
+        earlier = [f for f in self._frames if f <= frame]
+        return max(earlier) if earlier else None
+
+    def invalidate(self, from_frame: int | None = None, key=None) -> None:
+        """Forget every frame (``from_frame`` None) or the frames ``>= from_frame``;
+        with ``key``, the cache belongs to that key afterwards."""
+        if from_frame is None:
+            self._frames.clear()
+        else:
+            for f in [f for f in self._frames if f >= from_frame]:
+                del self._frames[f]
+        if key is not None:
+            self.key = key
+
+
+def inputs_digest(*arrays) -> str:
+    """A short digest of a frame's inputs (arrays; None and strings allowed)."""
+    h = hashlib.sha1()
+    for a in arrays:
+        if a is None:
+            h.update(b"-")
+            continue
+        if isinstance(a, str):
+            h.update(b"s" + a.encode())
+            continue
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def frame_digest(inputs: FrameInputs, pokes: Sequence[Poke] = ()) -> str:
+    """Digest of everything that drives one frame: the colliders (kind, size, friction,
+    transform), forces, pin targets, sliders, markers, reference frame and pokes."""
+    cols = inputs.colliders
+    parts: list = [
+        None if cols is None else ",".join(c.kind for c in cols),
+        None
+        if cols is None
+        else np.array(
+            [[c.radius, c.half_length, c.friction, *c.transform.ravel()] for c in cols]
+        ).reshape(len(cols), 19),
+        inputs.forces,
+        inputs.pin_targets,
+        inputs.sliders,
+        inputs.reference_frame,
+    ]
+    m = inputs.markers
+    parts += [None, None, None] if m is None else [m.vertices, m.positions, m.weights]
+    for p in pokes:
+        max_force = -1.0 if p.max_force is None else p.max_force
+        parts += [p.idx, p.w, p.target, np.array([p.stiffness, max_force])]
+    return inputs_digest(*parts)
+
+
+class Timeline:
+    """A simulator on a host's frame numbers, scrubbable (see the module docstring).
+
+    Parameters
+    ----------
+    sim : Simulator
+        Any simulator of the protocol (:mod:`.simulator`); reset to rest here.
+    frame_start : int
+        The frame that shows the rest state.
+    max_frames : int
+        Frames kept in memory at most.
+
+    Attributes
+    ----------
+    cache : FrameCache
+    step_seconds : list of float
+        Wall time of every step taken, seconds (what playback costs per frame).
+    """
+
+    def __init__(self, sim, frame_start: int, *, max_frames: int = 10000):
+        self.sim = sim
+        self.frame_start = int(frame_start)
+        self.cache = FrameCache(max_frames=max_frames)
+        self.step_seconds: list[float] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every simulated frame; the start frame is the rest state."""
+        self.sim.reset()
+        self.cache.invalidate()
+        self.cache.put(self.frame_start, self.sim.get_state(), self.sim.positions())
+
+    def positions_at(
+        self,
+        frame: int,
+        inputs: FrameInputs | None = None,
+        *,
+        pokes: Sequence[Poke] = (),
+        between: Callable[[int, int], Sequence[FrameInputs] | None] | None = None,
+    ) -> np.ndarray:
+        """(n, 3) positions at ``frame``, simulating what is missing or stale.
+
+        Parameters
+        ----------
+        frame : the frame to show; at or before the start frame it is the rest state.
+        inputs : the inputs of ``frame`` (default: none).
+        pokes : pokes running now; they act on every frame this call steps.
+        between : ``between(first, last)`` gives the inputs of frames ``first..last``
+            stepped on the way to ``frame`` (a sequence, or None when they are
+            ``inputs``: a scene that does not move). Called only when frames are missing.
+        """
+        frame = int(frame)
+        if frame <= self.frame_start:
+            return self.cache.get(self.frame_start).positions
+        inputs = FrameInputs() if inputs is None else inputs
+        digest = frame_digest(inputs, pokes)
+        hit = self.cache.get(frame)
+        if hit is not None and hit.inputs == digest:
+            self.sim.set_state(hit.state)
+            return hit.positions
+        self.cache.invalidate(frame)  # inputs changed there: this frame and later are stale
+        first = self.cache.latest_at_or_before(frame - 1)
+        self.sim.set_state(self.cache.get(first).state)
+        earlier = between(first + 1, frame - 1) if between and frame - 1 > first else None
+        for f in range(first + 1, frame):
+            fin = inputs if earlier is None else earlier[f - first - 1]
+            self._step(f, fin, pokes, frame_digest(fin, pokes))
+        self._step(frame, inputs, pokes, digest)
+        return self.cache.get(frame).positions
+
+    def _step(self, frame: int, inputs: FrameInputs, pokes: Sequence[Poke], digest: str) -> None:
+        if pokes:  # poke forces follow the body: from the positions this step starts at
+            X = self.sim.positions()
+            forces = sum(p.forces(X) for p in pokes)
+            if inputs.forces is not None:
+                forces = forces + inputs.forces
+            inputs = dataclasses.replace(inputs, forces=forces)
+        t0 = time.perf_counter()
+        self.sim.step(inputs)
+        self.step_seconds.append(time.perf_counter() - t0)
+        self.cache.put(frame, self.sim.get_state(), self.sim.positions(), digest)
