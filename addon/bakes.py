@@ -144,6 +144,12 @@ def make_bake_job(
             }
         )
     gravity = tuple(scene.gravity) if scene.use_gravity else (0.0, 0.0, 0.0)
+    world = TetMesh(X_world, tets.mesh.T, tets.mesh.n_surface_inputs)
+    contact = None
+    if tets.embedding is not None:  # the render surface touches colliders, not the cage
+        mass = fem.mass_matrix(X_world, tets.mesh.T, material.density, lumped=True)
+        F = bm.surface(obj, world=False)[1]
+        contact = tets.embedding.contact_points(F, world, mass).to_dict()
     spec = core_bake.BakeSpec(
         material=material.to_dict(),
         scenario=scenario,
@@ -157,13 +163,13 @@ def make_bake_job(
         colliders=collider_dicts,
         seed=int(s.seed if seed is None else seed),
         variants=int(s.variants if variants is None else variants),
+        contact=contact,
     )
     spec.validate(n_nodes)
 
     out_dir = folder / BAKES_DIR
     out_dir.mkdir(exist_ok=True)
     name = f"{s.scenario}_s{spec.seed}"
-    world = TetMesh(X_world, tets.mesh.T, tets.mesh.n_surface_inputs)
     mesh_path = out_dir / f"{name}.tets.npz"
     write_tetmesh(mesh_path, world)
     s.pending_bake = json.dumps(

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import fem as _fem
 from .cache import BakeCache, BakeWriter
+from .colliders import ContactPoints
 from .errors import JobCancelled, NeuralRomError, SimulationError
 from .files import mesh_hash
 from .scenarios import (
@@ -81,6 +82,10 @@ class BakeSpec:
     variants : int
         How many randomized variants :func:`bake_variants` makes (seeds derived from ``seed``).
     newton_tol, max_newton_iters : Newton settings, see :class:`sim.SimSettings`.
+    contact : dict or None
+        The points that touch colliders (:meth:`colliders.ContactPoints.to_dict`): an
+        embedded render surface's (:meth:`embedding.Embedding.contact_points`); None means
+        the tet mesh's boundary vertices (a tet mesh that is the object).
     """
 
     material: dict = field(default_factory=lambda: _fem.Material.preset("rubber").to_dict())
@@ -97,9 +102,12 @@ class BakeSpec:
     variants: int = 1
     newton_tol: float = 1e-6
     max_newton_iters: int = 30
+    contact: dict | None = None
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        if self.contact is None:
+            del d["contact"]  # specs of bakes made before contact points had none: resumable
         d["gravity"] = [float(g) for g in self.gravity]
         d["damping"] = [float(a) for a in self.damping]
         d["pinned"] = [int(i) for i in self.pinned]
@@ -147,6 +155,14 @@ class BakeSpec:
             max_newton_iters=int(self.max_newton_iters),
         )
 
+    def contact_points(self, T, mass) -> ContactPoints:
+        """The points that touch colliders in this bake: :attr:`contact`, or the boundary
+        vertices of the tet mesh ``T`` (m, 4) with their lumped masses ``mass`` (n,), kg."""
+        if self.contact is not None:
+            return ContactPoints.from_dict(self.contact)
+        surface = boundary_vertices(np.asarray(T, dtype=np.int64))
+        return ContactPoints.at_vertices(surface, np.asarray(mass)[surface])
+
 
 def variant_seed(seed: int, k: int) -> int:
     """Seed of variant ``k`` of a bake seeded ``seed`` (independent streams, reproducible)."""
@@ -157,7 +173,8 @@ def setup_scenario(X, T, spec: BakeSpec):
     material = _fem.Material.from_dict(spec.material)
     settings = spec.sim_settings()
     pinned = np.asarray(spec.pinned, dtype=np.int64)
-    sim = Simulation(X, T, material, settings, pinned=pinned)
+    contact = None if spec.contact is None else ContactPoints.from_dict(spec.contact)
+    sim = Simulation(X, T, material, settings, pinned=pinned, contact=contact)
     ctx = SceneContext(
         X=sim.X,
         surface=boundary_vertices(sim.T),

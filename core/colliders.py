@@ -2,16 +2,21 @@
 
 A collider is a shape in its own frame plus a world transform (a 4x4 matrix, as Blender's
 ``matrix_world``), which may change every frame. Contact is a one-sided quadratic penalty
-on the signed distance of the mesh's surface vertices::
+on the signed distance of the object's contact points::
 
-    C(x) = sum_i  kappa * m_i / 2 * max(0, d_hat - phi(x_i))^2
+    C(x) = sum_j  kappa * m_j / 2 * max(0, d_hat - phi(p_j))^2,    p_j = sum_a w_ja x_{i_ja}
 
-with ``phi`` the signed distance to the collider surface (positive outside), ``m_i`` the
-lumped vertex mass and ``kappa`` a stiffness in 1/s^2, so the same stiffness behaves the
-same for light and heavy objects. Its Hessian is taken in Gauss-Newton form
-(``kappa m_i grad(phi) grad(phi)^T`` on active vertices), which is positive semi-definite
-even where the exact Hessian of a curved collider is not. Friction is not modelled yet;
-each collider carries a ``friction`` coefficient so a later friction potential has its input.
+with ``phi`` the signed distance to the collider surface (positive outside), ``m_j`` the
+mass the point carries and ``kappa`` a stiffness in 1/s^2, so the same stiffness behaves the
+same for light and heavy objects. The contact points (:class:`ContactPoints`) are the
+surface vertices of a tet mesh that is the object (``p_j = x_j``, ``m_j`` its lumped mass),
+or the render surface's vertices embedded in a cage, each carried by the barycentric
+weights of its tet (``p = W x``, W sparse with four entries a row): then the surface the
+user sees is what touches, not the cage around it. The gradient is ``W^T dC/dp`` and the
+Hessian is taken in Gauss-Newton form, ``W^T diag(kappa m_j n_j n_j^T) W`` on touching
+points (``n_j = grad(phi)``), which is positive semi-definite even where the exact Hessian
+of a curved collider is not. Friction is not modelled yet; each collider carries a
+``friction`` coefficient so a later friction potential has its input.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
-from .errors import NeuralRomError
+from .errors import NeuralRomError, SimulationError
 
 KINDS = ("plane", "sphere", "capsule")
 
@@ -177,3 +183,141 @@ def colliders_from_dicts(items: list[dict], frame: int) -> list[Collider]:
             )
         )
     return out
+
+
+class ContactPoints:
+    """The points of an object that touch colliders, each carried by tet nodes.
+
+    Point ``j`` is ``p_j = sum_a weights[j, a] * x[nodes[j, a]]`` (``P = W x``). With one
+    node and weight 1 a point is a tet vertex (direct tet meshes: their surface vertices);
+    with the four nodes of a tet and its barycentric coordinates it is an embedded
+    render-surface point.
+
+    Parameters
+    ----------
+    nodes : (p,) or (p, a) int array
+        Tet nodes carrying each point (a (p,) array means one node each: vertices).
+    weights : (p, a) float array, optional
+        Their weights, rows summing to one; None means one node of weight 1 each.
+    mass : (p,) float array
+        Kilograms each point carries: its penalty is ``kappa * mass`` (module docstring).
+    """
+
+    def __init__(self, nodes, mass, weights=None) -> None:
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if nodes.ndim == 1:
+            nodes = nodes[:, None]
+        w = np.ones(nodes.shape) if weights is None else np.asarray(weights, dtype=np.float64)
+        mass = np.asarray(mass, dtype=np.float64).reshape(-1)
+        if nodes.ndim != 2 or w.shape != nodes.shape or mass.shape != (len(nodes),):
+            raise SimulationError(
+                f"Contact points disagree: nodes {nodes.shape}, weights {w.shape}, mass "
+                f"{mass.shape}; expected (p, a), (p, a) and (p,)."
+            )
+        if np.any(mass < 0) or not np.all(np.isfinite(w)):
+            raise SimulationError("Contact points need non-negative masses and finite weights.")
+        self.nodes, self.weights, self.mass = nodes, w, mass
+        # vertices: one node of weight exactly 1 each, no node twice (the fast, exact path)
+        self.is_vertices = bool(
+            nodes.shape[1] == 1 and np.all(w == 1.0) and len(np.unique(nodes)) == len(nodes)
+        )
+        self._W: sp.csr_matrix | None = None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        kind = "vertices" if self.is_vertices else f"{self.nodes.shape[1]}-node points"
+        return f"ContactPoints({len(self)} {kind}, mass {self.mass.sum():.4g} kg)"
+
+    @classmethod
+    def at_vertices(cls, vertices, mass) -> ContactPoints:
+        """Contact on tet vertices ``vertices`` (s,), carrying masses ``mass`` (s,), kg."""
+        return cls(np.asarray(vertices, dtype=np.int64).reshape(-1), mass)
+
+    def check(self, n_nodes: int) -> None:
+        """Raise :class:`SimulationError` unless every node lies in ``0..n_nodes-1``."""
+        if len(self) and (self.nodes.min() < 0 or self.nodes.max() >= n_nodes):
+            raise SimulationError(
+                f"Contact points refer to nodes outside 0..{n_nodes - 1}: they belong to "
+                "another tet mesh. Re-tetrahedralize, then re-bake."
+            )
+
+    def matrix(self, n_nodes: int) -> sp.csr_matrix:
+        """(p, n) sparse W: point positions ``W @ x``."""
+        if self._W is None or self._W.shape[1] != n_nodes:
+            p, a = self.nodes.shape
+            rows = np.repeat(np.arange(p, dtype=np.int64), a)
+            self._W = sp.csr_matrix(
+                (self.weights.ravel(), (rows, self.nodes.ravel())), shape=(p, n_nodes)
+            )
+        return self._W
+
+    def positions(self, x: np.ndarray) -> np.ndarray:
+        """(p, 3) point positions of node positions ``x`` (n, 3)."""
+        if self.is_vertices:
+            return x[self.nodes[:, 0]]
+        return self.matrix(len(x)) @ x
+
+    def carry(self, U: np.ndarray) -> np.ndarray:
+        """``W U`` of a per-node field ``U`` (n, ...): the same field at the points (p, ...)."""
+        if self.is_vertices:
+            return U[self.nodes[:, 0]]
+        return np.einsum("pa,pa...->p...", self.weights, U[self.nodes])
+
+    def energy(
+        self, colliders: list[Collider], x: np.ndarray, kappa: float, d_hat: float = 0.0
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """Penalty energy (J), its gradient ``W^T dC/dp`` (n, 3) (N) and the Gauss-Newton
+        blocks ``kappa m_j n_j n_j^T`` (p, 3, 3) of the points (spread to the nodes by
+        :meth:`add_hessian`), at node positions ``x`` (n, 3)."""
+        P = self.positions(x)
+        E, gp, H = contact_energy(colliders, P, np.arange(len(P)), self.mass, kappa, d_hat)
+        if self.is_vertices:
+            g = np.zeros_like(x)
+            g[self.nodes[:, 0]] = gp
+        elif H.any():
+            g = np.asarray(self.matrix(len(x)).T @ gp)
+        else:
+            g = np.zeros_like(x)
+        return E, g, H
+
+    def hessian_slots(self, slots_of) -> np.ndarray:
+        """(p, a, a, 3, 3) positions in a sparse matrix's ``data`` of the node-pair blocks
+        ``W^T H W`` adds to, from the assembler's ``slots_of(rows, cols)``."""
+        r = 3 * self.nodes[:, :, None, None, None] + np.arange(3)[:, None]
+        c = 3 * self.nodes[:, None, :, None, None] + np.arange(3)
+        r, c = np.broadcast_arrays(r, c)
+        return np.asarray(slots_of(r.ravel(), c.ravel())).reshape(r.shape)
+
+    def add_hessian(self, data: np.ndarray, slots: np.ndarray, H: np.ndarray) -> None:
+        """Add ``W^T blockdiag(H) W`` (``H`` (p, 3, 3) from :meth:`energy`) into ``data`` at
+        ``slots`` (:meth:`hessian_slots`); only touching points cost."""
+        if self.is_vertices:
+            # each vertex appears once, so its 9 slots are distinct: no np.add.at needed
+            data[slots.reshape(-1)] += H.ravel()
+            return
+        act = np.flatnonzero(H.reshape(len(H), -1).any(1))
+        if not act.size:
+            return
+        w = self.weights[act]
+        vals = (w[:, :, None] * w[:, None, :])[..., None, None] * H[act][:, None, None]
+        np.add.at(data, slots[act].ravel(), vals.ravel())
+
+    def to_dict(self) -> dict:
+        """JSON-able ``{"nodes", "weights", "mass"}`` (read back with :meth:`from_dict`)."""
+        return {
+            "nodes": self.nodes.tolist(),
+            "weights": self.weights.tolist(),
+            "mass": self.mass.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ContactPoints:
+        try:
+            return cls(d["nodes"], d["mass"], d["weights"])
+        except KeyError as e:
+            raise SimulationError(
+                f"Contact points without {e}: the bake spec was not written by "
+                "ContactPoints.to_dict. Bake it again."
+            ) from None

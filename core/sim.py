@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import fem as _fem
-from .colliders import Collider, contact_energy
+from .colliders import Collider, ContactPoints
 from .errors import SimulationError
 from .linsolve import SPDSolver
 
@@ -254,6 +254,10 @@ class Simulation:
     colliders : list of Collider
     fem : fem.TetFEM, optional
         A prebuilt elastic model (shares rest data between simulations).
+    contact : colliders.ContactPoints, optional
+        The points that touch colliders: by default the boundary vertices with their lumped
+        masses; an embedded render surface's points (:meth:`.Embedding.contact_points`) make
+        the surface the user sees touch, not the cage around it.
     """
 
     def __init__(
@@ -265,6 +269,7 @@ class Simulation:
         pinned: np.ndarray | list[int] = (),
         colliders: list[Collider] | None = None,
         fem: _fem.TetFEM | None = None,
+        contact: ContactPoints | None = None,
     ) -> None:
         self.settings = settings or SimSettings()
         self.settings.validate()
@@ -283,6 +288,8 @@ class Simulation:
         self.free[self.pinned] = False
         self.fixed_dofs = (3 * self.pinned[:, None] + np.arange(3)).ravel()
         self.surface = boundary_vertices(self.T)
+        self.contact = contact or ContactPoints.at_vertices(self.surface, self.mass[self.surface])
+        self.contact.check(n)
         self.colliders = list(colliders or [])
         L = float(np.linalg.norm(self.X.max(0) - self.X.min(0)))
         self.length_scale = L if L > 0 else 1.0
@@ -425,9 +432,7 @@ class Simulation:
                 e_el, g_el, H = self.fem.energy_gradient_hessian(x, project=True)
             else:
                 e_el, g_el, H = self.fem.energy(x), None, None
-            e_c, g_c, Hc = contact_energy(
-                colliders, x, self.surface, self.mass, self.kappa, s.contact_offset
-            )
+            e_c, g_c, Hc = self.contact.energy(colliders, x, self.kappa, s.contact_offset)
             e = 0.5 / h**2 * dx @ (m3 * dx) + e_el - np.sum(f_ext * x) + e_c
             e += 0.5 * alpha / h * dn @ (m3 * dn)
             if K_damp is not None:
@@ -487,9 +492,7 @@ class Simulation:
                 e_el, g_el, H = self.fem.energy_gradient_hessian(x, project=True)
             else:
                 e_el, g_el, H = self.fem.energy(x), None, None
-            e_c, g_c, Hc = contact_energy(
-                self.colliders, x, self.surface, self.mass, self.kappa, s.contact_offset
-            )
+            e_c, g_c, Hc = self.contact.energy(self.colliders, x, self.kappa, s.contact_offset)
             e = e_el - np.sum(f_ext * x) + e_c
             if not need_hessian:
                 return e, None, None
@@ -568,18 +571,15 @@ class Simulation:
     def _add_diagonal_and_blocks(
         self, A: sp.csr_matrix, diag: np.ndarray, blocks: np.ndarray
     ) -> sp.csr_matrix:
-        """``A + diag(diag) + blockdiag(blocks on surface vertices)``, in A's (fixed) pattern."""
+        """``A + diag(diag) + W^T blockdiag(blocks) W`` (``blocks`` (p, 3, 3) on the contact
+        points, :meth:`.ContactPoints.add_hessian`), in A's (fixed) pattern: a point's nodes
+        share a tet, so its node pairs are in the pattern."""
         asm = self.fem.assembler
         if self._block_slots is None:
-            s = self.surface
-            r = 3 * s[:, None, None] + np.arange(3)[None, :, None]
-            c = 3 * s[:, None, None] + np.arange(3)[None, None, :]
-            r, c = np.broadcast_arrays(r, c)
-            self._block_slots = asm.slots_of(r.ravel(), c.ravel())
+            self._block_slots = self.contact.hessian_slots(asm.slots_of)
         A.data[asm.diagonal_slots] += diag
         if blocks.size:
-            # each surface vertex appears once, so its 9 slots are distinct: no np.add.at needed
-            A.data[self._block_slots] += blocks.ravel()
+            self.contact.add_hessian(A.data, self._block_slots, blocks)
         return A
 
     # ------------------------------------------------------------------------- energies

@@ -117,7 +117,7 @@ def test_energy_gradient_matches_central_differences():
     z = lat.z + 0.05 * rng.normal(size=4)
     e, g, q = fun(z)
     np.testing.assert_allclose(q, dec.forward(z))
-    xs = lat.X[lat.contact_vertices] + lat.U_contact @ q
+    xs = lat.contact_rest + lat.U_contact @ q
     assert (xs[:, 2] < 0.005).sum() > 0  # some vertices are inside the collider
     eps = 1e-6
     fd = np.array([(fun(z + eps * d)[0] - fun(z - eps * d)[0]) / (2 * eps) for d in np.eye(4)])

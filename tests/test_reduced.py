@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from neural_rom.core.colliders import Collider
+from neural_rom.core.colliders import Collider, ContactPoints
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.grid import grid_tetmesh
@@ -114,11 +114,13 @@ def test_surface_sample_carries_all_surface_mass():
 
     surf = boundary_vertices(T)
     mass = mass_matrix(X, T, mat.density)
-    idx, w = surface_sample(X, surf, mass, count=20, seed=0)
-    assert len(idx) == 20 and set(idx) <= set(surf)
-    assert abs(w.sum() - mass[surf].sum()) < 1e-12
-    idx2, _ = surface_sample(X, surf, mass, count=20, seed=0)
-    np.testing.assert_array_equal(idx, idx2)
+    points = ContactPoints.at_vertices(surf, mass[surf])
+    sample = surface_sample(X, points, count=20, seed=0)
+    idx = sample.nodes[:, 0]
+    assert len(sample) == 20 and sample.is_vertices and set(idx) <= set(surf)
+    assert abs(sample.mass.sum() - mass[surf].sum()) < 1e-12
+    again = surface_sample(X, points, count=20, seed=0)
+    np.testing.assert_array_equal(idx, again.nodes[:, 0])
 
 
 def crude_subspace(X, T, mat, pinned, k, seed):

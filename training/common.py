@@ -67,13 +67,14 @@ from ..core import fem as _fem
 from ..core import registry
 from ..core.bake import BakeSpec
 from ..core.cache import BakeCache, BakeDataset
+from ..core.colliders import ContactPoints
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.files import temporary_path, write_npz
 from ..core.frame import to_pin_frame
 from ..core.methods.common import surface_sample
-from ..core.sim import SimSettings, boundary_vertices
+from ..core.sim import SimSettings
 from ..core.subspace import Subspace, mass_weighted_pod
 
 #: ``progress(fraction, message)``: fraction of the whole job in [0, 1]
@@ -349,10 +350,13 @@ class TrainingRun:
         if self.should_cancel():
             raise JobCancelled(message)
 
-    def contact_sample(self) -> tuple[np.ndarray, np.ndarray]:
-        """The contact sample of the surface (:func:`core.methods.common.surface_sample`)."""
+    def contact_sample(self) -> ContactPoints:
+        """The contact sample of the points that touched colliders in the bakes (the render
+        surface of an embedded object, else the tet surface):
+        :func:`core.methods.common.surface_sample`."""
         b = self.bakes
-        return surface_sample(b.X, boundary_vertices(b.T), b.mass, seed=self.settings["seed"])
+        points = b.spec.contact_points(b.T, b.mass)
+        return surface_sample(b.X, points, seed=self.settings["seed"])
 
     # --------------------------------------------------------------------------- the end
     def finish(

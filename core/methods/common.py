@@ -16,7 +16,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from .. import fem as _fem
-from ..colliders import Collider, contact_energy
+from ..colliders import Collider, ContactPoints, contact_energy
 from ..cubature import Cubature
 from ..errors import SimulationError
 from ..frame import IDENTITY, FrameMixin, interpolate
@@ -68,9 +68,15 @@ def subspace_payload(T, subspace: Subspace, cubature: Cubature, contact, materia
     ----------
     T : (m, 4) int array
     subspace, cubature : the trained basis and cubature rule
-    contact : (vertices (s,), masses (s,)) contact sample
+    contact : ContactPoints, or (vertices (s,), masses (s,)): the contact sample
     material, settings : the physics the model steps with
+
+    The contact sample is stored as ``contact_vertices`` (s,) and ``contact_mass`` (s,) when
+    its points are vertices (as every model before embedded contact), and as
+    ``contact_vertices`` (s, a), ``contact_weights`` (s, a) and ``contact_mass`` when they are
+    carried by several nodes each (an embedded render surface).
     """
+    contact = as_contact_points(contact)
     arrays = {
         "X": subspace.X,
         "T": np.asarray(T, dtype=np.int64),
@@ -79,9 +85,11 @@ def subspace_payload(T, subspace: Subspace, cubature: Cubature, contact, materia
         "pinned": subspace.pinned,
         "cubature_elements": cubature.elements,
         "cubature_weights": cubature.weights,
-        "contact_vertices": np.asarray(contact[0], dtype=np.int64),
-        "contact_mass": np.asarray(contact[1], dtype=np.float64),
+        "contact_vertices": contact.nodes[:, 0] if contact.is_vertices else contact.nodes,
+        "contact_mass": contact.mass,
     }
+    if not contact.is_vertices:
+        arrays["contact_weights"] = contact.weights
     meta = {
         "material": material.to_dict(),
         "settings": settings.to_dict(),
@@ -103,38 +111,45 @@ def subspace_arguments(model, settings: SimSettings | None, colliders) -> dict:
         "settings": settings or SimSettings(**meta["settings"]),
         "pinned": a["pinned"],
         "cubature": (a["cubature_elements"], a["cubature_weights"]),
-        "contact": (a["contact_vertices"], a["contact_mass"]),
+        # a model without weights (every model before embedded contact) has vertex contact
+        "contact": ContactPoints(
+            a["contact_vertices"], a["contact_mass"], a.get("contact_weights")
+        ),
         "colliders": colliders,
     }
 
 
+def as_contact_points(contact) -> ContactPoints:
+    """A :class:`ContactPoints` from itself or from a ``(vertices (s,), masses (s,))`` pair."""
+    if isinstance(contact, ContactPoints):
+        return contact
+    return ContactPoints.at_vertices(contact[0], contact[1])
+
+
 def surface_sample(
-    X: np.ndarray, surface: np.ndarray, mass: np.ndarray, count: int = 512, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """A farthest-point sample of surface vertices for contact, with mass weights.
+    X: np.ndarray, points: ContactPoints, count: int = 512, seed: int = 0
+) -> ContactPoints:
+    """A farthest-point sample of contact points, with their masses gathered.
 
     Parameters
     ----------
     X : (n, 3) float array
-    surface : (s,) int array
-        Surface vertex indices.
-    mass : (n,) float array
-        Lumped vertex masses, kg.
+        Rest node positions, metres.
+    points : ContactPoints
+        The points that can touch: a tet mesh's surface vertices or an embedded render
+        surface's points (:meth:`.bake.BakeSpec.contact_points`).
     count : int
-        Sample size (all surface vertices when there are fewer).
+        Sample size (all points when there are fewer).
 
     Returns
     -------
-    idx : (c,) int array
-        Sampled vertices.
-    weights : (c,) float array
-        Masses, kg: each sampled vertex carries the mass of the surface vertices nearest
-        to it, so the weights sum to the surface mass.
+    ContactPoints
+        The sampled points (nodes and weights as in ``points``); each carries the mass of
+        the points nearest to it at rest, so the masses sum to those of ``points``.
     """
-    surface = np.asarray(surface, dtype=np.int64)
-    if len(surface) <= count:
-        return surface.copy(), mass[surface].astype(float)
-    P = X[surface]
+    if len(points) <= count:
+        return points
+    P = points.positions(np.asarray(X, dtype=np.float64))
     rng = np.random.default_rng(seed)
     chosen = [int(rng.integers(len(P)))]
     d = np.linalg.norm(P - P[chosen[0]], axis=1)
@@ -144,8 +159,8 @@ def surface_sample(
         d = np.minimum(d, np.linalg.norm(P - P[i], axis=1))
     chosen = np.array(chosen)
     owner = cKDTree(P[chosen]).query(P)[1]
-    weights = np.bincount(owner, weights=mass[surface], minlength=len(chosen))
-    return surface[chosen], weights
+    mass = np.bincount(owner, weights=points.mass, minlength=len(chosen))
+    return ContactPoints(points.nodes[chosen], mass, points.weights[chosen])
 
 
 class SubspaceModel(FrameMixin, SimulatorBase):
@@ -166,7 +181,7 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         settings: SimSettings | None,
         pinned,
         cubature: tuple[np.ndarray, np.ndarray] | None,
-        contact: tuple[np.ndarray, np.ndarray] | None,
+        contact: ContactPoints | tuple[np.ndarray, np.ndarray] | None,
         colliders: list[Collider] | None,
     ) -> None:
         self.settings = settings or SimSettings()
@@ -215,12 +230,15 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         self._X_sub = self.sub_fem.X
         self._U_sub_flat = np.ascontiguousarray(self.U_sub.reshape(-1, self.k))  # (3v, k)
         self._U_elem_flat = self.U_elem.reshape(-1, self.k)  # (12c, k)
-        # contact sample
+        # contact sample: its points P = W x move by U_contact = W U (p, 3, k)
         if contact is None:
-            contact = surface_sample(self.X, boundary_vertices(T), mass)
-        self.contact_vertices = np.asarray(contact[0], dtype=np.int64)
-        self.contact_mass = np.asarray(contact[1], dtype=np.float64)
-        self.U_contact = self.U.reshape(n, 3, self.k)[self.contact_vertices]
+            surface = boundary_vertices(T)
+            contact = surface_sample(self.X, ContactPoints.at_vertices(surface, mass[surface]))
+        self.contact = as_contact_points(contact)
+        self.contact.check(n)
+        self.contact_mass = self.contact.mass
+        self.contact_rest = self.contact.positions(self.X)
+        self.U_contact = self.contact.carry(self.U.reshape(n, 3, self.k))
         self.colliders = list(colliders or [])
         L = float(np.linalg.norm(self.X.max(0) - self.X.min(0)))
         self.length_scale = L if L > 0 else 1.0
@@ -285,10 +303,12 @@ class SubspaceModel(FrameMixin, SimulatorBase):
     def _contact(self, q: np.ndarray, colliders, hessian: bool = True):
         """Collider penalty on the contact sample at ``q``: energy (J), reduced gradient (k,)
         and, with ``hessian``, reduced Gauss-Newton Hessian (k, k) (None, None without
-        colliders; the Hessian only from touching vertices)."""
+        colliders; the Hessian only from touching points). The points move by
+        ``U_contact = W U``, so ``g = U_contact^T dC/dp`` and ``H = U_contact^T H_p U_contact``
+        (:class:`.ContactPoints`)."""
         if not colliders:
             return 0.0, None, None
-        xs = self.X[self.contact_vertices] + self.U_contact @ q
+        xs = self.contact_rest + self.U_contact @ q
         idx = np.arange(len(xs))
         e, g, Hb = contact_energy(
             colliders, xs, idx, self.contact_mass, self.kappa, self.settings.contact_offset

@@ -27,7 +27,7 @@ from scipy.linalg.lapack import dpotrf as _potrf
 from scipy.linalg.lapack import dpotrs as _potrs
 
 from .. import fem as _fem
-from ..colliders import Collider
+from ..colliders import Collider, ContactPoints
 from ..cubature import Cubature
 from ..modelfile import save_model
 from ..registry import Method
@@ -66,8 +66,9 @@ class ReducedSimulation(SubspaceModel):
         them rigidly, the whole simulation following in their frame (:mod:`.frame`).
     cubature : (elements (c,), weights (c,)) or None
         None uses every element with weight 1 (exact, for testing and small meshes).
-    contact : (vertices (s,), masses (s,)) or None
-        Contact sample; None samples the surface with :func:`surface_sample`.
+    contact : ContactPoints, (vertices (s,), masses (s,)), or None
+        Contact sample (the render surface's points for an embedded object); None samples
+        the tet surface's vertices with :func:`surface_sample`.
     colliders : list of Collider
     """
 
@@ -80,7 +81,7 @@ class ReducedSimulation(SubspaceModel):
         settings: SimSettings | None = None,
         pinned=(),
         cubature: tuple[np.ndarray, np.ndarray] | None = None,
-        contact: tuple[np.ndarray, np.ndarray] | None = None,
+        contact: ContactPoints | tuple[np.ndarray, np.ndarray] | None = None,
         colliders: list[Collider] | None = None,
     ) -> None:
         self._setup(X, T, material, U, settings, pinned, cubature, contact, colliders)
@@ -289,7 +290,7 @@ def save(
     T: np.ndarray,
     subspace: Subspace,
     cubature: Cubature,
-    contact: tuple[np.ndarray, np.ndarray],
+    contact: ContactPoints | tuple[np.ndarray, np.ndarray],
     material: _fem.Material,
     settings: SimSettings,
     metadata: dict | None = None,
@@ -302,7 +303,7 @@ def save(
     mesh_hash : hash of the tet mesh (world space, as baked) the model belongs to
     T : (m, 4) int array
     subspace, cubature : the trained basis and cubature rule
-    contact : (vertices (s,), masses (s,)) contact sample
+    contact : ContactPoints or (vertices (s,), masses (s,)): the contact sample
     material, settings : the physics the model steps with
     metadata : training settings and metrics (JSON-able)
     """
