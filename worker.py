@@ -62,11 +62,6 @@ def _sub(name: str):
 # ---------------------------------------------------------------------------------------
 
 
-def _variant_paths(out_dir: Path, name: str, variants: int, shard: tuple[int, int]) -> list[Path]:
-    i, n = shard
-    return [out_dir / f"{name}_v{k:03d}.nrbake" for k in range(variants) if k % n == i]
-
-
 def _committed(paths: list[Path], mesh_hash: str | None) -> list[dict]:
     """Frames committed in each bake file that exists (the part a cancel or crash keeps)."""
     cache = _sub("core.cache")
@@ -82,13 +77,38 @@ def _committed(paths: list[Path], mesh_hash: str | None) -> list[dict]:
     return out
 
 
+def _log(message: str) -> None:
+    print(f"neural_rom bake: {message}", file=sys.stderr, flush=True)
+
+
+def _bake_result(paths: list[Path], mesh_hash: str, spec: dict, shard, **extra) -> dict:
+    committed = _committed(paths, mesh_hash)
+    return {
+        "paths": [c["path"] for c in committed if c["n_frames"] > 0],
+        "frames": {c["path"]: c["n_frames"] for c in committed},
+        "shard": list(shard),
+        "out_dir": str(spec["out_dir"]),
+        "name": str(spec["name"]),
+        "mesh_hash": mesh_hash,
+        **extra,
+    }
+
+
 def run_bake(spec: dict) -> dict:
-    """``kind: "bake"``: :func:`core.bake.bake_variants` on the spec's tet mesh.
+    """``kind: "bake"``: the variants of a bake (:func:`core.bake.bake_variants`).
 
     Spec keys: ``mesh`` (tets .npz), ``spec`` (``BakeSpec.to_dict()``), ``out_dir``,
-    ``name``, ``shard`` ([i, N], default [0, 1]), ``overwrite`` (bool).
-    Result: ``paths``, ``frames`` (committed frames per file), ``shard``, ``out_dir``,
-    ``name``, ``mesh_hash``.
+    ``name``, ``shard`` ([i, N], default [0, 1]), ``restart`` (bool, default False: each
+    variant's unfinished bake of the same mesh and settings resumes after its last
+    committed frame, a complete one is kept; True bakes every variant from frame 0),
+    ``overwrite`` (bool, default False: a bake that cannot be resumed, baked with other
+    settings or on another mesh, is started over instead of refused), ``processes`` (int,
+    default 0: one per usable core; variants baked at once, each in its own worker with
+    one BLAS thread, see :func:`_bake_in_processes`; 1 bakes them one after another here).
+
+    Result: ``paths`` (bakes with committed frames), ``frames`` (committed frames per
+    file), ``resumed`` (path -> the frame it resumed at), ``kept`` (complete bakes left as
+    they were), ``processes``, ``shard``, ``out_dir``, ``name``, ``mesh_hash``.
     """
     jobs, errors = _sub("core.jobs"), _sub("core.errors")
     bake, meshfile = _sub("core.bake"), _sub("core.meshfile")
@@ -103,26 +123,67 @@ def run_bake(spec: dict) -> dict:
         )
     mesh = meshfile.read_tetmesh(mesh_path)
     bake_spec = bake.BakeSpec.from_dict(spec["spec"])
+    bake_spec.validate(len(mesh.X))
     out_dir = Path(spec["out_dir"])
     name = str(spec["name"])
     shard = tuple(int(v) for v in spec.get("shard", (0, 1)))
-    paths = _variant_paths(out_dir, name, int(bake_spec.variants), shard)
+    if len(shard) != 2 or shard[1] < 1 or not (0 <= shard[0] < shard[1]):
+        raise errors.NeuralRomError(f"shard {shard} is invalid: use [i, N] with 0 <= i < N")
+    restart = bool(spec.get("restart", False))
+    mine = [k for k in range(int(bake_spec.variants)) if k % shard[1] == shard[0]]
+    paths = [bake.variant_path(out_dir, name, k) for k in mine]
     mesh_hash = _sub("core.files").mesh_hash(mesh.X, mesh.T)
-    meter = jobs.Progress(1)
+    _sub("core.files").ensure_writable_dir(out_dir, "bakes")
+
+    # What each variant keeps, said up front (progress and log) and in the result.
+    resumed, kept = {}, []
+    for k, path in zip(mine, paths):
+        if restart:
+            if path.exists():
+                _log(f"{path.name} starts over (restart)")
+            continue
+        point = bake.resume_point(mesh, bake.variant_spec(bake_spec, k), path)
+        if point.action == "resume":
+            resumed[k] = point.frames
+            _log(f"{path.name} resumes at frame {point.frames} ({point.reason})")
+        elif point.action == "complete":
+            kept.append(str(path))
+            _log(f"{path.name} is kept: {point.reason}")
+        elif point.action == "mismatch":
+            _log(f"{path.name} cannot be resumed: {point.reason}")
+
+    processes = int(spec.get("processes") or 0)
+    if processes <= 0:
+        processes = jobs.usable_cores()
+    processes = max(1, min(processes, len(mine)))
+    extra = {"resumed": {str(bake.variant_path(out_dir, name, k)): f for k, f in resumed.items()}}
+    extra.update(kept=kept, processes=processes)
+    if processes > 1:
+        return _bake_in_processes(spec, mine, paths, resumed, processes, mesh_hash, extra)
+
+    frames_each = int(bake_spec.frames) + 1
+    meter = jobs.Progress(len(mine) * frames_each)
     touched: set[int] = set()  # variants this run wrote to (older files may exist too)
+    if resumed:
+        done0 = sum(resumed.values())
+        meter.update(done0, _resume_message(resumed, len(mine) > 1))
 
     def progress(done: int, total: int, info: dict | None = None) -> None:
         info = info or {}
-        touched.add(int(info.get("variant", shard[0])))
+        k = int(info.get("variant", mine[0]))
+        touched.add(k)
         meter.total = int(total)
         message = f"frame {done}/{total}"
-        if "variant" in info and len(paths) > 1:
-            message += f" (variant {int(info['variant'])})"
+        notes = [f"variant {k}"] if len(paths) > 1 else []
+        if k in resumed:
+            notes.append(f"resumed at frame {resumed[k]}")
+        if notes:
+            message += f" ({', '.join(notes)})"
         meter.update(done, message)
         numbers = {
-            k: v
-            for k, v in info.items()
-            if k not in ("variant", "eta_s") and isinstance(v, (int, float))
+            key: v
+            for key, v in info.items()
+            if key not in ("variant", "eta_s") and isinstance(v, (int, float))
         }
         if numbers:
             jobs.emit("metric", values=numbers)
@@ -136,30 +197,126 @@ def run_bake(spec: dict) -> dict:
             shard=shard,
             progress=progress,
             should_cancel=jobs.should_cancel,
-            overwrite=bool(spec.get("overwrite", False)),
+            overwrite=restart or bool(spec.get("overwrite", False)),
+            resume=not restart,
+            say=_log,
         )
     except errors.JobCancelled as exc:
-        mine = [p for p in paths if int(p.stem.rsplit("_v", 1)[1]) in touched]
-        committed = _committed(mine, mesh_hash)
-        exc.result = {
-            "paths": [c["path"] for c in committed if c["n_frames"] > 0],
-            "frames": {c["path"]: c["n_frames"] for c in committed},
-            "shard": list(shard),
-            "out_dir": str(out_dir),
-            "name": name,
-            "mesh_hash": mesh_hash,
-        }
+        mine_touched = [p for k, p in zip(mine, paths) if k in touched or k in resumed]
+        exc.result = _bake_result(mine_touched, mesh_hash, spec, shard, **extra)
         raise
-    written = [Path(p) for p in written]
-    committed = _committed(written, mesh_hash)
-    return {
-        "paths": [str(p) for p in written],
-        "frames": {c["path"]: c["n_frames"] for c in committed},
-        "shard": list(shard),
-        "out_dir": str(out_dir),
-        "name": name,
-        "mesh_hash": mesh_hash,
-    }
+    result = _bake_result([Path(p) for p in written], mesh_hash, spec, shard, **extra)
+    result["paths"] = [str(p) for p in written]
+    return result
+
+
+def _resume_message(resumed: dict[int, int], several: bool) -> str:
+    parts = [
+        (f"variant {k} " if several else "") + f"resumes at frame {f}"
+        for k, f in sorted(resumed.items())
+    ]
+    return "; ".join(parts)
+
+
+def _bake_in_processes(
+    spec: dict,
+    mine: list[int],
+    paths: list[Path],
+    resumed: dict[int, int],
+    processes: int,
+    mesh_hash: str,
+    extra: dict,
+) -> dict:
+    """Bake the variants ``mine`` in up to ``processes`` child workers at once.
+
+    Each child is this worker on the same spec with ``shard`` ``[k, variants]`` (variant
+    ``k`` alone), so it bakes exactly what a serial bake bakes for ``k``, with one BLAS
+    thread (:data:`core.jobs.ONE_THREAD_ENV`): the processes share the cores rather than
+    fight over them. This worker reports one progress (the frames of all the children),
+    forwards their metrics and warnings, and forwards a cancel to each; a child that fails
+    leaves the others running and what it committed valid. Children whose parent died
+    cancel themselves at their next frame (their event pipe breaks), and the bake
+    writer's lock keeps a bake started again off their files until they stopped.
+    """
+    jobs, errors = _sub("core.jobs"), _sub("core.errors")
+    variants = int(spec["spec"]["variants"])
+    shard = [int(v) for v in spec.get("shard", (0, 1))]
+    frames_each = int(spec["spec"]["frames"]) + 1
+    cancel_file = spec.get("cancel_file")
+    log_dir = Path(cancel_file).parent if cancel_file else Path(spec["out_dir"]) / "logs"
+    parent_id = Path(cancel_file).name.removesuffix(".cancel") if cancel_file else None
+    meter = jobs.Progress(len(mine) * frames_each)
+    done = {k: resumed.get(k, 0) for k in mine}
+    waiting, running, ended = list(mine), {}, {}
+    cancelling = False
+    head = f"{len(mine)} variants in {processes} processes"
+    if resumed:
+        head += "; " + _resume_message(resumed, True)
+    last = sum(done.values())
+    meter.update(last, f"frame {last}/{meter.total} ({head})")
+    while waiting or running:
+        if not cancelling and jobs.should_cancel():
+            cancelling = True
+            _log("cancel: asking every variant to stop after its current frame")
+            for job in running.values():
+                job.cancel()
+        while waiting and not cancelling and len(running) < processes:
+            k = waiting.pop(0)
+            child = {key: v for key, v in spec.items() if key != "cancel_file"}
+            child.update(shard=[k, variants], processes=1)
+            job = jobs.Job.start(
+                child,
+                sys.executable,
+                log_dir,
+                job_id=f"{parent_id}.v{k:03d}" if parent_id else None,
+                check_python=False,
+                env=jobs.ONE_THREAD_ENV,
+            )
+            running[k] = job
+            _log(f"variant {k}: worker pid {job.pid}, log {job.log_path}")
+        for k, job in list(running.items()):
+            for event in job.poll():
+                kind = event.get("event")
+                if kind == "progress":
+                    done[k] = int(event.get("done", done[k]))
+                elif kind == "metric" and isinstance(event.get("values"), dict):
+                    jobs.emit("metric", values={**event["values"], "variant": k})
+                elif kind == "warning":
+                    jobs.emit("warning", message=f"variant {k}: {event.get('message', '')}")
+            if job.finished:
+                ended[k] = running.pop(k)
+                done[k] = max(done[k], job.done_units)
+                _log(f"variant {k}: {job.state}: {job.message}")
+        total_done = sum(done.values())
+        if total_done != last:
+            last = total_done
+            meter.update(total_done, f"frame {total_done}/{meter.total} ({head})")
+        if waiting or running:
+            time.sleep(0.05)
+
+    failed = {k: job for k, job in sorted(ended.items()) if job.state == jobs.FAILED}
+    stopped = cancelling or any(job.state == jobs.CANCELLED for job in ended.values())
+    touched = [p for k, p in zip(mine, paths) if k in ended]
+    result = _bake_result(touched, mesh_hash, spec, shard, **extra)
+    if failed:
+        ok = [k for k in ended if k not in failed]
+        message = "; ".join(f"variant {k}: {job.message}" for k, job in failed.items())
+        message += (
+            f". Variants {', '.join(map(str, ok))} went on; every committed frame is kept: "
+            "fix the cause and bake again to resume"
+            if ok
+            else ". Every committed frame is kept: fix the cause and bake again to resume"
+        )
+        if any(job.crashed for job in failed.values()):
+            raise RuntimeError(message)
+        raise errors.NeuralRomError(message)
+    if stopped:
+        exc = errors.JobCancelled(f"bake cancelled ({len(result['paths'])} bakes with frames)")
+        exc.result = result
+        raise exc
+    result = _bake_result(paths, mesh_hash, spec, shard, **extra)
+    result["paths"] = [str(p) for p in paths]
+    return result
 
 
 def run_selftest(spec: dict) -> dict:

@@ -74,6 +74,8 @@ def make_bake_job(
     seed: int | None = None,
     variants: int | None = None,
     shard: tuple[int, int] = (0, 1),
+    restart: bool = False,
+    processes: int = 0,
 ) -> dict:
     """The worker job that bakes ``obj``'s scenario (JSON-able).
 
@@ -82,10 +84,16 @@ def make_bake_job(
     the world-space rest tet mesh next to the bakes, and records what is being baked on
     the object (``pending_bake``) for :func:`on_bake_done`.
 
+    The worker resumes each variant's unfinished bake of the same mesh and settings after
+    its last committed frame, keeps a complete one, and starts over one baked with other
+    settings or on another mesh; ``restart`` bakes every variant from frame 0. Variants
+    bake in ``processes`` worker processes at once (0: one per CPU core).
+
     Returns
     -------
     dict: ``kind`` "bake", ``mesh`` (abs path of the world tets .npz), ``spec``
-    (``BakeSpec.to_dict()``), ``out_dir``, ``name``, ``shard`` [i, N], ``overwrite``.
+    (``BakeSpec.to_dict()``), ``out_dir``, ``name``, ``shard`` [i, N], ``restart``,
+    ``overwrite``, ``processes`` (see ``worker.run_bake``).
     """
     from ..core import bake as core_bake
     from ..core import fem
@@ -191,7 +199,9 @@ def make_bake_job(
         "out_dir": str(out_dir),
         "name": name,
         "shard": [int(shard[0]), int(shard[1])],
-        "overwrite": True,
+        "restart": bool(restart),
+        "overwrite": True,  # what cannot be resumed is baked again, as the user asked
+        "processes": max(int(processes), 0),
     }
 
 

@@ -184,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="bake training simulations (a child process per object)",
         description="Bake full-space simulations of each object's scenario into its cache "
-        "directory, one deterministic, seeded variant per file.",
+        "directory, one deterministic, seeded variant per file, the variants in parallel "
+        "processes. A variant whose bake stopped early (cancelled, killed, crashed) resumes "
+        "after its last committed frame when the mesh and the settings are the same, with "
+        "the frames an uninterrupted bake gives; a complete one is kept; one baked with other "
+        "settings or on another mesh starts over.",
     )
     bake.add_argument(
         "--seed",
@@ -208,6 +212,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bake.add_argument(
         "--out", metavar="DIR", help="write the bakes here instead of the object's cache directory"
+    )
+    bake.add_argument(
+        "--restart",
+        action="store_true",
+        help="bake every variant from frame 0, replacing what is on disk, instead of resuming",
+    )
+    bake.add_argument(
+        "--processes",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="variants baked at once, one process (and one BLAS thread) each; "
+        "default 0: one per CPU core",
     )
 
     pc2 = sub.add_parser(
@@ -546,7 +563,14 @@ def cmd_bake(args) -> int:
 
     scene = bpy.context.scene
     for obj in select_objects(args.objects):
-        spec = bakes.make_bake_job(obj, scene, seed=args.seed, variants=args.variants)
+        spec = bakes.make_bake_job(
+            obj,
+            scene,
+            seed=args.seed,
+            variants=args.variants,
+            restart=args.restart,
+            processes=args.processes,
+        )
         spec["shard"] = list(args.shard)
         if args.out:
             spec["out_dir"] = str(_abspath(args.out))
@@ -554,10 +578,15 @@ def cmd_bake(args) -> int:
         _out(
             f"baking {obj.name}: variants {spec.get('spec', {}).get('variants', '?')}, "
             f"shard {i}/{n}, seed {spec.get('spec', {}).get('seed', '?')} -> {spec.get('out_dir')}"
+            + (" (restart)" if args.restart else "")
         )
         name = obj.name
 
         def on_done(result: dict, name: str = name) -> None:
+            for path, frame in sorted((result.get("resumed") or {}).items()):
+                _out(f"{name}: {Path(path).name} resumed at frame {frame}")
+            for path in result.get("kept") or []:
+                _out(f"{name}: {Path(path).name} was complete and is kept")
             target = bpy.data.objects.get(name)
             if target is not None:
                 bakes.on_bake_done(target, result)

@@ -20,6 +20,7 @@ from positions with the material stored in the metadata.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,8 +31,8 @@ import numpy as np
 from . import fem as _fem
 from .cache import BakeCache, BakeWriter
 from .colliders import ContactPoints
-from .errors import JobCancelled, NeuralRomError, SimulationError
-from .files import mesh_hash
+from .errors import CacheError, JobCancelled, NeuralRomError, SimulationError
+from .files import ensure_writable_dir, json_default, mesh_hash
 from .scenarios import (
     SCENARIO_KINDS,
     ScenarioDriver,
@@ -43,14 +44,19 @@ from .sim import SimSettings, Simulation, boundary_vertices
 
 __all__ = [
     "BakeSpec",
+    "ResumePoint",
     "bake",
     "bake_variants",
+    "resume_point",
+    "variant_path",
+    "variant_spec",
     "variant_seed",
     "SCENARIO_KINDS",
     "default_scenario",
 ]
 
 Progress = Callable[[int, int, dict], None]
+Say = Callable[[str], None]
 
 
 @dataclass
@@ -169,6 +175,16 @@ def variant_seed(seed: int, k: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(k)]).generate_state(1)[0])
 
 
+def variant_spec(spec: BakeSpec, k: int) -> BakeSpec:
+    """The spec of variant ``k`` of ``spec``: its own seed, one variant."""
+    return dataclasses.replace(spec, seed=variant_seed(spec.seed, k), variants=1)
+
+
+def variant_path(out_dir: str | Path, name: str, k: int) -> Path:
+    """Where :func:`bake_variants` writes variant ``k`` of the bake ``name``."""
+    return Path(out_dir) / f"{name}_v{int(k):03d}.nrbake"
+
+
 def setup_scenario(X, T, spec: BakeSpec):
     material = _fem.Material.from_dict(spec.material)
     settings = spec.sim_settings()
@@ -222,6 +238,74 @@ def _frame(sim: Simulation, driver: ScenarioDriver, frame: int, report=None) -> 
     return out
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """What baking ``spec`` again at an existing path can keep (:func:`resume_point`).
+
+    Attributes
+    ----------
+    action : {"new", "resume", "complete", "mismatch"}
+        Nothing there; continue after ``frames`` committed frames; every frame is there;
+        the bake there cannot be continued (``reason`` says why).
+    frames : int
+        Committed frames that stay (0 for "new" and "mismatch"); the next frame baked is
+        frame ``frames``.
+    total : int
+        Frames of the whole bake (``spec.frames + 1``).
+    reason : str
+        Why, in words for a log; empty for "new".
+    """
+
+    action: str
+    frames: int
+    total: int
+    reason: str = ""
+
+
+def _as_json(d: dict) -> dict:
+    return json.loads(json.dumps(d, default=json_default))
+
+
+def resume_point(mesh, spec: BakeSpec, path: str | Path) -> ResumePoint:
+    """Whether the bake at ``path`` can be continued to make ``spec`` on ``mesh``.
+
+    It can when it is a readable bake of the same mesh (:func:`files.mesh_hash`) with the
+    same spec (every :class:`BakeSpec` field, seed included): a bake is deterministic, so
+    continuing after its last committed frame gives the frames an uninterrupted bake gives.
+    """
+    path = Path(path)
+    total = int(spec.frames) + 1
+    if not path.exists():
+        return ResumePoint("new", 0, total)
+    try:
+        old = BakeCache.open(path)
+    except CacheError as e:
+        return ResumePoint("mismatch", 0, total, f"it is not a bake that can be continued ({e})")
+    if old.mesh_hash != mesh_hash(np.asarray(mesh.X, np.float64), np.asarray(mesh.T, np.int64)):
+        return ResumePoint(
+            "mismatch",
+            0,
+            total,
+            "it was baked on another tet mesh (the object was edited or re-tetrahedralized)",
+        )
+    stored = old.meta.get("spec")
+    want = _as_json(spec.to_dict())
+    if stored != want:
+        changed = sorted(
+            k for k in set(want) | set(stored or {}) if (stored or {}).get(k) != want.get(k)
+        )
+        return ResumePoint(
+            "mismatch", 0, total, f"it was baked with other settings ({', '.join(changed)})"
+        )
+    n = int(old.n_frames)
+    if n >= total:
+        return ResumePoint("complete", n, total, f"it is complete ({n} frames)")
+    why = f"{n} of {total} frames committed" + (
+        f", stopped as {old.status}" if old.status != "in_progress" else ""
+    )
+    return ResumePoint("resume", n, total, why)
+
+
 def bake(
     mesh,
     spec: BakeSpec,
@@ -231,6 +315,7 @@ def bake(
     should_cancel: Callable[[], bool] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    say: Say | None = None,
 ) -> Path:
     """Simulate ``spec`` on ``mesh`` and stream every frame into the bake at ``path``.
 
@@ -246,12 +331,23 @@ def bake(
         Polled after each committed frame; True stops the bake with :class:`JobCancelled`.
         Every committed frame stays on disk and the bake reopens (status ``cancelled``).
     overwrite : replace an existing bake at ``path``.
-    resume : continue a cancelled or crashed bake at ``path`` from its last committed
-        frame (same spec, hence the same frames as an uninterrupted bake).
+    resume : continue a cancelled or crashed bake at ``path`` after its last committed
+        frame (same mesh and spec, hence the same frames as an uninterrupted bake; see
+        :func:`resume_point`); a complete one is kept as it is. A bake that cannot be
+        continued is started over with ``overwrite``, else refused.
+    say : callable(str), optional
+        Told what happens to an existing bake (resumes at frame N, kept, started over).
 
     Returns
     -------
     Path of the bake.
+
+    Raises
+    ------
+    NeuralRomError
+        Bad settings; ``resume`` without ``overwrite`` on a bake that cannot be continued.
+    WriteError
+        The folder of ``path`` cannot be written.
     """
     X = np.asarray(mesh.X, dtype=np.float64)
     T = np.asarray(mesh.T, dtype=np.int64)
@@ -267,15 +363,24 @@ def bake(
         "seed": int(spec.seed),
         "frames_planned": int(spec.frames) + 1,
     }
-    if resume and path.exists():
-        writer = BakeWriter.resume(path, expect_mesh_hash=mesh_hash(X, T))
-        old = BakeCache.open(path)
-        if old.meta.get("spec") != spec.to_dict():
-            writer.close(status=old.status)
+    plan = resume_point(mesh, spec, path) if resume else None
+    total = int(spec.frames) + 1
+    if plan is not None and plan.action == "complete":
+        _say(say, f"{path.name} is kept: {plan.reason}")
+        _report(progress, total, total, 0, 0.0, 0.0)
+        return path
+    if plan is not None and plan.action == "mismatch":
+        if not overwrite:
             raise NeuralRomError(
-                f"Cannot resume {path}: it was baked with other settings. Bake it again with overwrite."
+                f"Cannot resume {path}: {plan.reason}. Bake it again from the start "
+                "(overwrite, or Start Over / --restart)."
             )
+        _say(say, f"{path.name} starts over: {plan.reason}")
+    if plan is not None and plan.action == "resume":
+        writer = BakeWriter.resume(path, expect_mesh_hash=mesh_hash(X, T))
+        old = BakeCache.open(path)  # after the writer: frames committed while it waited count
         start = writer.frames
+        _say(say, f"{path.name} resumes at frame {start} ({plan.reason})")
         if start > 0:
             last = start - 1
             sim.set_state(
@@ -299,7 +404,6 @@ def bake(
             overwrite=overwrite,
         )
         start = 0
-    total = int(spec.frames) + 1
     with writer:
         if start == 0:
             sim.reset(driver.x0, driver.v0)
@@ -325,6 +429,11 @@ def bake(
     return path
 
 
+def _say(say: Say | None, message: str) -> None:
+    if say is not None:
+        say(message)
+
+
 def _report(progress, done, total, iters, step_s, eta) -> None:
     if progress is not None:
         progress(
@@ -342,24 +451,28 @@ def bake_variants(
     progress: Progress | None = None,
     should_cancel: Callable[[], bool] | None = None,
     overwrite: bool = False,
+    resume: bool = False,
+    say: Say | None = None,
 ) -> list[Path]:
-    """Bake the randomized variants of ``spec`` that belong to ``shard``.
+    """Bake the randomized variants of ``spec`` that belong to ``shard``, one after another.
 
     Variant ``k`` (0 <= k < spec.variants) is written to ``out_dir / f"{name}_v{k:03d}.nrbake"``
     with seed :func:`variant_seed` ``(spec.seed, k)``; shard ``(i, N)`` bakes the variants
     with ``k % N == i``, so N farm jobs together bake every variant exactly once and
-    :class:`cache.BakeDataset` opens them as one dataset.
+    :class:`cache.BakeDataset` opens them as one dataset. A variant depends on nothing but
+    ``spec`` and ``k``: the worker bakes them in parallel processes (``worker.py``), with
+    the same frames. ``progress`` counts frames over every variant; its ``info`` has
+    ``variant``. ``overwrite``, ``resume`` and ``say`` are :func:`bake`'s, per variant.
     """
     i, N = int(shard[0]), int(shard[1])
     if N < 1 or not (0 <= i < N):
         raise NeuralRomError(f"Shard {i}/{N} is invalid: use i/N with 0 <= i < N.")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = ensure_writable_dir(out_dir, "bakes")
     mine = [k for k in range(int(spec.variants)) if k % N == i]
     frames_each = int(spec.frames) + 1
     paths = []
     for j, k in enumerate(mine):
-        sub = dataclasses.replace(spec, seed=variant_seed(spec.seed, k), variants=1)
+        sub = variant_spec(spec, k)
 
         def sub_progress(done, total, info, j=j, k=k):
             if progress is not None:
@@ -370,10 +483,12 @@ def bake_variants(
             bake(
                 mesh,
                 sub,
-                out_dir / f"{name}_v{k:03d}.nrbake",
+                variant_path(out_dir, name, k),
                 progress=sub_progress,
                 should_cancel=should_cancel,
                 overwrite=overwrite,
+                resume=resume,
+                say=say,
             )
         )
     return paths

@@ -52,7 +52,12 @@ So at any instant ``commit.json`` names a count of frames whose bytes are all on
   directory that is not a Neural ROM bake is never deleted, even with ``overwrite``.
 
 One writer at a time per bake; any number of readers, including while it is written
-(:meth:`BakeCache.refresh` picks up newly committed frames).
+(:meth:`BakeCache.refresh` picks up newly committed frames). On POSIX the writer holds an
+exclusive ``flock`` on the bake directory (the kernel drops it when the process dies, so a
+killed writer never leaves it behind): a second writer (a bake started again while the one
+it replaces still finishes its frame) waits up to :data:`WRITER_WAIT_S` for it, then fails
+with a :class:`~.errors.CacheError`, and never interleaves its commits with the first's.
+Folders the writer cannot create or write raise :class:`~.errors.WriteError`.
 """
 
 from __future__ import annotations
@@ -74,8 +79,21 @@ from typing import Any, Self
 import numpy as np
 
 from . import files
-from .errors import CacheError, JobCancelled
-from .files import fsync_dir, is_temporary, json_default, tool_version, write_atomic
+from .errors import CacheError, JobCancelled, WriteError
+from .files import (
+    ensure_writable_dir,
+    fsync_dir,
+    is_temporary,
+    json_default,
+    tool_version,
+    write_atomic,
+    write_error,
+)
+
+try:
+    import fcntl
+except ImportError:  # Windows: one writer per bake is the caller's promise there
+    fcntl = None
 
 __all__ = [
     "BAKE_SUFFIX",
@@ -96,6 +114,9 @@ _MESH = "mesh.npz"
 _COMMIT = "commit.json"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _RESERVED_EXTRA = ("X", "T")
+
+#: Seconds a new writer waits for another process to stop writing the same bake.
+WRITER_WAIT_S = 60.0
 
 
 # --------------------------------------------------------------------------- helpers
@@ -320,6 +341,44 @@ def _check_channel_sizes(path: Path, channels: Mapping[str, Channel], frames: in
     return sizes
 
 
+class _WriterLock:
+    """The exclusive lock of a bake directory's one writer (see the module docstring).
+
+    A file system without ``flock`` (some network mounts) gets no lock rather than no bake.
+    """
+
+    def __init__(self, path: Path, wait_s: float | None = None):
+        self.fd: int | None = None
+        if fcntl is None:
+            return
+        wait_s = WRITER_WAIT_S if wait_s is None else float(wait_s)
+        fd = os.open(path, os.O_RDONLY)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                os.close(fd)
+                raise CacheError(
+                    f"another process is writing the bake {path} (a bake still running, or "
+                    f"one finishing its frame after a cancel) and did not stop within "
+                    f"{wait_s:g} s: wait for it or cancel it, then bake again"
+                ) from None
+            except OSError:
+                os.close(fd)
+                return
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+
 def _is_empty_dir(p: Path) -> bool:
     return p.is_dir() and not any(p.iterdir())
 
@@ -433,12 +492,13 @@ class BakeWriter:
                 )
             else:
                 old = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_writable_dir(path.parent, f"the bake {path.name}")
 
         token = uuid.uuid4().hex[:12]
         staging = path.parent / f".{path.name}.creating-{token}"
-        staging.mkdir()
+        old_lock = None
         try:
+            staging.mkdir()
             with open(staging / _MESH, "wb") as f:
                 np.savez(f, X=X, T=T, **extras)
                 f.flush()
@@ -457,6 +517,8 @@ class BakeWriter:
             }
             write_atomic(staging / _COMMIT, _to_json_bytes(commit, "commit"), durable=durable)
             if old is not None:
+                # not while another process still writes it: it would commit into ours
+                old_lock = _WriterLock(old)
                 trash = path.parent / f".{path.name}.old-{token}"
                 os.rename(old, trash)
                 os.rename(staging, path)
@@ -467,13 +529,28 @@ class BakeWriter:
                 os.rename(staging, path)
             if durable:
                 fsync_dir(path.parent)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, WriteError):
+                raise
+            raise write_error(exc, f"the bake {path}") from exc
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        finally:
+            if old_lock is not None:
+                old_lock.release()
         self._init_open(path, meta, table, frames=0, durable=durable)
 
     def _init_open(
-        self, path: Path, meta: dict, table: dict[str, Channel], *, frames: int, durable: bool
+        self,
+        path: Path,
+        meta: dict,
+        table: dict[str, Channel],
+        *,
+        frames: int,
+        durable: bool,
+        lock: _WriterLock | None = None,
     ) -> None:
         self.path = path
         self._meta = meta
@@ -481,10 +558,16 @@ class BakeWriter:
         self._frames = frames
         self._durable = durable
         self._files = {}
+        self._lock = lock
         try:
+            if self._lock is None:
+                self._lock = _WriterLock(path)
             for name in table:
                 # held open for the writer's lifetime, closed by close()/_close_files()
                 self._files[name] = open(path / f"{name}.bin", "r+b")  # noqa: SIM115
+        except OSError as exc:
+            self._close_files()
+            raise write_error(exc, f"the bake {path}") from exc
         except BaseException:
             self._close_files()
             raise
@@ -501,25 +584,39 @@ class BakeWriter:
         """Reopen a cancelled or crashed bake to append more frames.
 
         Bytes past the last committed frame (a frame cut by a crash) are truncated away,
-        stale temp files are removed, and the status goes back to ``"in_progress"``.
+        stale temp files are removed, and the status goes back to ``"in_progress"``. A
+        writer still running on the bake (in another process) is waited for first, so the
+        frames it commits meanwhile count.
 
         Raises
         ------
         CacheError
-            Not a bake, another schema or mesh, or a channel file shorter than committed.
+            Not a bake, another schema or mesh, a channel file shorter than committed, or
+            another writer that does not stop.
+        WriteError
+            The bake cannot be written (a read-only folder).
         """
         path = Path(path)
-        meta, table = _read_meta(
-            path, expect_schema=SCHEMA_VERSION, expect_mesh_hash=expect_mesh_hash
-        )
-        if not (path / _MESH).is_file():
-            raise CacheError(f"bake {path} is missing {_MESH}; the bake is damaged: re-bake it")
-        frames = _read_commit(path, meta)["frames"]
-        sizes = _check_channel_sizes(path, table, frames)
-        for stale in filter(is_temporary, path.iterdir()):
-            stale.unlink(missing_ok=True)
+        _read_meta(path, expect_schema=SCHEMA_VERSION, expect_mesh_hash=expect_mesh_hash)
+        lock = _WriterLock(path)
+        try:  # read again under the lock: the writer it waited for may have committed more
+            meta, table = _read_meta(
+                path, expect_schema=SCHEMA_VERSION, expect_mesh_hash=expect_mesh_hash
+            )
+            if not (path / _MESH).is_file():
+                raise CacheError(f"bake {path} is missing {_MESH}; the bake is damaged: re-bake it")
+            frames = _read_commit(path, meta)["frames"]
+            sizes = _check_channel_sizes(path, table, frames)
+            for stale in filter(is_temporary, path.iterdir()):
+                stale.unlink(missing_ok=True)
+        except OSError as exc:
+            lock.release()
+            raise write_error(exc, f"the bake {path}") from exc
+        except BaseException:
+            lock.release()
+            raise
         self = cls.__new__(cls)
-        self._init_open(path, meta, table, frames=frames, durable=durable)
+        self._init_open(path, meta, table, frames=frames, durable=durable, lock=lock)
         try:
             for name, ch in table.items():
                 if sizes[name] != frames * ch.frame_nbytes:
@@ -702,6 +799,9 @@ class BakeWriter:
             except OSError:
                 pass
         self._files = {}
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()  # last: the files are closed, the bake is whole
 
     def close(self, status: str = "complete") -> None:
         """Record the final status and close the channel files. Idempotent."""

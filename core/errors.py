@@ -23,3 +23,11 @@ class CacheError(NeuralRomError):
 
 class JobCancelled(NeuralRomError):
     """A long job stopped at a safe point because the user asked it to."""
+
+
+class WriteError(NeuralRomError, OSError):
+    """A folder or file a job must write cannot be written (a read-only folder, no
+    permission, a full disk, a file where a folder should be).
+
+    Also an :class:`OSError`, so code that catches write failures as ``OSError`` still does.
+    """

@@ -1,6 +1,6 @@
-"""What every file the package writes shares: the atomic write, the JSON encoder, the mesh
-identity and the tool version. One implementation of each, used by bake caches, model files,
-tet-mesh files, the add-on's stored arrays and the job event stream.
+"""What every file the package writes shares: the atomic write (and its errors), the JSON
+encoder, the mesh identity and the tool version. One implementation of each, used by bake
+caches, model files, tet-mesh files, the add-on's stored arrays and the job event stream.
 
 Atomic writes
 -------------
@@ -12,6 +12,14 @@ file or the new one, never a mix; a crash leaves at most a temporary that
 :func:`is_temporary` recognizes. ``durable=True`` also fsyncs the file before the rename and
 the folder after it, so the new content survives a power cut once the call returns.
 
+Folders that cannot be written
+------------------------------
+A write the file system refuses (read-only, no permission, disk full, a file where a folder
+should be) raises :class:`~.errors.WriteError` (a ``NeuralRomError`` and an ``OSError``)
+naming what was written and what to do, never the raw ``OSError`` from deep inside. Jobs
+call :func:`ensure_writable_dir` on their destinations before their long work, so the
+refusal comes first, not after the work.
+
 No numpy at import time: :mod:`.jobs` (which imports no numpy either) uses the JSON encoder,
 so numpy is imported inside :func:`write_npz` and :func:`mesh_hash` only.
 """
@@ -19,9 +27,11 @@ so numpy is imported inside :func:`write_npz` and :func:`mesh_hash` only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -29,8 +39,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .errors import WriteError
+
 __all__ = [
     "atomic_path",
+    "ensure_writable_dir",
     "fsync_dir",
     "is_temporary",
     "json_default",
@@ -39,6 +52,7 @@ __all__ = [
     "temporary_path",
     "tool_version",
     "write_atomic",
+    "write_error",
     "write_npz",
 ]
 
@@ -104,6 +118,8 @@ def atomic_path(dest: str | os.PathLike, *, durable: bool = False) -> Iterator[P
 
     When the block raises, ``dest`` keeps its old content (or stays absent) and the temporary
     is removed. ``durable`` fsyncs the file before the rename and the folder after it.
+    A write the file system refuses (a read-only folder, no permission, a full disk) raises
+    :class:`~.errors.WriteError` naming ``dest``.
     """
     dest = Path(dest)
     tmp = temporary_path(dest)
@@ -114,8 +130,57 @@ def atomic_path(dest: str | os.PathLike, *, durable: bool = False) -> Iterator[P
         replace_file(tmp, dest)
         if durable:
             fsync_dir(dest.parent)
+    except WriteError:
+        raise
+    except OSError as exc:
+        raise write_error(exc, f"the file {dest}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only folder even this fails
+            tmp.unlink(missing_ok=True)
+
+
+def write_error(exc: OSError, what: str, fix: str = "") -> WriteError:
+    """The :class:`~.errors.WriteError` for ``exc``, raised while writing ``what``: says why
+    in the file system's words and what to do."""
+    why = exc.strerror or type(exc).__name__
+    if not fix and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        fix = "free disk space, or choose a folder on another disk"
+    fix = fix or (
+        "choose a folder you can write to (the Neural ROM cache directory in the scene "
+        "settings, or the path you passed)"
+    )
+    return WriteError(f"cannot write {what} ({why}): {fix}")  # ``exc`` as its __cause__
+
+
+def ensure_writable_dir(folder: str | os.PathLike, what: str = "", fix: str = "") -> Path:
+    """Create ``folder`` (and its parents) and prove that a file can be created in it.
+
+    A job calls this before its long work, so a read-only destination fails in a second,
+    not after the work. The proof is a real file, created and deleted: permission bits do
+    not tell (root writes anyway; a read-only file system refuses even root).
+
+    Parameters
+    ----------
+    folder : path
+    what : str
+        What goes there, for the message (``"the bake"``); default: the folder itself.
+    fix : str
+        What to do instead, for the message; default: choose a writable folder.
+
+    Raises
+    ------
+    WriteError
+    """
+    folder = Path(folder)
+    what = f"{what} to {folder}" if what else f"to {folder}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise write_error(exc, what, fix) from exc
+    return folder
 
 
 def write_atomic(dest: str | os.PathLike, data: bytes, *, durable: bool = False) -> None:

@@ -60,6 +60,7 @@ __all__ = [
     "EXIT_CRASH",
     "EXIT_OK",
     "EXIT_USER_ERROR",
+    "ONE_THREAD_ENV",
     "Job",
     "JobError",
     "Progress",
@@ -70,6 +71,7 @@ __all__ = [
     "init_worker",
     "probe_interpreter",
     "request_cancel",
+    "usable_cores",
     "should_cancel",
     "worker_path",
 ]
@@ -78,6 +80,18 @@ EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_USER_ERROR = 2
 EXIT_CANCELLED = 3
+
+#: Environment of a worker that must use one core: the BLAS/OpenMP thread pools numpy and
+#: scipy may start (OpenBLAS, MKL, Accelerate, OpenMP) each get one thread. For workers
+#: running side by side, one per core (the variants of a bake), where more would only
+#: compete for the same cores.
+ONE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+}
 
 #: Job states, in :attr:`Job.state`.
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
@@ -277,6 +291,14 @@ sys.stdout.write("MARK" + json.dumps(out) + "\n")
 # Successful probes only (a missing package may be installed a minute later), for a while.
 _probe_cache: dict[tuple, tuple[float, dict]] = {}
 _PROBE_TTL_S = 300.0
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
 
 
 def default_python() -> str:
@@ -587,6 +609,7 @@ class Job:
         *,
         job_id: str | None = None,
         check_python: bool = True,
+        env: dict[str, str] | None = None,
     ) -> Job:
         """Write the spec next to the log and launch the worker on it.
 
@@ -604,6 +627,9 @@ class Job:
             Defaults to ``<kind>-<time>-<random>``.
         check_python : bool
             Probe the interpreter first (see :func:`check_interpreter`).
+        env : dict or None
+            Variables set in the worker's environment on top of the usual ones (for
+            example :data:`ONE_THREAD_ENV`).
 
         Raises
         ------
@@ -631,10 +657,10 @@ class Job:
             job_id = f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         job = cls(job_id=job_id, spec=dict(spec), python=python, log_dir=log_dir)
         job.spec["cancel_file"] = str(job.cancel_path)
-        job._launch()
+        job._launch(env)
         return job
 
-    def _launch(self) -> None:
+    def _launch(self, extra_env: dict[str, str] | None = None) -> None:
         worker = worker_path()
         try:
             self.cancel_path.unlink(missing_ok=True)
@@ -649,7 +675,7 @@ class Job:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=log,
-                    env=_child_env(self.python),
+                    env={**_child_env(self.python), **(extra_env or {})},
                     close_fds=True,
                     **_popen_platform_kwargs(),
                 )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
 import bpy
-from bpy.props import BoolProperty
+from bpy.props import BoolProperty, IntProperty
 
 from ..addon import bakes, props
 from ..core.errors import NeuralRomError
@@ -11,11 +13,28 @@ from ._common import active_deformable, fail, launch_job
 
 
 class NEURAL_ROM_OT_bake(bpy.types.Operator):
-    """Simulate the active object's training scenario in a background process"""
+    """Simulate the active object's training scenario in background processes, one per
+    variant; an unfinished bake with the same settings resumes after its last frame"""
 
     bl_idname = "neural_rom.bake"
     bl_label = "Bake"
     bl_options = {"REGISTER"}  # the job records the bake when it ends; no undo step to start it
+
+    restart: BoolProperty(
+        name="Start Over",
+        default=False,
+        description="Bake every variant from the first frame, replacing what is on disk, "
+        "instead of resuming unfinished bakes and keeping complete ones",
+        options={"SKIP_SAVE"},  # the Bake button must not inherit the last Start Over
+    )
+    processes: IntProperty(
+        name="Processes",
+        default=0,
+        min=0,
+        soft_max=64,
+        description="Variants baked at once, each in its own process (0: one per CPU core)",
+        options={"SKIP_SAVE"},
+    )
 
     @classmethod
     def poll(cls, context):
@@ -31,7 +50,9 @@ class NEURAL_ROM_OT_bake(bpy.types.Operator):
             context,
             noun="Bake",
             gerund="Baking",
-            make_job=bakes.make_bake_job,
+            make_job=functools.partial(
+                bakes.make_bake_job, restart=self.restart, processes=self.processes
+            ),
             on_done=bakes.on_bake_done,
             pending="pending_bake",
             summary=summary,

@@ -227,7 +227,8 @@ class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
         draw_jobs(layout, obj.name, "bake")
         row = layout.row(align=True)
         row.enabled = bool(s.tets_path)
-        row.operator("neural_rom.bake", icon="PHYSICS")
+        row.operator("neural_rom.bake", icon="PHYSICS")  # resumes an unfinished bake
+        row.operator("neural_rom.bake", text="Start Over", icon="FILE_REFRESH").restart = True
         if not s.tets_path:
             layout.label(text="Tetrahedralize first", icon="INFO")
         layout.template_list("NEURAL_ROM_UL_bakes", "", s, "bakes", s, "active_bake", rows=2)

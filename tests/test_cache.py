@@ -389,6 +389,36 @@ def test_overwrite_and_refusals(tmp_path, rng):
     assert BakeCache.open(empty).n_frames == 1
 
 
+@pytest.mark.skipif(cache_mod.fcntl is None, reason="the writer lock is POSIX flock")
+def test_one_writer_at_a_time(tmp_path, rng, monkeypatch):
+    """A second writer (resume or overwrite) waits for the first, then gives up without
+    touching the bake; once the first closed (or its process died), it goes on."""
+    monkeypatch.setattr(cache_mod, "WRITER_WAIT_S", 0.2)
+    p = tmp_path / "w.nrbake"
+    X, T = tet_mesh()
+    first = BakeWriter(p, X=X, T=T, channels=CHANNELS, metadata={})
+    first.append(**make_frame(rng, 0))
+    with pytest.raises(CacheError, match="another process is writing the bake .*wait for it"):
+        BakeWriter.resume(p)
+    with pytest.raises(CacheError, match="another process is writing the bake"):
+        write_bake(p, 1, rng, overwrite=True)
+    assert first.append(**make_frame(rng, 1)) == 2  # the first writer was not disturbed
+    first.close("cancelled")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["w.nrbake"]  # no leftovers
+    second = BakeWriter.resume(p)
+    assert second.frames == 2 and second.append(**make_frame(rng, 2)) == 3
+    second.close()
+    assert BakeCache.open(p).n_frames == 3
+
+
+def test_a_bake_in_a_folder_that_cannot_be_written_is_a_write_error(tmp_path, rng):
+    from neural_rom.core.errors import WriteError
+
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(WriteError, match="cannot write the bake b.nrbake to .*folder you can"):
+        write_bake(tmp_path / "file" / "b.nrbake", 1, rng)
+
+
 # ---------------------------------------------------------------------- mesh hash
 
 

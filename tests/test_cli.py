@@ -62,7 +62,16 @@ def bakes_of(bpy, name="Ball"):
         ),
         (
             ["bake", "--help"],
-            ["--seed INT", "--variants N", "--shard i/N", "k % N == i", "--out DIR"],
+            [
+                "--seed INT",
+                "--variants N",
+                "--shard i/N",
+                "k % N == i",
+                "--out DIR",
+                "--restart",
+                "--processes N",
+                "resumes after its last committed frame",
+            ],
         ),
         (["export-pc2", "--help"], ["--out PATH", "--bake PATH"]),
     ],
@@ -261,6 +270,30 @@ def test_cancelled_bake_exits_3_and_saves_its_committed_frames(addon, tmp_path, 
     bpy.ops.wm.open_mainfile(filepath=str(blend))
     [(_variant, frames, status)] = bakes_of(bpy)
     assert 2 <= frames < 401 and status == "cancelled"
+
+
+def test_a_cancelled_bake_started_again_resumes_and_restart_starts_over(addon, tmp_path, capsys):
+    bpy = addon.bpy
+    blend = tmp_path / "shot.blend"
+    saved_ball(bpy, blend, frames=40)
+    assert cli().main(["tetrahedralize", "--save"]) == 0
+    watcher = _when_baking(lambda job: job.cancel())
+    assert cli().main(["bake", "--save"]) == 3
+    watcher.join()
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    [(_variant, kept, _status)] = bakes_of(bpy)
+    capsys.readouterr()
+
+    assert cli().main(["bake", "--save"]) == 0
+    out = capsys.readouterr().out
+    assert f"resumes at frame {kept}" in out  # the first progress line says it
+    assert f"_s0_v000.nrbake resumed at frame {kept}" in out
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    assert bakes_of(bpy) == [(0, 41, "complete")]
+
+    assert cli().main(["bake", "--restart", "--processes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(restart)" in out and "resume" not in out
 
 
 def test_killed_worker_exits_1_naming_its_log(addon, tmp_path, capsys):

@@ -71,7 +71,7 @@ from ..core.colliders import ContactPoints
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import temporary_path, write_npz
+from ..core.files import ensure_writable_dir, temporary_path, write_npz
 from ..core.frame import to_pin_frame
 from ..core.methods.common import surface_sample
 from ..core.sim import SimSettings
@@ -225,7 +225,7 @@ class Checkpoints:
         ).hexdigest()[:16]
         path = Path(directory) if directory else None
         if path:
-            path.mkdir(parents=True, exist_ok=True)
+            ensure_writable_dir(path, "training checkpoints")
         return cls(path, key)
 
     def file(self, stage: str, suffix: str = ".npz") -> Path | None:

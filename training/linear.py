@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core import registry
+from ..core.files import ensure_writable_dir
 from ..core.methods.linear import NAME
 from ..core.methods.linear import save as save_linear_model
 from .common import Report, TrainingRun, fit_cubature, pod_basis
@@ -67,7 +68,13 @@ def train(
     -------
     The result record of :meth:`.common.TrainingRun.finish`, with the POD's errors
     ``pod_max_error_train_m`` and ``pod_max_error_val_m``.
+
+    Raises
+    ------
+    WriteError
+        The folder of ``out`` (or ``checkpoint_dir``) cannot be written: said before training.
     """
+    ensure_writable_dir(Path(out).parent, "the model")
     run = TrainingRun.start(
         NAME,
         bakes,
