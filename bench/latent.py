@@ -34,7 +34,7 @@ Usage::
 
     python bench/latent.py [--variants 10] [--frames 96] [--keys 3] [--epochs 600]
                            [--latents 1-8] [--divisions 16,2,2] [--out DIR] [--keep]
-                           [--profile] [--bakes DIR]
+                           [--profile] [--bakes DIR] [--defaults]
 
 ``--divisions 56,8,8`` meshes the bar with 21,504 tets (the issue's ~20K; a full-space
 step then takes a few seconds, so bake fewer variants: ``--variants 6 --frames 48 --keys 2``).
@@ -42,7 +42,10 @@ step then takes a few seconds, so bake fewer variants: ``--variants 6 --frames 4
 the held-out rollout of full space, autoencoder and PCA, per frame, for
 ``scripts/render_readme.py --latent``). ``--profile`` runs the autoencoder rollout once
 more under cProfile and prints where its step time goes. ``--bakes DIR`` trains and times on
-the bakes of a previous ``--out`` run instead of baking again.
+the bakes of a previous ``--out`` run instead of baking again. ``--defaults`` trains only the
+autoencoder a user gets with the default settings (:func:`train_defaults`) and prints its
+time, the estimate it announced, its latent size and its held-out errors against PCA with as
+many modes and with the whole PCA layer.
 
 One process, one thread (OpenBLAS / OMP / MKL and torch), torch on the CPU.
 """
@@ -205,6 +208,37 @@ def train_ae(paths, out: Path, r: int, epochs: int, batch_size: int = 32, **kw) 
             "cubature": marks["end"] - marks["net"],
         }
     return res
+
+
+def train_defaults(paths, out: Path) -> dict:
+    """The autoencoder as a user gets it: default settings (latent size searched within the
+    time budget, early stopping, PCA fallback, held-out rollout), CPU. Returns the result
+    record with ``wall_s`` and the progress line that carried the estimate (``estimate``)."""
+    from neural_rom.training.autoencoder import train
+
+    said: list[str] = []
+    t0 = time.perf_counter()
+    res = train(
+        [str(p) for p in paths], out, {}, device="cpu", progress=lambda f, m: said.append(m)
+    )
+    res["wall_s"] = time.perf_counter() - t0
+    res["estimate"] = next((m for m in said if "network training about" in m), "")
+    return res
+
+
+def print_defaults(res: dict) -> None:
+    """One summary of :func:`train_defaults`: time, latent size, errors against PCA."""
+    mm = 1000.0
+    print(
+        f"defaults: {res['wall_s']:.1f} s ({res['estimate']}); k = {res['k']}, "
+        f"r = {res['latent_dim']} of {[e['latent_dim'] for e in res['latent_search']]}; "
+        f"held-out max vertex error {mm * res['ae_max_error_val_m']:.1f} mm (network "
+        f"{mm * res['network_max_error_val_m']:.1f}, PCA r {mm * res['pca_r_max_error_val_m']:.1f},"
+        f" PCA k {mm * res['pca_max_error_val_m']:.1f}); fallback {res['fallback']}; rollout "
+        f"{mm * (res['rollout_max_error_m'] or float('nan')):.1f} mm, {res['step_ms']:.1f} ms/step"
+    )
+    for w in res["warnings"]:
+        print("  warning:", w)
 
 
 def write_rollouts(
@@ -389,6 +423,11 @@ def run(args) -> dict:
             keys=args.keys,
         )
     res["bake_s"] = time.perf_counter() - t0
+    if args.defaults:
+        res["defaults"] = train_defaults(paths, work / "defaults.nrmodel")
+        if not args.out and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return res
     ds, xt, xv, va = split_frames(paths)
     X = np.asarray(ds[0].X)
     res["mesh"] = (len(X), len(ds[0].T))
@@ -525,6 +564,12 @@ def main(argv=None) -> int:
         help="reuse the bakes of a previous run (its --out DIR/bakes); the scene options are "
         "then only labels",
     )
+    ap.add_argument(
+        "--defaults",
+        action="store_true",
+        help="only train the autoencoder with its default settings and report its time and "
+        "errors against PCA",
+    )
     args = ap.parse_args(argv)
     common.pin_this_process()
     print(
@@ -536,6 +581,9 @@ def main(argv=None) -> int:
         flush=True,
     )
     r = run(args)
+    if "defaults" in r:
+        print_defaults(r["defaults"])
+        return 0
     n, m = r["mesh"]
     print(
         f"\nmesh {n} vertices / {m} tets; bake {r['bake_s']:.0f} s; frames train {r['frames'][0]}, "

@@ -1,5 +1,6 @@
-"""Autoencoder (Fulton 2019) training: export to numpy, determinism, latent-size search,
-checkpoint resume, and a train job through the real worker."""
+"""Autoencoder (Fulton 2019) training: export to numpy, determinism, the coarse-to-fine
+latent-size search, early stopping, the time budget and its estimate, the comparison with
+PCA (and the fallback to it), checkpoint resume, and a train job through the real worker."""
 
 from types import SimpleNamespace
 
@@ -15,7 +16,10 @@ from neural_rom.core.nnet import MLP
 from neural_rom.training.autoencoder import (
     _AE,
     AutoencoderSettings,
+    pca_layers,
+    plan_training,
     search_latent_size,
+    search_worst_case,
     to_numpy_mlp,
     train_autoencoder,
 )
@@ -30,6 +34,7 @@ TINY = dict(
     max_cubature=30,
     cubature_poses=20,
     rollout=False,
+    pca_fallback=False,  # these tests look at the network (30 epochs: PCA-3 beats it)
 )
 
 
@@ -212,22 +217,156 @@ def test_cancel_then_resume_gives_the_uninterrupted_weights(bakes, reference, tm
         np.testing.assert_array_equal(got[k], ref[k])
 
 
-def test_latent_size_search_stops_at_the_first_size_within_tolerance():
-    errors = {1: 0.5, 2: 0.3, 3: 0.05, 4: 0.01, 5: 0.2}
+_RUN = """
+import json, sys
+from neural_rom.training.autoencoder import train
+bakes, out, ckpt, settings = json.loads(sys.argv[1])
+res = train(bakes, out, settings, device="cpu", checkpoint_dir=ckpt,
+            progress=lambda f, m: print("progress", m, flush=True))
+print("result", json.dumps({k: res[k] for k in ("epochs_run", "latent_dim")}), flush=True)
+"""
+
+
+def test_killed_training_resumes_from_its_checkpoints_and_ends_bit_identical(bakes, tmp_path):
+    """SIGKILL at a random instant after the first network checkpoint, then start again: the
+    second run reads back the finished stages, continues the network it was training from its
+    last checkpoint (fewer epochs than a whole run) and writes the uninterrupted run's weights,
+    bit for bit. Search (sizes 1, 2, 3), early stopping and the final network all resume."""
+    import json
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    settings = {
+        **TINY,
+        "latent_dim": None,
+        "latent_tolerance": 1e-6,  # never met: the search trains 1, 2 and 3
+        "max_latent_dim": 3,
+        "search_epochs": 300,
+        "epochs": 600,
+        "patience": 60,  # networks stop early too (560 of 1500 epochs measured)
+    }
+    script = tmp_path / "run.py"
+    script.write_text(_RUN)
+
+    def start(out, ckpt):
+        args = json.dumps([[str(p) for p in bakes.paths], str(out), str(ckpt), settings])
+        return subprocess.Popen(
+            [sys.executable, str(script), args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def first_network_checkpoint(proc, ckpt):
+        while not list(ckpt.glob("ae_*.pt")):
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.005)
+        return time.perf_counter()
+
+    def finish(proc):
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out
+        result = next(line for line in out.splitlines() if line.startswith("result "))
+        return out, json.loads(result[len("result ") :])
+
+    # the uninterrupted run, timed from its first network checkpoint to its model file
+    ref = start(tmp_path / "ref.nrmodel", tmp_path / "ref_ckpt")
+    t = first_network_checkpoint(ref, tmp_path / "ref_ckpt")
+    while not (tmp_path / "ref.nrmodel").exists() and ref.poll() is None:
+        time.sleep(0.005)
+    span = time.perf_counter() - t
+    ref_log, ref_res = finish(ref)
+    # the same run killed at a random instant of that span, then started again
+    ckpt, out = tmp_path / "ckpt", tmp_path / "resumed.nrmodel"
+    delay = random.uniform(0.0, 0.8 * span)
+    proc = start(out, ckpt)
+    first_network_checkpoint(proc, ckpt)
+    time.sleep(delay)
+    assert proc.poll() is None, f"finished before the kill ({delay:.2f} of {span:.2f} s)"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    log, res = finish(start(out, ckpt))
+    why = f"killed {delay:.2f} s after the first checkpoint (of {span:.2f} s)\n{log}"
+    assert "PCA basis of 6 modes from checkpoint" in log, why
+    assert "from checkpoint" not in ref_log
+    # it did only the rest: fewer epochs than the whole run
+    assert res["epochs_run"] < ref_res["epochs_run"], (res, ref_res, why)
+    # a network continued from its checkpoint, or one finished before the kill was read back
+    resumed = [m for m in log.splitlines() if m.startswith("progress latent") and "checkpoint" in m]
+    assert resumed or res["epochs_run"] == 0, why
+    assert res["latent_dim"] == ref_res["latent_dim"]
+    got, want = _weights(load_model(out)), _weights(load_model(tmp_path / "ref.nrmodel"))
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=f"{k}; {why}")
+
+
+def test_latent_size_search_doubles_then_bisects():
+    """Coarse to fine: 1, 2, 4, 8 (the first within tolerance), then bisection 6, 5."""
+    errors = {1: 0.9, 2: 0.5, 3: 0.3, 4: 0.2, 5: 0.08, 6: 0.06, 7: 0.04, 8: 0.03, 9: 0.01}
     tried = []
 
     def fit(r):
         tried.append(r)
         return f"model{r}", errors[r], {"train_loss": r}
 
-    r, model, searched = search_latent_size([1, 2, 3, 4, 5], fit, target=0.1)
-    assert (r, model, tried) == (3, "model3", [1, 2, 3])  # 4 is better but never trained
-    assert [e["max_error_val_m"] for e in searched] == [0.5, 0.3, 0.05]
+    r, model, searched = search_latent_size(1, 9, fit, target=0.1)
+    assert (r, model, tried) == (5, "model5", [1, 2, 4, 8, 6, 5])
+    assert [e["max_error_val_m"] for e in searched] == [0.9, 0.5, 0.2, 0.03, 0.06, 0.08]
+    assert searched[0] == {"latent_dim": 1, "max_error_val_m": 0.9, "train_loss": 1}
+    # the last doubling is capped at hi; none meets the target: the most accurate tried
     tried.clear()
-    r, model, searched = search_latent_size([1, 2, 3, 5], fit, target=0.001)
-    assert (r, tried) == (3, [1, 2, 3, 5])  # none meets it: the most accurate one tried
+    r, model, _ = search_latent_size(3, 7, fit, target=0.001)
+    assert (r, tried) == (7, [3, 6, 7])
+    # met at the first size: one training
     tried.clear()
-    assert search_latent_size([4, 5], fit, target=None)[0] == 4 and tried == [4]
+    assert search_latent_size(4, 9, fit, target=0.5)[0] == 4 and tried == [4]
+    # the deadline ends the search with what it has (checked between trainings)
+    tried.clear()
+    r, _, _ = search_latent_size(1, 9, fit, target=0.1, stop=lambda: len(tried) >= 2)
+    assert (r, tried) == (2, [1, 2])
+
+
+def test_search_worst_case_counts_doubling_then_bisection():
+    # 1, 2, 4, 8, 16, 32, 57 (7 sizes), then bisection of (32, 57): ceil(log2 25) = 5 more
+    assert search_worst_case(1, 57) == 12
+    assert search_worst_case(3, 3) == 1
+    assert search_worst_case(1, 2) == 2  # 1, 2: nothing left to bisect
+    assert search_worst_case(1, 4) == 4  # 1, 2, 4, then 3
+
+
+def test_plan_fits_the_time_budget():
+    # 10 ms an epoch, 12 networks worst case, 2000 epochs: the full search is 240 s
+    p = plan_training(2000, None, 12, 0.01, 300.0)
+    assert (p.search_epochs, p.epochs, p.cut, p.reuse_search) == (2000, 2000, False, True)
+    assert p.estimate_s == pytest.approx(240.0) and p.wanted_s == pytest.approx(240.0)
+    # 120 s: the final network keeps 2000 epochs (20 s), the search shares 100 s: 833 each
+    p = plan_training(2000, None, 12, 0.01, 120.0)
+    assert (p.search_epochs, p.epochs, p.cut, p.reuse_search) == (833, 2000, False, False)
+    assert p.estimate_s == pytest.approx(0.01 * (12 * 833 + 2000)) and p.estimate_s <= 120
+    # 40 s: below 2000 + 12 * 500 epochs, both are scaled: f = 4000 / 8000
+    p = plan_training(2000, None, 12, 0.01, 40.0)
+    assert (p.search_epochs, p.epochs, p.cut) == (250, 1000, True)
+    assert p.estimate_s == pytest.approx(40.0) and p.wanted_s == pytest.approx(240.0)
+    # an explicit search length is scaled with the final one
+    p = plan_training(2000, 300, 12, 0.01, 28.0)  # wants 12 * 300 + 2000 epochs = 56 s
+    assert (p.search_epochs, p.epochs, p.cut) == (150, 1000, True)
+    # a given latent size: one network; a tiny budget stops at the floor (50 epochs)
+    p = plan_training(2000, None, 0, 0.01, 5.0)
+    assert (p.search_epochs, p.epochs, p.searches, p.cut) == (500, 500, 0, True)
+    assert plan_training(2000, None, 0, 0.01, 0.1).epochs == 50
+    assert plan_training(30, None, 0, 0.01, 0.1).epochs == 30  # never more than asked
+
+
+def test_pca_layers_are_pca_truncated_to_r():
+    enc, dec = pca_layers(6, 2)
+    q = np.random.default_rng(0).normal(size=(5, 6))
+    np.testing.assert_array_equal(enc.forward(q), q[:, :2])
+    np.testing.assert_array_equal(dec.forward(q[:, :2]), np.c_[q[:, :2], np.zeros((5, 4))])
 
 
 def test_latent_search_end_to_end(bakes, tmp_path):
@@ -251,6 +390,83 @@ def test_latent_search_end_to_end(bakes, tmp_path):
     assert any("No latent size up to 2" in w for w in res["warnings"])
     best = min(res["latent_search"], key=lambda e: e["max_error_val_m"])
     assert res["latent_dim"] == best["latent_dim"]
+
+
+def test_early_stopping_keeps_the_best_held_out_weights():
+    """A network that overfits (held-out data unlike the training data) stops ``patience``
+    epochs after its best held-out loss and returns the weights of that epoch."""
+    from neural_rom.training.autoencoder import _Trainer
+    from neural_rom.training.common import Checkpoints
+
+    rng = np.random.default_rng(0)
+    q_train = rng.normal(size=(64, 6)) * [3, 2, 1, 0.5, 0.2, 0.1]
+    q_check = rng.normal(size=(32, 6))  # another distribution: the held-out loss turns up
+    s = AutoencoderSettings(hidden=[32, 32], learning_rate=1e-2, patience=20, batch_size=16)
+    t = _Trainer(
+        s,
+        q_train,
+        q_check,
+        torch.device("cpu"),
+        Checkpoints(None, "x"),
+        lambda: False,
+        lambda v: None,
+    )
+    model, hist = t.fit(2, 2000, phase="final", progress=lambda *a: None, max_error=lambda q: 0.0)
+    assert hist["stopped"] == "no held-out improvement", hist
+    assert hist["epochs_trained"] - hist["best_epoch"] >= 20 and hist["epochs_trained"] < 2000
+    assert hist["best_val_loss"] < hist["val_loss"]
+    loss, _ = t._check_loss(model)
+    assert loss * t.scale**2 == pytest.approx(hist["best_val_loss"], rel=1e-6)
+    assert t.epochs_run == hist["epochs_trained"]
+
+
+def test_estimate_is_reported_before_training_and_the_budget_cuts_epochs(bakes, tmp_path):
+    events = []
+    s = AutoencoderSettings(**{**TINY, "epochs": 1_000_000, "time_budget": 1.0})
+    res = train_autoencoder(
+        bakes.paths,
+        tmp_path / "b.nrmodel",
+        s,
+        progress=lambda f, m: events.append(("progress", m)),
+        metric=lambda v: events.append(("metric", v)),
+    )
+    first_epoch = next(i for i, (kind, v) in enumerate(events) if kind == "metric" and "epoch" in v)
+    estimate = [i for i, (kind, v) in enumerate(events) if kind == "metric" and "estimate_s" in v]
+    said = [m for kind, m in events if kind == "progress" and "network training about" in m]
+    assert estimate and estimate[0] < first_epoch and said, events[:12]
+    assert events[estimate[0]][1]["time_budget_s"] == 1.0
+    # a million epochs would take far longer than a second: cut (to at least the floor, 50)
+    assert 50 <= res["epochs"] < 1_000_000 and res["estimate_s"] <= max(1.0, 50 * 0.1)
+    assert any("over the time budget of 1 s" in w for w in res["warnings"]), res["warnings"]
+    assert res["epochs_trained"] <= res["epochs"]
+
+
+def test_a_network_worse_than_pca_falls_back_to_pca_with_a_warning(bakes, tmp_path):
+    """Thirty epochs leave the network far less accurate than PCA with as many modes: the
+    model holds PCA truncated to r instead, runs, and says so; without the fallback it keeps
+    the network and says so too."""
+    from neural_rom.core.registry import load_simulator
+    from neural_rom.core.sim import FrameInputs
+
+    out = tmp_path / "f.nrmodel"
+    res = train_autoencoder(bakes.paths, out, AutoencoderSettings(**{**TINY, "pca_fallback": True}))
+    assert res["fallback"] == "pca"
+    assert res["network_max_error_val_m"] > res["pca_r_max_error_val_m"]
+    assert res["ae_max_error_val_m"] == pytest.approx(res["pca_r_max_error_val_m"], rel=1e-9)
+    assert any(
+        "less accurate on held-out bakes than PCA with 3 modes" in w
+        and "uses those 3 PCA modes" in w
+        for w in res["warnings"]
+    ), res["warnings"]
+    m = load_model(out)
+    assert MLP.from_arrays(m.arrays, m.metadata["decoder"]).sizes == (3, 6)
+    sim, _ = load_simulator(out)
+    for _ in range(3):
+        sim.step(FrameInputs())
+    assert np.isfinite(sim.positions()).all()
+    res = train_autoencoder(bakes.paths, tmp_path / "g.nrmodel", AutoencoderSettings(**TINY))
+    assert res["fallback"] is None
+    assert any("the saved network is worse than a linear space" in w for w in res["warnings"])
 
 
 # --------------------------------------------------------------------------- worker

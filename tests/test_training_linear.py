@@ -139,6 +139,41 @@ def test_cancelled_training_resumes_from_checkpoint(bakes, tmp_path):
     assert out.exists()
 
 
+def test_second_run_reuses_the_basis_and_cubature_checkpoints(bakes, tmp_path):
+    """A run started again with the same bakes and settings reads both stages back (nothing
+    is recomputed or rewritten) and writes the same model; other settings are another run."""
+    from neural_rom.core.modelfile import load_model
+
+    ckpt, s = tmp_path / "ckpt", LinearSettings(k=6, max_cubature=40)
+    first = train_linear(bakes.paths, tmp_path / "a.nrmodel", s, checkpoint_dir=ckpt)
+    written = {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()}
+    assert sorted(name.split("_")[0] for name in written) == ["basis", "cubature"]
+    messages = []
+    second = train_linear(
+        bakes.paths,
+        tmp_path / "b.nrmodel",
+        s,
+        checkpoint_dir=ckpt,
+        progress=lambda f, m: messages.append(m),
+    )
+    n = first["cubature_elements"]
+    assert "POD basis of 6 modes from checkpoint" in messages, messages
+    assert f"cubature of {n} elements from checkpoint" in messages, messages
+    assert not [m for m in messages if m.startswith(("POD of", "cubature: "))], messages
+    assert {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()} == written
+    a, b = load_model(tmp_path / "a.nrmodel").arrays, load_model(tmp_path / "b.nrmodel").arrays
+    for name in ("U", "cubature_elements", "cubature_weights"):
+        np.testing.assert_array_equal(a[name], b[name])
+    assert second["cubature_heldout_rel_error"] == first["cubature_heldout_rel_error"]
+    train_linear(
+        bakes.paths,
+        tmp_path / "c.nrmodel",
+        LinearSettings(k=5, max_cubature=40),
+        checkpoint_dir=ckpt,
+    )
+    assert len(list(ckpt.iterdir())) == 4
+
+
 def test_train_job_through_the_worker_process(bakes, tmp_path):
     from neural_rom.core.jobs import Job
 
