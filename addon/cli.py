@@ -686,8 +686,20 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand; returns the exit code (never raises, never exits)."""
+    """Run one subcommand; returns the exit code (never raises, never exits).
+
+    From a plain ``import bpy, neural_rom`` script (the PyPI ``bpy``) the extension is
+    registered here on first use, so the objects' settings exist; it stays registered for
+    the rest of the script, and ``registration`` unregisters it at exit.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "neural_rom" not in bpy.types.Object.bl_rna.properties:
+        # Called from a plain script, not through Blender's ``--command``: register the
+        # extension as a script would, through the package's public register() (the
+        # registration module is the layer above this one).
+        from .. import register
+
+        register()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -6,10 +6,17 @@ status bar), the frame-change handlers, the ``neural_rom`` command-line command.
 :func:`unregister` undoes exactly what :func:`register` did, in reverse, so both can run
 any number of times. A failure while registering undoes the steps already done and is
 raised, never swallowed: a half-registered add-on is worse than a clear error.
+
+With the PyPI ``bpy`` (Blender as a Python module, ``bpy.app.binary_path == ""``) nothing
+disables the extension at exit, and Blender frees its data with our classes still
+registered and segfaults. :func:`register` therefore adds an :mod:`atexit` hook there that
+unregisters whatever is still registered. Inside Blender the hook is not added: Blender
+disables extensions itself before it frees anything.
 """
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable
 
 import bpy
@@ -20,6 +27,8 @@ CLI_COMMAND = "neural_rom"
 _undo: list[tuple[str, Callable[[], None]]] = []
 # The handle bpy.utils.register_cli_command returned (None when not registered).
 cli_handle = None
+# Whether the at-exit unregister hook of the PyPI bpy is installed.
+_atexit_hook = False
 
 
 def _register_classes(name: str, classes) -> None:
@@ -79,10 +88,19 @@ def is_registered() -> bool:
     return bool(_undo)
 
 
-def register() -> None:
-    """Register the extension (after unregistering a previous registration)."""
+def _unregister_at_exit() -> None:
     if _undo:
         unregister()
+
+
+def register() -> None:
+    """Register the extension (after unregistering a previous registration)."""
+    global _atexit_hook
+    if _undo:
+        unregister()
+    if not bpy.app.binary_path and not _atexit_hook:
+        atexit.register(_unregister_at_exit)
+        _atexit_hook = True
     try:
         for name, do, undo in _steps():
             if undo is None:

@@ -378,3 +378,77 @@ def test_train_and_simulate_headless(addon, tmp_path, capsys):
     assert frames.shape[0] == 3 and start == 2
     assert cli().main(["simulate", "--frames", "0:4"]) == 2
     assert "pick a start frame >= 1" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# The PyPI path: a plain script, no register() of its own
+# ---------------------------------------------------------------------------------------
+
+_PLAIN_SCRIPT = """
+import sys
+import bpy, neural_rom
+
+blend = sys.argv[1]
+bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.5, location=(0.0, 0.0, 1.0))
+bpy.context.object.name = "Ball"
+bpy.ops.wm.save_as_mainfile(filepath=blend)
+
+codes = [neural_rom.addon.cli.main(["info", "--file", blend])]
+# cli.main registered the extension: the object's settings exist for the rest of the script.
+ball = bpy.data.objects["Ball"]
+ball.neural_rom.role = "DEFORMABLE"
+ball.neural_rom.tet_size = 0.3
+ball.neural_rom.frames = 2
+bpy.ops.wm.save_as_mainfile(filepath=blend)
+codes.append(neural_rom.addon.cli.main(["tetrahedralize", "--file", blend, "--save"]))
+codes.append(
+    neural_rom.addon.cli.main(["bake", "--file", blend, "--variants", "1", "--save"])
+)
+print("codes", codes)
+sys.exit(max(codes))
+"""
+
+
+def test_a_plain_pypi_script_runs_the_cli_and_exits_cleanly(tmp_path):
+    """``import bpy, neural_rom; neural_rom.addon.cli.main([...])`` as the README shows:
+    no ``register()`` of its own, and the interpreter exits 0 (it used to segfault at exit
+    with the extension still registered)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(_PLAIN_SCRIPT)
+    blend = tmp_path / "shot.blend"
+    run = subprocess.run(
+        [sys.executable, str(script), str(blend)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert "codes [0, 0, 0]" in out
+    assert "internal error" not in out
+    assert "Ball (MESH)" in out
+    assert (tmp_path / "neural_rom" / "Ball" / "tets.npz").is_file()
+
+
+def test_registering_by_hand_in_a_plain_script_exits_cleanly(tmp_path):
+    """``neural_rom.register()`` without ``unregister()``: the at-exit hook unregisters, and
+    registering again (which unregisters first) is fine."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import bpy, neural_rom\n"
+        "neural_rom.register()\n"
+        "neural_rom.register()\n"
+        "print(bpy.context.object.neural_rom.role)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert "NONE" in run.stdout
