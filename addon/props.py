@@ -67,15 +67,17 @@ COLLIDER_ITEMS = (
 
 # Units and meaning of the scenario parameters the panel shows (core/scenarios.py).
 PARAM_DOCS = {
-    "height": "Start this many metres above the rest position (m)",
+    "height": "Start this many metres above the ground (m); -1 sizes it from the object's size and material",
+    "jitter": "A random downward push up to this speed (m/s), different in each variant",
     "random_rotation": "Start in a random orientation",
     "initial_velocity": "Initial velocity (m/s), JSON list [x, y, z]",
     "spin": "Initial spin about a random axis (rad/s)",
-    "ground": "Add a ground plane at the object's rest bottom",
+    "ground": "Add a ground plane at the object's rest bottom (not under a pinned object, which hangs)",
     "count": "Number of pokes over the bake",
     "radius": "Region / sphere radius, as a fraction of the bounding-box diagonal",
-    "strength": "Poke force in body weights (ignored when Force > 0)",
-    "force": "Poke force magnitude (N); 0 uses Strength",
+    "strain": "Each poke is strong enough to stretch the object by about this fraction (0.2 = 20%)",
+    "strength": "Poke force in body weights when > 0 (0: sized from Strain)",
+    "force": "Poke force magnitude (N) when > 0 (0: from Strength or Strain)",
     "duration": "Seconds each poke lasts",
     "keys": "Random keyframes per bake",
     "reach": "How far keys wander, as a fraction of the bounding-box diagonal",

@@ -201,6 +201,8 @@ def setup_scenario(X, T, spec: BakeSpec):
         gravity=np.asarray(spec.gravity, dtype=float),
         colliders=list(spec.colliders),
         pin_targets=None if spec.pin_targets is None else np.asarray(spec.pin_targets, dtype=float),
+        T=sim.T,
+        material=material,
     )
     driver = ScenarioDriver(spec.scenario, ctx, int(spec.seed))
     return sim, driver
@@ -359,6 +361,10 @@ def bake(
         "spec": spec.to_dict(),
         "material": spec.material,
         "scenario": driver.spec,
+        # what the scenario did, in words, and its ground plane (z, m; None: none), which
+        # a reduced simulation of a model trained on this bake needs too
+        "scenario_summary": driver.summary,
+        "ground_z": driver.ground_z,
         "dt": float(spec.dt),
         "seed": int(spec.seed),
         "frames_planned": int(spec.frames) + 1,

@@ -8,13 +8,29 @@ merges the colliders and pin motions of its parts.
 Kinds
 -----
 gravity_drop
-    The object starts lifted by ``height`` (m), optionally randomly rotated and spinning,
-    with an initial velocity, and falls onto a ground plane at its rest bottom (``ground``).
-    With pins it sags instead.
+    The object starts lifted by ``height`` (m; -1 sizes it from the material, see below),
+    optionally randomly rotated (``random_rotation``), with an initial velocity plus a random
+    downward one of up to ``jitter`` m/s per variant, and falls onto a ground plane at its rest bottom
+    (``ground``). A pinned object is not lifted and has no ground: it sags and swings.
 random_pokes
     Scripted random forces on random surface regions (Shen et al. 2021, section 6.1): a
     random surface vertex, its neighbours within ``radius``, a random direction, a smooth
-    force pulse of ``strength`` body weights (or ``force`` newtons) for ``duration`` s.
+    force pulse for ``duration`` s whose size reaches a largest strain of about ``strain``
+    (or ``force`` newtons when > 0).
+
+Sizing from the object
+----------------------
+Defaults are physical whatever the object's size and material. The automatic drop height
+makes the impact's kinetic energy ``m g H`` the strain energy of a uniform compression
+``E eps^2 V / 2`` at ``eps = 0.15``: ``H = E eps^2 / (2 rho g)`` (rubber: 1.1 m, flesh:
+3 cm), clamped to [0.1, 1] bounding-box diagonals and to a fall that lands within the
+first 40% of the bake. A poke's force is calibrated on the linearized body: ``K`` (the
+rest Hessian) plus ``(pi/d)^2 M`` for a pulse of duration ``d`` (a free body accelerates
+instead of straining; pins stay fixed) is solved for a unit total force on the poke's
+region, and the force is the target strain over the largest linear strain
+``|sym(grad u)|`` of that solve. ``F ~ E eps A`` is right for a chunky body but 100 times
+too strong for a bending tentacle; the solve is right for both (measured in
+``tests/test_own_assets.py``).
 keyframed_colliders
     Colliders and pins keyframed to random positions at random times (Holden et al. 2019,
     section 4). Without scene colliders a sphere is made; with ``move_pins`` the pinned
@@ -45,17 +61,19 @@ SCENARIO_KINDS = ("gravity_drop", "random_pokes", "keyframed_colliders", "replay
 
 _DEFAULTS: dict[str, dict] = {
     "gravity_drop": {
-        "height": 0.0,  # m the object starts above its rest position
-        "random_rotation": False,  # start in a random orientation
+        "height": -1.0,  # m the object's bottom starts above the ground; -1: from the material
+        "random_rotation": False,  # start in a random orientation (a linear model cannot follow)
         "initial_velocity": [0.0, 0.0, 0.0],  # m/s
+        "jitter": 1.0,  # m/s: a random downward push up to this, different per variant
         "spin": 0.0,  # rad/s about a random axis
-        "ground": True,  # a ground plane at the rest bottom of the object
+        "ground": True,  # a ground plane at the rest bottom of the object (not when pinned)
     },
     "random_pokes": {
         "count": 4,  # pokes per bake, spread over the frames
         "radius": 0.15,  # region radius, fraction of the object's bounding-box diagonal
-        "strength": 2.0,  # total poke force in body weights (m g); ignored when force > 0
-        "force": 0.0,  # total poke force, newtons (0: use strength)
+        "strain": 0.2,  # largest strain each poke reaches (linear estimate); ignored when force > 0
+        "strength": 0.0,  # total poke force in body weights (m g) when > 0 (bakes before strain)
+        "force": 0.0,  # total poke force, newtons (0: sized from strength, else strain)
         "duration": 0.5,  # seconds each poke lasts (smooth sin^2 pulse)
         "ground": False,
     },
@@ -117,6 +135,8 @@ class SceneContext:
     gravity: np.ndarray  # (3,)
     colliders: list[dict]  # scene colliders, each with per-frame "transforms"
     pin_targets: np.ndarray | None = None  # (frames+1, k, 3) animated pins from the scene
+    T: np.ndarray | None = None  # (m, 4) tets: with material, pokes are sized to a strain
+    material: object = None  # fem.Material; None: pokes of 2 body weights, drop of 0.1 diag
 
 
 class ScenarioDriver:
@@ -143,12 +163,17 @@ class ScenarioDriver:
         self.x0 = ctx.X.copy()
         self.v0 = np.zeros_like(ctx.X)
         self._ground = False
+        self.summary: list[str] = []  # what the scenario does, in words, with its numbers
+        self.ground_z: float | None = None  # height of the scenario's ground plane, m
         parts = self.spec["parts"] if self.spec["kind"] == "composite" else [self.spec]
         for part in parts:
             getattr(self, "_" + part["kind"])(part, rng)
-            self._ground |= bool(part.get("ground", False))
+            # a pinned object hangs: a ground at its rest bottom would hold it up
+            hangs = part["kind"] == "gravity_drop" and len(ctx.pinned) > 0
+            self._ground |= bool(part.get("ground", False)) and not hangs
         if self._ground:
             zmin = float(ctx.X[:, 2].min())
+            self.ground_z = zmin
             M = np.eye(4)
             M[2, 3] = zmin
             self.collider_dicts.append({"kind": "plane", "transforms": [M.tolist()]})
@@ -177,15 +202,39 @@ class ScenarioDriver:
 
     # ---------------------------------------------------------------------- scenarios
     def _gravity_drop(self, p: dict, rng: np.random.Generator) -> None:
-        X = self.ctx.X
-        c = np.average(X, axis=0, weights=self.ctx.mass)
-        R = _random_rotation(rng) if p["random_rotation"] else np.eye(3)
-        lift = np.array([0.0, 0.0, float(p["height"])])
+        ctx = self.ctx
+        X = ctx.X
+        pinned = len(ctx.pinned) > 0
+        c = np.average(X, axis=0, weights=ctx.mass)
+        R = _random_rotation(rng) if (p["random_rotation"] and not pinned) else np.eye(3)
+        height = 0.0 if pinned else float(p["height"])
+        if height < 0:  # automatic: between half and all of the sized height, per variant
+            height = drop_height(ctx) * rng.uniform(0.5, 1.0)
+        x0 = (X - c) @ R.T + c
+        # the rotated object's bottom starts ``height`` above the rest bottom (the ground)
+        lift = np.array([0.0, 0.0, height + float(X[:, 2].min() - x0[:, 2].min())])
+        x0 = x0 + lift
         free = np.ones(len(X), dtype=bool)
-        free[self.ctx.pinned] = False
-        x0 = (X - c) @ R.T + c + lift
+        free[ctx.pinned] = False
         self.x0[free] = x0[free]
         v = np.broadcast_to(np.asarray(p["initial_velocity"], dtype=float), X.shape).copy()
+        jitter = float(p["jitter"])
+        if jitter > 0:
+            # downward only: variants that differ along directions a linear model of a few
+            # bakes spans (a sideways push in a random direction is a new mode per variant)
+            v[:, 2] -= jitter * rng.uniform(0.0, 1.0)
+        if pinned:
+            self.summary.append(
+                f"hangs from its pins and sags under gravity, starting with a random downward "
+                f"push up to {jitter:g} m/s"
+            )
+        else:
+            ground = " onto a ground plane" if p["ground"] else ""
+            turn = ", randomly rotated," if p["random_rotation"] else ""
+            self.summary.append(
+                f"drops from {height:.2f} m{turn}{ground}, with a random downward push up "
+                f"to {jitter:g} m/s"
+            )
         if p["spin"]:
             axis = rng.normal(size=3)
             axis /= np.linalg.norm(axis)
@@ -200,10 +249,13 @@ class ScenarioDriver:
             return
         diag = _diagonal(ctx.X)
         radius = float(p["radius"]) * diag
-        total_weight = float(ctx.mass.sum() * (np.linalg.norm(ctx.gravity) or 9.81))
-        magnitude = float(p["force"]) if p["force"] > 0 else float(p["strength"]) * total_weight
         t = np.arange(F + 1) * dt
         window = (F * dt) / count
+        duration = min(float(p["duration"]), max(window, dt))
+        by_strain = not (p["force"] > 0 or p["strength"] > 0)
+        g = float(np.linalg.norm(ctx.gravity)) or 9.81
+        calibrate = _PokeCalibration(ctx, duration) if by_strain else None
+        forces = []
         for i in range(count):
             centre = ctx.surface[rng.integers(len(ctx.surface))]
             # the one poke model (core.poke): a region weighted by mass, a prescribed total
@@ -214,10 +266,26 @@ class ScenarioDriver:
             direction = rng.normal(size=3)
             direction /= np.linalg.norm(direction)
             start = (i + rng.uniform(0.0, 0.5)) * window
-            duration = min(float(p["duration"]), max(window, dt))
+            if calibrate is not None:
+                magnitude = float(p["strain"]) / calibrate.strain_per_newton(idx, w, direction)
+            elif p["force"] > 0:
+                magnitude = float(p["force"])
+            else:
+                magnitude = float(p["strength"]) * float(ctx.mass.sum()) * g
+            forces.append(magnitude)
             s = np.clip((t - start) / duration, 0.0, 1.0)
             envelope = np.sin(np.pi * s) ** 2
             self.forces[:, idx, :] += share(w, envelope[:, None] * magnitude * direction)
+        size = (
+            f"each reaching about {100 * float(p['strain']):.0f}% strain "
+            f"({min(forces):.3g} to {max(forces):.3g} N)"
+            if by_strain
+            else f"each with {forces[0]:.3g} N"
+        )
+        self.summary.append(
+            f"is poked {count} times for {duration:.2f} s, {size}, on random spots of "
+            f"{radius:.2f} m radius"
+        )
 
     def _keyframed_colliders(self, p: dict, rng: np.random.Generator) -> None:
         ctx = self.ctx
@@ -268,6 +336,115 @@ class ScenarioDriver:
         self.forces[:frames] += (
             float(p["scale"]) * src_F[:frames, nearest, :] * share[None, :, None]
         )
+
+
+def drop_height(ctx: SceneContext, strain: float = 0.15) -> float:
+    """The automatic drop height, metres: ``E eps^2 / (2 rho g)`` (impact energy = strain
+    energy of a uniform compression ``eps``), within [0.1, 1] bounding-box diagonals and
+    low enough to land in the first 40% of the bake."""
+    diag = _diagonal(ctx.X)
+    g = float(np.linalg.norm(ctx.gravity)) or 9.81
+    if ctx.material is None:
+        H = 0.1 * diag
+    else:
+        E = float(np.mean(ctx.material.youngs_modulus))
+        rho = float(np.mean(ctx.material.density))
+        H = E * strain**2 / (2.0 * rho * g)
+    fall = 0.4 * ctx.frames * ctx.dt
+    return float(min(max(H, 0.1 * diag), diag, 0.5 * g * fall**2))
+
+
+class _PokeCalibration:
+    """Largest linear strain per newton of a poke (see the module docstring).
+
+    Static: ``K u = f`` with the rest Hessian ``K``, pinned vertices held. A free body's
+    poke is balanced by its rigid acceleration (d'Alembert: ``f_i - m_i (a + alpha x r_i)``),
+    and a tiny ``delta M`` fixes its rigid motions, which have no linear strain. Factorized
+    once per bake.
+    """
+
+    def __init__(self, ctx: SceneContext, duration: float) -> None:
+        import scipy.sparse as sp
+        import scipy.sparse.linalg as spla
+
+        from .fem import TetFEM
+
+        self.ctx = ctx
+        if ctx.material is None or ctx.T is None:
+            self.solve = None
+            return
+        fem = TetFEM(ctx.X, ctx.T, ctx.material)
+        n = len(ctx.X)
+        K = fem.hessian(ctx.X, project=True)
+        delta = 1e-8 * float(K.diagonal().mean()) / float(ctx.mass.mean())
+        A = (K + sp.diags(np.repeat(delta * ctx.mass, 3))).tocsc()
+        free = np.ones(3 * n, dtype=bool)
+        free[(3 * np.asarray(ctx.pinned)[:, None] + np.arange(3)).ravel()] = False
+        self.free = free
+        self.solve = spla.factorized(A[free][:, free].tocsc())
+        self.fem = fem
+        m = ctx.mass
+        self.c = np.average(ctx.X, axis=0, weights=m)
+        r = ctx.X - self.c
+        self.J = np.einsum("i,ij,ik->jk", m, r, r)
+        self.J = np.trace(self.J) * np.eye(3) - self.J
+
+    def strain_per_newton(self, idx: np.ndarray, w: np.ndarray, direction: np.ndarray) -> float:
+        ctx = self.ctx
+        if self.solve is None:  # no material: the old rule, two body weights
+            g = float(np.linalg.norm(ctx.gravity)) or 9.81
+            return 0.2 / (2.0 * float(ctx.mass.sum()) * g)
+        f = np.zeros((len(ctx.X), 3))
+        f[idx] = share(w, direction)
+        if len(ctx.pinned) == 0:  # balanced by the rigid acceleration it gives
+            m = ctx.mass
+            r = ctx.X - self.c
+            a = f.sum(0) / m.sum()
+            alpha = np.linalg.solve(self.J, np.cross(r, f).sum(0))
+            f = f - m[:, None] * (a + np.cross(alpha, r))
+        u = np.zeros(3 * len(ctx.X))
+        u[self.free] = self.solve(f.ravel()[self.free])
+        from .fem import deformation_gradient
+
+        G = deformation_gradient(ctx.X + u.reshape(-1, 3), self.fem.T, self.fem.Dm_inv)
+        G = G - np.eye(3)
+        eps = np.linalg.eigvalsh(0.5 * (G + G.transpose(0, 2, 1)))  # (m, 3)
+        return float(np.abs(eps).max()) or 1e-12
+
+
+def describe(spec: dict) -> str:
+    """What a scenario does, in words, before the object is known (the panel, ``--help``)."""
+    spec = validate_scenario(spec)
+    if spec["kind"] == "composite":
+        return "; ".join(describe(p) for p in spec["parts"])
+    k = spec["kind"]
+    if k == "gravity_drop":
+        h = spec["height"]
+        height = "a height sized from its size and material" if h < 0 else f"{h:g} m"
+        ground = " onto a ground plane at its rest bottom" if spec["ground"] else ""
+        turn = ", randomly rotated," if spec["random_rotation"] else ""
+        return (
+            f"Drops the object from {height}{turn}{ground}, with a random downward push up "
+            f"to {spec['jitter']:g} m/s per variant; a pinned object hangs and sags instead "
+            "(no ground)."
+        )
+    if k == "random_pokes":
+        size = (
+            f"each strong enough to reach about {100 * spec['strain']:.0f}% strain"
+            if not (spec["force"] > 0 or spec["strength"] > 0)
+            else (f"each {spec['force']:g} N" if spec["force"] > 0
+                  else f"each {spec['strength']:g} times its weight")
+        )
+        return (
+            f"Pokes the object {spec['count']} times at random spots, {spec['duration']:g} s "
+            f"each, {size}."
+        )
+    if k == "keyframed_colliders":
+        return (
+            f"Moves the scene's colliders (or a sphere) through {spec['keys']} random keys "
+            "around and through the object" + (", and the pins too." if spec["move_pins"] else ".")
+        )
+    return "Replays forces recorded on another bake onto this mesh."
 
 
 def _diagonal(X: np.ndarray) -> float:

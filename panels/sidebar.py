@@ -203,6 +203,12 @@ class NEURAL_ROM_PT_scenario(_DeformableSub, bpy.types.Panel):
         row.prop(s, "seed")
         col.prop(s, "variants")
         box = col.box()
+        from ..core.scenarios import describe
+
+        # what the bake will do, in words (Blender labels do not wrap: one sentence a line)
+        for sentence in describe(s.scenario_dict()).replace("; ", ";. ").split(". "):
+            if sentence.strip():
+                box.label(text=sentence.strip().rstrip(".") + ".")
         if s.scenario_params_kind != s.scenario:
             box.label(text="Default parameters", icon="INFO")
             box.operator(
