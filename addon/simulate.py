@@ -88,6 +88,15 @@ def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None =
     return out
 
 
+def ground_plane(z: float):
+    """A ground plane collider at world height ``z`` (m), solid below."""
+    from ..core.colliders import Collider
+
+    M = np.eye(4)
+    M[2, 3] = z
+    return Collider("plane", transform=M)
+
+
 def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) -> tuple:
     """What the simulated frames depend on, besides the per-frame inputs (``colliders``:
     the scene's collider objects, when the caller has them)."""
@@ -160,6 +169,10 @@ class Driver:
         self.pins_local = (
             np.asarray(self.tets.mesh.X, dtype=np.float64)[pinned] if pinned.size else None
         )
+        # the ground plane the bakes had (world z, m), which the model learnt to land on;
+        # used when the scene has no collider of its own
+        g = self.model.metadata.get("ground_z")
+        self.ground_z = None if g is None else float(g)
         self.frame_start = int(scene.frame_start)
         self.key = driver_key(obj, scene)
         self.timeline = Timeline(self.sim, self.frame_start)
@@ -181,10 +194,10 @@ class Driver:
         pins = None
         if self.pins_local is not None:
             pins = bm.to_world(self.pins_local, bm.matrix(obj) if mats is None else mats[0])
-        return FrameInputs(
-            colliders=collider_inputs(colliders, None if mats is None else mats[1:]),
-            pin_targets=pins,
-        )
+        cols = collider_inputs(colliders, None if mats is None else mats[1:])
+        if not cols and self.ground_z is not None:
+            cols = [ground_plane(self.ground_z)]
+        return FrameInputs(colliders=cols, pin_targets=pins)
 
     # ----------------------------------------------------------------- frames
     def reset(self) -> None:

@@ -364,7 +364,7 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
         return obj is not None and bool(obj.neural_rom.model.path)
 
     def draw(self, context):
-        from ..addon import simulate
+        from ..addon import bakes, simulate
 
         obj = _deformable(context)
         s = obj.neural_rom
@@ -381,6 +381,8 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
             steps = d.step_seconds[-20:]
             ms = 1000 * sum(steps) / len(steps) if steps else 0.0
             col.label(text=f"{len(d.cache)} frames cached, {ms:.2f} ms/step")
+            if d.ground_z is not None and not bakes.scene_colliders(obj, context.scene):
+                col.label(text=f"Ground plane of the bakes at z = {d.ground_z:.3f} m", icon="INFO")
         col.operator("neural_rom.bake_simulation", icon="EXPORT")
 
 

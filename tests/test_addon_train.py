@@ -533,3 +533,44 @@ def test_poke_drag_pulls_the_object_with_simulated_events(addon, blend_file):
     assert op.modal(ctx, event("ESC", "PRESS")) == {"FINISHED"}
     assert timers == [] and "Ball" not in simulate._pokes
     simulate.stop_simulation(obj)
+
+
+def test_simulate_has_the_ground_the_bakes_had(addon, blend_file):
+    """A model trained on drops onto the scenario's ground plane lands on that ground in
+    Simulate, with no collider in the scene (issue 10: it used to free-fall)."""
+    from neural_rom.addon import simulate
+    from neural_rom.core.registry import load_simulator
+
+    bpy = addon.bpy
+    scene = bpy.context.scene
+    obj = ball(bpy, frames=3)
+    obj.neural_rom.scenario = "gravity_drop"
+    select_only(bpy, obj)
+    assert bpy.ops.neural_rom.tetrahedralize() == {"FINISHED"}
+    bake_in_process(obj, scene)
+    train_in_process(obj, scene)
+    _, model = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
+    ground = model.metadata["ground_z"]
+    rest_bottom = float(
+        np.min(
+            np.asarray(obj.matrix_world)
+            @ np.c_[mesh_positions(obj), np.ones(len(obj.data.vertices))].T,
+            axis=1,
+        )[2]
+    )
+    assert ground is not None and abs(ground - rest_bottom) < 0.05  # the bakes' ground
+    scene.frame_set(1)
+    assert bpy.ops.neural_rom.simulate() == {"FINISHED"}
+    scene.frame_set(24)
+    d = simulate._drivers[obj.name]
+    assert d.ground_z == ground
+    P = (
+        mesh_positions(obj) @ np.asarray(obj.matrix_world)[:3, :3].T
+        + np.asarray(obj.matrix_world)[:3, 3]
+    )
+    # resting on the ground (penalty contact sinks a little), not fallen through it
+    assert P[:, 2].min() > ground - 0.05, P[:, 2].min() - ground
+    free = straight_run(bpy, obj, 24)[24]  # the same model without the ground falls away
+    assert (free @ np.asarray(obj.matrix_world)[:3, :3].T)[:, 2].min() + obj.matrix_world[2][
+        3
+    ] < ground - 0.5

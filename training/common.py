@@ -403,6 +403,7 @@ class TrainingRun:
         record = self._record(k, dofs, max_error_val_m, cubature, metrics)
         common = {
             "training": self.settings,
+            "ground_z": self._ground_z(),
             "bakes": [str(t.path) for t in b.ds],
             "train_trajectories": [int(i) for i in b.train],
             "validation_trajectories": [int(i) for i in b.val],
@@ -438,6 +439,19 @@ class TrainingRun:
             + (f", {len(cubature)} cubature elements" if cubature is not None else ""),
         )
         return {"model": str(path), "warnings": self.warnings, **record}
+
+    def _ground_z(self) -> float | None:
+        """The ground plane (z, m) every training bake had, which a simulation of the model
+        needs too (None: the bakes had none, or not the same one)."""
+        grounds = {self.bakes.ds[int(i)].meta.get("ground_z") for i in self.bakes.train}
+        if len(grounds) != 1 or None in grounds:
+            if len(grounds) > 1:
+                self.warnings.append(
+                    "The training bakes have different ground planes; the model records none, "
+                    "so Simulate has a ground only if the scene has a collider."
+                )
+            return None
+        return float(grounds.pop())
 
     def _record(self, k, dofs, max_error_val_m, cubature, metrics) -> dict:
         """The metrics every method reports, then the method's own."""
