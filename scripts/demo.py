@@ -189,7 +189,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(rr.ROOT / "out"))
     ap.add_argument("--quick", action="store_true", help="coarser mesh and fewer frames")
     ap.add_argument("--variants", type=int, default=4, help="bakes; the last is held out")
-    ap.add_argument("--k", type=int, default=12, help="modes of the linear model")
+    ap.add_argument(
+        "--k",
+        type=int,
+        default=0,
+        help="modes of the linear model (default: chosen by its tolerance)",
+    )
     args = ap.parse_args(argv)
     if args.variants < 2:
         ap.error("--variants must be at least 2: one to hold out, the rest to train on")
@@ -218,7 +223,8 @@ def main(argv=None) -> int:
     scene = bpy.context.scene
     held = hold_out(ball, s.bakes[len(s.bakes) - 1])
     t = time.perf_counter()
-    s.method_settings.linear.k = args.k
+    if args.k:  # otherwise the default: grown until the bakes are within tolerance
+        s.method_settings.linear.k = args.k
     assert bpy.ops.neural_rom.train() == {"FINISHED"}
     m = s.model
     print(
