@@ -384,9 +384,59 @@ def run_train(spec: dict) -> dict:
     return module.run(spec)
 
 
+def run_tetrahedralize(spec: dict) -> dict:
+    """``kind: "tetrahedralize"``: mesh an object's surface, or a cage around it, with
+    TetGen (:func:`core.tetjob.mesh_surface`) and leave the tets in the job folder, where the
+    add-on stores them when the job ended well (``addon/tets.py``).
+
+    TetGen has no safe point: a cancel is seen before and after it, and a cancel during it
+    (or a hang) ends with the parent killing this worker (``cancel_timeout_s``). A crash, a
+    kill or a cancel leaves no ``result.json``, so the object keeps what it had.
+
+    Spec keys: ``folder`` (with ``surface.npz``), ``name``, ``embedded``,
+    ``target_edge_length`` (m), ``quality``, ``cage_resolution``.
+    """
+    import numpy as np
+
+    jobs, errors, tetjob = _sub("core.jobs"), _sub("core.errors"), _sub("core.tetjob")
+    folder = Path(spec["folder"])
+    name = str(spec["name"])
+    meter = jobs.Progress(3)
+    with np.load(folder / tetjob.SURFACE_FILE, allow_pickle=False) as z:
+        V, F, M = z["V"], z["F"], z["M"]
+    what = "a cage around" if spec["embedded"] else "the surface of"
+    meter.update(1, f"meshing {what} {name} ({len(V)} vertices)")
+    if jobs.should_cancel():
+        raise errors.JobCancelled(f"tetrahedralizing {name} cancelled: nothing stored")
+    result = tetjob.mesh_surface(
+        V,
+        F,
+        M,
+        name=name,
+        embedded=bool(spec["embedded"]),
+        target_edge_length=float(spec["target_edge_length"]),
+        quality=float(spec["quality"]),
+        cage_resolution=int(spec["cage_resolution"]),
+    )
+    for message in result.warnings:
+        jobs.emit("warning", message=message)
+    if jobs.should_cancel():
+        raise errors.JobCancelled(f"tetrahedralizing {name} cancelled: nothing stored")
+    meter.update(2, f"writing {len(result.mesh.T)} tets")
+    tetjob.write_result(folder, result)
+    meter.update(3, f"{len(result.mesh.T)} tets")
+    return {
+        "n_tets": len(result.mesh.T),
+        "n_nodes": len(result.mesh.X),
+        "embedded": result.embedding is not None,
+        "quality": result.quality,
+    }
+
+
 #: Job kind -> handler. Import heavy modules inside the handler, never here.
 HANDLERS = {
     "bake": run_bake,
+    "tetrahedralize": run_tetrahedralize,
     "train": run_train,
     "selftest": run_selftest,
 }

@@ -548,8 +548,8 @@ def cmd_tetrahedralize(args) -> int:
     if args.cage_resolution is not None:
         settings["cage_resolution"] = args.cage_resolution
     for obj in select_objects(args.objects):
-        _out(f"tetrahedralizing {obj.name}")
-        info = tets.tetrahedralize_object(obj, settings=settings or None)
+        _out(f"tetrahedralizing {obj.name} in a worker")
+        info = tets.tetrahedralize_object(obj, settings=settings or None) or {}
         quality = info.get("quality") or {}
         extra = ""
         if isinstance(quality, dict) and "min_dihedral_deg" in quality:

@@ -1,6 +1,7 @@
-"""Tetrahedralize an object and keep its tets: compute (changing nothing), store in the
-object's cache directory and record on the object, load (refusing stale or foreign tets),
-and map tet-node positions to the render mesh.
+"""Tetrahedralize an object and keep its tets: a worker job meshes the surface (TetGen
+never runs in Blender's process: :mod:`..core.tetjob`), the result is stored in the
+object's cache directory and recorded on the object when the job ends well, loaded back
+(refusing stale or foreign tets), and tet-node positions are mapped to the render mesh.
 
 Spaces. Tet meshes are stored in the object's LOCAL space (``tets.npz``: moving the
 object does not make them stale) but built from the world-space surface, so Tet Size is
@@ -14,19 +15,19 @@ made from, and refuse with "re-tetrahedralize" / "re-bake" on a mismatch.
 
 from __future__ import annotations
 
-import warnings
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import bpy
 import numpy as np
 
-from ..core.cage import tetrahedralize_embedded
 from ..core.embedding import Embedding
 from ..core.errors import CacheError, MeshError, NeuralRomError
 from ..core.files import atomic_path, mesh_hash
-from ..core.mesher import tetrahedralize
 from ..core.meshfile import read_tetmesh, write_tetmesh
 from ..core.surface import check_surface
+from ..core.tetjob import read_result, write_request
 from ..core.tetmesh import TetMesh
 from . import blender_mesh as bm
 from .paths import cache_dir, load_path, store_path
@@ -34,6 +35,9 @@ from .paths import cache_dir, load_path, store_path
 TETS_FILE = "tets.npz"
 EMBEDDING_FILE = "embedding.npz"
 AUTO_TET_SIZE_DIVISOR = 12.0  # Tet Size 0: bounding-box diagonal / this
+JOB_DIR = "tets.job"  # the worker's request and result (core.tetjob), until stored
+# TetGen has no safe point to stop at: a cancelled job is killed after this many seconds
+CANCEL_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -68,11 +72,19 @@ def _settings(obj: bpy.types.Object, settings=None):
     return settings
 
 
-def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
-    """Tetrahedralize ``obj`` (or a cage around it) without changing anything.
+def make_tet_job(obj: bpy.types.Object, *, settings=None) -> dict:
+    """The worker job that tetrahedralizes ``obj`` (or a cage around it), JSON-able.
 
-    The surface is taken in world space, so Tet Size is in world metres; the result is
-    stored in local space.
+    Checks what needs no TetGen first (a mesh, a non-zero scale, a writable cache
+    directory, a closed manifold surface unless Embedding allows a cage), then writes the
+    world-space surface for the worker (:func:`..core.tetjob.write_request`); the object
+    is not changed. Tet Size is in world metres; the tets come back in local space.
+
+    Returns
+    -------
+    dict: ``kind`` "tetrahedralize", ``name``, ``folder`` (the job folder), ``embedded``,
+    ``target_edge_length`` (m), ``quality``, ``cage_resolution``, ``source_hash``,
+    ``log_dir``, ``cancel_timeout_s`` (TetGen has no safe point: a cancel kills it).
     """
     s = _settings(obj, settings)
     if obj.type != "MESH":
@@ -84,7 +96,6 @@ def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
     edge = float(s.tet_size)
     if edge <= 0:  # auto: a few thousand tets whatever the surface resolution
         edge = float(np.linalg.norm(V.max(0) - V.min(0))) / AUTO_TET_SIZE_DIVISOR
-    kw = {"target_edge_length": edge, "quality": float(s.tet_quality)}
     embedded = s.embedding == "ALWAYS"
     if not embedded:
         try:
@@ -97,33 +108,42 @@ def compute_tets(obj: bpy.types.Object, *, settings=None) -> TetResult:
                     f"cage, or make the mesh closed and manifold. Details: {e}"
                 ) from e
             embedded = True
+    folder = cache_dir(obj)
+    job_folder = folder / JOB_DIR
+    write_request(job_folder, V, F, M)
+    return {
+        "kind": "tetrahedralize",
+        "name": obj.name,
+        "folder": str(job_folder),
+        "embedded": embedded,
+        "target_edge_length": edge,
+        "quality": float(s.tet_quality),
+        "cage_resolution": int(s.cage_resolution),
+        "source_hash": bm.surface_hash(obj),
+        "log_dir": str(folder / "logs"),
+        "cancel_timeout_s": CANCEL_TIMEOUT_S,
+    }
+
+
+def discard_tet_job(job: dict) -> None:
+    """Remove the files of a tetrahedralize job (its request and any result)."""
+    shutil.rmtree(job["folder"], ignore_errors=True)
+
+
+def on_tet_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | None:
+    """Store the tets a finished job left (:func:`store_tets`) and remove the job files.
+
+    A cancelled job (``result`` empty or ``cancelled``) stores nothing: the object keeps
+    its old tets. Returns :func:`store_tets`' info, or None.
+    """
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if embedded:
-                tm, emb = tetrahedralize_embedded(V, F, resolution=int(s.cage_resolution), **kw)
-            else:  # check_surface ran above
-                # boundary may be split (finer tets than the render mesh); the render vertices
-                # stay the first nodes, so the render mesh still maps one to one
-                tm = tetrahedralize(V, F, keep_surface=False, check=False, **kw)
-                emb = None
-    except NeuralRomError:
-        raise
-    except Exception as e:  # the mesher's own failures (tetgen RuntimeError, ...)
-        raise MeshError(
-            f"Tetrahedralizing '{obj.name}' failed ({e}). Try Embedding 'Always', a larger "
-            "Tet Size or a higher Quality bound."
-        ) from e
-    if emb is None and tm.n_surface_inputs != len(V):
-        raise MeshError(
-            f"The tets of '{obj.name}' do not keep its vertices as nodes; set Embedding to "
-            "'Always' to simulate it through a cage."
-        )
-    q = tm.quality
-    quality = dict(q() if callable(q) else q)
-    local = TetMesh(bm.to_local(tm.X, M), tm.T, tm.n_surface_inputs)
-    notes = [str(w.message) for w in caught]
-    return TetResult(obj.name, local, emb, quality, bm.surface_hash(obj), notes)
+        if not result or result.get("cancelled"):
+            return None
+        r = read_result(Path(job["folder"]))
+        tets = TetResult(obj.name, r.mesh, r.embedding, r.quality, job["source_hash"], r.warnings)
+        return store_tets(obj, tets)
+    finally:
+        discard_tet_job(job)
 
 
 def store_tets(obj: bpy.types.Object, result: TetResult) -> dict:
@@ -164,8 +184,9 @@ def store_tets(obj: bpy.types.Object, result: TetResult) -> dict:
     }
 
 
-def tetrahedralize_object(obj: bpy.types.Object, *, settings=None) -> dict:
-    """Tetrahedralize ``obj`` and store the tets (and embedding) in its cache directory.
+def tetrahedralize_object(obj: bpy.types.Object, *, settings=None, context=None) -> dict | None:
+    """Tetrahedralize ``obj`` in a worker and store the tets (and embedding) in its cache
+    directory: the headless command's and the tests' one call.
 
     Parameters
     ----------
@@ -176,10 +197,27 @@ def tetrahedralize_object(obj: bpy.types.Object, *, settings=None) -> dict:
 
     Returns
     -------
-    dict with ``path`` (absolute tets.npz), ``n_tets``, ``n_nodes``, ``embedded``, ``quality``.
+    In ``--background`` the job runs to the end first (a failure raises its
+    :class:`..core.jobs.JobError`): a dict with ``path`` (absolute tets.npz), ``n_tets``,
+    ``n_nodes``, ``embedded``, ``quality``, ``warnings``. Interactively the job runs in the
+    background and None is returned; the tets are stored when it ends.
     """
-    cache_dir(obj)  # fail on an unusable cache directory before the (long) meshing
-    return store_tets(obj, compute_tets(obj, settings=settings))
+    from . import jobs
+
+    job = make_tet_job(obj, settings=settings)
+    name, info = obj.name, {}
+
+    def done(result: dict) -> None:
+        target = bpy.data.objects.get(name)  # by name: an undo invalidates the old object
+        if target is not None:
+            info.update(on_tet_done(target, job, result) or {})
+
+    try:
+        jobs.start_job(context or bpy.context, job, owner=name, on_done=done)
+    except BaseException:
+        discard_tet_job(job)
+        raise
+    return info or None
 
 
 @dataclass

@@ -560,7 +560,8 @@ class Job:
     log_path, spec_path, cancel_path : Path
     """
 
-    #: Seconds a cancelled worker gets to reach a safe point before it is killed.
+    #: Seconds a cancelled worker gets to reach a safe point before it is killed
+    #: (``spec["cancel_timeout_s"]`` overrides it for a job).
     cancel_timeout_s = 120.0
     #: Seconds to wait for the event stream to close after the worker exited.
     eof_grace_s = 2.0
@@ -569,6 +570,8 @@ class Job:
         self.id = job_id
         self.kind = str(spec.get("kind", ""))
         self.spec = spec
+        if spec.get("cancel_timeout_s") is not None:  # a job with no safe point: killed sooner
+            self.cancel_timeout_s = float(spec["cancel_timeout_s"])
         self.python = python
         self.log_dir = log_dir
         self.log_path = log_dir / f"{job_id}.log"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty
 
-from ..addon import paths, preview, tets
+from ..addon import preview, tets
 from ..core.errors import NeuralRomError
 from ._common import active_object, fail
 
@@ -19,7 +19,8 @@ def _candidates(context) -> list[bpy.types.Object]:
 
 
 class NEURAL_ROM_OT_tetrahedralize(bpy.types.Operator):
-    """Tetrahedralize the selected meshes (or a cage around open / non-manifold ones)"""
+    """Tetrahedralize the selected meshes (or a cage around open / non-manifold ones) in
+    background processes, one per object; Esc cancels"""
 
     bl_idname = "neural_rom.tetrahedralize"
     bl_label = "Tetrahedralize"
@@ -30,26 +31,53 @@ class NEURAL_ROM_OT_tetrahedralize(bpy.types.Operator):
         return bool(_candidates(context))
 
     def execute(self, context):
+        from ..addon import jobs
+        from ..core.errors import JobCancelled
+
         objs = _candidates(context)
         if not objs:
             return fail(
                 self, "Select one or more mesh objects to tetrahedralize (colliders are skipped)."
             )
-        try:
-            for obj in objs:  # every cache directory usable before any (long) meshing
-                paths.cache_dir(obj)
-            # mesh everything first: one bad mesh leaves every object as it was
-            results = [tets.compute_tets(obj) for obj in objs]
-            infos = [tets.store_tets(obj, r) for obj, r in zip(objs, results)]
+        busy = [o.name for o in objs if jobs.active_jobs(o.name)]
+        if busy:
+            return fail(self, f"'{busy[0]}' already has a job running; wait for it or cancel it.")
+        specs = []
+        try:  # every object checked (and its surface written) before any job starts
+            for obj in objs:
+                specs.append((obj.name, tets.make_tet_job(obj)))
         except NeuralRomError as e:
+            for _, job in specs:
+                tets.discard_tet_job(job)
             return fail(self, str(e))
+        infos = {}
+        for name, job in specs:
+
+            def done(result: dict, name=name, job=job) -> None:
+                target = bpy.data.objects.get(name)  # by name: an undo invalidates the object
+                if target is not None:
+                    info = tets.on_tet_done(target, job, result)
+                    if info is not None:
+                        infos[name] = info
+
+            try:
+                jobs.start_job(context, job, owner=name, on_done=done)
+            except JobCancelled as e:  # background run: nothing of that object changed
+                self.report({"WARNING"}, str(e))
+                return {"FINISHED"}
+            except NeuralRomError as e:
+                tets.discard_tet_job(job)
+                return fail(self, f"Tetrahedralizing '{name}' failed: {e}")
+        if not bpy.app.background:
+            self.report({"INFO"}, f"Tetrahedralizing {len(specs)} object(s) in the background")
+            return {"FINISHED"}
+        for name, info in infos.items():
+            for w in info["warnings"]:
+                self.report({"WARNING"}, f"{name}: {w}")
         text = ", ".join(
-            f"{o.name}: {i['n_tets']} tets" + (" (cage)" if i["embedded"] else "")
-            for o, i in zip(objs, infos)
+            f"{name}: {i['n_tets']} tets" + (" (cage)" if i["embedded"] else "")
+            for name, i in infos.items()
         )
-        for o, i in zip(objs, infos):
-            for w in i["warnings"]:
-                self.report({"WARNING"}, f"{o.name}: {w}")
         self.report({"INFO"}, f"Tetrahedralized {text}")
         return {"FINISHED"}
 

@@ -115,7 +115,7 @@ def test_import_cycles_are_seen():
 def test_addon_modules_import_each_other_without_cycles():
     # A cycle hides which module is the lower layer (and a function-level import that
     # breaks one at import time still ties the two together): the add-on reads bottom up,
-    # paths -> tets -> bakes -> simulate -> compare -> playback (the frame handler).
+    # paths -> tets -> bakes -> simulate -> export, compare -> playback (the frame handler).
     graph = sibling_imports(ROOT / "addon")
     assert {"paths", "tets", "bakes", "simulate"} <= set(graph)  # the walk sees the layout
     assert not import_cycles(graph), "import cycles in addon/: " + "; ".join(

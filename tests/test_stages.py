@@ -5,6 +5,7 @@ jobs (collider animation, pins), bake records, playback, PC2 export, staleness."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -546,3 +547,54 @@ def test_shape_keys_refuse_playback_but_export(addon, blend_file):
     assert not obj.neural_rom.playback
     export_pc2(obj)
     assert obj.modifiers[0].type == "MESH_CACHE"
+
+
+def test_tetgen_never_runs_in_blenders_process(addon, blend_file, monkeypatch):
+    """Tetrahedralize is a worker job: the meshers are out of reach here and it still works."""
+    from neural_rom.addon.tets import JOB_DIR, load_tets, tetrahedralize_object
+    from neural_rom.core import cage, mesher, tetjob
+
+    def refuse(*a, **k):
+        raise AssertionError("TetGen ran in Blender's process")
+
+    for module, name in ((mesher, "tetrahedralize"), (cage, "tetrahedralize_embedded"),
+                         (tetjob, "mesh_surface")):  # fmt: skip
+        monkeypatch.setattr(module, name, refuse)
+    obj = make_ball(addon.bpy)
+    info = tetrahedralize_object(obj)
+    assert info["n_tets"] == obj.neural_rom.tets_count > 0
+    load_tets(obj)
+    assert not (blend_file.parent / "neural_rom" / "Ball" / JOB_DIR).exists()  # cleaned up
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a shell wrapper stands in for the crash")
+def test_a_crashing_tetrahedralize_leaves_the_object_as_it_was(addon, blend_file, tmp_path):
+    import stat
+    import sys
+
+    from neural_rom.addon.tets import JOB_DIR, load_tets, tetrahedralize_object
+    from neural_rom.core.jobs import JobError
+
+    bpy = addon.bpy
+    obj = make_ball(bpy)  # selected and active
+    tetrahedralize_object(obj)
+    s = obj.neural_rom
+    before = (s.tets_path, s.tets_hash, s.tets_count, s.source_hash)
+    fake = tmp_path / "python"  # the worker segfaults, as native code (TetGen) may
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *worker.py*) exec {sys.executable} -c "{crash}";; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    addon.prefs.python_path = str(fake)
+    s.tet_size = 0.2
+    with pytest.raises(JobError, match="crashed") as e:
+        tetrahedralize_object(obj)
+    assert e.value.crashed
+    with pytest.raises(RuntimeError, match="Tetrahedralizing 'Ball' failed: .*crashed"):
+        bpy.ops.neural_rom.tetrahedralize()
+    assert (s.tets_path, s.tets_hash, s.tets_count, s.source_hash) == before
+    load_tets(obj)  # the old tets are still the object's
+    assert not (blend_file.parent / "neural_rom" / "Ball" / JOB_DIR).exists()
