@@ -203,6 +203,9 @@ def setup_scenario(X, T, spec: BakeSpec):
         pin_targets=None if spec.pin_targets is None else np.asarray(spec.pin_targets, dtype=float),
         T=sim.T,
         material=material,
+        bottom_z=None
+        if contact is None
+        else float(np.einsum("pa,pa->p", contact.weights, sim.X[contact.nodes, 2]).min()),
     )
     driver = ScenarioDriver(spec.scenario, ctx, int(spec.seed))
     return sim, driver

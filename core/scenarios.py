@@ -129,6 +129,9 @@ class SceneContext:
     pin_targets: np.ndarray | None = None  # (frames+1, k, 3) animated pins from the scene
     T: np.ndarray | None = None  # (m, 4) tets: with material, pokes are sized to a strain
     material: object = None  # fem.Material; None: pokes of 2 body weights, drop of 0.1 diag
+    # lowest rest height of the points that touch colliders (m): with an embedding cage, the
+    # render surface's, which is where the ground belongs; None: the lowest tet node
+    bottom_z: float | None = None
 
 
 class ScenarioDriver:
@@ -164,7 +167,7 @@ class ScenarioDriver:
             hangs = part["kind"] == "gravity_drop" and len(ctx.pinned) > 0
             self._ground |= bool(part.get("ground", False)) and not hangs
         if self._ground:
-            zmin = float(ctx.X[:, 2].min())
+            zmin = float(ctx.X[:, 2].min()) if ctx.bottom_z is None else float(ctx.bottom_z)
             self.ground_z = zmin
             M = np.eye(4)
             M[2, 3] = zmin

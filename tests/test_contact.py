@@ -293,3 +293,19 @@ def test_reduced_step_inputs_keep_working_with_render_contact():
     raised[2, 3] = 0.05  # the floor 5 cm up: render points start 5 cm inside it
     red.step(FrameInputs(colliders=[Collider("plane", transform=raised)]))
     assert emb.apply(red.positions())[:, 2].min() > 0.0  # pushed up
+
+
+def test_the_scenario_ground_sits_under_the_render_surface_not_the_cage():
+    """The gravity drop's ground plane goes where the visible surface rests: the lowest
+    render point, not the lowest cage node (which hangs a cage padding lower)."""
+    mesh, emb, pts, _ = _ball()
+    spec = BakeSpec(material=FLESH.to_dict(), contact=pts.to_dict(), frames=2)
+    spec.scenario["ground"] = True
+    _, driver = setup_scenario(mesh.X, mesh.T, spec)
+    render_bottom = emb.apply(mesh.X)[:, 2].min()
+    assert abs(driver.ground_z - render_bottom) < 1e-12
+    assert render_bottom - mesh.X[:, 2].min() > 0.3  # the cage's bottom, where it used to be
+    # without contact points (a direct tet mesh) the ground stays at the lowest node
+    _, plain = setup_scenario(mesh.X, mesh.T, BakeSpec(material=FLESH.to_dict(), frames=2,
+                                                       scenario=dict(spec.scenario)))
+    assert plain.ground_z == mesh.X[:, 2].min()
