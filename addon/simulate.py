@@ -262,9 +262,14 @@ _drivers: dict[str, Driver] = {}
 
 
 def forget(name: str | None = None) -> None:
+    """Drop the driver of ``name`` (None: every driver and poke, and a pending status-bar
+    message: a timer still registered when the PyPI bpy exits hangs the interpreter)."""
     if name is None:
         _drivers.clear()
         _pokes.clear()
+        if bpy.app.timers.is_registered(_clear_status_bar):
+            bpy.app.timers.unregister(_clear_status_bar)
+            _status_bar(None)
     else:
         _drivers.pop(name, None)
 

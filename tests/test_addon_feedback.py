@@ -142,3 +142,24 @@ def test_a_bug_in_one_object_stops_only_that_object_and_shows_its_trace(
     monkeypatch.setattr(simulate, "apply_frame", lambda obj, scene, frame=None: None)
     scene.frame_set(3)
     assert simulate.FRAME_ERROR not in a
+
+
+def test_a_pending_status_message_does_not_hang_the_interpreter_at_exit():
+    """The status-bar message's timer is removed with the extension: a bpy timer still
+    registered when the PyPI bpy exits hangs the interpreter (it did, for minutes)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import bpy, neural_rom\n"
+        "neural_rom.register()\n"
+        "from neural_rom.addon import simulate\n"
+        "bpy.ops.mesh.primitive_cube_add()\n"
+        "simulate.frame_failed(bpy.context.object, 'Simulation', RuntimeError('boom'), "
+        "lambda obj: None)\n"
+        "assert bpy.app.timers.is_registered(simulate._clear_status_bar)\n"
+        "neural_rom.unregister()\n"
+        "print('exiting')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "exiting" in r.stdout, r.stderr[-2000:]
