@@ -142,7 +142,7 @@ def atomic_path(dest: str | os.PathLike, *, durable: bool = False) -> Iterator[P
 def write_error(exc: OSError, what: str, fix: str = "") -> WriteError:
     """The :class:`~.errors.WriteError` for ``exc``, raised while writing ``what``: says why
     in the file system's words and what to do."""
-    why = exc.strerror or type(exc).__name__
+    why = exc.strerror or str(exc) or type(exc).__name__
     if not fix and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
         fix = "free disk space, or choose a folder on another disk"
     fix = fix or (

@@ -25,6 +25,13 @@ def ball(bpy, name="Ball", location=(0.0, 0.0, 1.0), frames=5):
     s.frames = frames
     s.variants = 2
     s.scenario = "random_pokes"
+    # pokes of two body weights (the default before issue 10 sized them to a strain): they
+    # throw the ball about, so its 4-mode basis holds the fall and the floor's push these
+    # tests drive; strain-sized pokes barely move it, and 4 modes then miss the fall
+    from neural_rom.addon.props import reset_scenario_params
+
+    reset_scenario_params(s)
+    next(p for p in s.scenario_params if p.name == "strength").set(2.0)
     s.method_settings.linear.k = 4
     s.method_settings.linear.max_cubature = 40
     return obj
