@@ -157,7 +157,8 @@ def test_pinned_tentacle_sags_and_is_poked_to_a_physical_strain(tmp_path):
     # changes of issue 10): a shortfall, not a target; the rubber tentacle swings 1.6-2.8 m
     # and a linear model of 7 random-poke bakes does not predict an eighth. This bound is a
     # smoke bound: it only catches a blow-up.
-    check(out, stretch=1.5, motion=0.05, rel=0.4, newton=60)
+    # Newton: at most 56-74 iterations on its worst frame, depending on the solver's state
+    check(out, stretch=1.5, motion=0.05, rel=0.4, newton=80)
 
 
 def test_embedded_cube_drops(tmp_path):
