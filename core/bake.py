@@ -13,7 +13,9 @@ Channels written per frame (frame 0 is the initial state): ``positions`` and
 ``velocities`` (n, 3) in m and m/s, ``forces`` (n, 3) external forces in N,
 ``pin_targets`` (k, 3) when there are pins, ``colliders`` (c, 4, 4) transforms when there
 are colliders, and the scalars ``newton_iters``, ``substeps`` (steps actually taken,
-retries included) and ``converged``. Internal forces for cubature training are recomputed
+retries included), ``converged`` and ``force_residual`` (the largest unbalanced force on a
+free vertex at the end of the frame, a fraction of its weight: :class:`sim.StepReport`;
+bakes made before it have no such channel). Internal forces for cubature training are recomputed
 from positions with the material stored in the metadata.
 """
 
@@ -219,6 +221,7 @@ def _channels(n: int, k: int, c: int) -> dict:
         "newton_iters": ((), "<i4"),
         "substeps": ((), "<i4"),
         "converged": ((), "<i4"),
+        "force_residual": ((), "<f8"),
     }
     if k:
         ch["pin_targets"] = ((k, 3), "<f8")
@@ -235,6 +238,7 @@ def _frame(sim: Simulation, driver: ScenarioDriver, frame: int, report=None) -> 
         "newton_iters": np.int32(report.newton_iters if report else 0),
         "substeps": np.int32(report.substeps if report else 0),
         "converged": np.int32(1 if (report is None or report.converged) else 0),
+        "force_residual": np.float64(report.force_residual if report else 0.0),
     }
     if len(sim.pinned):
         out["pin_targets"] = driver.pin_targets[frame]
@@ -396,6 +400,8 @@ def bake(
                 {
                     "x": old.channel("positions")[last],
                     "v": old.channel("velocities")[last],
+                    # the Newton predictor's acceleration: as the uninterrupted bake had it
+                    "v_prev": old.channel("velocities")[max(last - 1, 0)],
                     "frame": last,
                     "forces": driver.forces[last],
                     "pin_targets": driver.pin_targets[last],
@@ -430,7 +436,9 @@ def bake(
                 rep = sim.step(driver.inputs(frame))
             except SimulationError as e:
                 raise SimulationError(f"{e} The bake keeps its {frame} committed frames.") from e
-            writer.append(**_frame(sim, driver, frame, rep))
+            row = _frame(sim, driver, frame, rep)
+            # a bake resumed from before a channel existed keeps its own channels
+            writer.append(**{k: v for k, v in row.items() if k in writer.channels})
             elapsed = time.perf_counter() - t_start
             done_here = frame - start + 1
             eta = elapsed / done_here * (total - frame - 1)

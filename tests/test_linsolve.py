@@ -9,10 +9,13 @@ from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.sim import SimSettings, Simulation
 
 
-def newton_matrix(div=(20, 10, 10)):
+def newton_matrix(div=(20, 10, 10), moved=0.0):
+    """Rest positions and a Newton matrix ``K(x) + M / h^2`` at a random pose; ``moved``
+    (m) displaces that pose further (the next Newton iterate's matrix)."""
     X, T = grid_tetmesh((1.0, 0.5, 0.5), div)
     fem = TetFEM(X, T, Material(1e6, 0.45, 1000.0))
     x = X + np.random.default_rng(0).normal(scale=0.01, size=X.shape)
+    x += np.random.default_rng(1).normal(scale=moved, size=X.shape) if moved else 0.0
     H = fem.hessian(x, project=True)
     m3 = np.repeat(mass_matrix(X, T, 1000.0), 3)
     return X, (H + sp.diags(m3 * 24.0**2)).tocsr()
@@ -65,3 +68,32 @@ def test_simulation_step_is_the_same_with_amg_and_superlu():
         sim.step()
         out[backend] = sim.x
     assert np.abs(out["amg"] - out["superlu"]).max() < 1e-5
+
+
+def test_a_kept_preconditioner_serves_the_next_nearby_matrix():
+    X, A = newton_matrix()
+    b = np.random.default_rng(2).normal(size=A.shape[0])
+    for backend in ("amg", "superlu"):
+        s = linsolve.SPDSolver(X, backend)
+        x1 = s.solve(A, b, rtol=1e-8, reuse=True)
+        A2 = newton_matrix(moved=1e-3)[1]  # the next Newton iterate's matrix
+        x2 = s.solve(A2, b, rtol=1e-8, reuse=True)
+        assert s.stats["setups"] == 1, backend  # built once, used twice
+        assert np.linalg.norm(A @ x1 - b) <= 1e-7 * np.linalg.norm(b)
+        assert np.linalg.norm(A2 @ x2 - b) <= 1e-7 * np.linalg.norm(b)
+        s.forget()
+        s.solve(A2, b, reuse=True)
+        assert s.stats["setups"] == 2, backend
+
+
+def test_indefinite_matrices_are_reported_when_asked():
+    X, A = newton_matrix()
+    shift = 2.0 * sp.diags(np.full(A.shape[0], abs(A).max()))  # pushes every eigenvalue < 0
+    bad = (A - shift).tocsr()
+    b = np.ones(A.shape[0])
+    for backend in ("amg", "superlu"):
+        with pytest.raises(linsolve.IndefiniteMatrix):
+            linsolve.SPDSolver(X, backend).solve(bad, b, reuse=True, maybe_indefinite=True)
+        # a definite one is solved as usual
+        x = linsolve.SPDSolver(X, backend).solve(A, b, rtol=1e-8, reuse=True, maybe_indefinite=True)
+        assert np.linalg.norm(A @ x - b) <= 1e-7 * np.linalg.norm(b)

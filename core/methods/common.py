@@ -21,7 +21,7 @@ from ..cubature import Cubature
 from ..errors import SimulationError
 from ..frame import IDENTITY, FrameMixin, interpolate
 from ..registry import Setting
-from ..sim import FrameInputs, SimSettings, StepReport, boundary_vertices
+from ..sim import FrameInputs, SimSettings, StepReport, boundary_vertices, lerp_colliders
 from ..simulator import SimulatorBase
 from ..subspace import Subspace
 
@@ -339,11 +339,12 @@ def _slice_material(material: _fem.Material, elements: np.ndarray, m: int) -> _f
 
 
 def run_frame(sim, inputs: FrameInputs | None, substep, what: str) -> StepReport:
-    """One frame of a subspace simulator: checks the inputs, interpolates the reduced forces
-    and the pin targets over ``settings.substeps`` calls of ``substep(h, f_ext, colliders,
-    pose)`` (``pose``: the pins' frame at the end of the substep, None when the pins do not
-    move), and restores the state if a substep diverges. Shared by the linear and the latent
-    (autoencoder) runtimes.
+    """One frame of a subspace simulator: checks the inputs, interpolates the reduced forces,
+    the pin targets and the collider transforms over ``settings.substeps`` calls of
+    ``substep(h, f_ext, colliders, pose)`` (``pose``: the pins' frame at the end of the
+    substep, None when the pins do not move; colliders as :func:`core.sim.lerp_colliders`
+    moves them, like the full-space step), and restores the state if a substep diverges.
+    Shared by the linear and the latent (autoencoder) runtimes.
     """
     t0 = time.perf_counter()
     inputs = inputs or FrameInputs()
@@ -375,10 +376,11 @@ def run_frame(sim, inputs: FrameInputs | None, substep, what: str) -> StepReport
     saved = sim.get_state()
     report = StepReport()
     h = s.dt / n_sub
-    f0 = sim.f_ext
+    f0, c0 = sim.f_ext, sim.colliders
     for i in range(n_sub):
         w = (i + 1) / n_sub
-        sub = substep(h, (1 - w) * f0 + w * f1, cols, poses[i])
+        # colliders move between frames as in full space (core.sim.lerp_colliders)
+        sub = substep(h, (1 - w) * f0 + w * f1, lerp_colliders(c0, cols, w), poses[i])
         report.merge(sub)
         if not (sub.converged or sub.line_search_ok):
             sim.set_state(saved)
