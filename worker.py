@@ -433,11 +433,60 @@ def run_tetrahedralize(spec: dict) -> dict:
     }
 
 
+def _frame_meter(jobs, what: str):
+    """A ``progress(done, total)`` that reports frames with an ETA."""
+    meter = jobs.Progress(0)
+
+    def progress(done: int, total: int) -> None:
+        meter.total = int(total)
+        meter.update(int(done), f"{what} frame {done}/{total}")
+
+    return progress
+
+
+def run_simulate(spec: dict) -> dict:
+    """``kind: "simulate"``: Bake Simulation, a model stepped over the frames the add-on
+    gathered and written as a PC2 (:func:`core.simjob.simulate_to_pc2`). The PC2 is
+    renamed into place only once complete: a cancel or a crash leaves the previous one.
+
+    Spec keys: see :func:`core.simjob.simulate_to_pc2`. Result: ``path``, ``frames``,
+    ``frame_start``, ``step_ms``; cancelled: ``path`` and ``written`` False.
+    """
+    jobs, errors, simjob = _sub("core.jobs"), _sub("core.errors"), _sub("core.simjob")
+    try:
+        return simjob.simulate_to_pc2(
+            spec, progress=_frame_meter(jobs, "simulated"), should_cancel=jobs.should_cancel
+        )
+    except errors.JobCancelled as exc:
+        exc.result = {"path": str(spec.get("out", "")), "written": False}
+        raise
+
+
+def run_compare(spec: dict) -> dict:
+    """``kind: "compare"``: Compare with Bake, a model replaying a bake and its errors
+    against it written to a result file (:func:`core.comparejob.compare_with_bake`); a
+    cancel or a crash leaves the previous result.
+
+    Spec keys: see :func:`core.comparejob.compare_with_bake`. Result: ``path``,
+    ``frames``, ``max``, ``mean``, ``rms``, ``step_ms``; cancelled: ``written`` False.
+    """
+    jobs, errors, comparejob = _sub("core.jobs"), _sub("core.errors"), _sub("core.comparejob")
+    try:
+        return comparejob.compare_with_bake(
+            spec, progress=_frame_meter(jobs, "replayed"), should_cancel=jobs.should_cancel
+        )
+    except errors.JobCancelled as exc:
+        exc.result = {"path": str(spec.get("out", "")), "written": False}
+        raise
+
+
 #: Job kind -> handler. Import heavy modules inside the handler, never here.
 HANDLERS = {
     "bake": run_bake,
     "tetrahedralize": run_tetrahedralize,
     "train": run_train,
+    "simulate": run_simulate,
+    "compare": run_compare,
     "selftest": run_selftest,
 }
 

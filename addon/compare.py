@@ -2,11 +2,19 @@
 ghost object ("<name> (full space)") plays the full-space bake beside it (or over it), and
 the per-vertex error colours the object, frame by frame.
 
-The replay and the errors are :mod:`..core.compare` (the same replay as training's
-validation rollout). What is compared is kept on the object as an ID property
-(:data:`PROP`: the bake, the ghost, the error summary), so it saves with the .blend and
-undo takes it back; the replayed frames are kept in memory (:data:`_results`) and
-replayed again when missing (a reloaded file) or stale (a new model, a re-bake).
+The replay and the errors run in a worker (:mod:`..core.comparejob`, the same replay as
+training's validation rollout, :func:`..core.compare.replay_bake`): Blender checks what it
+can without the model and starts the job (:func:`make_compare_job`); the worker writes the
+replayed frames and errors to a result file in the object's cache directory
+(``compare/<bake>.npz``, atomically); when the job ends well the ghost and the error
+attributes are made from it (:func:`on_compare_done`). A cancel, a failure or a crash
+leaves the scene and any earlier comparison as they were.
+
+What is compared is kept on the object as an ID property (:data:`PROP`: the bake, the
+ghost, the result file, the error summary), so it saves with the .blend and undo takes it
+back; the result is kept in memory (:data:`_results`) and read again from its file when
+missing (a reloaded file). A result whose model or bake changed since (a new model, a
+re-bake) is out of date: the comparison stops and says to compare again.
 
 Per frame (:func:`on_frame_change`, called by the one frame handler in
 :mod:`.playback`): the reduced render positions go into the object, the bake's into the
@@ -17,14 +25,16 @@ largest error over all frames; Viewport Shading > Color > Attribute shows it).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import bpy
 import numpy as np
 
-from ..core.errors import CacheError, NeuralRomError, SimulationError
-from . import bakes, paths, simulate, tets
+from ..core.errors import CacheError, NeuralRomError
+from . import bakes, paths, simulate
 from . import blender_mesh as bm
 
 GHOST_SUFFIX = " (full space)"
@@ -33,6 +43,9 @@ COLOR_ATTRIBUTE = "nrom_error_color"
 PROP = "nrom_compare"  # on the compared object
 GHOST_PROP = "nrom_ghost_of"  # on the ghost: the compared object's name
 GHOST_GAP = 1.2  # side by side: the ghost sits this many object widths along local +X
+RESULT_DIR = "compare"  # in the object's cache directory: one result file per bake
+PLACEMENTS = ("SIDE", "OVERLAY")
+DISPLAYS = ("WIRE", "TRANSPARENT")
 
 # blue -> cyan -> green -> yellow -> red, at error / max error = 0, .25, .5, .75, 1
 _RAMP = np.array(
@@ -44,7 +57,7 @@ _RAMP = np.array(
 class Comparison:
     """A replayed bake: world render positions of both sides and their distances."""
 
-    key: tuple
+    key: str
     frame_start: int  # scene frame of bake frame 0
     reduced: np.ndarray  # (F, r, 3) m, the reduced model
     full: np.ndarray  # (F, r, 3) m, the bake
@@ -75,60 +88,150 @@ def error_colors(errors: np.ndarray, max_error: float) -> np.ndarray:
     return np.concatenate([rgb, np.ones((len(rgb), 1))], axis=1)
 
 
-def _key(obj: bpy.types.Object, rec) -> tuple:
+def _key(obj: bpy.types.Object, rec) -> str:
+    """What a comparison depends on (the model file and the bake), as a JSON string."""
     s = obj.neural_rom
     path = paths.load_path(s.model.path) if s.model.path else None
     try:
         st = os.stat(path) if path is not None else None
-        stamp = (st.st_mtime_ns, st.st_size) if st else None
+        stamp = [st.st_mtime_ns, st.st_size] if st else None
     except OSError:
         stamp = None
-    return (
-        str(path),
-        stamp,
-        s.model.mesh_hash,
-        str(paths.load_path(rec.path)),
-        rec.mesh_hash,
-        int(rec.frames),
-        int(rec.frame_start),
-        s.tets_hash,
-        s.source_hash,
+    return json.dumps(
+        [
+            str(path),
+            stamp,
+            s.model.mesh_hash,
+            str(paths.load_path(rec.path)),
+            rec.mesh_hash,
+            int(rec.frames),
+            int(rec.frame_start),
+            s.tets_hash,
+            s.source_hash,
+        ]
     )
 
 
-def compute(obj: bpy.types.Object, scene: bpy.types.Scene, bake_path: str | None = None):
-    """Replay a bake of ``obj`` (default: the active one) with its reduced model.
+def result_path(obj: bpy.types.Object, rec) -> Path:
+    """Where the comparison of ``obj`` with bake ``rec`` is written."""
+    return paths.cache_dir(obj) / RESULT_DIR / f"{bpy.path.clean_name(rec.name)}.npz"
 
-    Changes nothing. Raises the stages' own "re-bake" / "re-train" errors when the bake or
-    the model no longer fits the object, and a :class:`CacheError` when they belong to
-    different placements of the mesh.
+
+def make_compare_job(
+    obj: bpy.types.Object,
+    scene: bpy.types.Scene | None = None,
+    *,
+    placement: str = "SIDE",
+    display: str = "WIRE",
+    bake_path: str | None = None,
+) -> dict:
+    """The worker job that replays the active bake (or ``bake_path``) of ``obj`` with its
+    reduced model (JSON-able).
+
+    Checks everything it can without loading the model first (the options, the mesh, a
+    free ghost name, the bake still fits the object, the model file is there); the worker
+    refuses a model of another mesh or placement. Nothing is changed.
+
+    Parameters
+    ----------
+    placement : "SIDE" (the ghost one object width and a bit along local +X) or "OVERLAY"
+    display : "WIRE" or "TRANSPARENT" (the ghost drawn solid with alpha 0.35)
+
+    Returns
+    -------
+    dict: ``kind`` "compare", the spec of :func:`..core.comparejob.compare_with_bake`,
+    ``placement``, ``display``, ``bake_record`` (the bake's stored path) and ``log_dir``.
     """
-    from ..core.bake import BakeSpec, setup_scenario
-    from ..core.compare import error_stats, replay_bake, vertex_errors
-
-    rec = bakes.find_bake(obj, bake_path)
-    rm = bakes.RenderMap(obj, rec)  # stale, missing, foreign bake: "re-bake"
-    d = simulate.Driver(obj, scene)  # no model, stale or foreign model: "re-train"
-    cache = rm.cache
-    if d.model.mesh_hash != cache.mesh_hash:
-        raise CacheError(
-            f"Bake '{rec.name}' simulates '{obj.name}' at another placement than its model was "
-            "trained on (the object moved in between); re-bake, or re-train on this bake."
+    scene = scene or paths.scene_of(obj)
+    if placement not in PLACEMENTS:
+        raise NeuralRomError(f"Unknown placement {placement!r}: use SIDE or OVERLAY.")
+    if display not in DISPLAYS:
+        raise NeuralRomError(f"Unknown ghost display {display!r}: use WIRE or TRANSPARENT.")
+    if obj.type != "MESH":
+        raise NeuralRomError(f"'{obj.name}' is not a mesh.")
+    if obj.data.shape_keys is not None:
+        raise NeuralRomError(
+            f"'{obj.name}' has shape keys, which override the vertex positions the comparison "
+            "writes; remove them (or compare on a copy without them)."
         )
-    spec = BakeSpec.from_dict(cache.meta["spec"])
-    _, driver = setup_scenario(np.asarray(cache.X), np.asarray(cache.T), spec)
-    try:
-        P = replay_bake(d.sim, cache, driver)
-    except SimulationError as e:
-        raise SimulationError(
-            f"The model of '{obj.name}' cannot replay bake '{rec.name}': {e}"
-        ) from e
-    reduced = np.stack([tets.render_world(d.tets, p) for p in P])
-    full = np.stack([rm.world(k) for k in range(len(P))])
-    errors = vertex_errors(reduced, full)
+    name = obj.name + GHOST_SUFFIX
+    taken = bpy.data.objects.get(name)
+    if taken is not None and taken.get(GHOST_PROP) != obj.name:
+        raise NeuralRomError(
+            f"An object named '{name}' already exists and is not a comparison ghost; rename it."
+        )
+    rec = bakes.find_bake(obj, bake_path)
+    bakes.RenderMap(obj, rec)  # stale, missing, foreign bake: "re-bake"
+    fields = simulate.model_job_fields(obj, scene)  # no model, stale tets: "re-train"
+    return {
+        "kind": "compare",
+        **fields,
+        "bake": str(paths.load_path(rec.path)),
+        "bake_name": rec.name,
+        "bake_mesh_hash": rec.mesh_hash,
+        "bake_record": rec.path,
+        "out": str(result_path(obj, rec)),
+        "key": _key(obj, rec),
+        "placement": placement,
+        "display": display,
+        "log_dir": str(paths.cache_dir(obj) / "logs"),
+    }
+
+
+def _read(obj: bpy.types.Object, rec, path: Path) -> Comparison:
+    from ..core.comparejob import read_result
+
+    r = read_result(path)
+    if r["key"] != _key(obj, rec):
+        raise CacheError(
+            f"The comparison of '{obj.name}' with bake '{rec.name}' is out of date (the model "
+            "or the bake changed since); run Compare with Bake again."
+        )
     return Comparison(
-        _key(obj, rec), int(rec.frame_start), reduced, full, errors, error_stats(errors)
+        r["key"], int(rec.frame_start), r["reduced"], r["full"], r["errors"], r["stats"]
     )
+
+
+def on_compare_done(obj: bpy.types.Object, job: dict, result: dict) -> Comparison | None:
+    """Show what a finished compare job wrote: the ghost playing the bake, the error
+    attributes, the summary on the object (:data:`PROP`). Playback and simulation of ``obj``
+    are stopped: the comparison drives its vertices.
+
+    A cancelled job wrote nothing: nothing changes and None is returned.
+
+    Raises
+    ------
+    CacheError
+        The model or the bake changed while the job ran (compare again).
+    """
+    if not result or result.get("cancelled"):
+        return None
+    rec = bakes.find_bake(obj, job["bake_record"])
+    path = Path(result["path"])
+    c = _read(obj, rec, path)  # raises before anything changes
+    s = obj.neural_rom
+    if s.simulate:
+        simulate.stop_simulation(obj)
+    if s.playback:
+        bakes.stop_playback(obj)
+    bm.store_rest(obj.data)
+    ghost = _make_ghost(obj, job["placement"], job["display"])
+    st = c.stats
+    obj[PROP] = {
+        "bake": rec.name,
+        "bake_path": rec.path,
+        "ghost": ghost.name,
+        "result": paths.store_path(obj, path),
+        "placement": job["placement"],
+        "display": job["display"],
+        "frames": int(st["frames"]),
+        "max_error": st["max"],
+        "mean_error": st["mean"],
+        "rms_error": st["rms"],
+    }
+    _results[obj.name] = c
+    apply_frame(obj, paths.scene_of(obj))
+    return c
 
 
 def ghost_of(obj: bpy.types.Object) -> bpy.types.Object | None:
@@ -203,7 +306,11 @@ def _write_errors(mesh: bpy.types.Mesh, errors: np.ndarray, max_error: float) ->
 
 
 def result(obj: bpy.types.Object, scene: bpy.types.Scene) -> Comparison:
-    """The object's replayed comparison, replayed again when missing or stale."""
+    """The object's comparison, read again from its result file when not in memory.
+
+    Raises a :class:`NeuralRomError` saying what to do when the bake is gone, the result
+    file is missing, or the model or the bake changed since the comparison was made.
+    """
     info = obj.get(PROP)
     if info is None:
         raise NeuralRomError(f"'{obj.name}' is not compared with a bake; run Compare first.")
@@ -211,7 +318,12 @@ def result(obj: bpy.types.Object, scene: bpy.types.Scene) -> Comparison:
     rec = bakes.find_bake(obj, bake_path)
     c = _results.get(obj.name)
     if c is None or c.key != _key(obj, rec):
-        c = compute(obj, scene, bake_path)
+        stored = info.get("result") or ""
+        if not stored:
+            raise CacheError(
+                f"The comparison of '{obj.name}' has no result file; run Compare with Bake again."
+            )
+        c = _read(obj, rec, paths.load_path(stored))
         _results[obj.name] = c
     return c
 
@@ -239,64 +351,37 @@ def start_comparison(
     placement: str = "SIDE",
     display: str = "WIRE",
     bake_path: str | None = None,
-) -> Comparison:
-    """Replay the active bake (or ``bake_path``) with the reduced model and show both.
+    context=None,
+) -> Comparison | None:
+    """Replay the active bake (or ``bake_path``) with the reduced model in a worker
+    (:func:`make_compare_job`) and show both when it is done (:func:`on_compare_done`):
+    the scripts' and tests' one call.
 
-    Parameters
-    ----------
-    placement : "SIDE" (the ghost one object width and a bit along local +X) or "OVERLAY"
-    display : "WIRE" or "TRANSPARENT" (the ghost drawn solid with alpha 0.35)
-
-    Everything is checked and replayed before the scene changes. Playback and simulation
-    of ``obj`` are stopped: the comparison drives its vertices.
+    Returns the :class:`Comparison` in ``--background``, where the job runs to the end first
+    (a failure raises its :class:`..core.jobs.JobError`, a cancel
+    :class:`..core.errors.JobCancelled`, the scene as it was); interactively the job runs
+    on in the background and None is returned.
     """
-    scene = scene or paths.scene_of(obj)
-    if placement not in ("SIDE", "OVERLAY"):
-        raise NeuralRomError(f"Unknown placement {placement!r}: use SIDE or OVERLAY.")
-    if display not in ("WIRE", "TRANSPARENT"):
-        raise NeuralRomError(f"Unknown ghost display {display!r}: use WIRE or TRANSPARENT.")
-    if obj.type != "MESH":
-        raise NeuralRomError(f"'{obj.name}' is not a mesh.")
-    if obj.data.shape_keys is not None:
-        raise NeuralRomError(
-            f"'{obj.name}' has shape keys, which override the vertex positions the comparison "
-            "writes; remove them (or compare on a copy without them)."
-        )
-    name = obj.name + GHOST_SUFFIX
-    taken = bpy.data.objects.get(name)
-    if taken is not None and taken.get(GHOST_PROP) != obj.name:
-        raise NeuralRomError(
-            f"An object named '{name}' already exists and is not a comparison ghost; rename it."
-        )
-    rec = bakes.find_bake(obj, bake_path)
-    c = compute(obj, scene, bake_path)  # raises before anything changes
-    s = obj.neural_rom
-    if s.simulate:
-        simulate.stop_simulation(obj)
-    if s.playback:
-        bakes.stop_playback(obj)
-    bm.store_rest(obj.data)
-    ghost = _make_ghost(obj, placement, display)
-    st = c.stats
-    obj[PROP] = {
-        "bake": rec.name,
-        "bake_path": rec.path,
-        "ghost": ghost.name,
-        "placement": placement,
-        "display": display,
-        "frames": int(st["frames"]),
-        "max_error": st["max"],
-        "mean_error": st["mean"],
-        "rms_error": st["rms"],
-    }
-    _results[obj.name] = c
-    apply_frame(obj, scene)
-    return c
+    from . import jobs
+
+    if jobs.active_jobs(obj.name):
+        raise NeuralRomError(f"'{obj.name}' already has a job running; wait for it or cancel it.")
+    job = make_compare_job(obj, scene, placement=placement, display=display, bake_path=bake_path)
+    name, out = obj.name, []
+
+    def done(result: dict) -> None:
+        target = bpy.data.objects.get(name)  # by name: an undo invalidates the old object
+        if target is not None:
+            out.append(on_compare_done(target, job, result))
+
+    jobs.start_job(context or bpy.context, job, owner=name, on_done=done)
+    return out[0] if out else None
 
 
 def clear_comparison(obj: bpy.types.Object) -> bool:
     """Remove the ghost and the error attributes and put the rest shape back. Returns
-    whether there was anything to clear."""
+    whether there was anything to clear. The result file stays (an undo brings the
+    comparison back); comparing the same bake again replaces it."""
     ghost = ghost_of(obj)
     found = ghost is not None or is_comparing(obj)
     if ghost is not None:

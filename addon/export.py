@@ -1,10 +1,17 @@
 """Point caches that play anywhere: a bake, or the reduced simulation stepped over a frame
 range, written as a PC2 of the render mesh (local space, sampled under an animated
-transform) and wired to a Mesh Cache modifier."""
+transform) and wired to a Mesh Cache modifier.
+
+Bake Simulation runs in a worker (:mod:`..core.simjob`): Blender gathers every frame's
+inputs and starts the job (:func:`make_simulation_job`); the worker steps the model and
+writes the PC2, renamed into place only once complete; the modifier is wired when the job
+ends well (:func:`on_simulation_done`). A cancel, a failure or a crash leaves the previous
+PC2 and the object as they were."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +26,7 @@ from .paths import cache_dir, scene_of, store_path
 
 MODIFIER_NAME = "Neural ROM Cache"
 SIM_MODIFIER_NAME = "Neural ROM Simulation"
+SIM_JOB_DIR = "simulate.job"  # Bake Simulation's gathered inputs, until the job ends
 
 
 def default_pc2_path(obj: bpy.types.Object) -> Path:
@@ -98,21 +106,30 @@ def default_sim_pc2_path(obj: bpy.types.Object) -> Path:
     return cache_dir(obj) / f"{bpy.path.clean_name(obj.name)}_reduced.pc2"
 
 
-def export_simulation_pc2(
+def make_simulation_job(
     obj: bpy.types.Object,
+    scene: bpy.types.Scene | None = None,
     path: str | os.PathLike | None = None,
     *,
     frame_start: int | None = None,
     frame_end: int | None = None,
-    scene: bpy.types.Scene | None = None,
-) -> tuple[Path, dict]:
-    """Simulate ``frame_start..frame_end`` (default: the scene range) from rest at the
-    scene's start frame and write the render mesh as a PC2 (local space), wired to a
-    Mesh Cache modifier. Simulation, if on, is stopped: the modifier shows the result.
+) -> dict:
+    """The worker job that simulates ``frame_start..frame_end`` (default: the scene range)
+    from rest at the scene's start frame and writes the render mesh as a PC2 (local space)
+    at ``path`` (default: :func:`default_sim_pc2_path`), JSON-able.
 
-    Returns (path, stats) with ``frames`` and ``step_ms`` (mean reduced step, ms).
+    Checks the frame range and the model (without loading it), then gathers every frame's
+    inputs from the scene start on (:func:`.simulate.gather_inputs`: the object's and the
+    colliders' matrices, sampled when animated; the current frame is restored) into the job
+    folder (:func:`..core.simjob.write_track`). The viewport's pokes are not baked. The
+    object is not changed.
+
+    Returns
+    -------
+    dict: ``kind`` "simulate", the spec of :func:`..core.simjob.simulate_to_pc2`,
+    ``folder`` (the job folder) and ``log_dir``.
     """
-    from ..core.pc2 import write_pc2
+    from ..core.simjob import TRACK_FILE, write_track
 
     scene = scene or scene_of(obj)
     start = int(scene.frame_start if frame_start is None else frame_start)
@@ -124,7 +141,7 @@ def export_simulation_pc2(
             f"The simulation starts at rest at the scene's start frame {scene.frame_start}; "
             f"pick a start frame >= {scene.frame_start}."
         )
-    d = simulate.Driver(obj, scene)  # a fresh one: the viewport's pokes and cache are not baked
+    fields = simulate.model_job_fields(obj, scene)  # no model, stale, missing: raises here
     path = (
         Path(bpy.path.abspath(os.fspath(path))) if path is not None else default_sim_pc2_path(obj)
     )
@@ -137,35 +154,85 @@ def export_simulation_pc2(
             f"Cannot create {path.parent} ({e.strerror or e}); pick another path."
         ) from e
     cols = scene_colliders(obj, scene)
-    f0 = scene.frame_start
+    f0 = int(scene.frame_start)
     if bm.is_animated(obj) or any(bm.is_animated(c) for c in cols):
         mats = simulate.sample_matrices(scene, [obj, *cols], range(f0, end + 1))
     else:
         mats = np.broadcast_to(
             np.stack([bm.matrix(o) for o in [obj, *cols]]), (end + 1 - f0, 1 + len(cols), 4, 4)
         )
+    folder = cache_dir(obj) / SIM_JOB_DIR
+    inputs = write_track(folder / TRACK_FILE, simulate.gather_inputs(cols, mats, f0))
+    return {
+        "kind": "simulate",
+        **fields,
+        "inputs": str(inputs),
+        "out": str(path),
+        "frame_start": start,
+        "frame_end": end,
+        "folder": str(folder),
+        "log_dir": str(cache_dir(obj) / "logs"),
+    }
 
-    def sample(first: int, last: int) -> np.ndarray:
-        return np.asarray(mats[first - f0 : last - f0 + 1])
 
-    def frames() -> Iterator[np.ndarray]:
-        for f in range(start, end + 1):
-            P = d.positions_at(f, obj, scene, sample, colliders=cols, pokes=())
-            yield d.local(P, mats[f - f0, 0])
+def discard_simulation_job(job: dict) -> None:
+    """Remove a Bake Simulation job's folder (its gathered inputs)."""
+    shutil.rmtree(job["folder"], ignore_errors=True)
 
-    try:
-        write_pc2(path, frames(), start_frame=start, sample_rate=1.0)
-    except OSError as e:
-        raise NeuralRomError(
-            f"Cannot write {path} ({e.strerror or e}); pick a writable path."
-        ) from e
+
+def on_simulation_done(obj: bpy.types.Object, result: dict) -> dict | None:
+    """Wire the PC2 a finished job wrote to the object's Mesh Cache modifier
+    (:data:`SIM_MODIFIER_NAME`), stopping Simulate and Play Bake: the modifier shows it.
+
+    A cancelled job wrote nothing (the previous PC2 is as it was): nothing changes, None is
+    returned. Otherwise the job's result: ``path``, ``frames``, ``frame_start``, ``step_ms``.
+    """
+    if not result or result.get("cancelled"):
+        return None
     if obj.neural_rom.simulate:
         simulate.stop_simulation(obj)
     if obj.neural_rom.playback:
         stop_playback(obj)
-    wire_mesh_cache(obj, path, start, SIM_MODIFIER_NAME)
-    steps = d.step_seconds
-    return path, {
-        "frames": end - start + 1,
-        "step_ms": 1000.0 * float(np.mean(steps)) if steps else 0.0,
-    }
+    wire_mesh_cache(obj, Path(result["path"]), int(result["frame_start"]), SIM_MODIFIER_NAME)
+    return result
+
+
+def export_simulation_pc2(
+    obj: bpy.types.Object,
+    path: str | os.PathLike | None = None,
+    *,
+    frame_start: int | None = None,
+    frame_end: int | None = None,
+    scene: bpy.types.Scene | None = None,
+    context=None,
+) -> tuple[Path, dict | None]:
+    """Bake the reduced simulation of ``frame_start..frame_end`` to a PC2 in a worker
+    (:func:`make_simulation_job`) and wire it to a Mesh Cache modifier when it is written
+    (:func:`on_simulation_done`): the headless command's and scripts' one call.
+
+    Returns (path, stats). In ``--background`` the job runs to the end first (a failure
+    raises its :class:`..core.jobs.JobError`, a cancel :class:`..core.errors.JobCancelled`
+    with the previous PC2 intact) and stats has ``frames`` and ``step_ms`` (mean reduced
+    step, ms). Interactively the job runs on in the background and stats is None.
+    """
+    from . import jobs
+
+    if jobs.active_jobs(obj.name):
+        raise NeuralRomError(f"'{obj.name}' already has a job running; wait for it or cancel it.")
+    job = make_simulation_job(obj, scene, path, frame_start=frame_start, frame_end=frame_end)
+    name, stats = obj.name, {}
+
+    def done(result: dict) -> None:
+        try:
+            target = bpy.data.objects.get(name)  # by name: an undo invalidates the old object
+            if target is not None:
+                stats.update(on_simulation_done(target, result) or {})
+        finally:
+            discard_simulation_job(job)
+
+    try:
+        jobs.start_job(context or bpy.context, job, owner=name, on_done=done)
+    except BaseException:
+        discard_simulation_job(job)
+        raise
+    return Path(job["out"]), (stats or None)

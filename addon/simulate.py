@@ -10,9 +10,11 @@ The per-frame path reads straight through (:func:`on_frame_change` -> :func:`app
    a frame whose inputs changed is simulated again with every frame after it);
 3. Blender writes the mesh once (:meth:`Driver.local`, one ``foreach_set``).
 
-Sliders, markers and a driving reference frame are fields of
-:class:`..core.sim.FrameInputs`; :meth:`Driver.inputs` is where they are gathered when a
-method takes them. A new model, material, tets, start frame, frame rate or set of
+The frame's inputs are read from Blender into arrays by :func:`gather_inputs` (a
+:class:`..core.simjob.Track`), one frame here, every frame for Bake Simulation's job, and
+turned into :class:`..core.sim.FrameInputs` by core: the viewport and the baked cache see
+the same inputs. Sliders, markers and a driving reference frame are fields of the track;
+:func:`gather_inputs` is where they are gathered when a method takes them. A new model, material, tets, start frame, frame rate or set of
 colliders rebuilds the driver (:func:`driver_key`); Reset forgets the frames. A model that
 stopped fitting its object turns that object's simulation off and says why
 (:func:`frame_failed`), rather than raising inside Blender's frame change.
@@ -30,6 +32,7 @@ from ..core.errors import CacheError, NeuralRomError
 from ..core.framecache import Timeline
 from ..core.poke import Poke
 from ..core.sim import FrameInputs
+from ..core.simjob import Track, render_local
 from . import bakes, paths, tets
 from . import blender_mesh as bm
 
@@ -67,34 +70,102 @@ def sample_matrices(scene: bpy.types.Scene, objs: list, frames: range) -> np.nda
         _busy = was
 
 
+def gather_inputs(colliders: list[bpy.types.Object], mats: np.ndarray, frame0: int = 0) -> Track:
+    """The per-frame inputs read from Blender, as arrays (:class:`..core.simjob.Track`):
+    the object's matrix (which carries its pins) and the colliders sized and placed the way
+    :func:`.bakes.make_bake_job` samples them.
+
+    Parameters
+    ----------
+    colliders : the scene's collider objects.
+    mats : (F, 1 + colliders, 4, 4) world matrices per frame, the object's first.
+    frame0 : the scene frame of ``mats[0]``.
+    """
+    mats = np.asarray(mats, dtype=np.float64)
+    n, c = len(mats), len(colliders)
+    kind = np.empty((n, c), dtype="<U8")
+    radius, half = np.zeros((n, c)), np.zeros((n, c))
+    transform = np.empty((n, c, 4, 4))
+    for j, col in enumerate(colliders):
+        for k in range(n):
+            m = mats[k, 1 + j]
+            shape = bm.collider_shape(col, col.neural_rom.collider_shape, m)
+            kind[k, j] = shape["kind"]
+            radius[k, j] = shape["radius"] if shape["kind"] != "plane" else 0.5
+            half[k, j] = shape["half_length"]
+            transform[k, j] = bm.collider_transform(col, shape["centre"], m)
+    friction = np.array([float(col.neural_rom.collider_friction) for col in colliders])
+    return Track(frame0, mats[:, 0], kind, radius, half, friction, transform)
+
+
+def _now(obj, colliders: list) -> np.ndarray:
+    """(1, 1 + colliders, 4, 4): the current world matrices (``obj`` may be None)."""
+    first = np.eye(4) if obj is None else bm.matrix(obj)
+    return np.stack([first, *(bm.matrix(c) for c in colliders)])[None]
+
+
 def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None = None) -> list:
-    """core Colliders of the scene's collider objects (at ``mats``, default: now), sized
-    and placed the way :func:`.bakes.make_bake_job` samples them."""
-    from ..core.colliders import Collider
+    """core Colliders of the scene's collider objects (at ``mats``, (colliders, 4, 4),
+    default: now)."""
+    if mats is None:
+        m = _now(None, colliders)
+    else:
+        m = np.concatenate([np.eye(4)[None], np.asarray(mats)])[None]
+    return gather_inputs(colliders, m).colliders(0)
 
-    out = []
-    for j, c in enumerate(colliders):
-        m = bm.matrix(c) if mats is None else mats[j]
-        shape = bm.collider_shape(c, c.neural_rom.collider_shape, m)
-        out.append(
-            Collider(
-                kind=shape["kind"],
-                radius=shape["radius"] if shape["kind"] != "plane" else 0.5,
-                half_length=shape["half_length"],
-                transform=bm.collider_transform(c, shape["centre"], m),
-                friction=float(c.neural_rom.collider_friction),
-            )
+
+def check_model(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
+    """What can be checked of an object's model without loading it, before it drives the
+    object here (:class:`Driver`) or in a job (Bake Simulation, Compare with Bake).
+
+    Returns (model path, the hash of the world tet mesh the model must belong to,
+    :class:`.tets.Tets`). Raises a :class:`NeuralRomError` saying what to do when the
+    object has no model, the model is missing, or the mesh or its tets changed.
+    """
+    s = obj.neural_rom
+    if not s.model.path:
+        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    t = tets.load_tets(obj)  # missing or edited: re-tetrahedralize
+    if s.model.tets_hash and s.model.tets_hash != s.tets_hash:
+        raise CacheError(
+            f"'{obj.name}' was re-tetrahedralized after its model was trained; re-bake and "
+            "re-train."
         )
-    return out
+    path = paths.load_path(s.model.path)
+    if not path.is_file():
+        raise CacheError(
+            f"The model of '{obj.name}' is missing ({path}); train again (or check that the "
+            "cache folder moved with the .blend)."
+        )
+    n_render = int(t.embedding.n_points) if t.embedding is not None else t.mesh.n_surface_inputs
+    if n_render != len(obj.data.vertices):
+        raise CacheError(
+            f"The model of '{obj.name}' has {n_render} render vertices but the mesh has "
+            f"{len(obj.data.vertices)}; re-tetrahedralize, re-bake and re-train."
+        )
+    return path, tets.world_mesh_hash(obj, scene), t
 
 
-def ground_plane(z: float):
-    """A ground plane collider at world height ``z`` (m), solid below."""
-    from ..core.colliders import Collider
+def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
+    """The part of a job spec that lets a worker load and map the object's model
+    (:func:`..core.simjob.load_model_for`, :func:`..core.simjob.read_render_map`), after
+    :func:`check_model`."""
+    from ..core import registry
 
-    M = np.eye(4)
-    M[2, 3] = z
-    return Collider("plane", transform=M)
+    path, mesh_hash, _ = check_model(obj, scene)
+    s = obj.neural_rom
+    fields = {
+        "name": obj.name,
+        "model": str(path),
+        "expect_mesh_hash": mesh_hash,
+        "tets": str(paths.load_path(s.tets_path)),
+        "embedding": str(paths.load_path(s.embedding_path)) if s.tets_embedded else "",
+    }
+    try:  # a method registered outside the package: the worker imports its file
+        fields.update(registry.job_fields(registry.get(s.model.method)))
+    except NeuralRomError:
+        pass  # unknown here: the worker says which methods it knows
+    return fields
 
 
 def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) -> tuple:
@@ -132,23 +203,8 @@ class Driver:
     def __init__(self, obj: bpy.types.Object, scene: bpy.types.Scene):
         from ..core.registry import load_simulator
 
-        s = obj.neural_rom
-        if not s.model.path:
-            raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
         self.name = obj.name
-        self.tets = tets.load_tets(obj)  # missing or edited: re-tetrahedralize
-        if s.model.tets_hash and s.model.tets_hash != s.tets_hash:
-            raise CacheError(
-                f"'{obj.name}' was re-tetrahedralized after its model was trained; re-bake and "
-                "re-train."
-            )
-        path = paths.load_path(s.model.path)
-        if not path.is_file():
-            raise CacheError(
-                f"The model of '{obj.name}' is missing ({path}); train again (or check that the "
-                "cache folder moved with the .blend)."
-            )
-        mesh_hash = tets.world_mesh_hash(obj, scene)
+        path, mesh_hash, self.tets = check_model(obj, scene)
         try:
             self.sim, self.model = load_simulator(path, expect_mesh_hash=mesh_hash)
         except CacheError as e:
@@ -157,12 +213,6 @@ class Driver:
                 "baking also changes its mesh: put it back, or re-bake and re-train.)"
             ) from e
         rest = self.sim.rest_positions()
-        n_render = len(tets.render_world(self.tets, rest))
-        if n_render != len(obj.data.vertices):
-            raise CacheError(
-                f"The model of '{obj.name}' has {n_render} render vertices but the mesh has "
-                f"{len(obj.data.vertices)}; re-tetrahedralize, re-bake and re-train."
-            )
         self.n_nodes = len(rest)
         # pinned tet nodes in object space: they follow the object's animation, as in a bake
         pinned = np.asarray(getattr(self.sim, "pinned", ()), dtype=np.int64)
@@ -191,13 +241,10 @@ class Driver:
         """The frame's inputs, read from Blender once: the ``colliders`` (objects) and the
         pin targets, at the world matrices ``mats`` ((1 + colliders, 4, 4): the object's,
         then its colliders'), default: now."""
-        pins = None
-        if self.pins_local is not None:
-            pins = bm.to_world(self.pins_local, bm.matrix(obj) if mats is None else mats[0])
-        cols = collider_inputs(colliders, None if mats is None else mats[1:])
-        if not cols and self.ground_z is not None:
-            cols = [ground_plane(self.ground_z)]
-        return FrameInputs(colliders=cols, pin_targets=pins)
+        m = _now(obj, colliders) if mats is None else np.asarray(mats)[None]
+        return gather_inputs(colliders, m).inputs(
+            0, pins_local=self.pins_local, ground_z=self.ground_z
+        )
 
     # ----------------------------------------------------------------- frames
     def reset(self) -> None:
@@ -251,11 +298,8 @@ class Driver:
 
     def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:
         """Render-mesh local positions of (n, 3) world tet-node positions."""
-        if self.tets.embedding is not None:
-            # barycentric rows sum to 1, so the affine map commutes with the embedding:
-            # transform the (few) cage nodes rather than the (many) render vertices
-            return tets.render_world(self.tets, bm.to_local(P, matrix_world))
-        return bm.to_local(tets.render_world(self.tets, P), matrix_world)
+        t = self.tets
+        return render_local(P, matrix_world, int(t.mesh.n_surface_inputs), t.embedding)
 
 
 _drivers: dict[str, Driver] = {}

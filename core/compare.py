@@ -23,6 +23,7 @@ def replay_bake(
     *,
     cancel: Callable[[], bool] | None = None,
     step_seconds: list[float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """Replay a bake's scenario with a reduced simulator.
 
@@ -38,6 +39,7 @@ def replay_bake(
         ``setup_scenario(cache.X, cache.T, BakeSpec.from_dict(cache.meta["spec"]))[1]``.
     cancel : called before each step; True raises :class:`JobCancelled`
     step_seconds : when given, the wall time of each step (s) is appended to it
+    progress : ``progress(f, F - 1)`` after frame ``f`` was stepped
 
     Returns
     -------
@@ -81,6 +83,8 @@ def replay_bake(
         if step_seconds is not None:
             step_seconds.append(float(getattr(rep, "wall_time", 0.0)))
         out[f] = sim.positions()
+        if progress is not None:
+            progress(f, n_frames - 1)
     return out
 
 

@@ -100,6 +100,8 @@ RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "bake": ("numpy", "scipy"),
     "train": ("numpy", "scipy", "torch"),
+    "simulate": ("numpy", "scipy"),
+    "compare": ("numpy", "scipy"),
     "selftest": ("numpy",),
 }
 

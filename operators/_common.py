@@ -56,12 +56,25 @@ def run_toggle(op: bpy.types.Operator, context, is_running, start, stop) -> set[
     return {"FINISHED"}
 
 
-def launch_job(op, context, *, noun: str, gerund: str, make_job, on_done, pending: str, summary):
-    """Start a worker job for the active object: the one path of Bake and Train.
+def launch_job(
+    op,
+    context,
+    *,
+    noun: str,
+    gerund: str,
+    make_job,
+    on_done,
+    summary,
+    pending: str | None = None,
+    discard=None,
+):
+    """Start a worker job for the active object: the one path of Bake, Train, Bake
+    Simulation and Compare with Bake.
 
     ``make_job(obj, scene)`` builds the job spec (NeuralRomError -> error report, nothing
     changed); ``on_done(obj, result)`` records the result; ``pending`` names the object
-    setting that marks a job in flight (cleared if the start fails); ``summary(obj)`` is the
+    setting that marks a job in flight (cleared if the start fails); ``discard(job)``
+    removes the job's own files once it ended or failed to start; ``summary(obj)`` is the
     report of a background (blocking) run.
     """
     from ..addon import jobs
@@ -79,9 +92,13 @@ def launch_job(op, context, *, noun: str, gerund: str, make_job, on_done, pendin
         return fail(op, str(e))
 
     def done(result: dict) -> None:
-        target = bpy.data.objects.get(name)  # by name: an undo invalidates the old object
-        if target is not None:
-            on_done(target, result)
+        try:
+            target = bpy.data.objects.get(name)  # by name: an undo invalidates the old object
+            if target is not None:
+                on_done(target, result)
+        finally:
+            if discard is not None:
+                discard(job)
 
     try:
         jobs.start_job(context, job, owner=name, on_done=done)
@@ -90,8 +107,10 @@ def launch_job(op, context, *, noun: str, gerund: str, make_job, on_done, pendin
         return {"FINISHED"}
     except NeuralRomError as e:
         target = bpy.data.objects.get(name)
-        if target is not None:
+        if target is not None and pending is not None:
             setattr(target.neural_rom, pending, "")
+        if discard is not None:
+            discard(job)
         return fail(op, f"{noun} of '{name}' failed: {e}")
     if bpy.app.background:
         op.report({"INFO"}, summary(bpy.data.objects[name]))

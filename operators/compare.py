@@ -6,17 +6,17 @@ import bpy
 from bpy.props import EnumProperty
 
 from ..addon import compare
-from ..core.errors import NeuralRomError
-from ._common import active_deformable, fail
+from ._common import active_deformable, fail, launch_job
 
 
 class NEURAL_ROM_OT_compare_bake(bpy.types.Operator):
-    """Replay the selected bake's scenario with the reduced model, show the bake beside it
-    as a ghost object and colour the object by the per-vertex error"""
+    """Replay the selected bake's scenario with the reduced model in a background process,
+    then show the bake beside it as a ghost object and colour the object by the per-vertex
+    error; Esc cancels"""
 
     bl_idname = "neural_rom.compare_bake"
     bl_label = "Compare with Bake"
-    bl_options = {"REGISTER", "UNDO"}
+    bl_options = {"REGISTER"}  # the job shows the comparison when it ends; no undo step
 
     placement: EnumProperty(
         name="Ghost",
@@ -41,22 +41,37 @@ class NEURAL_ROM_OT_compare_bake(bpy.types.Operator):
         return obj is not None and bool(obj.neural_rom.model.path) and len(obj.neural_rom.bakes) > 0
 
     def execute(self, context):
-        obj = active_deformable(context)
-        if obj is None:
-            return fail(self, "The active object is not Deformable; set its Neural ROM role first.")
-        try:
-            c = compare.start_comparison(
-                obj, context.scene, placement=self.placement, display=self.display
+        made, shown = {}, []
+
+        def make_job(obj, scene) -> dict:
+            made["job"] = compare.make_compare_job(
+                obj, scene, placement=self.placement, display=self.display
             )
-        except NeuralRomError as e:
-            return fail(self, str(e))
-        st = c.stats
-        self.report(
-            {"INFO"},
-            f"Reduced vs full space over {st['frames']} frames: max error "
-            f"{st['max'] * 1000:.3g} mm, mean {st['mean'] * 1000:.3g} mm",
+            return made["job"]
+
+        def done(obj, result: dict) -> None:
+            c = compare.on_compare_done(obj, made["job"], result)
+            if c is not None:
+                shown.append(c)
+
+        def summary(obj) -> str:
+            if not shown:
+                return f"Compare with Bake of '{obj.name}' showed nothing"
+            st = shown[0].stats
+            return (
+                f"Reduced vs full space over {st['frames']} frames: max error "
+                f"{st['max'] * 1000:.3g} mm, mean {st['mean'] * 1000:.3g} mm"
+            )
+
+        return launch_job(
+            self,
+            context,
+            noun="Compare with Bake",
+            gerund="Comparing",
+            make_job=make_job,
+            on_done=done,
+            summary=summary,
         )
-        return {"FINISHED"}
 
 
 class NEURAL_ROM_OT_clear_comparison(bpy.types.Operator):

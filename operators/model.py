@@ -3,6 +3,8 @@ reset, bake to PC2)."""
 
 from __future__ import annotations
 
+import functools
+
 import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
@@ -125,12 +127,12 @@ class NEURAL_ROM_OT_reset_simulation(bpy.types.Operator):
 
 
 class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
-    """Simulate the frame range with the reduced model and write it as a PC2 point cache
-    played by a Mesh Cache modifier"""
+    """Simulate the frame range with the reduced model in a background process and write
+    it as a PC2 point cache played by a Mesh Cache modifier; Esc cancels"""
 
     bl_idname = "neural_rom.bake_simulation"
     bl_label = "Bake Simulation"
-    bl_options = {"REGISTER", "UNDO"}
+    bl_options = {"REGISTER"}  # the job wires the cache when it ends; no undo step to start it
 
     filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=_REL, default="")
     filter_glob: StringProperty(default="*.pc2", options={"HIDDEN"})
@@ -152,25 +154,34 @@ class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
         return {"RUNNING_MODAL"}
 
     def execute(self, context):
-        obj = active_deformable(context)
-        if obj is None:
-            return fail(self, "The active object is not Deformable.")
-        try:
-            path, stats = export.export_simulation_pc2(
-                obj,
-                self.filepath or None,
+        stats: dict = {}
+
+        def done(obj, result: dict) -> None:
+            stats.update(export.on_simulation_done(obj, result) or {})
+
+        def summary(obj) -> str:
+            if not stats:
+                return f"Bake Simulation of '{obj.name}' wrote nothing"
+            return (
+                f"Wrote {stats['frames']} frames to {stats['path']} ({stats['step_ms']:.2f} ms "
+                f"per step) and the '{export.SIM_MODIFIER_NAME}' modifier"
+            )
+
+        return launch_job(
+            self,
+            context,
+            noun="Bake Simulation",
+            gerund="Simulating",
+            make_job=functools.partial(
+                export.make_simulation_job,
+                path=self.filepath or None,
                 frame_start=None if self.frame_start < 0 else self.frame_start,
                 frame_end=None if self.frame_end < 0 else self.frame_end,
-                scene=context.scene,
-            )
-        except NeuralRomError as e:
-            return fail(self, str(e))
-        self.report(
-            {"INFO"},
-            f"Wrote {stats['frames']} frames to {path} ({stats['step_ms']:.2f} ms per step) "
-            f"and the '{export.SIM_MODIFIER_NAME}' modifier",
+            ),
+            on_done=done,
+            discard=export.discard_simulation_job,
+            summary=summary,
         )
-        return {"FINISHED"}
 
 
 CLASSES = (

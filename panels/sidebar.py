@@ -383,6 +383,7 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
             col.label(text=f"{len(d.cache)} frames cached, {ms:.2f} ms/step")
             if d.ground_z is not None and not bakes.scene_colliders(obj, context.scene):
                 col.label(text=f"Ground plane of the bakes at z = {d.ground_z:.3f} m", icon="INFO")
+        draw_jobs(col, obj.name, "simulate")
         col.operator("neural_rom.bake_simulation", icon="EXPORT")
 
 
@@ -408,6 +409,7 @@ def draw_compare(layout, obj, scene) -> None:
     col = layout.column()
     rec = s.active_bake_record()
     col.label(text=f"Bake: {rec.name if rec is not None else 'none selected'}")
+    draw_jobs(col, obj.name, "compare")
     row = col.row(align=True)
     op = row.operator("neural_rom.compare_bake", text="Side by Side", icon="MOD_MIRROR")
     op.placement = "SIDE"

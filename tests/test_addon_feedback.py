@@ -14,6 +14,8 @@ from .blender_fixtures import addon  # noqa: F401 (pytest fixture)
 NO_UNDO = {
     "neural_rom.bake",
     "neural_rom.train",
+    "neural_rom.bake_simulation",
+    "neural_rom.compare_bake",
     "neural_rom.check_interpreter",
     "neural_rom.reset_simulation",
 }

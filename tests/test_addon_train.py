@@ -291,7 +291,13 @@ def test_train_refuses_without_bakes_and_stale_bakes(addon, blend_file):
         training.make_train_job(obj, bpy.context.scene, device="tpu")
 
 
-def test_bake_simulation_to_pc2(addon, blend_file):
+def test_bake_simulation_to_pc2(addon, blend_file, capsys):
+    """Bake Simulation runs in a worker (to the end in background mode, with per-frame
+    progress); its frames are the model's stepped straight from rest; a cancel or a failing
+    worker leaves the previous PC2 and the modifier as they were and says why."""
+    import threading
+
+    from neural_rom.addon import jobs
     from neural_rom.core.pc2 import read_pc2
 
     bpy = addon.bpy
@@ -301,6 +307,10 @@ def test_bake_simulation_to_pc2(addon, blend_file):
     ref = straight_run(bpy, obj, 8)
     out = blend_file.parent / "out" / "ball_reduced.pc2"
     assert bpy.ops.neural_rom.bake_simulation(filepath=str(out), frame_start=3) == {"FINISHED"}
+    printed = capsys.readouterr().out
+    assert "[simulate Ball] started" in printed and "100.0% simulated frame 7/7" in printed
+    state = jobs.last_job("Ball")
+    assert (state.kind, state.status) == ("simulate", "done")
     frames, start, rate = read_pc2(out)
     assert frames.shape == (6, len(obj.data.vertices), 3) and start == 3 and rate == 1.0
     for i, f in enumerate(range(3, 9)):
@@ -308,8 +318,44 @@ def test_bake_simulation_to_pc2(addon, blend_file):
     mod = obj.modifiers["Neural ROM Simulation"]
     assert mod.type == "MESH_CACHE" and bpy.path.abspath(mod.filepath) == str(out)
     assert mod.frame_start == 3.0
+    from neural_rom.addon.paths import cache_dir
+
+    assert (cache_dir(obj) / "logs").is_dir()  # the job's log, kept
+    assert not (cache_dir(obj) / "simulate.job").exists()  # its gathered inputs, removed
     with pytest.raises(RuntimeError, match="must be >= the start"):
         bpy.ops.neural_rom.bake_simulation(filepath=str(out), frame_start=5, frame_end=4)
+    before = out.read_bytes()
+
+    # cancelled mid-way (Esc, or Ctrl+C in a terminal): nothing half-written, nothing rewired
+    scene.frame_end = 5000
+
+    def cancel_when_stepping():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = jobs.last_job("Ball")
+            if state is not None and state.status == "running" and state.progress > 0:
+                jobs.cancel_job("Ball")
+                return
+            time.sleep(0.01)
+
+    canceller = threading.Thread(target=cancel_when_stepping)
+    canceller.start()
+    assert bpy.ops.neural_rom.bake_simulation(filepath=str(out), frame_start=1) == {"FINISHED"}
+    canceller.join()
+    assert jobs.last_job("Ball").status == "cancelled"
+    assert out.read_bytes() == before and mod.frame_start == 3.0
+    assert [p.name for p in out.parent.iterdir()] == [out.name]
+
+    # a worker that fails (the model file is damaged): the operator says why, nothing changes
+    scene.frame_end = 8
+    model = bpy.path.abspath(obj.neural_rom.model.path)
+    with open(model, "r+b") as fh:
+        fh.write(b"garbage!")
+    with pytest.raises(RuntimeError, match="Bake Simulation of 'Ball' failed: The model of 'Ball' "
+                       r"cannot drive it: .*\(log: "):  # fmt: skip
+        bpy.ops.neural_rom.bake_simulation(filepath=str(out), frame_start=1)
+    assert jobs.last_job("Ball").status == "failed"
+    assert out.read_bytes() == before and mod.frame_start == 3.0
 
 
 def test_poke_operator_refuses_without_model_or_3d_view(addon, blend_file):
@@ -444,6 +490,17 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     d = simulate._drivers["Arm"]
     assert len(d.step_seconds) == 11  # scrubbing back never stepped a frame twice
     simulate.stop_simulation(obj)
+
+    # Bake Simulation's worker gets the animation as gathered matrices: the same frames
+    from neural_rom.addon.export import export_simulation_pc2
+    from neural_rom.core.pc2 import read_pc2
+
+    path, stats = export_simulation_pc2(obj, blend_file.parent / "arm.pc2", frame_start=9)
+    frames, start, _ = read_pc2(path)
+    assert start == 9 and len(frames) == stats["frames"] == 4
+    np.testing.assert_allclose(frames[-1], ref, atol=1e-5)
+    np.testing.assert_allclose(frames[:, end], np.broadcast_to(rest[end], (4, len(end), 3)),
+                               atol=1e-5)  # fmt: skip
 
 
 def _fake_view(bpy, eye=(0.0, -5.0, 1.0), size=(800, 600), lens=1.0):

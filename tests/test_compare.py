@@ -1,6 +1,8 @@
 """Reduced model against full space: the one bake replay (core.compare), the per-vertex
-errors and their summary; in Blender, Compare with Bake (ghost object playing the bake,
-error attributes per frame, clear, reload) and its refusals."""
+errors and their summary; in Blender, Compare with Bake (replayed in a worker job; ghost
+object playing the bake, error attributes per frame, clear, reload from the result file, out
+of date after a new model) and its refusals (the worker's as the failed job's message). The
+job without Blender: tests/test_simjob.py."""
 
 from __future__ import annotations
 
@@ -204,8 +206,10 @@ def _attr(obj, name):
 
 
 def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
+    import os
+
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import compare
+    from neural_rom.addon import compare, jobs, simulate
 
     from .test_addon_ui import draw_all, panels, texts
 
@@ -219,10 +223,13 @@ def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
     err = np.linalg.norm(red - full, axis=-1)
     assert err[1:].max() > 1e-5  # the 4-mode model is not the bake
 
-    assert bpy.ops.neural_rom.compare_bake() == {"FINISHED"}
+    assert bpy.ops.neural_rom.compare_bake() == {"FINISHED"}  # a worker, run to the end here
+    assert jobs.last_job("Ball").kind == "compare" and jobs.last_job("Ball").status == "done"
     ghost = bpy.data.objects["Ball (full space)"]
     assert ghost.parent == obj and ghost.display_type == "WIRE" and ghost.location.x > 0.9
     info = obj[compare.PROP]
+    result_file = bpy.path.abspath(info["result"])
+    assert result_file == str(compare.result_path(obj, rec)) and os.path.isfile(result_file)
     assert info["max_error"] == pytest.approx(err.max(), rel=1e-9)
     assert info["mean_error"] == pytest.approx(err.mean(), rel=1e-9)
     assert info["frames"] == rec.frames == len(err)
@@ -262,8 +269,6 @@ def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
 
     # Simulate takes the object over (and puts the rest shape back when stopped); the
     # comparison comes back after it, and clearing still restores the rest shape
-    from neural_rom.addon import simulate
-
     simulate.start_simulation(obj, scene)
     scene.frame_set(f0 + 3)
     simulate.stop_simulation(obj)
@@ -271,7 +276,8 @@ def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
     np.testing.assert_allclose(_attr(obj, "nrom_error"), err[4], atol=1e-6)
     np.testing.assert_allclose(mesh_positions(obj), bm.to_local(red[4], M), atol=1e-6)
 
-    # saved and reopened: the replay is gone from memory and comes back on a frame change
+    # saved and reopened: the replay is gone from memory and is read from its file on a
+    # frame change (no replay in Blender's process)
     bpy.ops.wm.save_mainfile()
     bpy.ops.wm.open_mainfile(filepath=str(blend_file))
     assert compare._results == {}
@@ -292,8 +298,24 @@ def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
     bpy.context.scene.frame_set(f0 + 3)  # nothing drives it any more
     np.testing.assert_allclose(mesh_positions(obj), rest, atol=1e-6)
 
+    # compared again, then the model changes (re-trained): the comparison is out of date,
+    # stops and says to compare again rather than showing another model's errors
+    assert bpy.ops.neural_rom.compare_bake() == {"FINISHED"}
+    assert compare.is_comparing(obj)
+    model = bpy.path.abspath(obj.neural_rom.model.path)
+    st = os.stat(model)
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    bpy.context.scene.frame_set(f0 + 2)
+    message = obj[simulate.FRAME_ERROR]
+    assert message.startswith("Comparison of 'Ball' stopped: The comparison of 'Ball' with bake")
+    assert "is out of date" in message and "run Compare with Bake again" in message
+    assert not compare.is_comparing(obj) and "Ball (full space)" not in bpy.data.objects
+    np.testing.assert_allclose(mesh_positions(obj), rest, atol=1e-6)
+
 
 def test_compare_refuses_foreign_model_stale_bake_and_a_taken_name(addon, blend_file):
+    from neural_rom.addon import compare, jobs
+
     bpy = addon.bpy
     scene = bpy.context.scene
     a = trained_ball(bpy)
@@ -312,8 +334,15 @@ def test_compare_refuses_foreign_model_stale_bake_and_a_taken_name(addon, blend_
         assert "nrom_error" not in obj.data.attributes and "nrom_compare" not in obj.keys()
         np.testing.assert_allclose(mesh_positions(obj), rest)
 
-    with pytest.raises(RuntimeError, match="trained for another mesh.*re-train"):
+    # the model is loaded in the worker: its refusal is the failed job's message
+    with pytest.raises(RuntimeError, match="Compare with Bake of 'Other' failed: The model of "
+                       "'Other' cannot drive it: .*trained for another mesh.*re-train"):  # fmt: skip
         bpy.ops.neural_rom.compare_bake()
+    assert jobs.last_job("Other").status == "failed"
+    untouched(b, rest)
+    # a cancelled job wrote nothing and shows nothing
+    job = compare.make_compare_job(b, scene)
+    assert compare.on_compare_done(b, job, {"cancelled": True, "written": False}) is None
     untouched(b, rest)
 
     # an object already called like the ghost is not overwritten

@@ -292,7 +292,8 @@ def test_a_user_error_is_reported_with_its_message(tmp_path):
 def test_unknown_kind_names_the_known_ones(tmp_path):
     job = jobs.Job.start({"kind": "nonsense"}, PY, tmp_path)
     assert job.wait(timeout=20) == jobs.FAILED
-    assert "unknown job kind 'nonsense' (known: bake, selftest, tetrahedralize, train)" in job.message
+    known = "bake, compare, selftest, simulate, tetrahedralize, train"
+    assert f"unknown job kind 'nonsense' (known: {known})" in job.message
 
 
 def test_a_hung_worker_is_killed_after_the_cancel_timeout(tmp_path):

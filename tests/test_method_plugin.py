@@ -282,6 +282,20 @@ def test_toy_method_is_found_trains_in_the_worker_and_plays(
     np.testing.assert_allclose(mesh_positions(obj), rest, atol=1e-6)
     s.simulate = False
 
+    # Bake Simulation plays it in a worker, which finds it through method_origin too
+    from neural_rom.addon import export
+    from neural_rom.core.pc2 import read_pc2
+
+    job = export.make_simulation_job(obj, scene)
+    assert job["method"] == NAME and job["method_origin"] == toy.origin
+    export.discard_simulation_job(job)
+    out = blend_file.parent / "toy.pc2"
+    assert bpy.ops.neural_rom.bake_simulation(filepath=str(out), frame_end=4) == {"FINISHED"}
+    frames, start, _ = read_pc2(out)
+    assert start == 1 and len(frames) == 4
+    np.testing.assert_allclose(frames[3], moved, atol=1e-5)
+    np.testing.assert_allclose(frames[0], rest, atol=1e-6)
+
     # removed: its properties and menu item go, the panel falls back to the first method
     registry.unregister(NAME)
     assert not hasattr(s.method_settings, NAME)

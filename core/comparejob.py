@@ -1,0 +1,151 @@
+"""Compare with Bake as a worker job: a model replays a bake's scenario out of Blender's
+process, and the per-vertex errors against the bake are measured there.
+
+The add-on checks what it can without the model (the bake still fits the object, the
+model file is there) and starts the job; the worker (:func:`compare_with_bake`) loads the
+model through the registry, replays the bake (:func:`.compare.replay_bake`, the replay
+training's validation uses), maps both sides to the render mesh and writes the result
+file; the add-on shows it (:func:`read_result`: the ghost, the error attributes).
+
+The result file (``<cache dir>/<object>/compare/<bake>.npz``, written atomically, so a
+cancel or a crash leaves the previous comparison as it was; read with
+``allow_pickle=False``): ``reduced`` and ``full`` (F, r, 3) float32, world render
+positions (m) of the model and of the bake; ``errors`` (F, r) float32, their distance (m);
+``per_frame_max``, ``per_frame_mean``, ``per_frame_rms`` (F,) float64 and ``max``,
+``mean``, ``rms`` float64 (m, over float64 positions); ``key``, the add-on's identity of
+what was compared (a JSON string), so a result that no longer fits is recognised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CacheError, SimulationError
+from .files import ensure_writable_dir, write_npz
+from .simjob import load_model_for, read_render_map
+
+_STATS = ("max", "mean", "rms", "per_frame_max", "per_frame_mean", "per_frame_rms")
+
+
+def render_world(P: np.ndarray, n_surface: int, embedding=None) -> np.ndarray:
+    """(..., r, 3) render-vertex positions of (..., n, 3) tet-node positions."""
+    P = np.asarray(P, dtype=np.float64)
+    if embedding is None:
+        return P[..., :n_surface, :]
+    if P.ndim == 2:
+        return embedding.matrix @ P
+    return np.stack([embedding.matrix @ p for p in P])
+
+
+def compare_with_bake(
+    spec: dict,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> dict:
+    """Replay a bake with an object's model; write the errors against the bake.
+
+    Parameters
+    ----------
+    spec : dict
+        ``name`` (the object), ``model``, ``expect_mesh_hash``, ``method`` /
+        ``method_origin`` (as :func:`.simjob.simulate_to_pc2`), ``tets``, ``embedding``,
+        ``bake`` (the bake folder) and ``bake_name``, ``bake_mesh_hash`` (the world mesh
+        it recorded), ``out`` (the result ``.npz``) and ``key`` (a string stored with it).
+    progress : ``progress(done, total)`` after every frame replayed.
+    should_cancel : checked before every step; True stops with :class:`JobCancelled`,
+        ``out`` as it was.
+
+    Returns
+    -------
+    dict: ``path``, ``frames``, ``max``, ``mean``, ``rms`` (m), ``step_ms``.
+
+    Raises
+    ------
+    CacheError
+        The bake or the model is missing, stale or foreign, or they belong to different
+        placements of the mesh.
+    SimulationError
+        The model cannot replay the bake (time step) or diverged.
+    """
+    from .bake import BakeSpec, setup_scenario
+    from .cache import BakeCache
+    from .compare import error_stats, replay_bake, vertex_errors
+
+    name = str(spec.get("name", "the object"))
+    bake_name = str(spec.get("bake_name") or Path(spec["bake"]).stem)
+    out = Path(spec["out"])
+    ensure_writable_dir(out.parent, "the comparison")
+    try:
+        cache = BakeCache.open(spec["bake"], expect_mesh_hash=spec.get("bake_mesh_hash") or None)
+    except FileNotFoundError as e:
+        raise CacheError(f"Bake '{bake_name}' is missing ({spec['bake']}); re-bake.") from e
+    except CacheError as e:
+        raise CacheError(f"Bake '{bake_name}' cannot be used ({e}); re-bake.") from e
+    sim, model = load_model_for(spec)
+    if model.mesh_hash != cache.mesh_hash:
+        raise CacheError(
+            f"Bake '{bake_name}' simulates '{name}' at another placement than its model was "
+            "trained on (the object moved in between); re-bake, or re-train on this bake."
+        )
+    _, n_surface, emb = read_render_map(spec)
+    _, driver = setup_scenario(
+        np.asarray(cache.X), np.asarray(cache.T), BakeSpec.from_dict(cache.meta["spec"])
+    )
+    seconds: list[float] = []
+    try:
+        P = replay_bake(
+            sim, cache, driver, cancel=should_cancel, step_seconds=seconds, progress=progress
+        )
+    except SimulationError as e:
+        raise SimulationError(f"The model of '{name}' cannot replay bake '{bake_name}': {e}") from e
+    reduced = render_world(P, n_surface, emb)
+    full = render_world(np.asarray(cache.channel("positions"))[: len(P)], n_surface, emb)
+    errors = vertex_errors(reduced, full)
+    stats = error_stats(errors)
+    write_npz(
+        out,
+        {
+            "reduced": reduced.astype(np.float32),
+            "full": full.astype(np.float32),
+            "errors": errors.astype(np.float32),
+            "key": np.array(str(spec.get("key", ""))),
+            **{k: np.asarray(stats[k], dtype=np.float64) for k in _STATS},
+        },
+    )
+    return {
+        "path": str(out),
+        "frames": int(stats["frames"]),
+        "max": stats["max"],
+        "mean": stats["mean"],
+        "rms": stats["rms"],
+        "step_ms": 1000.0 * float(np.mean(seconds)) if seconds else 0.0,
+    }
+
+
+def read_result(path: str | Path) -> dict:
+    """The arrays of a result file (see the module docstring): ``reduced``, ``full``,
+    ``errors``, ``key`` (str) and ``stats`` (as :func:`.compare.error_stats`).
+
+    Raises
+    ------
+    CacheError
+        The file is missing or not a comparison; compare again.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            out = {k: z[k] for k in ("reduced", "full", "errors")}
+            out["key"] = str(z["key"])
+            stats = {k: z[k] for k in _STATS}
+    except (OSError, ValueError, KeyError) as e:
+        raise CacheError(
+            f"The comparison {path} cannot be read ({e}); run Compare with Bake again."
+        ) from e
+    for k in ("max", "mean", "rms"):
+        stats[k] = float(stats[k])
+    stats["frames"] = len(out["errors"])
+    out["stats"] = stats
+    return out
