@@ -183,12 +183,20 @@ def build_parser() -> argparse.ArgumentParser:
         "bake",
         parents=[common],
         help="bake training simulations (a child process per object)",
-        description="Bake full-space simulations of each object's scenario into its cache "
-        "directory, one deterministic, seeded variant per file, the variants in parallel "
-        "processes. A variant whose bake stopped early (cancelled, killed, crashed) resumes "
-        "after its last committed frame when the mesh and the settings are the same, with "
-        "the frames an uninterrupted bake gives; a complete one is kept; one baked with other "
-        "settings or on another mesh starts over.",
+        # raw (for the scenario list below): wrapped here
+        description=textwrap.fill(
+            "Bake full-space simulations of each object's scenario into its cache "
+            "directory, one deterministic, seeded variant per file, the variants in parallel "
+            "processes. A variant whose bake stopped early (cancelled, killed, crashed) resumes "
+            "after its last committed frame when the mesh and the settings are the same, with "
+            "the frames an uninterrupted bake gives; a complete one is kept; one baked with other "
+            "settings or on another mesh starts over. Each object bakes its own scenario, "
+            "frames and material (the panel's Training Scenario box); the scenarios and their "
+            "defaults, sized from the object, are below.",
+            80,
+        ),
+        epilog=_scenarios_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bake.add_argument(
         "--seed",
@@ -291,6 +299,16 @@ def build_parser() -> argparse.ArgumentParser:
         "object's cache directory",
     )
     return parser
+
+
+def _scenarios_epilog() -> str:
+    """The scenarios with their default parameters, units and automatic sizes (from
+    :func:`core.scenarios.defaults_help`, so the help says what the code does)."""
+    from ..core.scenarios import defaults_help
+
+    return "scenarios (parameter = default unit: meaning):\n\n" + textwrap.indent(
+        defaults_help(), "  "
+    )
 
 
 # ---------------------------------------------------------------------------------------

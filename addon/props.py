@@ -65,28 +65,6 @@ COLLIDER_ITEMS = (
     ("capsule", "Capsule", "A capsule along local Z: radius from X/Y, length from Z"),
 )
 
-# Units and meaning of the scenario parameters the panel shows (core/scenarios.py).
-PARAM_DOCS = {
-    "height": "Start this many metres above the ground (m); -1 sizes it from the object's size and material",
-    "jitter": "A random downward push up to this speed (m/s), different in each variant",
-    "random_rotation": "Start in a random orientation",
-    "initial_velocity": "Initial velocity (m/s), JSON list [x, y, z]",
-    "spin": "Initial spin about a random axis (rad/s)",
-    "ground": "Add a ground plane at the object's rest bottom (not under a pinned object, which hangs)",
-    "count": "Number of pokes over the bake",
-    "radius": "Region / sphere radius, as a fraction of the bounding-box diagonal",
-    "strain": "Each poke is strong enough to stretch the object by about this fraction (0.2 = 20%)",
-    "strength": "Poke force in body weights when > 0 (0: sized from Strain)",
-    "force": "Poke force magnitude (N) when > 0 (0: from Strength or Strain)",
-    "duration": "Seconds each poke lasts",
-    "keys": "Random keyframes per bake",
-    "reach": "How far keys wander, as a fraction of the bounding-box diagonal",
-    "move_pins": "Pinned vertices follow random rigid motions too (needs a pin group)",
-    "pin_amplitude": "Pin motion amplitude, as a fraction of the bounding-box diagonal",
-    "source": "Bake (.nrbake) or .npz with recorded forces",
-    "scale": "Multiplier on the replayed forces",
-}
-
 
 class NEURAL_ROM_PG_scenario_param(bpy.types.PropertyGroup):
     """One scenario parameter; the value lives in the field of its type."""

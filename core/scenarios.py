@@ -10,8 +10,10 @@ Kinds
 gravity_drop
     The object starts lifted by ``height`` (m; -1 sizes it from the material, see below),
     optionally randomly rotated (``random_rotation``), with an initial velocity plus a random
-    downward one of up to ``jitter`` m/s per variant, and falls onto a ground plane at its rest bottom
-    (``ground``). A pinned object is not lifted and has no ground: it sags and swings.
+    downward one of up to ``jitter`` m/s per variant, and falls onto a ground plane
+    (``ground``) at the lowest rest point of the surface that touches colliders: the render
+    surface when the object is simulated through an embedding cage (``bottom_z``), else the
+    tet mesh's. A pinned object is not lifted and has no ground: it sags and swings.
 random_pokes
     Scripted random forces on random surface regions (Shen et al. 2021, section 6.1): a
     random surface vertex, its neighbours within ``radius``, a random direction, a smooth
@@ -22,10 +24,12 @@ Sizing from the object
 ----------------------
 Defaults are physical whatever the object's size and material. The automatic drop height
 makes the impact's kinetic energy ``m g H`` the strain energy of a uniform compression
-``E eps^2 V / 2`` at ``eps = 0.15``: ``H = E eps^2 / (2 rho g)`` (rubber: 1.1 m, flesh:
-3 cm), clamped to [0.1, 1] bounding-box diagonals and to a fall that lands within the
-first 40% of the bake (rubber's 1.0 m is cut to 0.78 m for a 1 s bake), and each variant
-drops from between half and all of it. A poke's force is calibrated on the linearized
+``E eps^2 V / 2`` at ``eps = 0.15`` (:data:`DROP_STRAIN`): ``H = E eps^2 / (2 rho g)``
+(rubber: 1.04 m, flesh: 3 cm; :func:`material_drop_height`), clamped to [0.1, 1]
+bounding-box diagonals (:data:`DROP_HEIGHT_DIAGONALS`) and to a fall that lands within the
+first 40% of the bake (:data:`DROP_LANDS_WITHIN`; rubber's 1.04 m is cut to 0.78 m for a
+1 s bake), and each variant drops from between half and all of it
+(:data:`DROP_VARIANT_SHARE`). A poke's force is calibrated on the linearized
 body: the rest Hessian ``K`` is solved for a unit total force on the poke's region (pins
 held; a free body's poke balanced by its rigid acceleration), and the force is the target
 strain over the largest linear strain ``|sym(grad u)|``. ``F ~ E eps A`` fits a chunky
@@ -51,36 +55,94 @@ from .sim import FrameInputs
 
 SCENARIO_KINDS = ("gravity_drop", "random_pokes", "keyframed_colliders", "replay_forces")
 
+# The automatic drop (gravity_drop's height -1; see "Sizing from the object" above).
+DROP_STRAIN = 0.15  # uniform compression whose strain energy equals the impact's energy
+DROP_HEIGHT_DIAGONALS = (0.1, 1.0)  # bounds of the height, bounding-box diagonals
+DROP_LANDS_WITHIN = 0.4  # share of the bake by which the fall from rest lands
+DROP_VARIANT_SHARE = (0.5, 1.0)  # each variant drops from this share of the sized height
+
 _DEFAULTS: dict[str, dict] = {
     "gravity_drop": {
-        "height": -1.0,  # m the object's bottom starts above the ground; -1: from the material
-        "random_rotation": False,  # start in a random orientation (a linear model cannot follow)
-        "initial_velocity": [0.0, 0.0, 0.0],  # m/s
-        "jitter": 1.0,  # m/s: a random downward push up to this, different per variant
-        "spin": 0.0,  # rad/s about a random axis
-        "ground": True,  # a ground plane at the rest bottom of the object (not when pinned)
+        "height": -1.0,
+        "random_rotation": False,
+        "initial_velocity": [0.0, 0.0, 0.0],
+        "jitter": 1.0,
+        "spin": 0.0,
+        "ground": True,
     },
     "random_pokes": {
-        "count": 4,  # pokes per bake, spread over the frames
-        "radius": 0.15,  # region radius, fraction of the object's bounding-box diagonal
-        "strain": 0.2,  # largest strain each poke reaches (linear estimate); ignored when force > 0
-        "strength": 0.0,  # total poke force in body weights (m g) when > 0 (bakes before strain)
-        "force": 0.0,  # total poke force, newtons (0: sized from strength, else strain)
-        "duration": 0.5,  # seconds each poke lasts (smooth sin^2 pulse)
+        "count": 4,
+        "radius": 0.15,
+        "strain": 0.2,
+        "strength": 0.0,
+        "force": 0.0,
+        "duration": 0.5,
         "ground": False,
     },
     "keyframed_colliders": {
-        "keys": 4,  # random keyframes per bake
-        "radius": 0.25,  # generated sphere radius, fraction of the bounding-box diagonal
-        "reach": 0.6,  # how far keys wander, fraction of the diagonal, around the object
-        "move_pins": False,  # pins follow random rigid translations too
-        "pin_amplitude": 0.2,  # fraction of the diagonal
+        "keys": 4,
+        "radius": 0.25,
+        "reach": 0.6,
+        "move_pins": False,
+        "pin_amplitude": 0.2,
         "ground": False,
     },
     "replay_forces": {
-        "source": "",  # path to a bake (.nrbake) with a forces channel, or an .npz
+        "source": "",
         "scale": 1.0,
         "ground": False,
+    },
+}
+
+_DIAG = "of the bounding-box diagonal"
+_GROUND = (
+    "",
+    "a ground plane at the lowest rest point of the surface that touches colliders (the "
+    "render surface when the object is simulated through an embedding cage)",
+)
+
+#: Each parameter's unit ("" when it has none) and meaning, by scenario kind: the one
+#: description of the parameters (``bake --help`` lists them with their defaults).
+PARAMETER_HELP: dict[str, dict[str, tuple[str, str]]] = {
+    "gravity_drop": {
+        "height": (
+            "m",
+            "the object's bottom starts this high above where it rests; -1: the automatic height",
+        ),
+        "random_rotation": ("", "start in a random orientation (a linear model cannot follow)"),
+        "initial_velocity": ("m/s", "initial velocity [x, y, z]"),
+        "jitter": ("m/s", "plus a random downward push of up to this, different in each variant"),
+        "spin": ("rad/s", "initial spin about a random axis"),
+        "ground": (_GROUND[0], _GROUND[1] + "; none under a pinned object, which hangs"),
+    },
+    "random_pokes": {
+        "count": ("", "pokes per bake, one in each equal share of the frames"),
+        "radius": (_DIAG, "radius of the poked region around a random surface vertex"),
+        "strain": (
+            "",
+            "largest strain each poke reaches on the linearized body (0.2 = 20%), used when "
+            "strength and force are 0",
+        ),
+        "strength": ("body weights", "total force of each poke in body weights (m g) when > 0"),
+        "force": ("N", "total force of each poke when > 0 (before strength and strain)"),
+        "duration": (
+            "s",
+            "length of each poke's smooth sin^2 pulse, at most its share of the bake",
+        ),
+        "ground": _GROUND,
+    },
+    "keyframed_colliders": {
+        "keys": ("", "random keyframes per bake"),
+        "radius": (_DIAG, "radius of the generated sphere (when the scene has no Collider)"),
+        "reach": (_DIAG, "how far the keys wander beyond the object's bounding box"),
+        "move_pins": ("", "the pinned vertices follow random rigid translations too"),
+        "pin_amplitude": (_DIAG, "largest pin translation"),
+        "ground": _GROUND,
+    },
+    "replay_forces": {
+        "source": ("", "a bake (.nrbake) with recorded forces, or an .npz with X and forces"),
+        "scale": ("", "multiplier on the replayed forces"),
+        "ground": _GROUND,
     },
 }
 
@@ -204,7 +266,7 @@ class ScenarioDriver:
         R = _random_rotation(rng) if (p["random_rotation"] and not pinned) else np.eye(3)
         height = 0.0 if pinned else float(p["height"])
         if height < 0:  # automatic: between half and all of the sized height, per variant
-            height = drop_height(ctx) * rng.uniform(0.5, 1.0)
+            height = drop_height(ctx) * rng.uniform(*DROP_VARIANT_SHARE)
         x0 = (X - c) @ R.T + c
         # the rotated object's bottom starts ``height`` above the rest bottom (the ground)
         lift = np.array([0.0, 0.0, height + float(X[:, 2].min() - x0[:, 2].min())])
@@ -333,20 +395,30 @@ class ScenarioDriver:
         )
 
 
-def drop_height(ctx: SceneContext, strain: float = 0.15) -> float:
-    """The automatic drop height, metres: ``E eps^2 / (2 rho g)`` (impact energy = strain
-    energy of a uniform compression ``eps``), within [0.1, 1] bounding-box diagonals and
-    low enough to land in the first 40% of the bake."""
+def material_drop_height(
+    youngs_modulus: float, density: float, g: float = 9.81, strain: float = DROP_STRAIN
+) -> float:
+    """``H = E eps^2 / (2 rho g)``, metres: the fall whose impact energy ``m g H`` is the strain
+    energy ``E eps^2 V / 2`` of a uniform compression ``eps`` (before :func:`drop_height`'s
+    clamps). ``youngs_modulus`` in Pa, ``density`` in kg/m^3, ``g`` in m/s^2."""
+    return float(youngs_modulus) * strain**2 / (2.0 * float(density) * g)
+
+
+def drop_height(ctx: SceneContext, strain: float = DROP_STRAIN) -> float:
+    """The automatic drop height, metres: :func:`material_drop_height`, within
+    :data:`DROP_HEIGHT_DIAGONALS` bounding-box diagonals and low enough that a fall from rest
+    lands within the first :data:`DROP_LANDS_WITHIN` of the bake."""
     diag = _diagonal(ctx.X)
     g = float(np.linalg.norm(ctx.gravity)) or 9.81
+    lo, hi = DROP_HEIGHT_DIAGONALS[0] * diag, DROP_HEIGHT_DIAGONALS[1] * diag
     if ctx.material is None:
-        H = 0.1 * diag
+        H = lo
     else:
         E = float(np.mean(ctx.material.youngs_modulus))
         rho = float(np.mean(ctx.material.density))
-        H = E * strain**2 / (2.0 * rho * g)
-    fall = 0.4 * ctx.frames * ctx.dt
-    return float(min(max(H, 0.1 * diag), diag, 0.5 * g * fall**2))
+        H = material_drop_height(E, rho, g, strain)
+    fall = DROP_LANDS_WITHIN * ctx.frames * ctx.dt
+    return float(min(max(H, lo), hi, 0.5 * g * fall**2))
 
 
 class _PokeCalibration:
@@ -413,10 +485,18 @@ def describe(spec: dict) -> str:
     if spec["kind"] == "composite":
         return "; ".join(describe(p) for p in spec["parts"])
     k = spec["kind"]
+    ground = (
+        " onto a ground plane at the lowest point of its rest surface" if spec["ground"] else ""
+    )
     if k == "gravity_drop":
         h = spec["height"]
-        height = "a height sized from its size and material" if h < 0 else f"{h:g} m"
-        ground = " onto a ground plane at its rest bottom" if spec["ground"] else ""
+        lo, hi = DROP_VARIANT_SHARE
+        height = (
+            f"a height sized from its size and material (each variant from {_share(lo)} to "
+            f"{_share(hi)} of it)"
+            if h < 0
+            else f"{h:g} m"
+        )
         turn = ", randomly rotated," if spec["random_rotation"] else ""
         return (
             f"Drops the object from {height}{turn}{ground}, with a random downward push up "
@@ -427,19 +507,88 @@ def describe(spec: dict) -> str:
         size = (
             f"each strong enough to reach about {100 * spec['strain']:.0f}% strain"
             if not (spec["force"] > 0 or spec["strength"] > 0)
-            else (f"each {spec['force']:g} N" if spec["force"] > 0
-                  else f"each {spec['strength']:g} times its weight")
+            else (
+                f"each {spec['force']:g} N"
+                if spec["force"] > 0
+                else f"each {spec['strength']:g} times its weight"
+            )
         )
         return (
             f"Pokes the object {spec['count']} times at random spots, {spec['duration']:g} s "
-            f"each, {size}."
+            f"each, {size}{ground}."
         )
     if k == "keyframed_colliders":
         return (
-            f"Moves the scene's colliders (or a sphere) through {spec['keys']} random keys "
-            "around and through the object" + (", and the pins too." if spec["move_pins"] else ".")
+            f"Moves a sphere through {spec['keys']} random keys around and through the object "
+            "(the scene's Collider objects, with their own animation, when there are any)"
+            + (", and the pins too" if spec["move_pins"] else "")
+            + f"{ground}."
         )
-    return "Replays forces recorded on another bake onto this mesh."
+    return f"Replays forces recorded on another bake onto this mesh{ground}."
+
+
+def defaults_help() -> str:
+    """Every scenario kind, what it does with its defaults and each parameter's default, unit
+    and meaning, and how the automatic sizes follow from the object (``bake --help``)."""
+    from .fem import PRESETS
+
+    heights = {
+        n: material_drop_height(p["youngs_modulus"], p["density"]) for n, p in PRESETS.items()
+    }
+    drops = ", ".join(f"{n.replace('_', '-')} {_metres(h)}" for n, h in heights.items())
+    lo, hi = DROP_HEIGHT_DIAGONALS
+    sizing = {
+        "gravity_drop": (
+            f"The automatic height (height -1) is H = E eps^2 / (2 rho g) with eps = "
+            f"{DROP_STRAIN:g}: the impact's energy would compress the object by about "
+            f"{100 * DROP_STRAIN:.0f}% (E: Young's modulus, rho: density, g: gravity, "
+            f"9.81 m/s^2; {drops}), kept within {lo:g} to {hi:g} bounding-box diagonals and "
+            f"low enough that the fall lands within the first {100 * DROP_LANDS_WITHIN:.0f}% of the bake; "
+            f"each variant drops from {_share(DROP_VARIANT_SHARE[0])} to "
+            f"{_share(DROP_VARIANT_SHARE[1])} of it."
+        ),
+        "random_pokes": (
+            "A poke's force is sized on the linearized body (the rest stiffness solved for the "
+            "poke, pins held, a free body's poke balanced by its rigid acceleration) so that "
+            "its largest strain is 'strain'."
+        ),
+    }
+    blocks = []
+    for kind in SCENARIO_KINDS:
+        default = default_scenario(kind)
+        title = kind + (" (the default scenario)" if kind == SCENARIO_KINDS[0] else "")
+        lines = [title, *_wrap(describe(default) + " " + sizing.get(kind, ""), "  ")]
+        for key, (unit, text) in PARAMETER_HELP[kind].items():
+            value = _value_text(default[key])
+            lines += _wrap(f"{key} = {value}{' ' + unit if unit else ''}: {text}", "    ", "      ")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _value_text(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    return f"{value:g}"
+
+
+def _share(x: float) -> str:
+    return {0.5: "half", 1.0: "all"}.get(float(x), f"{x:g}")
+
+
+def _metres(h: float) -> str:
+    return f"{h:.2f} m" if h >= 1 else (f"{100 * h:.1f} cm" if h >= 0.01 else f"{1000 * h:.1f} mm")
+
+
+def _wrap(text: str, indent: str, subsequent: str | None = None) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(
+        text.strip(), width=88, initial_indent=indent, subsequent_indent=subsequent or indent
+    )
 
 
 def _diagonal(X: np.ndarray) -> float:
