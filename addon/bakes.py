@@ -97,6 +97,7 @@ def make_bake_job(
     """
     from ..core import bake as core_bake
     from ..core import fem
+    from ..core.cage import embedded_material, fill_fractions
     from ..core.files import mesh_hash as cache_mesh_hash
     from ..core.scenarios import validate_scenario
 
@@ -155,8 +156,13 @@ def make_bake_job(
     world = TetMesh(X_world, tets.mesh.T, tets.mesh.n_surface_inputs)
     contact = None
     if tets.embedding is not None:  # the render surface touches colliders, not the cage
-        mass = fem.mass_matrix(X_world, tets.mesh.T, material.density, lumped=True)
         F = bm.surface(obj, world=False)[1]
+        # the cage's padding carries no mass or stiffness: only the render mesh's inside
+        # (an open render mesh has no inside and keeps the whole cage's)
+        fill = fill_fractions(world, tets.embedding.apply(world.X), F)
+        if fill is not None:
+            material = embedded_material(material, fill)
+        mass = fem.mass_matrix(X_world, tets.mesh.T, material.density, lumped=True)
         contact = tets.embedding.contact_points(F, world, mass).to_dict()
     spec = core_bake.BakeSpec(
         material=material.to_dict(),

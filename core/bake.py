@@ -32,7 +32,7 @@ import numpy as np
 
 from . import fem as _fem
 from .cache import BakeCache, BakeWriter
-from .colliders import ContactPoints
+from .colliders import ContactPoints, penalty_stiffness
 from .errors import CacheError, JobCancelled, NeuralRomError, SimulationError
 from .files import ensure_writable_dir, json_default, mesh_hash
 from .scenarios import (
@@ -40,6 +40,7 @@ from .scenarios import (
     ScenarioDriver,
     SceneContext,
     default_scenario,
+    drop_height,
     validate_scenario,
 )
 from .sim import SimSettings, Simulation, boundary_vertices
@@ -49,6 +50,7 @@ __all__ = [
     "ResumePoint",
     "bake",
     "bake_variants",
+    "impact_speed",
     "resume_point",
     "variant_path",
     "variant_spec",
@@ -94,6 +96,12 @@ class BakeSpec:
         The points that touch colliders (:meth:`colliders.ContactPoints.to_dict`): an
         embedded render surface's (:meth:`embedding.Embedding.contact_points`); None means
         the tet mesh's boundary vertices (a tet mesh that is the object).
+    contact_stiffness : "auto", float or None
+        Collider penalty stiffness, 1/s^2 (:func:`colliders.penalty_stiffness`). "auto" (the
+        default) sizes it from the fastest impact the scenario can produce
+        (:func:`impact_speed`), so that an impact sinks at most about 2 mm (less on objects
+        under 1 m); None is the rest rule ``g / (1e-4 L)`` of bakes made before it, whose
+        specs have no such key and keep it when resumed or replayed.
     """
 
     material: dict = field(default_factory=lambda: _fem.Material.preset("rubber").to_dict())
@@ -111,11 +119,14 @@ class BakeSpec:
     newton_tol: float = 1e-6
     max_newton_iters: int = 30
     contact: dict | None = None
+    contact_stiffness: float | str | None = "auto"
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         if self.contact is None:
             del d["contact"]  # specs of bakes made before contact points had none: resumable
+        if self.contact_stiffness is None:
+            del d["contact_stiffness"]  # the rest rule, as specs made before it had
         d["gravity"] = [float(g) for g in self.gravity]
         d["damping"] = [float(a) for a in self.damping]
         d["pinned"] = [int(i) for i in self.pinned]
@@ -129,7 +140,8 @@ class BakeSpec:
         unknown = set(d) - names
         if unknown:
             raise NeuralRomError(f"Unknown bake setting(s): {', '.join(sorted(unknown))}.")
-        spec = cls(**d)
+        # a spec stored before the impact-sized stiffness keeps the rest rule it was baked with
+        spec = cls(**{"contact_stiffness": None, **d})
         spec.gravity = tuple(spec.gravity)
         spec.damping = tuple(spec.damping)
         return spec
@@ -144,6 +156,11 @@ class BakeSpec:
             raise NeuralRomError("variants must be at least 1.")
         _fem.Material.from_dict(self.material).validate()
         validate_scenario(self.scenario)
+        k = self.contact_stiffness
+        if not (k is None or k == "auto" or (isinstance(k, (int, float)) and k > 0)):
+            raise NeuralRomError(
+                f"contact_stiffness must be 'auto', a positive number (1/s^2) or None, got {k!r}."
+            )
         if n_vertices is not None and self.pinned:
             p = np.asarray(self.pinned)
             if p.min() < 0 or p.max() >= n_vertices:
@@ -161,6 +178,10 @@ class BakeSpec:
             damping_beta=float(self.damping[1]),
             newton_tol=float(self.newton_tol),
             max_newton_iters=int(self.max_newton_iters),
+            # "auto" is resolved by setup_scenario, which knows the scenario
+            contact_stiffness=None
+            if self.contact_stiffness in (None, "auto")
+            else float(self.contact_stiffness),
         )
 
     def contact_points(self, T, mass) -> ContactPoints:
@@ -210,7 +231,92 @@ def setup_scenario(X, T, spec: BakeSpec):
         else float(np.einsum("pa,pa->p", contact.weights, sim.X[contact.nodes, 2]).min()),
     )
     driver = ScenarioDriver(spec.scenario, ctx, int(spec.seed))
+    if spec.contact_stiffness == "auto":
+        g = float(np.linalg.norm(spec.gravity))
+        P = sim.contact.positions(sim.X)
+        size = float(np.linalg.norm(P.max(0) - P.min(0))) if len(P) else None
+        sim.kappa = penalty_stiffness(sim.length_scale, g, impact_speed(sim, driver), size)
+        sim.settings.contact_stiffness = sim.kappa
     return sim, driver
+
+
+def impact_speed(sim: Simulation, driver: ScenarioDriver) -> float:
+    """The fastest a contact point of ``sim`` can arrive at a collider in the scenario of
+    ``driver``, m/s: an upper estimate that sizes the penalty stiffness (``setup_scenario``).
+
+    The sum of what can bring a point to a collider:
+
+    - falling: the speed of a gravity drop from the highest it lifts any variant (the
+      automatic height at its top, the largest downward push ``jitter``, the initial
+      velocity and ``spin`` times the radius of the contact points), and the fall of this
+      variant's lowest contact point to the lowest collider point under it, from its
+      fastest starting speed (at most a free fall for the bake's duration);
+    - pushes: the rigid speed the external forces (pokes, replayed forces) give the body,
+      ``max_t |int_0^t sum_i f_i dt| / M``;
+    - moving colliders and pins: their largest speed at the object's contact points.
+
+    It depends on the spec and the mesh, not on the seed, except through the pushes and the
+    generated colliders of this variant.
+    """
+    ctx = driver.ctx
+    g_vec = np.asarray(ctx.gravity, dtype=float)
+    g = float(np.linalg.norm(g_vec))
+    dt = float(ctx.dt)
+    P0 = sim.contact.positions(driver.x0)
+    V0 = sim.contact.carry(driver.v0)
+    fall = 0.0
+    if g > 0 and len(P0):
+        down = g_vec / g
+        v_start = float(np.linalg.norm(V0, axis=1).max())
+        parts = driver.spec["parts"] if driver.spec["kind"] == "composite" else [driver.spec]
+        if not len(ctx.pinned):
+            c = np.average(ctx.X, axis=0, weights=ctx.mass)
+            radius = float(np.linalg.norm(sim.contact.positions(ctx.X) - c, axis=1).max())
+            for p in parts:
+                if p["kind"] != "gravity_drop":
+                    continue
+                height = float(p["height"]) if p["height"] >= 0 else drop_height(ctx)
+                push = (
+                    float(np.linalg.norm(p["initial_velocity"]))
+                    + float(p["jitter"])
+                    + abs(float(p["spin"])) * radius
+                )
+                fall = max(fall, float(np.sqrt(push**2 + 2.0 * g * height)))
+        # this variant's lowest point falling to the lowest collider point
+        lowest = float(np.min(-(P0 @ down)))  # height of the lowest point, against g
+        floor = None
+        for col in driver.colliders(0):
+            A, t = col.transform[:3, :3], col.transform[:3, 3]
+            if col.kind == "plane":
+                n = A[:, 2] / max(float(np.linalg.norm(A[:, 2])), 1e-300)
+                if float(n @ -down) < 1.0 - 1e-9:
+                    continue  # a tilted plane reaches anywhere: sized by the drop alone
+                z = float(t @ -down)
+            else:
+                z = float(t @ -down) - col.radius * float(np.linalg.norm(A, axis=0).max())
+                if col.kind == "capsule":
+                    z -= col.half_length * float(np.linalg.norm(A[:, 2]))
+            floor = z if floor is None else min(floor, z)
+        if floor is not None:
+            drop = min(max(lowest - floor, 0.0), 0.5 * g * (ctx.frames * dt) ** 2)
+            fall = max(fall, float(np.sqrt(v_start**2 + 2.0 * g * drop)))
+    # pushes: the body's momentum from the external forces over time
+    M = float(np.sum(ctx.mass))
+    momentum = np.cumsum(driver.forces.sum(axis=1), axis=0) * dt
+    push = float(np.linalg.norm(momentum, axis=1).max()) / M if M > 0 else 0.0
+    # moving colliders and pins, at the contact points' rest bounding box
+    lo, hi = P0.min(0), P0.max(0)
+    corners = np.array([[x, y, z, 1.0] for x in (lo[0], hi[0]) for y in (lo[1], hi[1])
+                        for z in (lo[2], hi[2])])  # fmt: skip
+    moving = 0.0
+    for track in driver.collider_tracks:
+        if len(track) > 1:
+            step = np.diff(track, axis=0)[:, :3, :] @ corners.T  # (f, 3, 8)
+            moving = max(moving, float(np.linalg.norm(step, axis=1).max()) / dt)
+    if len(ctx.pinned) and len(driver.pin_targets) > 1:
+        pin_step = np.diff(driver.pin_targets, axis=0)
+        moving = max(moving, float(np.linalg.norm(pin_step, axis=2).max()) / dt)
+    return fall + push + moving
 
 
 def _channels(n: int, k: int, c: int) -> dict:
@@ -375,6 +481,8 @@ def bake(
         "dt": float(spec.dt),
         "seed": int(spec.seed),
         "frames_planned": int(spec.frames) + 1,
+        # the penalty stiffness the bake ran with (1/s^2): a model trained on it steps with it
+        "contact_stiffness": float(sim.kappa),
     }
     plan = resume_point(mesh, spec, path) if resume else None
     total = int(spec.frames) + 1

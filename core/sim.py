@@ -70,7 +70,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import fem as _fem
-from .colliders import Collider, ContactPoints
+from .colliders import Collider, ContactPoints, penalty_stiffness
 from .errors import SimulationError
 from .linsolve import IndefiniteMatrix, SPDSolver
 
@@ -118,9 +118,12 @@ class SimSettings:
     max_retries : int
         How many times a failing step may be split in two.
     contact_stiffness : float or None
-        Penalty stiffness, 1/s^2; None picks ``g / (1e-4 L)``: a vertex resting under its
-        own weight sinks 0.01% of the object size ``L``; the vertices that carry the
-        weight of the whole body sink proportionally more (about 0.1% for a slab).
+        Penalty stiffness, 1/s^2; None picks the rest rule ``g / (1e-4 L)``
+        (:func:`.colliders.penalty_stiffness`): a vertex resting under its own weight sinks
+        0.01% of the object size ``L``; the vertices that carry the weight of the whole body
+        sink proportionally more (about 0.1% for a slab). It does not size impacts (a point
+        arriving at ``v`` sinks about ``v / sqrt(kappa)``): a bake sets it from the fastest
+        impact of its scenario (:func:`.bake.impact_speed`), and model files store it.
     contact_offset : float
         Metres; the penalty starts this far outside collider surfaces.
     linear_solver : {"auto", "amg", "superlu"}
@@ -180,8 +183,8 @@ class SimSettings:
         return cls(**{**base, **kwargs})
 
     def to_dict(self) -> dict:
-        """The time-step settings a model file stores (JSON-able)."""
-        return {
+        """The time-step and contact settings a model file stores (JSON-able)."""
+        d = {
             "dt": float(self.dt),
             "substeps": int(self.substeps),
             "gravity": [float(g) for g in self.gravity],
@@ -190,6 +193,13 @@ class SimSettings:
             "newton_tol": float(self.newton_tol),
             "max_newton_iters": int(self.max_newton_iters),
         }
+        # contact as the bakes had it; absent (model files before issue 10, or bakes with the
+        # rest rule) the runtime takes the rest rule from the model's own size, as they did
+        if self.contact_stiffness is not None:
+            d["contact_stiffness"] = float(self.contact_stiffness)
+        if self.contact_offset:
+            d["contact_offset"] = float(self.contact_offset)
+        return d
 
     def validate(self) -> None:
         if not (self.dt > 0 and np.isfinite(self.dt)):
@@ -436,9 +446,9 @@ class Simulation:
         self.length_scale = L if L > 0 else 1.0
         g = float(np.linalg.norm(self.settings.gravity)) or 9.81
         self.kappa = (
-            self.settings.contact_stiffness
+            float(self.settings.contact_stiffness)
             if self.settings.contact_stiffness is not None
-            else g / (1e-4 * self.length_scale)
+            else penalty_stiffness(self.length_scale, g)
         )
         self._mask: _DirichletMask | None = None
         self.solver = SPDSolver(

@@ -160,8 +160,15 @@ class TrainingBakes:
 
     @property
     def sim_settings(self) -> SimSettings:
-        """The time stepping of the bakes, which the model steps with."""
-        return self.spec.sim_settings()
+        """The time stepping and contact of the bakes, which the model steps with: the
+        penalty stiffness each bake recorded (variants sized from their own pushes may
+        differ: the stiffest), none for bakes before it (the runtime's rest rule, theirs)."""
+        s = self.spec.sim_settings()
+        stored = [t.meta.get("contact_stiffness") for t in self.ds]
+        stored = [float(k) for k in stored if k is not None]
+        if s.contact_stiffness is None and stored:
+            s.contact_stiffness = max(stored)
+        return s
 
     def heldout_bake(self) -> BakeCache | None:
         """The first held-out bake (the one the rollout replays), None when none is."""

@@ -10,13 +10,14 @@ The per-method runtimes sit beside this module: :mod:`.linear` (POD + cubature, 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 from scipy.spatial import cKDTree
 
 from .. import fem as _fem
-from ..colliders import Collider, ContactPoints, contact_energy
+from ..colliders import Collider, ContactPoints, contact_energy, penalty_stiffness
 from ..cubature import Cubature
 from ..errors import SimulationError
 from ..frame import IDENTITY, FrameMixin, interpolate
@@ -101,14 +102,19 @@ def subspace_payload(T, subspace: Subspace, cubature: Cubature, contact, materia
 
 def subspace_arguments(model, settings: SimSettings | None, colliders) -> dict:
     """The constructor arguments of a subspace runtime from an opened model file (the
-    inverse of :func:`subspace_payload`); ``settings`` overrides the stored time step."""
+    inverse of :func:`subspace_payload`); ``settings`` overrides the stored time step (and
+    the stored contact stiffness only when it sets one)."""
     a, meta = model.arrays, model.metadata
+    stored = SimSettings(**meta["settings"])
+    if settings is not None and settings.contact_stiffness is None:
+        # a new time step keeps the contact the model was trained with
+        settings = dataclasses.replace(settings, contact_stiffness=stored.contact_stiffness)
     return {
         "X": a["X"],
         "T": a["T"],
         "material": _fem.Material.from_dict(meta["material"]),
         "U": a["U"],
-        "settings": settings or SimSettings(**meta["settings"]),
+        "settings": settings or stored,
         "pinned": a["pinned"],
         "cubature": (a["cubature_elements"], a["cubature_weights"]),
         # a model without weights (every model before embedded contact) has vertex contact
@@ -243,10 +249,12 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         L = float(np.linalg.norm(self.X.max(0) - self.X.min(0)))
         self.length_scale = L if L > 0 else 1.0
         gn = float(np.linalg.norm(g)) or 9.81
+        # the bakes' stiffness when the model file stores it (SimSettings.to_dict), else the
+        # rest rule full space used: the same contact in both
         self.kappa = (
-            self.settings.contact_stiffness
+            float(self.settings.contact_stiffness)
             if self.settings.contact_stiffness is not None
-            else gn / (1e-4 * self.length_scale)
+            else penalty_stiffness(self.length_scale, gn)
         )
 
     def project_forces(self, forces: np.ndarray) -> np.ndarray:
