@@ -468,7 +468,8 @@ def run_compare(spec: dict) -> dict:
     cancel or a crash leaves the previous result.
 
     Spec keys: see :func:`core.comparejob.compare_with_bake`. Result: ``path``,
-    ``frames``, ``max``, ``mean``, ``rms``, ``step_ms``; cancelled: ``written`` False.
+    ``frames``, ``max``, ``mean``, ``rms``, ``step_ms``, ``diagonal``, ``closest_max``,
+    ``closest_mean``, ``closest_rms``; cancelled: ``written`` False.
     """
     jobs, errors, comparejob = _sub("core.jobs"), _sub("core.errors"), _sub("core.comparejob")
     try:

@@ -6,19 +6,20 @@ tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "
 "3", "--save"])`` returns the exit code.
 
 Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``export-pc2``, ``train``,
-``simulate``; ``--help`` on each.
+``simulate``, ``compare``; ``--help`` on each.
 Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
 the cancel is kept and recorded).
 
 Every stage goes through the same functions the operators call (``addon/tets.py``,
-``addon/bakes.py``, ``addon/export.py``, ``addon/training.py``), so
-a farm bake and a bake from the panel are the same bake.
+``addon/bakes.py``, ``addon/export.py``, ``addon/training.py``, ``addon/compare.py``),
+so a farm bake and a bake from the panel are the same bake.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import textwrap
@@ -44,6 +45,7 @@ examples:
   {PROG} export-pc2 --object Body --out //cache/body.pc2
   {PROG} train --object Body --k 20 --device cuda --save
   {PROG} simulate --object Body --frames 1:250 --out //cache/body_reduced.pc2 --save
+  {PROG} compare --object Body --bake all --json //cache/body_compare.json
 """
 
 
@@ -117,14 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
 
-    common = _ArgumentParser(add_help=False)
-    common.add_argument(
+    # what to work on; ``common`` adds --save for the commands that change the file
+    target = _ArgumentParser(add_help=False)
+    target.add_argument(
         "--file",
         metavar="PATH",
         help="open this .blend first (handy with the PyPI bpy; with Blender, pass the file "
         "before --command)",
     )
-    common.add_argument(
+    target.add_argument(
         "--object",
         "-o",
         dest="objects",
@@ -133,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="object to process (repeat for several); default: every object whose Neural "
         "ROM role is Deformable",
     )
+    common = _ArgumentParser(add_help=False, parents=[target])
     common.add_argument(
         "--save",
         action="store_true",
@@ -297,6 +301,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="PC2 file (one object) or folder (<object>_reduced.pc2 each); default: the "
         "object's cache directory",
+    )
+
+    cmp = sub.add_parser(
+        "compare",
+        parents=[target],
+        help="replay bakes with the trained model and print its errors against them",
+        description="Replay bakes of each object with its trained model in a worker, as "
+        "the panel's Compare with Bake does, and print per bake the distance of the render "
+        "mesh's vertices from the bake over every frame (max, mean, rms; mm and % of the "
+        "bounding-box diagonal at rest) and the time per reduced step: the model's "
+        "dynamics. Beside them, the same errors of the model's closest shapes to the bake's "
+        "frames (the linear PCA projection): the best its shapes can do. A replay far worse "
+        "than its closest shapes is limited by the dynamics (a reduced object stiffer than "
+        "the real one), not by the shapes. The .blend is not changed; the replay is kept "
+        "in the object's cache directory (compare/<bake>.npz), as the panel's is.",
+    )
+    cmp.add_argument(
+        "--bake",
+        metavar="NAME",
+        help="the bake to replay, by its name in the panel's list (e.g. random_pokes_s0_v001), "
+        "or all; default: the bakes the model held out from training (every bake when it "
+        "records none)",
+    )
+    cmp.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the numbers to this JSON file (metres, percent of the diagonal, "
+        "milliseconds)",
     )
     return parser
 
@@ -693,6 +725,90 @@ def cmd_simulate(args) -> int:
     return EXIT_OK
 
 
+def _percent(value: float | None, diagonal: float) -> float | None:
+    return None if value is None or diagonal <= 0 else 100.0 * value / diagonal
+
+
+def compare_row(obj_name: str, bake: str, role: str | None, result: dict) -> dict:
+    """One compared bake as the ``--json`` file lists it, from the compare job's result
+    (:func:`..core.comparejob.compare_with_bake`): errors in metres and in percent of the
+    render mesh's bounding-box diagonal at rest, of the replay (``*_error_*``) and of the
+    model's closest shapes (``closest_shape_*``, None when the model has none)."""
+    d = float(result["diagonal"])
+    row = {
+        "object": obj_name,
+        "bake": bake,
+        "role": role,
+        "frames": int(result["frames"]),
+        "diagonal_m": d,
+        "step_ms": float(result["step_ms"]),
+    }
+    for stat in ("max", "mean", "rms"):
+        row[f"{stat}_error_m"] = float(result[stat])
+        row[f"{stat}_error_pct"] = _percent(row[f"{stat}_error_m"], d)
+    for stat in ("max", "mean", "rms"):
+        value = result.get(f"closest_{stat}")
+        row[f"closest_shape_{stat}_error_m"] = None if value is None else float(value)
+        row[f"closest_shape_{stat}_error_pct"] = _percent(value, d)
+    row["result"] = str(result["path"])
+    return row
+
+
+def _error_line(row: dict, prefix: str) -> str:
+    parts = []
+    for stat in ("max", "mean", "rms"):
+        m, pct = row[f"{prefix}{stat}_error_m"], row[f"{prefix}{stat}_error_pct"]
+        parts.append(f"{stat} {m * 1000:.4g} mm" + ("" if pct is None else f" ({pct:.3g}%)"))
+    return ", ".join(parts)
+
+
+def cmd_compare(args) -> int:
+    from ..core.files import ensure_writable_dir, json_default, write_atomic
+    from . import compare, jobs
+
+    scene = bpy.context.scene
+    json_path = _abspath(args.json) if args.json else None
+    plans = []
+    # every check before the first job: a refusal changes nothing
+    for obj in select_objects(args.objects):
+        picked, words = compare.bakes_to_compare(obj, scene, args.bake)
+        specs = [
+            (rec.name, role, compare.make_compare_job(obj, scene, bake_path=rec.path, show=False))
+            for rec, role in picked
+        ]
+        plans.append((obj.name, obj.neural_rom.model.method, words, specs))
+    if json_path is not None:
+        ensure_writable_dir(json_path.parent, "the --json file")
+    rows = []
+    for name, method, words, specs in plans:
+        listed = ", ".join(bake for bake, _, _ in specs)
+        _out(f"comparing {name} ({method} model) with {words}: {listed}")
+        for bake, role, spec in specs:
+            got: list[dict] = []
+            jobs.start_job(bpy.context, spec, owner=name, on_done=got.append)
+            row = compare_row(name, bake, role, got[0])
+            rows.append(row)
+            _out(
+                f"{name}: bake {bake}"
+                + (f" ({role})" if role else "")
+                + f", {row['frames']} frames, diagonal {row['diagonal_m']:.4g} m, "
+                f"{row['step_ms']:.3g} ms per step"
+            )
+            print(f"    dynamics (the model's replay): {_error_line(row, '')}")
+            if row["closest_shape_max_error_m"] is None:
+                print("    shapes: the model has no closest shapes")
+            else:
+                shapes = _error_line(row, "closest_shape_")
+                print(f"    shapes (closest shapes, linear PCA projection): {shapes}")
+    if json_path is not None:
+        text = json.dumps(
+            {"file": bpy.data.filepath, "bakes": rows}, indent=2, default=json_default
+        )
+        write_atomic(json_path, (text + "\n").encode("utf-8"))
+        _out(f"wrote {json_path}")
+    return EXIT_OK
+
+
 COMMANDS = {
     "info": cmd_info,
     "tetrahedralize": cmd_tetrahedralize,
@@ -700,6 +816,7 @@ COMMANDS = {
     "export-pc2": cmd_export_pc2,
     "train": cmd_train,
     "simulate": cmd_simulate,
+    "compare": cmd_compare,
 }
 
 
@@ -735,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neural_rom: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     code = _run(args)
-    if args.save:
+    if getattr(args, "save", False):  # commands that change nothing have no --save
         # Also after a cancel or a failure: stages record on an object only what they
         # finished (paths, stats, committed frames), so the file is consistent.
         try:

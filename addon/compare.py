@@ -21,6 +21,10 @@ Per frame (:func:`on_frame_change`, called by the one frame handler in
 ghost, and the error into two point attributes of the object's mesh: ``nrom_error``
 (float, metres, for shaders) and ``nrom_error_color`` (a blue -> red ramp scaled to the
 largest error over all frames; Viewport Shading > Color > Attribute shows it).
+
+The headless ``compare`` command (:mod:`.cli`) runs the same job without showing it
+(``make_compare_job(..., show=False)``) on the bakes :func:`bake_roles` and
+:func:`bakes_to_compare` pick from the model file's record of its training split.
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ def make_compare_job(
     placement: str = "SIDE",
     display: str = "WIRE",
     bake_path: str | None = None,
+    show: bool = True,
 ) -> dict:
     """The worker job that replays the active bake (or ``bake_path``) of ``obj`` with its
     reduced model (JSON-able).
@@ -136,6 +141,9 @@ def make_compare_job(
     ----------
     placement : "SIDE" (the ghost one object width and a bit along local +X) or "OVERLAY"
     display : "WIRE" or "TRANSPARENT" (the ghost drawn solid with alpha 0.35)
+    show : False for a job whose numbers are read but that is not shown (the headless
+        ``compare`` command): what only showing needs (no shape keys, a free ghost name)
+        is not required
 
     Returns
     -------
@@ -149,17 +157,18 @@ def make_compare_job(
         raise NeuralRomError(f"Unknown ghost display {display!r}: use WIRE or TRANSPARENT.")
     if obj.type != "MESH":
         raise NeuralRomError(f"'{obj.name}' is not a mesh.")
-    if obj.data.shape_keys is not None:
-        raise NeuralRomError(
-            f"'{obj.name}' has shape keys, which override the vertex positions the comparison "
-            "writes; remove them (or compare on a copy without them)."
-        )
-    name = obj.name + GHOST_SUFFIX
-    taken = bpy.data.objects.get(name)
-    if taken is not None and taken.get(GHOST_PROP) != obj.name:
-        raise NeuralRomError(
-            f"An object named '{name}' already exists and is not a comparison ghost; rename it."
-        )
+    if show:
+        if obj.data.shape_keys is not None:
+            raise NeuralRomError(
+                f"'{obj.name}' has shape keys, which override the vertex positions the "
+                "comparison writes; remove them (or compare on a copy without them)."
+            )
+        name = obj.name + GHOST_SUFFIX
+        taken = bpy.data.objects.get(name)
+        if taken is not None and taken.get(GHOST_PROP) != obj.name:
+            raise NeuralRomError(
+                f"An object named '{name}' already exists and is not a comparison ghost; rename it."
+            )
     rec = bakes.find_bake(obj, bake_path)
     bakes.RenderMap(obj, rec)  # stale, missing, foreign bake: "re-bake"
     fields = simulate.model_job_fields(obj, scene)  # no model, stale tets: "re-train"
@@ -176,6 +185,95 @@ def make_compare_job(
         "display": display,
         "log_dir": str(paths.cache_dir(obj) / "logs"),
     }
+
+
+#: What a bake was to the object's model (:func:`bake_roles`).
+HELD_OUT, TRAINED_ON, NOT_TRAINED_ON = "held out", "trained on", "not trained on"
+
+
+def _model_split(obj: bpy.types.Object) -> tuple[list[Path], set[int]] | None:
+    """The bakes the object's model was trained with (as recorded in the model file:
+    ``bakes``) and the indices of those it held out (``validation_trajectories``); None
+    when the model file records no split."""
+    from ..core.modelfile import read_metadata
+
+    meta = read_metadata(paths.load_path(obj.neural_rom.model.path))
+    given, held = meta.get("bakes"), meta.get("validation_trajectories")
+    if not isinstance(given, list) or not isinstance(held, list):
+        return None
+    return [Path(str(p)) for p in given], {i for i in held if isinstance(i, int)}
+
+
+def bake_roles(obj: bpy.types.Object) -> dict[str, str] | None:
+    """What each of the object's bakes was to its model, by bake name: :data:`HELD_OUT`
+    (a validation bake, never trained on), :data:`TRAINED_ON`, or :data:`NOT_TRAINED_ON`
+    (baked since, or not given to training). A bake is matched to the model's by path,
+    else by file name (the project folder moved). None when the model file records no
+    split."""
+    return _roles(obj, _model_split(obj))
+
+
+def _roles(obj: bpy.types.Object, split) -> dict[str, str] | None:
+    if split is None:
+        return None
+    given, held = split
+    by_path = {p.resolve(): i for i, p in enumerate(given)}
+    names = [p.name for p in given]
+    roles = {}
+    for rec in obj.neural_rom.bakes:
+        path = paths.load_path(rec.path)
+        i = by_path.get(path.resolve())
+        if i is None and names.count(path.name) == 1:
+            i = names.index(path.name)
+        roles[rec.name] = NOT_TRAINED_ON if i is None else (HELD_OUT if i in held else TRAINED_ON)
+    return roles
+
+
+def bakes_to_compare(
+    obj: bpy.types.Object, scene: bpy.types.Scene | None = None, which: str | None = None
+) -> tuple[list[tuple], str]:
+    """The bakes of ``obj`` a headless comparison replays, each with its role for the model
+    (:func:`bake_roles`, None when unknown), and which ones they are, in words.
+
+    ``which``: a bake's name; ``"all"``; or None: the bakes the model held out from
+    training, or every bake when it records none (the words say why).
+
+    Raises a :class:`NeuralRomError` with the panel's message when the object has no bake
+    or no usable model (:func:`.simulate.check_model`), or has no bake named ``which``.
+    Nothing is changed.
+    """
+    s = obj.neural_rom
+    scene = scene or paths.scene_of(obj)
+    if not len(s.bakes):
+        raise NeuralRomError(f"'{obj.name}' has no bake; run Bake first.")
+    simulate.check_model(obj, scene)  # before the model file is read: the panel's messages
+    split = _model_split(obj)
+    roles = _roles(obj, split)
+    records = list(s.bakes)
+    if which not in (None, "all"):
+        records = [rec for rec in records if rec.name == which]
+        if not records:
+            names = ", ".join(rec.name for rec in s.bakes)
+            raise NeuralRomError(
+                f"'{obj.name}' has no bake named '{which}'; its bakes are {names} "
+                "(or pass --bake all)."
+            )
+        words = f"bake {which}"
+    elif which == "all":
+        words = "every bake"
+    elif roles is None:
+        words = "every bake (its model does not record which bakes it held out)"
+    elif HELD_OUT in roles.values():
+        records = [rec for rec in records if roles[rec.name] == HELD_OUT]
+        words = "the bakes its model held out from training"
+    elif split[1]:
+        words = "every bake (the bakes its model held out are no longer among its bakes)"
+    else:
+        words = (
+            "every bake (its model held none out, so the errors of the bakes it was trained "
+            "on are training errors)"
+        )
+    return [(rec, (roles or {}).get(rec.name)) for rec in records], words
 
 
 def _read(obj: bpy.types.Object, rec, path: Path) -> Comparison:

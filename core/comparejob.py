@@ -61,7 +61,12 @@ def compare_with_bake(
 
     Returns
     -------
-    dict: ``path``, ``frames``, ``max``, ``mean``, ``rms`` (m), ``step_ms``.
+    dict: ``path``, ``frames``, ``max``, ``mean``, ``rms`` (m, the replay's per-vertex
+    errors over every frame and render vertex), ``step_ms`` (mean wall time of a reduced
+    step), ``diagonal`` (m, of the render mesh's bounding box at rest) and
+    ``closest_max``, ``closest_mean``, ``closest_rms`` (m, the errors of the model's
+    closest shapes to the bake's frames, :func:`.compare.closest_shapes`: the linear PCA
+    projection; None for a model without closest shapes).
 
     Raises
     ------
@@ -73,7 +78,7 @@ def compare_with_bake(
     """
     from .bake import BakeSpec, setup_scenario
     from .cache import BakeCache
-    from .compare import error_stats, replay_bake, vertex_errors
+    from .compare import closest_shapes, error_stats, replay_bake, vertex_errors
 
     name = str(spec.get("name", "the object"))
     bake_name = str(spec.get("bake_name") or Path(spec["bake"]).stem)
@@ -103,9 +108,19 @@ def compare_with_bake(
     except SimulationError as e:
         raise SimulationError(f"The model of '{name}' cannot replay bake '{bake_name}': {e}") from e
     reduced = render_world(P, n_surface, emb)
-    full = render_world(np.asarray(cache.channel("positions"))[: len(P)], n_surface, emb)
+    x_full = np.asarray(cache.channel("positions"), dtype=np.float64)[: len(P)]
+    full = render_world(x_full, n_surface, emb)
     errors = vertex_errors(reduced, full)
     stats = error_stats(errors)
+    rest = render_world(np.asarray(cache.X), n_surface, emb)
+    diagonal = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) if len(rest) else 0.0
+    # The same frames' closest shapes: what the model can represent at best (its shapes),
+    # against which the replay's error (its dynamics) is judged.
+    shapes = None
+    if callable(getattr(sim, "closest_shape", None)):
+        shapes = error_stats(
+            vertex_errors(render_world(closest_shapes(sim, x_full), n_surface, emb), full)
+        )
     write_npz(
         out,
         {
@@ -123,6 +138,8 @@ def compare_with_bake(
         "mean": stats["mean"],
         "rms": stats["rms"],
         "step_ms": 1000.0 * float(np.mean(seconds)) if seconds else 0.0,
+        "diagonal": diagonal,
+        **{f"closest_{k}": shapes[k] if shapes else None for k in ("max", "mean", "rms")},
     }
 
 

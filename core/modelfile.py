@@ -52,7 +52,15 @@ import numpy as np
 from .errors import CacheError
 from .files import json_default, tool_version, write_npz
 
-__all__ = ["FORMAT", "MODEL_SCHEMA", "SUFFIX", "Model", "load_model", "save_model"]
+__all__ = [
+    "FORMAT",
+    "MODEL_SCHEMA",
+    "SUFFIX",
+    "Model",
+    "load_model",
+    "read_metadata",
+    "save_model",
+]
 
 MODEL_SCHEMA = 1
 SUFFIX = ".nrmodel"
@@ -225,31 +233,8 @@ def load_model(
         message says which, and what to do.
     """
     path = Path(path)
-    if not path.exists():
-        raise CacheError(
-            f"no model file at {path}: train (or export) a model first, or check the path"
-        )
-    if not path.is_file():
-        raise CacheError(f"{path} is not a file: pick the .nrmodel file of a trained model")
-    if not zipfile.is_zipfile(path):
-        raise CacheError(
-            f"model file {path} is truncated or corrupt (not a readable archive), or not a "
-            "Neural ROM model: re-export or retrain the model"
-        )
-    _refuse_object_arrays(path)
-    try:
-        npz = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise CacheError(
-            f"model file {path} is truncated or corrupt ({e}): re-export or retrain the model"
-        ) from e
-    with npz:
+    with _open(path, check_arrays=True) as npz:
         names = set(npz.files)
-        if _META not in names:
-            raise CacheError(
-                f"{path} has no Neural ROM metadata: it is not a model file written by Neural "
-                "ROM (or it is damaged); pick the right file, or re-export the model"
-            )
         meta = _read_meta(path, npz)
         manifest = meta["arrays"]
         names.discard(_META)
@@ -281,6 +266,52 @@ def load_model(
         created=str(meta.get("created", "")),
         tool_version=str(meta.get("tool_version", "")),
     )
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The caller metadata of a model file (training settings, metrics, the bakes it was
+    trained on and the split, ...), checked as :func:`load_model` checks it, without
+    reading the model's arrays.
+
+    Raises
+    ------
+    CacheError
+        As :func:`load_model`: missing, truncated, not a model, another schema.
+    """
+    path = Path(path)
+    with _open(path, check_arrays=False) as npz:
+        return _read_meta(path, npz)["metadata"]
+
+
+def _open(path: Path, *, check_arrays: bool):
+    """The model archive opened without pickle, after the checks that need no arrays
+    (and, with ``check_arrays``, the refusal of object arrays)."""
+    if not path.exists():
+        raise CacheError(
+            f"no model file at {path}: train (or export) a model first, or check the path"
+        )
+    if not path.is_file():
+        raise CacheError(f"{path} is not a file: pick the .nrmodel file of a trained model")
+    if not zipfile.is_zipfile(path):
+        raise CacheError(
+            f"model file {path} is truncated or corrupt (not a readable archive), or not a "
+            "Neural ROM model: re-export or retrain the model"
+        )
+    if check_arrays:
+        _refuse_object_arrays(path)
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise CacheError(
+            f"model file {path} is truncated or corrupt ({e}): re-export or retrain the model"
+        ) from e
+    if _META not in npz.files:
+        npz.close()
+        raise CacheError(
+            f"{path} has no Neural ROM metadata: it is not a model file written by Neural "
+            "ROM (or it is damaged); pick the right file, or re-export the model"
+        )
+    return npz
 
 
 def _refuse_object_arrays(path: Path) -> None:
