@@ -21,13 +21,17 @@ Solvers (:class:`core.sim.SimSettings`):
   quadratically, so it costs little more than ``after``).
 
 Each bake runs in a fresh process: ``1 core`` pins it to one CPU with one BLAS/OpenMP
-thread; ``all cores`` leaves threads and affinity alone. "max dx" is the largest distance
+thread; ``all cores`` leaves threads and affinity alone; ``variants`` runs the "after"
+bake once per core at the same time, one thread each, as a bake job runs its variants
+(:func:`worker._bake_in_processes`), and counts their frames over the wall time of all:
+the throughput a user gets from a bake of several variants, compared with one variant at a
+time on one core before. "max dx" is the largest distance
 of any vertex at any frame from the reference bake, over the rest bounding-box diagonal.
 
 Usage::
 
     python bench/bake.py [--sizes 5k,20k,80k] [--frames 100] [--frames-80k 24]
-                         [--cores 1,all] [--json F]
+                         [--cores 1,all,variants] [--json F]
 
 ``--frames-80k`` caps the frames of the 80K bake (the "before" solver takes about 6 s a
 frame there); every other size bakes ``--frames``.
@@ -164,6 +168,42 @@ def run(solver: str, n: int, frames: int, cores: str, out: str) -> dict:
     return json.loads(lines[-1])
 
 
+def run_variants(solver: str, n: int, frames: int, out: str) -> dict:
+    """As a bake job runs its variants: one process per core at once, one BLAS thread each
+    (:func:`worker._bake_in_processes`); the bakes' frames over the wall time of them all."""
+    env = dict(os.environ)
+    for var in common.THREAD_VARS:
+        env[var] = "1"
+    p = os.cpu_count() or 1
+    outs = [out] + [f"{out[:-4]}_{i}.npy" for i in range(1, p)]
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", solver, str(n), str(frames), "variants", o],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for o in outs
+    ]
+    done = [pr.communicate() for pr in procs]
+    wall = time.perf_counter() - t0
+    rs = []
+    for pr, (so, se) in zip(procs, done):
+        lines = [ln for ln in so.splitlines() if ln.startswith("{")]
+        if pr.returncode != 0 or not lines:
+            tail = (se or so).strip().splitlines()[-8:]
+            return {"error": f"exit {pr.returncode}: " + " | ".join(tail)}
+        rs.append(json.loads(lines[-1]))
+    r = dict(rs[0])
+    for key in ("frames", "newton", "cg", "setups", "substeps", "cpu"):
+        r[key] = sum(x[key] for x in rs)
+    r["timings"] = {k: sum(x["timings"].get(k, 0.0) for x in rs) / p for k in rs[0]["timings"]}
+    r.update(wall=wall, processes=p)
+    return r
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="5k,20k,80k", help="tet counts, e.g. 5k,20k,80k")
@@ -171,7 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--frames-80k", type=int, default=24, help="frames of bakes above 50K tets (default 24)"
     )
-    ap.add_argument("--cores", default="1,all", help="'1', 'all' or '1,all' (default)")
+    ap.add_argument(
+        "--cores",
+        default="1,all,variants",
+        help="'1' (one core, one thread), 'all' (threads and affinity left alone), 'variants' "
+        "(the 'after' solver baking one variant per core at once, as a bake job does); "
+        "comma-separated, default all three",
+    )
     ap.add_argument("--json", help="also write the raw results to this JSON file")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -203,12 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         for n in common.parse_sizes(args.sizes):
             frames = args.frames if n <= 50_000 else min(args.frames, args.frames_80k)
             cases = [("reference", "all")] + [
-                (solver, c) for c in cores_list for solver in ("before", "after")
+                (solver, c)
+                for c in cores_list
+                for solver in (("after",) if c == "variants" else ("before", "after"))
             ]
             traj, rows, fps = {}, [], {}
             for solver, cores in cases:
                 out = os.path.join(tmp, f"{solver}_{cores}_{n}.npy")
-                r = run(solver, n, frames, cores, out)
+                if cores == "variants":
+                    r = run_variants(solver, n, frames, out)
+                else:
+                    r = run(solver, n, frames, cores, out)
                 r.update(solver=solver, cores=cores, requested=n, frames_planned=frames)
                 results.append(r)
                 if "error" in r:
@@ -229,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                 r["max_dx"] = dx
                 f = max(r["frames"], 1)
                 t = r["timings"]
-                before = fps.get(("before", r["cores"]))
+                # parallel variants are compared with the solver before on one core
+                before = fps.get(("before", "1" if r["cores"] == "variants" else r["cores"]))
                 up = f"{fps[key] / before:7.2f}x" if r["solver"] == "after" and before else ""
                 r["speedup"] = fps[key] / before if r["solver"] == "after" and before else None
                 print(
