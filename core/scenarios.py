@@ -17,8 +17,10 @@ gravity_drop
 random_pokes
     Scripted random forces on random surface regions (Shen et al. 2021, section 6.1): a
     random surface vertex, its neighbours within ``radius``, a random direction, a smooth
-    force pulse for ``duration`` s whose size reaches a largest strain of about ``strain``
-    (or ``force`` newtons when > 0).
+    force pulse for ``duration`` s whose size reaches a largest strain of about ``strain`` or
+    a largest displacement of ``displacement`` bounding-box diagonals, whichever it reaches
+    first (or ``force`` newtons, or ``strength`` body weights, when > 0). Pokes land on the
+    free surface: a force on a pinned vertex does nothing.
 
 Sizing from the object
 ----------------------
@@ -32,11 +34,26 @@ first 40% of the bake (:data:`DROP_LANDS_WITHIN`; rubber's 1.04 m is cut to 0.78
 (:data:`DROP_VARIANT_SHARE`). A poke's force is calibrated on the linearized
 body: the rest Hessian ``K`` is solved for a unit total force on the poke's region (pins
 held; a free body's poke balanced by its rigid acceleration), and the force is the target
-strain over the largest linear strain ``|sym(grad u)|``. ``F ~ E eps A`` fits a chunky
-body but not a bending tentacle; the solve fits both. A dynamic version,
-``K + (pi/d)^2 M``, let the pulse's momentum through: a pinned 2 m rubber tentacle
-swung 3.7 m with 97-153 Newton iterations a frame, against 1.4 largest stretch and at
-most 56 iterations static (``tests/test_own_assets.py``).
+strain over the largest linear strain ``|sym(grad u)|``, or the target displacement
+(``displacement`` diagonals) over the largest linear displacement ``|u|`` when that is
+smaller. ``F ~ E eps A`` fits a chunky body but not a bending tentacle; the solve fits
+both. A dynamic version, ``K + (pi/d)^2 M``, let the pulse's momentum through: a pinned
+2 m rubber tentacle swung 3.7 m with 97-153 Newton iterations a frame, against 1.4
+largest stretch and at most 56 iterations static (``tests/test_own_assets.py``).
+
+A strain alone is the wrong size for a slender pinned body: a cantilever's root strain is
+about ``3 r w / L^2`` for a tip deflection ``w``, so 20% strain at the root of that
+tentacle (``r`` 0.12 m, ``L`` 2 m) is a 2.2 m static deflection, longer than the tentacle.
+Its 8 bakes of 4 strain-sized pokes moved it 0.30-2.11 m beyond its sag under gravity
+(which alone moves the tip 1.86 m: soft rubber 2 m long does not hold itself up), the
+worst frame of a bake took up to 55 Newton iterations, and a linear model trained on 7
+replayed the 8th to 8.5-25% of the diagonal (leave-one-out, the automatic number of
+modes). With the displacement held to 0.2 diagonals (0.41 m) the pokes move it
+0.18-0.43 m beyond the sag, the worst frame of a bake takes 6-9 iterations, and the
+held-out replay is 3.9-12.7%; 0.15 and 0.25 diagonals gave 0.14-0.32 m, 2.3-10% and
+0.21-0.53 m, 3.0-14.4%. Compact bodies reach the strain first (a torus and a cube, free,
+in rubber and in flesh: none of 24 pokes held to the displacement), so the cap leaves them
+as they were.
 """
 
 from __future__ import annotations
@@ -74,6 +91,7 @@ _DEFAULTS: dict[str, dict] = {
         "count": 4,
         "radius": 0.15,
         "strain": 0.2,
+        "displacement": 0.2,
         "strength": 0.0,
         "force": 0.0,
         "duration": 0.5,
@@ -120,8 +138,13 @@ PARAMETER_HELP: dict[str, dict[str, tuple[str, str]]] = {
         "radius": (_DIAG, "radius of the poked region around a random surface vertex"),
         "strain": (
             "",
-            "largest strain each poke reaches on the linearized body (0.2 = 20%), used when "
-            "strength and force are 0",
+            "largest strain each poke reaches on the linearized body (0.2 = 20%) unless it "
+            "reaches 'displacement' first; used when strength and force are 0",
+        ),
+        "displacement": (
+            _DIAG,
+            "largest displacement each poke reaches on the linearized body unless it reaches "
+            "'strain' first (0: no limit); used when strength and force are 0",
         ),
         "strength": ("body weights", "total force of each poke in body weights (m g) when > 0"),
         "force": ("N", "total force of each poke when > 0 (before strength and strain)"),
@@ -312,19 +335,27 @@ class ScenarioDriver:
         by_strain = not (p["force"] > 0 or p["strength"] > 0)
         g = float(np.linalg.norm(ctx.gravity)) or 9.81
         calibrate = _PokeCalibration(ctx, duration) if by_strain else None
-        forces = []
+        reach = float(p["displacement"]) * diag
+        # a force on a held vertex does nothing (and a region of held vertices alone has no
+        # strain to size a force by): pokes land on the free surface
+        surface = ctx.surface[~np.isin(ctx.surface, ctx.pinned)]
+        if len(surface) == 0:
+            return
+        forces, capped = [], 0
         for i in range(count):
-            centre = ctx.surface[rng.integers(len(ctx.surface))]
+            centre = surface[rng.integers(len(surface))]
             # the one poke model (core.poke): a region weighted by mass, a prescribed total
             # force (a sin^2 pulse along a random direction) spread by weight
-            idx, w = poke_weights(
-                ctx.X, ctx.X[centre], radius, candidates=ctx.surface, mass=ctx.mass
-            )
+            idx, w = poke_weights(ctx.X, ctx.X[centre], radius, candidates=surface, mass=ctx.mass)
             direction = rng.normal(size=3)
             direction /= np.linalg.norm(direction)
             start = (i + rng.uniform(0.0, 0.5)) * window
             if calibrate is not None:
-                magnitude = float(p["strain"]) / calibrate.strain_per_newton(idx, w, direction)
+                # the smaller of the two sizes: a slender body bends far before it strains
+                strain, moved = calibrate.per_newton(idx, w, direction)
+                magnitude = float(p["strain"]) / strain
+                if reach > 0 and moved * magnitude > reach:
+                    magnitude, capped = reach / moved, capped + 1
             elif p["force"] > 0:
                 magnitude = float(p["force"])
             else:
@@ -334,8 +365,9 @@ class ScenarioDriver:
             envelope = np.sin(np.pi * s) ** 2
             self.forces[:, idx, :] += share(w, envelope[:, None] * magnitude * direction)
         size = (
-            f"each reaching about {100 * float(p['strain']):.0f}% strain "
-            f"({min(forces):.3g} to {max(forces):.3g} N)"
+            f"each reaching about {100 * float(p['strain']):.0f}% strain or a displacement of "
+            f"{reach:.2f} m, whichever comes first ({capped} of {count} held to the displacement; "
+            f"{min(forces):.3g} to {max(forces):.3g} N)"
             if by_strain
             else f"each with {forces[0]:.3g} N"
         )
@@ -456,11 +488,16 @@ class _PokeCalibration:
         self.J = np.einsum("i,ij,ik->jk", m, r, r)
         self.J = np.trace(self.J) * np.eye(3) - self.J
 
-    def strain_per_newton(self, idx: np.ndarray, w: np.ndarray, direction: np.ndarray) -> float:
+    def per_newton(
+        self, idx: np.ndarray, w: np.ndarray, direction: np.ndarray
+    ) -> tuple[float, float]:
+        """Largest linear strain and largest displacement (m) of a poke of one newton on
+        ``idx`` with weights ``w`` along ``direction``; the displacement is 0 without a
+        material (then nothing caps it)."""
         ctx = self.ctx
         if self.solve is None:  # no material: the old rule, two body weights
             g = float(np.linalg.norm(ctx.gravity)) or 9.81
-            return 0.2 / (2.0 * float(ctx.mass.sum()) * g)
+            return 0.2 / (2.0 * float(ctx.mass.sum()) * g), 0.0
         f = np.zeros((len(ctx.X), 3))
         f[idx] = share(w, direction)
         if len(ctx.pinned) == 0:  # balanced by the rigid acceleration it gives
@@ -476,7 +513,8 @@ class _PokeCalibration:
         G = deformation_gradient(ctx.X + u.reshape(-1, 3), self.fem.T, self.fem.Dm_inv)
         G = G - np.eye(3)
         eps = np.linalg.eigvalsh(0.5 * (G + G.transpose(0, 2, 1)))  # (m, 3)
-        return float(np.abs(eps).max()) or 1e-12
+        reach = float(np.linalg.norm(u.reshape(-1, 3), axis=1).max())
+        return float(np.abs(eps).max()) or 1e-12, reach
 
 
 def describe(spec: dict) -> str:
@@ -505,7 +543,8 @@ def describe(spec: dict) -> str:
         )
     if k == "random_pokes":
         size = (
-            f"each strong enough to reach about {100 * spec['strain']:.0f}% strain"
+            f"each strong enough to reach about {100 * spec['strain']:.0f}% strain or to move "
+            f"it by {spec['displacement']:g} of its diagonal, whichever comes first"
             if not (spec["force"] > 0 or spec["strength"] > 0)
             else (
                 f"each {spec['force']:g} N"
@@ -550,7 +589,10 @@ def defaults_help() -> str:
         "random_pokes": (
             "A poke's force is sized on the linearized body (the rest stiffness solved for the "
             "poke, pins held, a free body's poke balanced by its rigid acceleration) so that "
-            "its largest strain is 'strain'."
+            "its largest strain is 'strain', or its largest displacement 'displacement' "
+            "bounding-box diagonals when that comes first: a slender pinned body (a tentacle, "
+            "a tail) bends far before it strains, a compact one strains first. Pokes land on "
+            "the free surface, never on pinned vertices."
         ),
     }
     blocks = []

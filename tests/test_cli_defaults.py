@@ -81,6 +81,8 @@ def test_bake_help_states_the_scenario_defaults_of_the_code(capsys):
     assert f"radius = {keyed['radius']:g} {diag}" in text
     assert f"reach = {keyed['reach']:g} {diag}" in text
     assert f"about {100 * pokes['strain']:.0f}% strain" in text
+    assert f"displacement = {pokes['displacement']:g} {diag}" in text
+    assert f"to move it by {pokes['displacement']:g} of its diagonal" in text
     assert f"Pokes the object {pokes['count']} times" in text
     assert f"random downward push up to {drop['jitter']:g} m/s per variant" in text
 
@@ -121,6 +123,7 @@ def test_the_readme_states_the_same_defaults():
         f"*radius* {pokes['radius']:g} of the diagonal",
         f"*duration* {pokes['duration']:g} s",
         f"*strain* {pokes['strain']:g} ({100 * pokes['strain']:.0f}%)",
+        f"*displacement* {pokes['displacement']:g} of the diagonal",
         f"*radius* {keyed['radius']:g} of the diagonal",
         f"*keys* {keyed['keys']} random keys",
         f"*reach* {keyed['reach']:g} of the diagonal",
@@ -157,6 +160,56 @@ def test_the_automatic_drop_does_what_the_help_says():
     # a 1 s bake cuts it to a fall that lands in its first 40%: 0.5 g (0.4 s)^2 = 0.78 m
     ctx.frames = 24
     assert sc.drop_height(ctx) == pytest.approx(0.5 * 9.81 * 0.4**2)
+
+
+def test_the_poke_sizing_does_what_the_help_says():
+    """The help's rule is the code's: each strain-sized poke, solved on the linearized body
+    (rest Hessian, pins held), reaches 'strain' or 'displacement' diagonals, whichever comes
+    first, and passes neither; a slender pinned bar (1 x 0.1 x 0.1 m) is held to the
+    displacement, a compact pinned block (0.3 m) to the strain; no force lands on a pin."""
+    import scipy.sparse.linalg as spla
+    from neural_rom.core import scenarios as sc
+    from neural_rom.core.fem import Material, TetFEM, deformation_gradient, mass_matrix
+    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.sim import boundary_vertices
+
+    pokes = sc.default_scenario("random_pokes")
+    pokes["count"] = 1
+    rubber = Material.preset("rubber")
+    held = {}
+    for name, size, cells in (
+        ("bar", (1.0, 0.1, 0.1), (10, 1, 1)),
+        ("block", (0.3,) * 3, (3,) * 3),
+    ):
+        X, T = grid_tetmesh(size, cells)
+        pinned = np.flatnonzero(X[:, 0] < 1e-9)
+        free = np.ones(X.size, bool)
+        free[(3 * pinned[:, None] + np.arange(3)).ravel()] = False
+        fem = TetFEM(X, T, rubber)
+        solve = spla.factorized(fem.hessian(X, project=True).tocsc()[free][:, free])
+        diag = float(np.linalg.norm(X.max(0) - X.min(0)))
+        held[name] = []
+        for seed in range(6):
+            # 1 ms frames: the sampled sin^2 pulse peaks within 1e-4 of its size
+            ctx = sc.SceneContext(
+                X=X, surface=boundary_vertices(T), mass=mass_matrix(X, T, rubber.density),
+                pinned=pinned, frames=1000, dt=1e-3, gravity=np.array([0, 0, -9.81]),
+                colliders=[], T=T, material=rubber,
+            )  # fmt: skip
+            forces = sc.ScenarioDriver(pokes, ctx, seed).forces
+            assert not forces[:, pinned].any()
+            peak = forces[np.argmax(np.abs(forces).sum(axis=(1, 2)))]
+            u = np.zeros(X.size)
+            u[free] = solve(peak.ravel()[free])
+            u = u.reshape(-1, 3)
+            G = deformation_gradient(X + u, T, fem.Dm_inv) - np.eye(3)
+            strain = float(np.abs(np.linalg.eigvalsh(0.5 * (G + G.transpose(0, 2, 1)))).max())
+            moved = float(np.linalg.norm(u, axis=1).max()) / diag
+            assert strain < pokes["strain"] * 1.001 and moved < pokes["displacement"] * 1.001
+            # the one it reached
+            assert max(strain / pokes["strain"], moved / pokes["displacement"]) > 0.999
+            held[name].append(moved > pokes["displacement"] * 0.999)
+    assert all(held["bar"]) and not any(held["block"]), held
 
 
 # ---------------------------------------------------------------------------------------
