@@ -328,11 +328,10 @@ def rollout(sim, cache, record: list | None = None) -> dict:
     phase (``phases``, ms) and, for a latent model, the objective evaluations per step
     (``evals``).
     """
-    from neural_rom.core.bake import BakeSpec, setup_scenario
+    from neural_rom.core.bake import replay_scenario
     from neural_rom.core.sim import FrameInputs
 
-    X, T = np.asarray(cache.X), np.asarray(cache.T)
-    _, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
+    _, driver = replay_scenario(cache)
     full = cache.channel("positions")
     sim.start_from(driver.x0, driver.v0, driver.forces[0])
     if record is not None:
@@ -373,10 +372,9 @@ def profile_rollout(sim, cache, top: int = 14) -> str:
 def full_rollout(cache) -> dict:
     """Full-space Newton re-run of the bake: time and iterations (the error, to the bake
     itself, only checks the re-run is the same simulation)."""
-    from neural_rom.core.bake import BakeSpec, setup_scenario
+    from neural_rom.core.bake import replay_scenario
 
-    X, T = np.asarray(cache.X), np.asarray(cache.T)
-    sim, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
+    sim, driver = replay_scenario(cache)
     sim.reset(driver.x0, driver.v0)
     sim.forces = driver.forces[0].copy()
     full = cache.channel("positions")

@@ -240,6 +240,51 @@ def setup_scenario(X, T, spec: BakeSpec):
     return sim, driver
 
 
+def replay_scenario(cache) -> tuple[Simulation, ScenarioDriver]:
+    """The simulation and scenario of a bake, as :func:`setup_scenario` makes them from the
+    spec the bake recorded, with every input the bake recorded put back: the initial
+    positions and velocities, the contact stiffness, and per committed frame the external
+    forces, pin targets and collider transforms. A replay (training's validation, Compare with Bake, the headless
+    compare) thus steps what the bake stepped even when the scenario generator has changed
+    since (new defaults, other random draws); a bake without a channel keeps the generated
+    input for it.
+
+    Raises
+    ------
+    CacheError
+        The bake records another number of colliders than its scenario makes.
+    """
+    X, T = np.asarray(cache.X, dtype=float), np.asarray(cache.T)
+    sim, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
+    F = min(int(cache.n_frames), len(driver.forces))
+    have = cache.channels
+    kappa = cache.meta.get("contact_stiffness")
+    if kappa is not None:  # the penalty the bake ran with (bakes before it: the rule's)
+        sim.kappa = float(kappa)
+        sim.settings.contact_stiffness = sim.kappa
+    if F == 0:
+        return sim, driver
+    driver.x0 = np.array(cache.channel("positions")[0], dtype=np.float64)
+    if "velocities" in have:
+        driver.v0 = np.array(cache.channel("velocities")[0], dtype=np.float64)
+    if "forces" in have:
+        driver.forces[:F] = cache.channel("forces")[:F]
+    if "pin_targets" in have and driver.pin_targets.shape[1:] == have["pin_targets"].shape:
+        driver.pin_targets[:F] = cache.channel("pin_targets")[:F]
+    if "colliders" in have:
+        rec = np.asarray(cache.channel("colliders")[:F], dtype=np.float64)
+        if rec.shape[1] != len(driver.collider_dicts):
+            raise CacheError(
+                f"bake {cache.path} records {rec.shape[1]} collider(s) but its scenario makes "
+                f"{len(driver.collider_dicts)}; re-bake it."
+            )
+        for i, c in enumerate(driver.collider_dicts):
+            track = np.array(rec[:, i])
+            c["transforms"] = track.tolist()
+            driver.collider_tracks[i] = track
+    return sim, driver
+
+
 def impact_speed(sim: Simulation, driver: ScenarioDriver) -> float:
     """The fastest a contact point of ``sim`` can arrive at a collider in the scenario of
     ``driver``, m/s: an upper estimate that sizes the penalty stiffness (``setup_scenario``).

@@ -36,7 +36,7 @@ def replay_bake(
     sim : a :class:`.reduced.Simulator` of the bake's (world-space) tet mesh
     cache : :class:`.cache.BakeCache` (only ``n_frames`` and ``mesh`` sizes are read)
     driver : :class:`.scenarios.ScenarioDriver` of the bake
-        ``setup_scenario(cache.X, cache.T, BakeSpec.from_dict(cache.meta["spec"]))[1]``.
+        ``core.bake.replay_scenario(cache)[1]`` (the inputs the bake recorded).
     cancel : called before each step; True raises :class:`JobCancelled`
     step_seconds : when given, the wall time of each step (s) is appended to it
     progress : ``progress(f, F - 1)`` after frame ``f`` was stepped
@@ -195,10 +195,10 @@ def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | N
     """
     from pathlib import Path
 
-    from .bake import BakeSpec, setup_scenario
+    from .bake import replay_scenario
 
-    X, T = np.asarray(cache.X, dtype=float), np.asarray(cache.T)
-    _, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
+    X = np.asarray(cache.X, dtype=float)
+    _, driver = replay_scenario(cache)
     sim = make_sim(driver)
     times: list[float] = []
     try:

@@ -76,7 +76,7 @@ def compare_with_bake(
     SimulationError
         The model cannot replay the bake (time step) or diverged.
     """
-    from .bake import BakeSpec, setup_scenario
+    from .bake import replay_scenario
     from .cache import BakeCache
     from .compare import closest_shapes, error_stats, replay_bake, vertex_errors
 
@@ -97,9 +97,7 @@ def compare_with_bake(
             "trained on (the object moved in between); re-bake, or re-train on this bake."
         )
     _, n_surface, emb = read_render_map(spec)
-    _, driver = setup_scenario(
-        np.asarray(cache.X), np.asarray(cache.T), BakeSpec.from_dict(cache.meta["spec"])
-    )
+    _, driver = replay_scenario(cache)
     seconds: list[float] = []
     try:
         P = replay_bake(

@@ -77,14 +77,12 @@ def put_back(ball, fields: dict):
 def replay_ms(ball, scene, rec) -> float:
     """Milliseconds per reduced step replaying ``rec`` (the step alone: no mesh writes)."""
     from neural_rom.addon import bakes, simulate
-    from neural_rom.core.bake import BakeSpec, setup_scenario
+    from neural_rom.core.bake import replay_scenario
     from neural_rom.core.compare import replay_bake
 
     cache = bakes.open_bake(ball, rec)
     d = simulate.Driver(ball, scene)
-    _, driver = setup_scenario(
-        np.asarray(cache.X), np.asarray(cache.T), BakeSpec.from_dict(cache.meta["spec"])
-    )
+    _, driver = replay_scenario(cache)
     seconds: list[float] = []
     replay_bake(d.sim, cache, driver, step_seconds=seconds)
     return 1000.0 * float(np.median(seconds))

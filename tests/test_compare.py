@@ -43,8 +43,8 @@ def _bake(tmp, scenario, *, pinned=True, frames=10, damping=(0.5, 0.0), gravity=
     )
     path = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, tmp, "b")[0]
     cache = BakeCache.open(path)
-    # the variant's own spec (its seed is derived): what a replay must use
-    _, driver = bk.setup_scenario(cache.X, cache.T, bk.BakeSpec.from_dict(cache.meta["spec"]))
+    # the variant's own spec (its seed is derived) and the inputs it recorded
+    _, driver = bk.replay_scenario(cache)
     return cache, driver
 
 
@@ -72,6 +72,47 @@ def _reduced(cache, driver, U):
 
 
 POKES = {"kind": "random_pokes", "count": 2, "strength": 1.0, "duration": 0.3}
+
+
+def test_a_replay_steps_the_inputs_the_bake_recorded_not_regenerated_ones(tmp_path):
+    """A bake made before a change of the scenario generator (here: its recorded spec says
+    another seed, so the pokes, the collider's path and the start regenerate elsewhere) is
+    replayed with what it recorded: the full-space simulation of replay_scenario retraces the
+    bake to Newton's tolerance; the regenerated scenario would not."""
+    pokes = bk.default_scenario("random_pokes")
+    pokes.update(count=2, duration=0.1)
+    sphere = bk.default_scenario("keyframed_colliders")
+    scenario = {"kind": "composite", "parts": [pokes, sphere]}
+    cache, _ = _bake(tmp_path, scenario, frames=8)
+    cache.meta["spec"]["seed"] = int(cache.meta["spec"]["seed"]) + 1  # "another generator"
+    _, regenerated = bk.setup_scenario(
+        cache.X, cache.T, bk.BakeSpec.from_dict(cache.meta["spec"])
+    )
+    sim, driver = bk.replay_scenario(cache)
+    recorded = cache.channel("forces")
+    assert np.abs(regenerated.forces[: cache.n_frames] - recorded).max() > 1.0  # N: differs
+    np.testing.assert_array_equal(driver.forces[: cache.n_frames], recorded)
+    np.testing.assert_array_equal(
+        np.stack([driver.collider_matrices(f) for f in range(cache.n_frames)]),
+        cache.channel("colliders"),
+    )
+    full = cache.channel("positions")
+    sim.reset(driver.x0, driver.v0)
+    sim.forces = driver.forces[0].copy()
+    sim.pin_targets = driver.pin_targets[0].copy()
+    sim.colliders = driver.colliders(0)
+    assert sim.kappa == cache.meta["contact_stiffness"]
+    diag = float(np.linalg.norm(np.ptp(np.asarray(cache.X), axis=0)))
+    for f in range(1, cache.n_frames):
+        sim.step(driver.inputs(f))
+        assert np.abs(sim.x - full[f]).max() < 1e-4 * diag, f
+
+
+def test_a_bake_recording_other_colliders_than_its_scenario_is_refused(tmp_path):
+    cache, _ = _bake(tmp_path, bk.default_scenario("keyframed_colliders"), frames=3)
+    cache.meta["spec"]["scenario"] = bk.default_scenario("random_pokes")
+    with pytest.raises(bk.CacheError, match="records 1 collider"):
+        bk.replay_scenario(cache)
 
 
 def test_replay_equals_stepping_by_hand(tmp_path):
