@@ -217,24 +217,14 @@ class LatentSimulation(SubspaceModel):
         self._reset_frame()
 
     def get_state(self) -> dict:
-        return {
-            "z": self.z.copy(),
-            "q": self.q.copy(),
-            "qdot": self.qdot.copy(),
-            "frame": self.frame,
-            "f_ext": self.f_ext.copy(),
-            "colliders": [c.to_dict() for c in self.colliders],
-            **self._frame_state(),
-        }
+        return {"z": self.z.copy(), **super().get_state()}
 
     def set_state(self, state: dict) -> None:
-        self.z = np.array(state["z"], dtype=float)
-        self.q = np.array(state["q"], dtype=float) if "q" in state else self.decoder.forward(self.z)
-        self.qdot = np.array(state["qdot"], dtype=float)
-        self.frame = int(state["frame"])
-        self.f_ext = np.array(state["f_ext"], dtype=float)
-        self.colliders = [Collider(**c) for c in state["colliders"]]
-        self._set_frame_state(state)
+        z = np.array(state["z"], dtype=float)
+        if "q" not in state:  # states saved with the latent alone
+            state = {**state, "q": self.decoder.forward(z)}
+        super().set_state(state)
+        self.z = z
 
     def positions(self) -> np.ndarray:
         """(n, 3) world positions ``R psi(z) + c = R (X + U phi(z)) + c``, metres (``R, c``:

@@ -178,6 +178,26 @@ class SubspaceModel(FrameMixin, SimulatorBase):
     :class:`ReducedSimulation`.
     """
 
+    def get_state(self) -> dict:
+        """The reduced coordinates ``q``, their velocity, the frame, the last reduced forces,
+        the colliders and the pins' frame (subclasses add what else they carry)."""
+        return {
+            "q": self.q.copy(),
+            "qdot": self.qdot.copy(),
+            "frame": self.frame,
+            "f_ext": self.f_ext.copy(),
+            "colliders": [c.to_dict() for c in self.colliders],
+            **self._frame_state(),
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.q = np.array(state["q"], dtype=float)
+        self.qdot = np.array(state["qdot"], dtype=float)
+        self.frame = int(state["frame"])
+        self.f_ext = np.array(state["f_ext"], dtype=float)
+        self.colliders = [Collider(**c) for c in state["colliders"]]
+        self._set_frame_state(state)
+
     def _setup(
         self,
         X: np.ndarray,

@@ -95,24 +95,6 @@ class ReducedSimulation(SubspaceModel):
         self.f_ext = np.zeros(self.k)
         self._reset_frame()
 
-    def get_state(self) -> dict:
-        return {
-            "q": self.q.copy(),
-            "qdot": self.qdot.copy(),
-            "frame": self.frame,
-            "f_ext": self.f_ext.copy(),
-            "colliders": [c.to_dict() for c in self.colliders],
-            **self._frame_state(),
-        }
-
-    def set_state(self, state: dict) -> None:
-        self.q = np.array(state["q"], dtype=float)
-        self.qdot = np.array(state["qdot"], dtype=float)
-        self.frame = int(state["frame"])
-        self.f_ext = np.array(state["f_ext"], dtype=float)
-        self.colliders = [Collider(**c) for c in state["colliders"]]
-        self._set_frame_state(state)
-
     def positions(self) -> np.ndarray:
         """(n, 3) world positions ``R (X + U q) + c``, metres (``R, c``: the pins' frame)."""
         return self.world(self.X + (self.U @ self.q).reshape(-1, 3))
