@@ -315,6 +315,7 @@ def on_compare_done(obj: bpy.types.Object, job: dict, result: dict) -> Compariso
     bm.store_rest(obj.data)
     ghost = _make_ghost(obj, job["placement"], job["display"])
     st = c.stats
+    closest = result.get("closest_max")  # None: a model without closest shapes
     obj[PROP] = {
         "bake": rec.name,
         "bake_path": rec.path,
@@ -326,6 +327,9 @@ def on_compare_done(obj: bpy.types.Object, job: dict, result: dict) -> Compariso
         "max_error": st["max"],
         "mean_error": st["mean"],
         "rms_error": st["rms"],
+        # the model's closest shapes to the bake's (its PCA projection): the error a perfect
+        # replay would still have; the rest of the error is the dynamics'
+        "closest_max_error": -1.0 if closest is None else float(closest),
     }
     _results[obj.name] = c
     apply_frame(obj, paths.scene_of(obj))

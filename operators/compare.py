@@ -58,9 +58,11 @@ class NEURAL_ROM_OT_compare_bake(bpy.types.Operator):
             if not shown:
                 return f"Compare with Bake of '{obj.name}' showed nothing"
             st = shown[0].stats
+            closest = obj.get(compare.PROP, {}).get("closest_max_error", -1.0)
+            shapes = f" (closest shapes {closest * 1000:.3g} mm)" if closest >= 0 else ""
             return (
                 f"Reduced vs full space over {st['frames']} frames: max error "
-                f"{st['max'] * 1000:.3g} mm, mean {st['mean'] * 1000:.3g} mm"
+                f"{st['max'] * 1000:.3g} mm, mean {st['mean'] * 1000:.3g} mm{shapes}"
             )
 
         return launch_job(

@@ -425,6 +425,9 @@ def draw_compare(layout, obj, scene) -> None:
         f"mean {info.get('mean_error', 0.0) * 1000:.3g} mm"
     )
     box.label(text=f"RMS error {info.get('rms_error', 0.0) * 1000:.3g} mm")
+    closest = info.get("closest_max_error", -1.0)
+    if closest >= 0:  # shapes vs dynamics: what the model's space alone cannot reach
+        box.label(text=f"Closest shapes: max {closest * 1000:.3g} mm")
     c = compare._results.get(obj.name)
     if c is not None:
         k = c.index(scene.frame_current)

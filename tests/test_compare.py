@@ -274,6 +274,16 @@ def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
     assert info["max_error"] == pytest.approx(err.max(), rel=1e-9)
     assert info["mean_error"] == pytest.approx(err.mean(), rel=1e-9)
     assert info["frames"] == rec.frames == len(err)
+    # the closest shapes (the model's PCA projection of each bake frame), on the render mesh
+    from neural_rom.addon.tets import load_tets, render_world
+    from neural_rom.core.registry import load_simulator
+
+    sim, _ = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
+    x_full = np.asarray(rm.cache.channel("positions"))
+    shapes = np.stack([render_world(load_tets(obj), sim.closest_shape(x)) for x in x_full])
+    closest = np.linalg.norm(shapes - full, axis=-1).max()
+    assert info["closest_max_error"] == pytest.approx(closest, rel=1e-6)
+    assert 0 < closest < err.max()  # 4 modes reach the bake's shapes better than they replay it
     M = bm.matrix(obj)
     for k in (3, 0, rec.frames - 1):
         scene.frame_set(f0 + k)
