@@ -169,11 +169,14 @@ decoder         multidual  multicomplex  torch.func   J alone: nnet JVPs / multi
 The multidual jet is 15-20x faster than the multicomplex step (fewer rows, and no recursive
 multicomplex ``sin``) and 50-130x faster than ``torch.func`` (whose per-call overhead
 dominates at these sizes): the runtime should use it and keep the multicomplex step as the
-reference of the tests. A Newton iteration's derivatives cost 0.6-1 ms at ``n_q = 8`` on an
-8 x 128 decoder (0.60 ms timed alone when the machine was less loaded), so the issue's budget
-(under 2 ms of derivative work per step) allows two or three iterations per step. The same
-call on a width-8 decoder, with next to no arithmetic, takes 0.23 ms: numpy's per-call
-overhead is about 40% of the cost.
+reference of the tests. A Newton iteration's derivatives cost 0.6-0.9 ms at ``n_q = 8`` on
+an 8 x 128 decoder (timed alone at different loads), so the issue's budget (under 2 ms of
+derivative work per step) allows two or three iterations per step. Where it goes, in the
+0.91 ms run: of 0.73 ms for the jet, its matrix products (36 rows per layer) take
+0.36 ms; of 0.18 ms for the left contraction, 0.08 ms; the rest is elementwise work and
+numpy's per-call overhead (the same calls on a width-8 decoder take 0.23 ms). Folding ``v``
+into the ``dq`` path (``d^2/dt^2 D(q + t dq + t^2 v/2)`` gives ``H[., v] + S[., dq, dq]``
+in one block, 3 n_q + 4 rows) was tried and saved only 6%, so the terms stay separate.
 """
 
 from __future__ import annotations
