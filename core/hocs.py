@@ -43,7 +43,9 @@ exact Jacobian, ``K = df_int/du``:
     g = M \\tilde J a + M \\hat H[\\Delta q, \\Delta q] + h^2 (f_{int} - f_{ext}),
 
 where ``g^T H^`` is the (n_q, n_q) matrix ``sum_n g_n H^_n`` (the left contraction of
-sec. 4.4). The middle term is the paper's ``J~^T M [U, dJ + J]`` with
+sec. 4.4). Any other force of ``u`` (contact, pokes, Rayleigh damping frozen over the step,
+``D~ (u - u_n) / h``, as the other runtimes do) enters exactly like ``f_int``: into ``g`` and,
+through its derivative in ``u``, into ``K``. The middle term is the paper's ``J~^T M [U, dJ + J]`` with
 ``dJ = S[., dq, dq] + H[., 3 dq - h q'_n]`` (eq. 12). Where our copy of the paper differs:
 
 * eq. 11 subtracts ``h^2 H~^T (f_int - f_ext)``; differentiating ``+h^2 J~^T (f_int - f_ext)``
