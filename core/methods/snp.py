@@ -1,0 +1,719 @@
+"""Subspace Neural Physics (Holden et al. 2019): the runtime of the ``snp`` method.
+
+No physics is solved at run time: a network trained on bakes predicts the next state of a
+PCA subspace from the two before and the state of what acts on the object (sec. 3, 5).
+
+Positions, in the object's reference frame ``(R, c)`` (``x = R y + c``), are
+
+    y = y_mu + U z            (sec. 5.1; U (3n, u) orthonormal columns, y_mu the mean pose)
+
+so ``z = U^T (y - y_mu)`` (mean-centred PCA, not mass-weighted: the paper's, and the
+vertex-error measure it minimizes). The external state of a frame is a feature vector ``f``
+(:func:`external_features`): each collider's transform in the reference frame and its size,
+gravity in the frame, and the frame's velocity, acceleration, angular velocity and angular
+acceleration in it (zero when the frame does not move). It is clipped to the range the
+training saw (sec. 8.1), standardized and rotated by its PCA (``w = V (f - f_mu) / f_sd``,
+the features that never varied dropped; the paper's ``W = V (Y - y_mu)`` with ``v = e``).
+A step is eq. (1) and (3)::
+
+    z_bar = alpha * z_{t-1} + beta * (z_{t-1} - z_{t-2})                        eq. (1)
+    z_t   = clip( z_bar + s * Phi([z_bar / s, z_{t-1} / s, w_t]) )              eq. (3)
+
+``alpha``, ``beta`` (u,) are the per-mode least-squares fit of eq. (2), ``Phi`` a ReLU
+network (:class:`core.nnet.MLP`, evaluated in float64), ``s`` one scalar (the standard
+deviation of the first PCA coordinate over the training frames) that makes the network's
+inputs and outputs O(1) whatever the object's size; it folds the paper's unnormalized
+network into ours exactly. ``clip`` keeps each coordinate within the range of the training
+frames (sec. 8.1), which bounds the output whatever the inputs.
+
+Where we depart from the paper, and why:
+
+* The reference frame of our FEM bakes is the pins' frame (:mod:`core.frame`: a pinned
+  object's pins move rigidly with the object's animation), fitted each frame from the pin
+  targets; without pins it is the world. Its velocity terms are finite differences of the
+  last three poses (``omega = log(R_{t-1}^T R_t) / dt``, in the frame). A driving transform
+  (``FrameInputs.reference_frame``, a cloth's owner or bone) fits the same features later.
+* A collider the frame lacks (fewer colliders than the model was trained with) is put far
+  above the object (:data:`FAR_DIAGONALS` bounding-box diagonals), which the input clipping
+  turns into the farthest place above it that training saw: "no collider" means "out of
+  reach", not "at its average position", which may be in contact.
+* The runtime state is ``(z_{t-1}, z_{t-2})``, the poses of the last three frames and the
+  colliders (the last ones stay when a frame gives none), so ``get_state``/``set_state``
+  continue bit-identically.
+
+The trainer is :mod:`training.snp` (torch); this module is numpy only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from ..colliders import Collider
+from ..errors import CacheError, SimulationError
+from ..frame import IDENTITY, Pose, fit_pose
+from ..modelfile import save_model
+from ..nnet import MLP
+from ..registry import Method, Setting
+from ..sim import FrameInputs, SimSettings, StepReport
+from ..simulator import SimulatorBase
+from .common import SUBSPACE_SETTINGS
+
+NAME = "snp"
+
+#: Features of one collider: its 3x4 transform in the reference frame (rotation rows, then
+#: translation), its radius and its half length (m).
+COLLIDER_FEATURES = 14
+#: Features of the reference frame: gravity in it (m/s^2), its velocity (m/s), acceleration
+#: (m/s^2), angular velocity (rad/s) and angular acceleration (rad/s^2), all in the frame.
+FRAME_FEATURES = 15
+#: A missing collider is placed this many rest bounding-box diagonals above the object.
+FAR_DIAGONALS = 10.0
+#: A feature whose standard deviation over the training frames is at most this fraction of
+#: (1 + |its mean|) never varied: it is dropped from the network's input (float round-off of
+#: a constant feature is ~1e-16 of it).
+CONSTANT_FEATURE = 1e-9
+
+
+# ------------------------------------------------------------------------------------------
+# The external state
+# ------------------------------------------------------------------------------------------
+
+
+def reference_pose(rest_pins: np.ndarray, targets: np.ndarray | None, guess: Pose) -> Pose:
+    """The reference frame of a pinned object: the rigid motion of its pins (Kabsch, as
+    :func:`core.frame.to_pin_frame` fits it); the identity while the pins are at rest, and
+    ``guess`` (the last pose) when ``targets`` is None or there are no pins."""
+    if targets is None or len(rest_pins) == 0:
+        return guess
+    targets = np.asarray(targets, dtype=np.float64).reshape(-1, 3)
+    if targets.shape != rest_pins.shape:
+        raise SimulationError(
+            f"Pin targets have shape {targets.shape}, expected {rest_pins.shape}."
+        )
+    if np.array_equal(targets, rest_pins):
+        return IDENTITY
+    if not np.all(np.isfinite(targets)):
+        raise SimulationError("The pin targets are not finite.")
+    return fit_pose(rest_pins, targets, guess)[0]
+
+
+def frame_features(poses: tuple[Pose, Pose, Pose], gravity: np.ndarray, dt: float) -> np.ndarray:
+    """(15,) features of the reference frame at frame t (:data:`FRAME_FEATURES`).
+
+    Parameters
+    ----------
+    poses : the frame's poses at t, t-1, t-2 (world from frame)
+    gravity : (3,) m/s^2, world
+    dt : seconds per frame
+    """
+    p0, p1, p2 = poses
+    if p0 is IDENTITY and p1 is IDENTITY and p2 is IDENTITY:  # the common case, fast
+        return np.concatenate([np.asarray(gravity, float), np.zeros(12)])
+    Rt = p0.R.T
+    vel = Rt @ (p0.c - p1.c) / dt
+    acc = Rt @ (p0.c - 2.0 * p1.c + p2.c) / dt**2
+    w0 = _rotvec(p1.R.T @ p0.R) / dt
+    w1 = _rotvec(p2.R.T @ p1.R) / dt
+    return np.concatenate([Rt @ np.asarray(gravity, float), vel, acc, w0, (w0 - w1) / dt])
+
+
+def _rotvec(R: np.ndarray) -> np.ndarray:
+    if np.array_equal(R, np.eye(3)):
+        return np.zeros(3)
+    return Rotation.from_matrix(R).as_rotvec()
+
+
+def collider_features(transforms: np.ndarray, sizes: np.ndarray, pose: Pose) -> np.ndarray:
+    """(c * 14,) features of colliders (:data:`COLLIDER_FEATURES`) in the frame ``pose``:
+    per collider its rotation (row-major), translation, radius and half length.
+
+    Parameters
+    ----------
+    transforms : (c, 4, 4) world transforms
+    sizes : (c, 2) radius and half length of each, m
+    """
+    M = np.asarray(transforms, dtype=np.float64).reshape(-1, 4, 4)
+    if pose is not IDENTITY and not pose.is_identity:
+        inv = np.eye(4)
+        inv[:3, :3] = pose.R.T
+        inv[:3, 3] = -pose.R.T @ pose.c
+        M = inv @ M
+    sizes = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+    return np.concatenate([M[:, :3, :3].reshape(-1, 9), M[:, :3, 3], sizes], axis=1).reshape(-1)
+
+
+@dataclass
+class ExternalEncoder:
+    """External features ``f`` (e,) -> network input ``w`` (v,): clip to the training range
+    (sec. 8.1), standardize, keep the features that varied, rotate by their PCA (sec. 5.1).
+
+    Attributes
+    ----------
+    lo, hi : (e,) clipping range
+    mean, sd : (e,) statistics of the training features (sd 1 where a feature is dropped)
+    keep : (e',) indices of the features that varied
+    V : (v, e') PCA rows of the standardized kept features
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+    mean: np.ndarray
+    sd: np.ndarray
+    keep: np.ndarray
+    V: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.keep = np.asarray(self.keep, dtype=np.int64)
+        self.V = np.asarray(self.V, dtype=np.float64).reshape(-1, len(self.keep))
+        # w = V_s f_keep - offset, one product per frame
+        self._Vs = self.V / np.asarray(self.sd, float)[self.keep]
+        self._offset = self._Vs @ np.asarray(self.mean, float)[self.keep]
+
+    @property
+    def size(self) -> int:
+        return int(self.V.shape[0])
+
+    def encode(self, f: np.ndarray) -> np.ndarray:
+        """``w`` (v,) or (F, v) of features ``f`` (e,) or (F, e)."""
+        f = np.minimum(np.maximum(f, self.lo), self.hi)
+        return f[..., self.keep] @ self._Vs.T - self._offset
+
+    def to_arrays(self, prefix: str = "external.") -> dict:
+        return {
+            prefix + k: np.asarray(getattr(self, k))
+            for k in ("lo", "hi", "mean", "sd", "keep", "V")
+        }
+
+    @classmethod
+    def from_arrays(cls, a: dict, prefix: str = "external.") -> ExternalEncoder:
+        return cls(**{k: a[prefix + k] for k in ("lo", "hi", "mean", "sd", "keep", "V")})
+
+
+@dataclass
+class SNPParameters:
+    """Everything a trained model holds (the model file's arrays and metadata).
+
+    Attributes
+    ----------
+    X : (n, 3) rest positions (m, world as baked)
+    mean : (n, 3) mean pose ``y_mu`` in the reference frame (m)
+    U : (3n, u) orthonormal PCA basis
+    alpha, beta : (u,) the initial model (eq. 1-2)
+    z_lo, z_hi : (u,) output clipping range (sec. 8.1)
+    scale : ``s``, m (see the module docstring)
+    encoder : the external state's encoder
+    net : the residual network Phi (in: 2u + v, out: u); None runs eq. (1) alone
+    sizes : (c, 2) radius and half length of each collider slot, m
+    kinds : the collider kind of each slot
+    pinned : (p,) pinned vertices, whose rigid motion is the reference frame
+    """
+
+    X: np.ndarray
+    mean: np.ndarray
+    U: np.ndarray
+    alpha: np.ndarray
+    beta: np.ndarray
+    z_lo: np.ndarray
+    z_hi: np.ndarray
+    scale: float
+    encoder: ExternalEncoder
+    net: MLP | None
+    sizes: np.ndarray
+    kinds: list
+    pinned: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.X = np.ascontiguousarray(self.X, dtype=np.float64)
+        n = len(self.X)
+        self.mean = np.ascontiguousarray(self.mean, dtype=np.float64).reshape(n, 3)
+        self.U = np.ascontiguousarray(self.U, dtype=np.float64)
+        if self.U.ndim != 2 or self.U.shape[0] != 3 * n:
+            raise SimulationError(f"Basis has shape {self.U.shape}; expected ({3 * n}, u).")
+        u = self.U.shape[1]
+        for name in ("alpha", "beta", "z_lo", "z_hi"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(u))
+        self.sizes = np.asarray(self.sizes, dtype=np.float64).reshape(-1, 2)
+        self.pinned = np.asarray(self.pinned, dtype=np.int64).reshape(-1)
+        self.kinds = [str(k) for k in self.kinds]
+        self.scale = float(self.scale)
+        if self.net is not None and (
+            self.net.in_dim != 2 * u + self.encoder.size or self.net.out_dim != u
+        ):
+            raise SimulationError(
+                f"The network takes {self.net.in_dim} inputs and gives {self.net.out_dim}; "
+                f"a model of {u} modes and {self.encoder.size} external coordinates needs "
+                f"{2 * u + self.encoder.size} and {u}."
+            )
+
+    @property
+    def u(self) -> int:
+        return int(self.U.shape[1])
+
+    @property
+    def n_features(self) -> int:
+        return FRAME_FEATURES + COLLIDER_FEATURES * len(self.sizes)
+
+    def far_transform(self) -> np.ndarray:
+        """The (4, 4) transform, in the reference frame, of a collider the frame lacks."""
+        M = np.eye(4)
+        lo, hi = self.X.min(0), self.X.max(0)
+        M[:3, 3] = 0.5 * (lo + hi) + np.array([0.0, 0.0, FAR_DIAGONALS * np.linalg.norm(hi - lo)])
+        return M
+
+    def to_arrays(self) -> tuple[dict, dict]:
+        arrays = {
+            "X": self.X,
+            "mean": self.mean,
+            "U": self.U,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "z_lo": self.z_lo,
+            "z_hi": self.z_hi,
+            "collider_sizes": self.sizes,
+            "pinned": self.pinned,
+            **self.encoder.to_arrays(),
+        }
+        meta = {"scale": self.scale, "collider_kinds": self.kinds, "network": None}
+        if self.net is not None:
+            net_arrays, meta["network"] = self.net.to_arrays(prefix="net.")
+            arrays.update(net_arrays)
+        return arrays, meta
+
+    @classmethod
+    def from_arrays(cls, a: dict, meta: dict) -> SNPParameters:
+        net = None if meta.get("network") is None else MLP.from_arrays(a, meta["network"])
+        return cls(
+            X=a["X"],
+            mean=a["mean"],
+            U=a["U"],
+            alpha=a["alpha"],
+            beta=a["beta"],
+            z_lo=a["z_lo"],
+            z_hi=a["z_hi"],
+            scale=meta["scale"],
+            encoder=ExternalEncoder.from_arrays(a),
+            net=net,
+            sizes=a["collider_sizes"],
+            kinds=meta["collider_kinds"],
+            pinned=a["pinned"],
+        )
+
+
+def initial_model(z1: np.ndarray, z2: np.ndarray, alpha: np.ndarray, beta: np.ndarray):
+    """``z_bar = alpha z_{t-1} + beta (z_{t-1} - z_{t-2})``, eq. (1) of Holden 2019."""
+    return alpha * z1 + beta * (z1 - z2)
+
+
+# ------------------------------------------------------------------------------------------
+# The simulator
+# ------------------------------------------------------------------------------------------
+
+
+class SNPSimulation(SimulatorBase):
+    """The per-frame step of a Subspace Neural Physics model (see the module docstring).
+
+    Parameters
+    ----------
+    params : the trained model
+    settings : the time step (and gravity) the model was trained at
+    colliders : the colliders before the first frame
+    """
+
+    def __init__(
+        self,
+        params: SNPParameters,
+        settings: SimSettings | None = None,
+        colliders: list[Collider] | None = None,
+    ) -> None:
+        self.p = params
+        self.settings = settings or SimSettings()
+        self.dt = float(self.settings.dt)
+        self.gravity = np.asarray(self.settings.gravity, dtype=np.float64)
+        self.rest_pins = self.p.X[self.p.pinned]
+        self._far = self.p.far_transform()
+        self._initial_colliders = list(colliders or [])
+        self.reset()
+
+    # ------------------------------------------------------------------------- state
+    def reset(self) -> None:
+        """Back to rest at frame 0 (the rest pose's PCA coordinates, not moving)."""
+        z = self.encode(self.p.X)
+        self.z1, self.z2 = z, z.copy()
+        self.poses = (IDENTITY, IDENTITY, IDENTITY)
+        self.colliders = list(self._initial_colliders)
+        self.frame = 0
+
+    def get_state(self) -> dict:
+        return {
+            "z1": self.z1.copy(),
+            "z2": self.z2.copy(),
+            "poses": [p.to_list() for p in self.poses],
+            "colliders": [c.to_dict() for c in self.colliders],
+            "frame": self.frame,
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.z1 = np.array(state["z1"], dtype=np.float64)
+        self.z2 = np.array(state["z2"], dtype=np.float64)
+        self.poses = tuple(_pose(p) for p in state["poses"])
+        self.colliders = [Collider(**c) for c in state["colliders"]]
+        self.frame = int(state["frame"])
+
+    # ------------------------------------------------------------- poses <-> states
+    def rest_positions(self) -> np.ndarray:
+        return self.p.X.copy()
+
+    def encode(self, y: np.ndarray) -> np.ndarray:
+        """PCA coordinates (u,) of positions ``y`` (n, 3) in the reference frame."""
+        return self.p.U.T @ (np.asarray(y, dtype=np.float64) - self.p.mean).reshape(-1)
+
+    def decode(self, z: np.ndarray) -> np.ndarray:
+        """Positions (n, 3) in the reference frame of PCA coordinates ``z`` (u,)."""
+        return self.p.mean + (self.p.U @ z).reshape(-1, 3)
+
+    def positions(self) -> np.ndarray:
+        """(n, 3) world positions ``R (y_mu + U z) + c``, metres."""
+        return self.poses[0].apply(self.decode(self.z1))
+
+    def _frame_of(self, x: np.ndarray) -> Pose:
+        return reference_pose(
+            self.rest_pins, x[self.p.pinned] if len(self.p.pinned) else None, IDENTITY
+        )
+
+    def closest_shape(self, x: np.ndarray) -> np.ndarray:
+        """The model's closest shape (n, 3) to world positions ``x``: the PCA projection in
+        the reference frame of ``x``."""
+        x = np.asarray(x, dtype=np.float64)
+        pose = self._frame_of(x)
+        y = x if pose.is_identity else (x - pose.c) @ pose.R
+        return pose.apply(self.decode(self.encode(y)))
+
+    def start_from(self, x: np.ndarray, v: np.ndarray, forces: np.ndarray | None = None) -> None:
+        """Start from world positions ``x`` and velocities ``v`` (n, 3): ``z_{t-1}`` encodes
+        ``x`` and ``z_{t-2}`` the positions a frame before, ``x - dt v`` (the frame at rest).
+        ``forces`` are not an input of this model."""
+        self.reset()
+        x = np.asarray(x, dtype=np.float64)
+        pose = self._frame_of(x)
+        prev = x - self.dt * np.asarray(v, dtype=np.float64)
+        if not pose.is_identity:
+            x, prev = (x - pose.c) @ pose.R, (prev - pose.c) @ pose.R
+        self.z1, self.z2 = self.encode(x), self.encode(prev)
+        self.poses = (pose, pose, pose)
+
+    # -------------------------------------------------------------------------- step
+    def features(self, colliders: list[Collider], poses: tuple[Pose, Pose, Pose]) -> np.ndarray:
+        """The external features (e,) of a frame (:func:`external_features`): the colliders
+        fill the model's slots in order; a slot the list leaves empty gets a collider out of
+        reach (:data:`FAR_DIAGONALS`), extra colliders are not seen."""
+        c = len(self.p.sizes)
+        mats, sizes = np.empty((c, 4, 4)), self.p.sizes.copy()
+        for i in range(c):
+            if i < len(colliders):
+                mats[i] = colliders[i].transform
+                sizes[i] = colliders[i].radius, colliders[i].half_length
+            else:
+                mats[i] = _world_matrix(poses[0], self._far)
+        return external_features(mats, sizes, poses, self.gravity, self.dt)
+
+    def predict(self, z1: np.ndarray, z2: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``z_t`` (u,) or (B, u) from ``z_{t-1}``, ``z_{t-2}`` and the external input
+        ``w_t``: eq. (1), eq. (3), clipped to the training range (sec. 8.1)."""
+        p = self.p
+        z_bar = initial_model(z1, z2, p.alpha, p.beta)
+        if p.net is not None:
+            s = p.scale
+            z_bar = z_bar + s * p.net.forward(np.concatenate([z_bar / s, z1 / s, w], axis=-1))
+        return np.minimum(np.maximum(z_bar, p.z_lo), p.z_hi)
+
+    def step(self, inputs: FrameInputs | None = None) -> StepReport:
+        """One frame: the colliders (the last ones when the frame has none) and the pins'
+        rigid motion (the reference frame) of ``inputs``; forces are not an input."""
+        t0 = time.perf_counter()
+        inputs = inputs or FrameInputs()
+        pose = reference_pose(self.rest_pins, inputs.pin_targets, self.poses[0])
+        poses = (pose, self.poses[0], self.poses[1])
+        cols = self.colliders if inputs.colliders is None else list(inputs.colliders)
+        w = self.p.encoder.encode(self.features(cols, poses))
+        z = self.predict(self.z1, self.z2, w)
+        if not np.all(np.isfinite(z)):
+            raise SimulationError(
+                f"Frame {self.frame + 1} of the Subspace Neural Physics model is not finite; "
+                "the model file is damaged: retrain it."
+            )
+        self.z2, self.z1 = self.z1, z
+        self.poses, self.colliders = poses, cols
+        self.frame += 1
+        return StepReport(substeps=1, wall_time=time.perf_counter() - t0)
+
+
+def _world_matrix(pose: Pose, local: np.ndarray) -> np.ndarray:
+    """World transform of a transform ``local`` (4, 4) given in the frame ``pose``."""
+    M = np.eye(4)
+    M[:3, :3] = pose.R
+    M[:3, 3] = pose.c
+    return M @ local
+
+
+def _pose(v) -> Pose:
+    pose = Pose.from_list(v)
+    return IDENTITY if pose.is_identity else pose  # the fast paths test for IDENTITY itself
+
+
+def external_features(
+    transforms: np.ndarray,
+    sizes: np.ndarray,
+    poses: tuple[Pose, Pose, Pose],
+    gravity: np.ndarray,
+    dt: float,
+) -> np.ndarray:
+    """The external state ``f`` (15 + 14 c,) of one frame: the reference frame's
+    (:func:`frame_features`), then each collider's (:func:`collider_features`), in the frame
+    ``poses[0]``. The trainer and the runtime both compute it here.
+
+    Parameters
+    ----------
+    transforms : (c, 4, 4) collider world transforms at the end of the frame
+    sizes : (c, 2) their radius and half length, m
+    poses : reference frame at t, t-1, t-2
+    gravity : (3,) m/s^2, world; dt : s
+    """
+    return np.concatenate(
+        [frame_features(poses, gravity, dt), collider_features(transforms, sizes, poses[0])]
+    )
+
+
+def feature_names(kinds: list[str]) -> list[str]:
+    """Names of the features of :func:`external_features` (the model file records them)."""
+    names = [
+        f"{what}_{a}"
+        for what in (
+            "gravity",
+            "velocity",
+            "acceleration",
+            "angular_velocity",
+            "angular_acceleration",
+        )
+        for a in "xyz"
+    ]
+    for i, kind in enumerate(kinds):
+        names += [f"collider{i}_{kind}_R{r}{c}" for r in range(3) for c in range(3)]
+        names += [f"collider{i}_{kind}_t{a}" for a in "xyz"]
+        names += [f"collider{i}_{kind}_radius", f"collider{i}_{kind}_half_length"]
+    return names
+
+
+# ------------------------------------------------------------------------------------------
+# Files and the record
+# ------------------------------------------------------------------------------------------
+
+
+def save(
+    path: str | Path,
+    *,
+    params: SNPParameters,
+    mesh_hash: str,
+    T: np.ndarray,
+    material,
+    settings: SimSettings,
+    metadata: dict | None = None,
+) -> Path:
+    """Write a Subspace Neural Physics model file.
+
+    Parameters
+    ----------
+    params : the trained model
+    mesh_hash, T : the tet mesh the bakes were made on (T is kept for the record)
+    material, settings : the bakes' physics (the time step is the model's)
+    metadata : training settings and metrics (JSON-able)
+    """
+    arrays, meta = params.to_arrays()
+    arrays["T"] = np.asarray(T, dtype=np.int64)
+    meta.update(
+        material=material.to_dict(),
+        settings=settings.to_dict(),
+        feature_names=feature_names(params.kinds),
+        **(metadata or {}),
+    )
+    return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
+
+
+def load(model, *, settings: SimSettings | None = None, colliders=None) -> SNPSimulation:
+    """The runtime of an opened Subspace Neural Physics model file. A learned model steps at
+    the frame rate it was trained at: another time step is refused."""
+    meta = model.metadata
+    stored = SimSettings(**meta["settings"])
+    if settings is not None and abs(settings.dt - stored.dt) > 1e-9 * stored.dt:
+        raise SimulationError(
+            f"This Subspace Neural Physics model was trained at {stored.dt:.6g} s per frame and "
+            f"cannot step {settings.dt:.6g} s: set the scene's frame rate to "
+            f"{1 / stored.dt:.6g} fps, or re-bake and retrain at this one."
+        )
+    try:
+        params = SNPParameters.from_arrays(model.arrays, meta)
+    except SimulationError as e:
+        raise CacheError(f"{Path(model.path).name}: {e} Retrain the model.") from e
+    return SNPSimulation(params, stored, colliders)
+
+
+SETTINGS = SUBSPACE_SETTINGS[:3] + (
+    Setting(
+        "external_modes",
+        "int",
+        None,
+        "External Modes",
+        "PCA coordinates of the external "
+        "state (colliders, gravity and the reference frame's motion) the network sees; 0 "
+        "keeps every feature that varied in the bakes (the paper's v = e)",
+        minimum=1,
+        maximum=10_000,
+        soft_maximum=64,
+        auto=True,
+        advanced=True,
+    ),
+    Setting(
+        "layers",
+        "int",
+        4,
+        "Layers",
+        "Linear layers of the residual network, ReLU between "
+        "them (the paper: 10; 4 trains in minutes on a CPU)",
+        minimum=1,
+        maximum=64,
+        soft_maximum=12,
+    ),
+    Setting(
+        "width",
+        "int",
+        None,
+        "Width",
+        "Hidden units per layer; 0 uses 1.5 x Modes, the paper's",
+        minimum=1,
+        maximum=8192,
+        soft_maximum=1024,
+        auto=True,
+    ),
+    Setting(
+        "window",
+        "int",
+        32,
+        "Window",
+        "Frames of each training rollout: the network's "
+        "predictions are fed back and the error of the whole window is backpropagated "
+        "(sec. 5.4)",
+        minimum=3,
+        maximum=10_000,
+        soft_maximum=128,
+    ),
+    Setting(
+        "noise",
+        "float",
+        0.01,
+        "Noise",
+        "Standard deviation of the noise on each window's "
+        "first two frames, a fraction of the first PCA coordinate's standard deviation",
+        minimum=0.0,
+        maximum=10.0,
+        advanced=True,
+    ),
+    Setting(
+        "epochs",
+        "int",
+        400,
+        "Epochs",
+        "Passes over the training windows (the time budget may end them sooner)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=20000,
+    ),
+    Setting(
+        "batch_size",
+        "int",
+        16,
+        "Batch Size",
+        "Windows per AMSGrad step (the paper: 16)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=4096,
+    ),
+    Setting(
+        "learning_rate",
+        "float",
+        1e-3,
+        "Learning Rate",
+        "AMSGrad step size (the paper: 1e-4 over ~100 epochs of 1e5-1e6 frames)",
+        minimum=1e-7,
+        maximum=1.0,
+    ),
+    Setting(
+        "lr_decay",
+        "float",
+        0.995,
+        "Rate Decay",
+        "Learning rate multiplier per epoch (the paper: 0.999)",
+        minimum=0.5,
+        maximum=1.0,
+        advanced=True,
+    ),
+    Setting(
+        "clip_margin",
+        "float",
+        0.0,
+        "Clip Margin",
+        "Inputs and outputs are clipped to the "
+        "training range widened by this fraction of it on each side (sec. 8.1: 0)",
+        minimum=0.0,
+        maximum=10.0,
+        advanced=True,
+    ),
+    Setting(
+        "time_budget",
+        "float",
+        600.0,
+        "Time Budget",
+        "Most seconds the network training may take; epochs past it are skipped, with a warning",
+        unit="s",
+        minimum=1.0,
+        maximum=1e7,
+        soft_maximum=7200.0,
+    ),
+    Setting(
+        "checkpoint_every",
+        "int",
+        20,
+        "Checkpoint Every",
+        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
+        minimum=1,
+        maximum=1_000_000,
+        advanced=True,
+    ),
+    SUBSPACE_SETTINGS[8],  # validation_fraction
+    SUBSPACE_SETTINGS[9],  # seed
+    Setting(
+        "rollout",
+        "bool",
+        True,
+        "Held-out Rollout",
+        "Replay a held-out bake with the model after training and report its error",
+        advanced=True,
+    ),
+)
+
+METHOD = Method(
+    name=NAME,
+    label="Subspace Neural Physics (Holden 2019)",
+    description="A network predicts the next PCA state from the last two and the colliders "
+    "(no solve at run time: microseconds per frame); trained over rollout windows with "
+    "PyTorch. Needs bakes that show the collisions it will meet.",
+    settings=SETTINGS,
+    load=load,
+    trainer="training.snp:train",
+    needs_torch=True,
+    inputs=frozenset({"colliders", "pin_targets"}),
+    order=20,
+)

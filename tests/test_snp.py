@@ -1,0 +1,407 @@
+"""Subspace Neural Physics (Holden et al. 2019): the initial model's fit, the window loss and
+its gradient through the whole rollout, the torch-free runtime against the torch rollout,
+state save/restore, clipping, and a soft block hit by a keyframed sphere (our FEM bakes):
+the held-out rollout against the initial model alone and the PCA floor.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from neural_rom.core import bake as bk  # noqa: E402
+from neural_rom.core import registry  # noqa: E402
+from neural_rom.core.cache import BakeCache  # noqa: E402
+from neural_rom.core.colliders import Collider  # noqa: E402
+from neural_rom.core.compare import closest_shapes, replay_bake  # noqa: E402
+from neural_rom.core.errors import JobCancelled, SimulationError  # noqa: E402
+from neural_rom.core.fem import Material  # noqa: E402
+from neural_rom.core.grid import grid_tetmesh  # noqa: E402
+from neural_rom.core.methods.snp import METHOD, SNPSimulation  # noqa: E402
+from neural_rom.core.sim import FrameInputs, SimSettings  # noqa: E402
+from neural_rom.training.autoencoder import build_mlp  # noqa: E402
+from neural_rom.training.snp import (  # noqa: E402
+    SNPSettings,
+    fit_initial_model,
+    rollout,
+    train_snp,
+    window_loss,
+)
+
+DT = 1.0 / 24.0
+# Measured on the block below (4 bakes x 48 frames, 216 tets, 3 trained on, default settings,
+# 17.8 s of training on one core): held-out mean vertex error 23.13 mm with the network,
+# 23.49 mm with the initial model alone (eq. 1), 0.43 mm for the PCA projection (the floor).
+# The network is 3.7x better than eq. (1) on the training bakes (5.2 against 18.9 mm) but
+# barely better on an unseen collider path: three 2-second bakes are far too little data
+# (the paper trains on 1e5-1e6 frames). The margin below the initial model is thin (0.985,
+# deterministic on one CPU thread) and stated as such; the floor factor is the measured 54x
+# with room for other CPUs' rounding.
+RATIO_INITIAL = 1.0
+FLOOR_FACTOR = 70.0
+# Colliders ten times farther out, spun and removed: largest displacement 106 mm against the
+# bakes' 183 mm. Bound: never beyond what the bakes showed.
+BOUNDED_FACTOR = 1.0
+# Zeroing the collider input moves the prediction by 11.8 mm (median of 8 contact frames).
+CONTACT_CHANGE_M = 3e-3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------------------------------
+# The initial model (eq. 1-2)
+# ------------------------------------------------------------------------------------------
+
+
+def damped(r, theta, z0, z1, length):
+    """Samples of damped oscillators ``r^t cos(theta t + phi)``: they obey
+    ``z_t = 2 r cos(theta) z_{t-1} - r^2 z_{t-2}``, i.e. eq. (1) with ``beta = r^2`` and
+    ``alpha = 2 r cos(theta) - r^2``."""
+    z = [np.asarray(z0, float), np.asarray(z1, float)]
+    for _ in range(length - 2):
+        z.append(2 * r * np.cos(theta) * z[-1] - r**2 * z[-2])
+    return np.array(z)
+
+
+def test_initial_model_is_the_least_squares_fit_and_recovers_damped_oscillators():
+    r, theta = np.array([0.97, 0.9, 0.995]), np.array([0.3, 0.7, 0.05])
+    a = [
+        damped(r, theta, [1.0, 0.5, -0.2], [0.9, 0.6, -0.1], 60),
+        damped(r, theta, [-1.0, 2.0, 0.3], [-0.5, 1.5, 0.35], 40),
+    ]
+    alpha, beta = fit_initial_model(a)
+    # exact recovery: the two bakes are never paired across their boundary (pairing them
+    # would break the recurrence at the seam)
+    np.testing.assert_allclose(alpha, 2 * r * np.cos(theta) - r**2, atol=1e-10)
+    np.testing.assert_allclose(beta, r**2, atol=1e-10)
+    # with noise: the same as a direct least-squares solve of eq. (2), mode by mode
+    rng = np.random.default_rng(0)
+    noisy = [z + 0.01 * rng.normal(size=z.shape) for z in a]
+    alpha, beta = fit_initial_model(noisy)
+    for m in range(3):
+        A = np.concatenate([np.stack([z[1:-1, m], z[1:-1, m] - z[:-2, m]], 1) for z in noisy])
+        t = np.concatenate([z[2:, m] for z in noisy])
+        np.testing.assert_allclose([alpha[m], beta[m]], np.linalg.pinv(A) @ t, rtol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------
+# The window loss and its gradient (Algorithm 1)
+# ------------------------------------------------------------------------------------------
+
+
+def _window_problem(seed=0, u=4, v=3, S=12, B=3):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    net = build_mlp([2 * u + v, 8, 8, u], "relu").double()
+    z = torch.randn(B, S, u, generator=g, dtype=torch.float64).cumsum(1) * 0.1
+    w = torch.randn(B, S, v, generator=g, dtype=torch.float64)
+    alpha = torch.full((u,), 0.98, dtype=torch.float64)
+    beta = torch.full((u,), 0.8, dtype=torch.float64)
+    big = torch.full((u,), 1e6, dtype=torch.float64)
+    return net, z, w, (alpha, beta, 0.5, -big, big)
+
+
+def _loss(net, z, w, args, detach=False):
+    pred = rollout(net, z[:, 0], z[:, 1], w, *args, detach=detach)
+    return window_loss(pred, z, args[2], DT)
+
+
+def test_window_loss_gradient_matches_finite_differences_in_float64():
+    net, z, w, args = _window_problem()
+    params = list(net.parameters())
+    loss = _loss(net, z, w, args)
+    grads = torch.autograd.grad(loss, params)
+    rng = np.random.default_rng(1)
+    d = [torch.as_tensor(rng.normal(size=p.shape)) for p in params]
+    analytic = sum(float((g * e).sum()) for g, e in zip(grads, d))
+    eps = 1e-6
+
+    def at(sign):
+        with torch.no_grad():
+            for p, e in zip(params, d):
+                p.add_(sign * eps * e)
+            value = float(_loss(net, z, w, args))
+            for p, e in zip(params, d):
+                p.sub_(sign * eps * e)
+        return value
+
+    numeric = (at(1) - at(-1)) / (2 * eps)
+    assert abs(numeric - analytic) <= 1e-6 * abs(analytic), (numeric, analytic)
+
+
+def test_the_gradient_flows_through_the_whole_window():
+    """Cutting the rollout between frames leaves the loss as it is but changes the gradient:
+    training backpropagates through the fed-back predictions, it does not teacher-force."""
+    net, z, w, args = _window_problem(seed=2)
+    params = list(net.parameters())
+    full, cut = _loss(net, z, w, args), _loss(net, z, w, args, detach=True)
+    assert float(full.detach()) == float(cut.detach())
+    g_full = torch.cat([g.ravel() for g in torch.autograd.grad(full, params)])
+    g_cut = torch.cat([g.ravel() for g in torch.autograd.grad(cut, params)])
+    assert float((g_full - g_cut).norm()) > 0.05 * float(g_full.norm())
+
+
+# ------------------------------------------------------------------------------------------
+# A soft block hit by a keyframed sphere: our FEM bakes
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def block(tmp_path_factory):
+    d = tmp_path_factory.mktemp("snp")
+    X, T = grid_tetmesh((0.2, 0.2, 0.3), (3, 3, 4))
+    spec = bk.BakeSpec(
+        material=Material(youngs_modulus=3e4, poisson_ratio=0.4, density=1000.0).to_dict(),
+        scenario={"kind": "keyframed_colliders", "keys": 4},
+        frames=48,
+        pinned=np.flatnonzero(X[:, 2] < 1e-9).tolist(),
+        damping=(0.5, 0.0),
+        seed=3,
+        variants=4,
+        contact_stiffness=None,  # the rest rule: a softer contact bakes 4x faster
+    )
+    paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, d, "block")
+    out = d / "block.nrmodel"
+    res = train_snp(paths, out, SNPSettings(), checkpoint_dir=d / "ckpt")
+    sim, model = registry.load_simulator(out)
+    return SimpleNamespace(paths=paths, X=X, T=T, res=res, out=out, sim=sim, model=model, dir=d)
+
+
+def heldout(block):
+    """The first held-out bake and its scenario driver."""
+    from neural_rom.core.bake import BakeSpec, setup_scenario
+
+    val = block.model.metadata["validation_trajectories"]
+    cache = BakeCache.open(block.paths[val[0]])
+    _, driver = setup_scenario(block.X, block.T, BakeSpec.from_dict(cache.meta["spec"]))
+    return cache, driver
+
+
+def mean_error(a, b):
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b), axis=-1).mean())
+
+
+def test_heldout_rollout_beats_the_initial_model_near_the_pca_floor(block):
+    """The held-out bake replayed through the model file as a user loads it: the network
+    improves on eq. (1) alone and stays within a stated factor of the PCA floor."""
+    cache, driver = heldout(block)
+    full = np.asarray(cache.positions)
+    snp = replay_bake(block.sim, cache, driver)
+    alone = SNPSimulation(replace(block.sim.p, net=None), block.sim.settings)
+    initial = replay_bake(alone, cache, driver)
+    floor = closest_shapes(block.sim, full[1:])
+    e_snp, e_init = mean_error(snp[1:], full[1:]), mean_error(initial[1:], full[1:])
+    e_floor = mean_error(floor, full[1:])
+    print(
+        f"held-out mean vertex error: model {1e3 * e_snp:.3f} mm, initial model "
+        f"{1e3 * e_init:.3f} mm, PCA floor {1e3 * e_floor:.3f} mm; "
+        f"training {block.res['train_seconds']:.1f} s"
+    )
+    # the trainer's own measure (latent rollouts) is the same replay
+    res = block.res
+    assert res["heldout_mean_error_m"] == pytest.approx(e_snp, rel=1e-9)
+    assert res["initial_model_mean_error_m"] == pytest.approx(e_init, rel=1e-9)
+    assert res["projection_mean_error_m"] == pytest.approx(e_floor, rel=1e-9)
+    assert e_snp < RATIO_INITIAL * e_init
+    assert e_snp < FLOOR_FACTOR * e_floor
+    assert res["method"] == "snp" and res["rollout"]["frames"] == 48
+
+
+def torch_copy(mlp):
+    """The model's network as a float64 torch module."""
+    net = build_mlp(list(mlp.sizes), "relu").double()
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for m, W, b in zip(linears, mlp.W, mlp.b):
+            m.weight.copy_(torch.as_tensor(W))
+            m.bias.copy_(torch.as_tensor(b))
+    return net
+
+
+def ping_pong(driver, frames):
+    """The held-out bake's colliders played forward and back for ``frames`` frames."""
+    F = len(driver.forces)
+    cycle = list(range(F)) + list(range(F - 2, 0, -1))
+    return [driver.colliders(cycle[t % len(cycle)]) for t in range(1, frames + 1)]
+
+
+def test_runtime_reproduces_the_torch_rollout_over_500_frames(block):
+    _, driver = heldout(block)
+    p = block.sim.p
+    sim = SNPSimulation(p, block.sim.settings)
+    z_start = (sim.z2.copy(), sim.z1.copy())
+    W, Z = [], []
+    for cols in ping_pong(driver, 500):
+        poses = (sim.poses[0],) * 3  # no pins move: the frame stays the world
+        W.append(p.encoder.encode(sim.features(cols, poses)))
+        sim.step(FrameInputs(colliders=cols))
+        Z.append(sim.z1)
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+    w = torch.cat([t(W[:1]), t(W[:1]), t(W)])[None]  # two leading frames: the start state
+    with torch.no_grad():
+        ref = rollout(
+            torch_copy(p.net),
+            t(z_start[0])[None],
+            t(z_start[1])[None],
+            w,
+            t(p.alpha),
+            t(p.beta),
+            p.scale,
+            t(p.z_lo),
+            t(p.z_hi),
+        )[0, 2:].numpy()
+    err = np.abs(np.array(Z) - ref).max() / np.abs(ref).max()
+    print(f"numpy runtime against float64 torch over 500 frames: {err:.2e} relative")
+    assert err < 1e-9
+
+
+def test_state_restores_bit_identically_mid_run(block):
+    _, driver = heldout(block)
+    frames = ping_pong(driver, 80)
+    sim = SNPSimulation(block.sim.p, block.sim.settings)
+    for cols in frames[:40]:
+        sim.step(FrameInputs(colliders=cols))
+    state = copy.deepcopy(sim.get_state())
+
+    def rest_of_run(s):
+        out = []
+        for cols in frames[40:]:
+            s.step(FrameInputs(colliders=cols))
+            out.append(s.positions())
+        return np.array(out)
+
+    first = rest_of_run(sim)
+    sim.set_state(state)
+    np.testing.assert_array_equal(rest_of_run(sim), first)
+    other, _ = registry.load_simulator(block.out)  # a fresh simulator continues the same
+    other.set_state(copy.deepcopy(state))
+    np.testing.assert_array_equal(rest_of_run(other), first)
+
+
+def test_inputs_far_outside_the_training_range_stay_bounded(block):
+    """Colliders moved ten times as far from the block as in training, spun, and removed:
+    the clipping of sec. 8.1 keeps the block within what training saw."""
+    _, driver = heldout(block)
+    centre = 0.5 * (block.X.min(0) + block.X.max(0))
+    seen = max(
+        np.linalg.norm(np.asarray(BakeCache.open(p).positions) - block.X, axis=-1).max()
+        for p in block.paths
+    )
+    sim = SNPSimulation(block.sim.p, block.sim.settings)
+    worst = 0.0
+    rng = np.random.default_rng(0)
+    for t, cols in enumerate(ping_pong(driver, 300)):
+        far = []
+        for c in cols:
+            M = np.array(c.transform)
+            M[:3, 3] = centre + 10.0 * (M[:3, 3] - centre)
+            M[:3, :3] = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+            far.append(Collider(c.kind, radius=10 * c.radius, transform=M))
+        sim.step(FrameInputs(colliders=far if t % 50 < 45 else []))
+        x = sim.positions()
+        assert np.all(np.isfinite(x))
+        worst = max(worst, float(np.linalg.norm(x - block.X, axis=-1).max()))
+    print(f"largest displacement {1e3 * worst:.1f} mm; the bakes' {1e3 * seen:.1f} mm")
+    assert worst <= BOUNDED_FACTOR * seen
+
+
+def test_the_network_uses_the_colliders_during_contact(block):
+    """Setting the collider input to zero (the training mean) changes the prediction in the
+    frames where the sphere touches the block: the network reads it."""
+    cache, driver = heldout(block)
+    full = np.asarray(cache.positions)
+    p = block.sim.p
+    sim = SNPSimulation(p, block.sim.settings)
+    sim.start_from(driver.x0, driver.v0)
+    changes, touching = [], []
+    for f in range(1, len(full)):
+        cols = driver.colliders(f)
+        sphere = cols[0]
+        gap = np.linalg.norm(full[f] - sphere.transform[:3, 3], axis=1).min() - sphere.radius
+        w = p.encoder.encode(sim.features(cols, (sim.poses[0],) * 3))
+        z_with = sim.predict(sim.z1, sim.z2, w)
+        z_zero = sim.predict(sim.z1, sim.z2, np.zeros_like(w))
+        change = np.linalg.norm(sim.decode(z_with) - sim.decode(z_zero), axis=1).max()
+        (touching if gap < 0 else changes).append(change)
+        sim.step(FrameInputs(colliders=cols))
+    print(
+        f"{len(touching)} contact frames: the prediction moves by "
+        f"{1e3 * np.median(touching):.2f} mm (median) when the collider input is zeroed"
+    )
+    assert len(touching) >= 5
+    assert np.median(touching) > CONTACT_CHANGE_M
+
+
+def test_model_plays_without_torch_and_refuses_another_frame_rate(block, tmp_path):
+    cache, driver = heldout(block)
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import numpy as np\n"
+        "from neural_rom.core.registry import load_simulator\n"
+        "from neural_rom.core.bake import BakeSpec, setup_scenario\n"
+        "from neural_rom.core.cache import BakeCache\n"
+        "from neural_rom.core.compare import replay_bake\n"
+        f"c = BakeCache.open({str(cache.path)!r})\n"
+        "_, d = setup_scenario(np.asarray(c.X), np.asarray(c.T), BakeSpec.from_dict(c.meta['spec']))\n"
+        f"sim, _ = load_simulator({str(block.out)!r})\n"
+        f"np.save({str(tmp_path / 'child.npy')!r}, replay_bake(sim, c, d))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    sim, _ = registry.load_simulator(block.out)
+    np.testing.assert_array_equal(np.load(tmp_path / "child.npy"), replay_bake(sim, cache, driver))
+    with pytest.raises(SimulationError, match="trained at 0.0416667 s per frame.*fps"):
+        registry.load_simulator(block.out, settings=SimSettings(dt=1 / 30))
+
+
+def test_training_resumes_from_its_checkpoint_to_the_same_model(block, tmp_path):
+    s = SNPSettings(epochs=6, checkpoint_every=2, rollout=False, window=16)
+    whole = train_snp(block.paths, tmp_path / "a.nrmodel", s, checkpoint_dir=tmp_path / "a")
+    calls = []
+
+    def cancel_at_epoch_5():
+        calls.append(1)
+        return len(calls) > 5  # one check before the basis, then one per epoch
+
+    with pytest.raises(JobCancelled, match="epoch 4"):
+        train_snp(
+            block.paths,
+            tmp_path / "b.nrmodel",
+            s,
+            checkpoint_dir=tmp_path / "b",
+            should_cancel=cancel_at_epoch_5,
+        )
+    resumed = train_snp(block.paths, tmp_path / "b.nrmodel", s, checkpoint_dir=tmp_path / "b")
+    assert resumed["epochs_trained"] == whole["epochs_trained"] == 6
+    a, _ = registry.load_simulator(whole["model"])
+    b, _ = registry.load_simulator(resumed["model"])
+    for Wa, Wb in zip(a.p.net.W + a.p.net.b, b.p.net.W + b.p.net.b):
+        np.testing.assert_array_equal(Wa, Wb)
+
+
+def test_record_settings_and_registration():
+    from dataclasses import asdict, fields
+
+    from neural_rom.core.errors import NeuralRomError
+
+    assert registry.get("snp") is METHOD and METHOD.needs_torch
+    assert METHOD.inputs == {"colliders", "pin_targets"} and not METHOD.requires
+    assert [f.name for f in fields(SNPSettings)] == [s.name for s in METHOD.settings]
+    assert asdict(SNPSettings()) == METHOD.defaults()
+    assert METHOD.setting("k") == registry.get("linear").setting("k")
+    with pytest.raises(NeuralRomError, match="window = 2 is not valid"):
+        SNPSettings(window=2)

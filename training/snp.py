@@ -1,0 +1,836 @@
+"""Training of Subspace Neural Physics (Holden et al. 2019, sections 4-5 and Algorithm 1).
+
+Pipeline (one model per mesh and physics setup); the runtime is :mod:`core.methods.snp`:
+
+1. **Sequences** (:func:`load_sequences`). Each bake becomes one sequence of its frames in
+   the reference frame (the pins' rigid motion, :func:`core.methods.snp.reference_pose`; the
+   world without moving pins), with one frame prepended, ``x_0 - dt v_0``: the state before
+   the first, which is what a rollout starts from (``start_from``), so the first prediction
+   is trained too. Each frame has its external features
+   (:func:`core.methods.snp.external_features`: colliders from the bake's ``colliders``
+   channel and sizes from its scenario, gravity and the frame's motion in the frame).
+2. **Mean-centred PCA** of the training bakes' frames (:func:`mean_centred_pca`, sec. 5.1):
+   ``u = k``, or the fewest modes whose largest vertex error on the training frames is
+   within ``tolerance`` (1% of the bounding-box diagonal by default), at most ``max_k``.
+   Checkpointed.
+3. **The initial model** (:func:`fit_initial_model`, eq. 2): per mode, the least-squares
+   ``[alpha_m beta_m]`` over every training frame ``t >= 2`` of every sequence (frames of two
+   bakes are never paired).
+4. **The external state's encoder** (:func:`fit_external_encoder`): training range (clipping,
+   sec. 8.1), standardization, the features that varied, their PCA (``v = e`` by default).
+5. **The residual network** (eq. 3, sec. 5.3-5.4, :class:`_NetTrainer`): a ReLU MLP
+   ``[z_bar, z_{t-1}, w] -> z_t - z_bar`` trained over every window of ``window`` frames of a
+   training sequence (windows never cross two bakes), the first two frames given with noise,
+   the rest predicted with the predictions fed back (:func:`rollout`, the runtime's
+   arithmetic), the L1 loss of Algorithm 1 on positions and velocities in the subspace, and
+   the gradient through the whole window; AMSGrad, a per-epoch learning-rate decay,
+   batches of ``batch_size`` windows. Its last layer starts at zero, so training starts from
+   the initial model. Checkpointed every ``checkpoint_every`` epochs.
+6. Export to a float64 :class:`core.nnet.MLP`, checked against torch in float64 on a
+   rollout; the held-out bakes rolled out in the subspace with the network, with the
+   initial model alone, and projected on the PCA (the floor): their mean vertex errors are
+   the metrics. Then :meth:`.common.TrainingRun.finish` writes the model and replays a held-out
+   bake with it as a user loads it.
+
+CPU defaults, and why they differ from the paper's (10 layers of 1.5u, learning rate 1e-4 with
+decay 0.999, ~100 epochs of 1e5-1e6 frames, 10-48 hours on a GPU): our bakes are a few
+hundred frames, so an epoch is a few batches and the paper's schedule would barely move the
+weights. ``layers`` 4 (three hidden layers of 1.5u), ``learning_rate`` 1e-3 with decay 0.995
+over 400 epochs: 17.8 s on one core for the 216-tet block of tests/test_snp.py (u = 37, 57
+windows of 32 frames). The paper's network is ``layers=10`` (``width`` 0 is 1.5u, the default).
+Measured there (held-out mean vertex error, network / initial model alone): 0.985 with these
+defaults; 0.90 with learning rate 3e-3 and batches of 8; noise 0.05 and 0.1 were worse (1.06,
+1.54), as were 12 modes (1.2). With three training bakes the network learns the training
+paths (3.7x better than eq. 1 on them) but hardly generalizes to an unseen collider path:
+the method needs many bakes, as the paper's 1e5-1e6 frames say.
+
+Resume. The checkpoints (:class:`.common.Checkpoints`) are the PCA basis and the network
+(its weights, AMSGrad's state, the epoch, the loss history). A killed run started again with
+the same bakes and settings continues from the last checkpoint; the epochs draw nothing from
+a stateful generator (window order and noise of epoch ``e`` are keyed by ``(seed, e)``), so on
+the CPU the resumed run ends with the uninterrupted run's weights.
+
+torch is imported here and in the other trainers, never in ``core``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..core import registry
+from ..core.bake import BakeSpec, setup_scenario
+from ..core.errors import JobCancelled, NeuralRomError
+from ..core.files import atomic_path, ensure_writable_dir
+from ..core.frame import IDENTITY
+from ..core.methods.snp import (
+    CONSTANT_FEATURE,
+    NAME,
+    ExternalEncoder,
+    SNPParameters,
+    SNPSimulation,
+    external_features,
+    reference_pose,
+)
+from ..core.methods.snp import save as save_snp_model
+from .autoencoder import build_mlp, to_numpy_mlp
+from .common import Report, TrainingRun
+
+# At most one progress message / metric event per this many seconds during the epochs.
+_THROTTLE_S = 0.5
+# torch CPU threads: windows of a few small matrices gain nothing from more, and one thread
+# gives the same arithmetic (and model) whatever the core count (training/autoencoder.py).
+_CPU_THREADS = 1
+# The exported network must reproduce the float64 torch rollout to this (relative).
+_VERIFY_TOL = 1e-6
+# Singular values of a PCA below this fraction of the largest are round-off.
+_RANK_RTOL = 1e-7
+
+
+@dataclass
+class SNPSettings:
+    """Typed settings of a Subspace Neural Physics model: the fields, defaults and checks of
+    the method's registry record (``core.methods.snp.METHOD.settings``, where each is
+    described)."""
+
+    k: int | None = None
+    tolerance: float | None = None
+    max_k: int = 60
+    external_modes: int | None = None
+    layers: int = 4
+    width: int | None = None
+    window: int = 32
+    noise: float = 0.01
+    epochs: int = 400
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    lr_decay: float = 0.995
+    clip_margin: float = 0.0
+    time_budget: float = 600.0
+    checkpoint_every: int = 20
+    validation_fraction: float = 0.2
+    seed: int = 0
+    rollout: bool = True
+
+    def __post_init__(self) -> None:
+        self.__dict__.update(registry.get(NAME).validate(asdict(self)))
+
+
+# ------------------------------------------------------------------------------------------
+# Data
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sequence:
+    """One bake in the reference frame, with the state before its first frame prepended.
+
+    Attributes
+    ----------
+    y : (L, n, 3) positions in the reference frame, m (``L`` = frames + 1)
+    features : (L, e) external features
+    poses : the reference frame of each of the L frames
+    bake : index of the bake in the dataset
+    """
+
+    y: np.ndarray
+    features: np.ndarray
+    poses: list
+    bake: int
+
+
+def collider_slots(cache) -> tuple[list[str], np.ndarray]:
+    """Kinds and (c, 2) radius / half length of the colliders of a bake, in the order of its
+    ``colliders`` channel (the scenario's scene colliders, generated ones, its ground)."""
+    X, T = np.asarray(cache.X, float), np.asarray(cache.T)
+    _, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
+    cols = driver.colliders(0)
+    return [c.kind for c in cols], np.array([[c.radius, c.half_length] for c in cols]).reshape(
+        -1, 2
+    )
+
+
+def load_sequences(run: TrainingRun) -> tuple[list[Sequence], list[str], np.ndarray]:
+    """Every bake of the run as a :class:`Sequence` (see the module docstring), and the
+    collider slots (kinds, sizes (c, 2)) every bake shares.
+
+    Raises NeuralRomError when the bakes have different colliders (one model takes one set).
+    """
+    b = run.bakes
+    spec = b.spec
+    dt, g = float(spec.dt), np.asarray(spec.gravity, dtype=float)
+    rest_pins = b.X[b.pinned]
+    kinds, sizes, seqs = None, None, []
+    for i, cache in enumerate(b.ds):
+        k, sz = collider_slots(cache)
+        if kinds is None:
+            kinds, sizes = k, sz
+        elif k != kinds or not np.allclose(sz, sizes):
+            raise NeuralRomError(
+                f"Bake {Path(cache.path).name} has other colliders ({', '.join(k) or 'none'}) "
+                f"than {Path(b.ds[0].path).name} ({', '.join(kinds) or 'none'}); a Subspace "
+                "Neural Physics model takes one set of colliders: bake every variant with the "
+                "same ones."
+            )
+        x = np.asarray(cache.channel("positions"), dtype=np.float64)
+        v0 = np.asarray(cache.channel("velocities")[0], dtype=np.float64)
+        F = len(x)
+        targets = (
+            np.asarray(cache.channel("pin_targets"), dtype=np.float64)
+            if "pin_targets" in cache.channels
+            else None
+        )
+        mats = (
+            np.asarray(cache.channel("colliders"), dtype=np.float64)
+            if "colliders" in cache.channels
+            else np.zeros((F, 0, 4, 4))
+        )
+        poses, pose = [], IDENTITY
+        for f in range(F):
+            pose = reference_pose(rest_pins, None if targets is None else targets[f], pose)
+            poses.append(pose)
+        poses = [poses[0]] + poses  # the state before frame 0: at rest in frame 0's pose
+        xs = np.concatenate([(x[0] - dt * v0)[None], x])
+        mats = np.concatenate([mats[:1], mats])
+        y = np.empty_like(xs)
+        feats = []
+        for j, p in enumerate(poses):
+            y[j] = xs[j] if p.is_identity else (xs[j] - p.c) @ p.R
+            hist = (p, poses[max(j - 1, 0)], poses[max(j - 2, 0)])
+            feats.append(external_features(mats[j], sizes, hist, g, dt))
+        seqs.append(Sequence(y, np.array(feats), poses, i))
+    return seqs, kinds or [], sizes if sizes is not None else np.zeros((0, 2))
+
+
+# ------------------------------------------------------------------------------------------
+# The linear parts
+# ------------------------------------------------------------------------------------------
+
+
+def mean_centred_pca(
+    Y: np.ndarray,
+    *,
+    k: int | None = None,
+    tolerance: float | None = None,
+    max_k: int = 60,
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Mean-centred PCA of poses (sec. 5.1): ``z = U^T (y - y_mu)``.
+
+    Parameters
+    ----------
+    Y : (F, n, 3) positions, m
+    k : number of modes ``u`` (at most the data's rank); None chooses it by ``tolerance``
+    tolerance : largest vertex error (m) the basis may leave on ``Y`` when ``k`` is None: the
+        fewest modes meeting it (bisection), at most ``max_k``
+
+    Returns
+    -------
+    mean : (n, 3); U : (3n, u) orthonormal columns; info : ``rank``, ``max_error_m``
+    """
+    F, n, _ = Y.shape
+    mean = Y.mean(axis=0)
+    A = (Y - mean).reshape(F, -1)
+    _, S, Vt = np.linalg.svd(A, full_matrices=False)
+    rank = int(np.sum(S > _RANK_RTOL * S[0])) if len(S) and S[0] > 0 else 0
+    if rank == 0:
+        raise NeuralRomError(
+            "The bakes do not move (every frame is the same pose): nothing to learn. Bake "
+            "scenarios in which the colliders reach the object."
+        )
+
+    def worst(u: int) -> float:
+        R = (A - (A @ Vt[:u].T) @ Vt[:u]).reshape(F, n, 3)
+        return float(np.sqrt(np.max(np.einsum("fvi,fvi->fv", R, R))))
+
+    if k is not None:
+        u = min(int(k), rank)
+    else:
+        lo, hi = 1, min(int(max_k), rank)
+        if worst(hi) > tolerance:
+            lo = hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if worst(mid) <= tolerance:
+                hi = mid
+            else:
+                lo = mid + 1
+        u = lo
+    U = np.ascontiguousarray(Vt[:u].T)
+    return mean, U, {"rank": rank, "max_error_m": worst(u)}
+
+
+def fit_initial_model(sequences: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``alpha``, ``beta`` (u,) of eq. (2), Holden 2019: per mode ``m`` the least-squares
+    solution of ``z_{t,m} = alpha_m z_{t-1,m} + beta_m (z_{t-1,m} - z_{t-2,m})`` over every
+    ``t >= 2`` of every sequence (the pseudo-inverse: minimum norm where a mode never moves).
+
+    Parameters
+    ----------
+    sequences : list of (L_i, u) PCA coordinates of whole bakes
+    """
+    rows = [(z[1:-1], z[1:-1] - z[:-2], z[2:]) for z in sequences if len(z) >= 3]
+    if not rows:
+        raise NeuralRomError("Bakes of at least two frames are needed to fit the dynamics.")
+    a, b, t = (np.concatenate(r) for r in zip(*rows))
+    u = a.shape[1]
+    alpha, beta = np.empty(u), np.empty(u)
+    for m in range(u):
+        A = np.stack([a[:, m], b[:, m]], axis=1)
+        alpha[m], beta[m] = np.linalg.lstsq(A, t[:, m], rcond=None)[0]
+    return alpha, beta
+
+
+def fit_external_encoder(
+    features: np.ndarray, modes: int | None = None, margin: float = 0.0
+) -> ExternalEncoder:
+    """The encoder of the external state (:class:`core.methods.snp.ExternalEncoder`).
+
+    Parameters
+    ----------
+    features : (N, e) training frames' features
+    modes : PCA coordinates kept (None: all the varying features span, the paper's v = e)
+    margin : the clipping range is the training range widened by this fraction of it
+    """
+    f = np.asarray(features, dtype=np.float64)
+    lo, hi = f.min(0), f.max(0)
+    lo, hi = lo - margin * (hi - lo), hi + margin * (hi - lo)
+    mean, sd = f.mean(0), f.std(0)
+    keep = np.flatnonzero(sd > CONSTANT_FEATURE * (1.0 + np.abs(mean)))
+    sd = np.where(np.isin(np.arange(len(sd)), keep), sd, 1.0)
+    if len(keep):
+        fs = (f[:, keep] - mean[keep]) / sd[keep]
+        _, S, Vt = np.linalg.svd(fs, full_matrices=False)
+        rank = int(np.sum(S > _RANK_RTOL * S[0])) if S[0] > 0 else 0
+        V = Vt[: rank if modes is None else min(int(modes), rank)]
+    else:
+        V = np.zeros((0, 0))
+    return ExternalEncoder(lo, hi, mean, sd, keep, V)
+
+
+# ------------------------------------------------------------------------------------------
+# The network and its rollout
+# ------------------------------------------------------------------------------------------
+
+
+def rollout(
+    net: Callable,
+    z0: torch.Tensor,
+    z1: torch.Tensor,
+    w: torch.Tensor,
+    alpha: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    z_lo: torch.Tensor,
+    z_hi: torch.Tensor,
+    *,
+    detach: bool = False,
+) -> torch.Tensor:
+    """Predicted PCA coordinates over a window, the predictions fed back (Algorithm 1): the
+    runtime's step (:meth:`core.methods.snp.SNPSimulation.predict`) in torch.
+
+    Parameters
+    ----------
+    net : the residual network (or None: eq. 1 alone)
+    z0, z1 : (B, u) the window's first two states (m)
+    w : (B, S, v) the external input of every frame of the window
+    alpha, beta, z_lo, z_hi : (u,); scale : ``s`` (m)
+    detach : cut the gradient between frames (teacher-forcing-like; tests only)
+
+    Returns
+    -------
+    (B, S, u): ``z0``, ``z1``, then the S - 2 predictions
+    """
+    out = [z0, z1]
+    prev2, prev = z0, z1
+    for i in range(2, w.shape[1]):
+        z_bar = alpha * prev + beta * (prev - prev2)  # eq. (1)
+        if net is not None:
+            x = torch.cat([z_bar / scale, prev / scale, w[:, i]], dim=-1)
+            z_bar = z_bar + scale * net(x)  # eq. (3)
+        z = torch.minimum(torch.maximum(z_bar, z_lo), z_hi)  # sec. 8.1
+        out.append(z)
+        prev2, prev = prev, z
+        if detach:
+            prev2, prev = prev2.detach(), prev.detach()
+    return torch.stack(out, dim=1)
+
+
+def window_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, dt: float) -> torch.Tensor:
+    """Algorithm 1's loss: mean absolute error of positions and of velocities over frames
+    2..S-1 of the windows, in units of ``scale`` (pred, target: (B, S, u))."""
+    p, t = pred / scale, target / scale
+    pos = (p[:, 2:] - t[:, 2:]).abs().mean()
+    vel = ((p[:, 2:] - p[:, 1:-1]) - (t[:, 2:] - t[:, 1:-1])).abs().mean() / dt
+    return pos + vel
+
+
+def windows(lengths: list[int], size: int) -> np.ndarray:
+    """(N, 2) (sequence, start) of every window of ``size`` frames inside one sequence."""
+    out = [(i, s) for i, n in enumerate(lengths) for s in range(n - size + 1)]
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+def _device(name: str) -> torch.device:
+    name = (name or "cpu").lower()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NeuralRomError(
+            "Training device is CUDA, but torch sees no CUDA GPU: install a CUDA build of torch "
+            "or set the device to Auto or CPU."
+        )
+    return torch.device(name)
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class _NetTrainer:
+    """AMSGrad on Algorithm 1's window loss, with checkpoints, resume and a time budget.
+
+    Parameters
+    ----------
+    s : the settings; Z : per training sequence (L_i, u) PCA coordinates; W : per training
+    sequence (L_i, v) external inputs; Z_val, W_val : the held-out sequences (may be empty)
+    """
+
+    def __init__(
+        self,
+        s,
+        Z,
+        W,
+        Z_val,
+        W_val,
+        alpha,
+        beta,
+        scale,
+        z_lo,
+        z_hi,
+        dt,
+        n_vertices,
+        device,
+        checkpoints,
+        cancel,
+        emit,
+        progress,
+    ):
+        self.s, self.dt, self.scale = s, float(dt), float(scale)
+        self.n_vertices = int(n_vertices)
+        self.device, self.dtype = device, torch.float32
+        self.size = min([s.window] + [len(z) for z in Z])
+        self.windows = windows([len(z) for z in Z], self.size)
+
+        def t(a):
+            return torch.as_tensor(np.asarray(a), dtype=self.dtype, device=device)
+
+        # every window's frames, gathered once: (N, S, u) and (N, S, v)
+        idx = self.windows
+        self.Zw = t(np.stack([Z[i][j : j + self.size] for i, j in idx]))
+        self.Ww = t(np.stack([W[i][j : j + self.size] for i, j in idx]))
+        self.val = [(t(z), t(w)) for z, w in zip(Z_val, W_val)]
+        self.alpha, self.beta, self.z_lo, self.z_hi = t(alpha), t(beta), t(z_lo), t(z_hi)
+        self.u, self.v = Z[0].shape[1], W[0].shape[1]
+        self.checkpoints, self.cancel, self.emit, self.progress = (
+            checkpoints,
+            cancel,
+            emit,
+            progress,
+        )
+
+    def network(self) -> torch.nn.Sequential:
+        s, u = self.s, self.u
+        width = s.width or max(1, int(round(1.5 * u)))
+        sizes = [2 * u + self.v] + [width] * (s.layers - 1) + [u]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s.seed)
+            net = build_mlp(sizes, "relu")
+            last = [m for m in net if isinstance(m, torch.nn.Linear)][-1]
+            torch.nn.init.zeros_(last.weight)  # start from the initial model (Phi = 0)
+            torch.nn.init.zeros_(last.bias)
+        return net.to(device=self.device, dtype=self.dtype)
+
+    def _args(self):
+        return self.alpha, self.beta, self.scale, self.z_lo, self.z_hi
+
+    def epoch(self, net, opt, epoch: int) -> float:
+        s, N = self.s, len(self.windows)
+        for g in opt.param_groups:
+            g["lr"] = s.learning_rate * s.lr_decay**epoch
+        rng = np.random.default_rng([s.seed, epoch])
+        perm = rng.permutation(N)
+        total = 0.0
+        for start in range(0, N, s.batch_size):
+            b = perm[start : start + s.batch_size]
+            z, w = self.Zw[b], self.Ww[b]
+            noise = torch.as_tensor(
+                rng.normal(0.0, s.noise * self.scale, size=(2, len(b), self.u)),
+                dtype=self.dtype,
+                device=self.device,
+            )
+            pred = rollout(net, z[:, 0] + noise[0], z[:, 1] + noise[1], w, *self._args())
+            loss = window_loss(pred, z, self.scale, self.dt)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(b)
+        return total / max(N, 1)
+
+    @torch.no_grad()
+    def validation_rms(self, net) -> float | None:
+        """RMS vertex distance (m) between the held-out bakes rolled out in the subspace and
+        their PCA projections (the network's share of the error), None without any."""
+        if not self.val:
+            return None
+        sq, count = 0.0, 0
+        for z, w in self.val:
+            pred = rollout(net, z[None, 0], z[None, 1], w[None], *self._args())[0]
+            sq += float(((pred[2:] - z[2:]) ** 2).sum())
+            count += len(z) - 2
+        return float(np.sqrt(sq / max(count * self.n_vertices, 1)))
+
+    def fit(self, deadline: float) -> tuple[torch.nn.Sequential, dict]:
+        s = self.s
+        net = self.network()
+        opt = torch.optim.Adam(net.parameters(), lr=s.learning_rate, amsgrad=True)
+        f = self.checkpoints.file("snp_net", ".pt")
+        state = {"epoch": 0, "losses": [], "stopped": ""}
+        if f is not None and f.exists():
+            st = torch.load(f, map_location=self.device, weights_only=True)
+            net.load_state_dict(st["model"])
+            opt.load_state_dict(st["optimizer"])
+            state = {
+                "epoch": int(st["epoch"]),
+                "losses": list(st["losses"]),
+                "stopped": str(st["stopped"]),
+            }
+            self.progress(state["epoch"], s.epochs, f"network resumed at epoch {state['epoch']}")
+        det = torch.are_deterministic_algorithms_enabled()
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True)
+        last = time.perf_counter()
+        try:
+            for epoch in range(state["epoch"], s.epochs if not state["stopped"] else 0):
+                if self.cancel():
+                    raise JobCancelled(
+                        f"Training cancelled at epoch {epoch}"
+                        + (" (resumes from the last checkpoint)." if f else ".")
+                    )
+                state["losses"].append(self.epoch(net, opt, epoch))
+                done = state["epoch"] = epoch + 1
+                if time.perf_counter() > deadline and done < s.epochs:
+                    state["stopped"] = "time budget"
+                end = done == s.epochs or bool(state["stopped"])
+                if f is not None and (done % s.checkpoint_every == 0 or end):
+                    with atomic_path(f) as tmp:
+                        torch.save(
+                            {"model": net.state_dict(), "optimizer": opt.state_dict(), **state}, tmp
+                        )
+                now = time.perf_counter()
+                if now - last >= _THROTTLE_S or end:
+                    last = now
+                    val = self.validation_rms(net)
+                    self.emit(
+                        {
+                            "epoch": done,
+                            "train_loss": state["losses"][-1],
+                            **({"val_rollout_rms_m": val} if val is not None else {}),
+                        }
+                    )
+                    self.progress(
+                        done,
+                        s.epochs,
+                        f"network: epoch {done}/{s.epochs}"
+                        + (f" (stopped: {state['stopped']})" if state["stopped"] else ""),
+                    )
+                if state["stopped"]:
+                    break
+        finally:
+            torch.use_deterministic_algorithms(det)
+        return net, state
+
+
+# ------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------
+
+
+def train(
+    bakes,
+    out: str | Path,
+    settings: dict | None = None,
+    *,
+    device: str = "cpu",
+    expect_mesh_hash: str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    progress: Report | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    metric: Callable[[dict], None] | None = None,
+) -> dict:
+    """Train a Subspace Neural Physics model from bakes of one mesh and write it to ``out``;
+    the registry's trainer entry point (``core.methods.snp.METHOD``).
+
+    Returns
+    -------
+    The result record of :meth:`.common.TrainingRun.finish` with this method's metrics:
+    ``pca_max_error_train_m``/``_val_m``, ``external_modes``, ``network`` (layer sizes),
+    ``epochs_trained``, ``train_loss``, ``stopped``, ``network_seconds`` and, over the
+    held-out bakes rolled out in the subspace, the mean vertex errors of the model
+    (``heldout_mean_error_m``), of the initial model alone (``initial_model_mean_error_m``)
+    and of the PCA projection (``projection_mean_error_m``, the floor).
+    """
+    ensure_writable_dir(Path(out).parent, "the model")
+    dev = _device(device)
+    run = TrainingRun.start(
+        NAME,
+        bakes,
+        settings,
+        device=str(dev),
+        expect_mesh_hash=expect_mesh_hash,
+        checkpoint_dir=checkpoint_dir,
+        progress=progress,
+        should_cancel=should_cancel,
+        metric=metric,
+    )
+    s = SNPSettings(**run.settings)
+    b = run.bakes
+    sim_settings = b.sim_settings
+    dt = float(sim_settings.dt)
+    seqs, kinds, sizes = load_sequences(run)
+    train_seqs = [q for q in seqs if q.bake in set(b.train.tolist())]
+    val_seqs = [q for q in seqs if q.bake in set(b.val.tolist())]
+    run.check_cancel("Training cancelled before the basis was computed.")
+
+    # 2. PCA
+    diag = float(np.linalg.norm(b.X.max(0) - b.X.min(0)))
+    tol = s.tolerance if s.tolerance is not None else 0.01 * diag
+    run.say(0.05, "PCA of the bake positions")
+    Y_train = np.concatenate([q.y for q in train_seqs])
+
+    def compute():
+        mean, U, info = mean_centred_pca(Y_train, k=s.k, tolerance=tol, max_k=s.max_k)
+        return {"mean": mean, "U": U, "rank": np.array(info["rank"])}
+
+    basis, _ = run.checkpoints.stage("snp_basis", compute, to_arrays=dict, from_arrays=dict)
+    mean, U = basis["mean"], basis["U"]
+    u = U.shape[1]
+    if s.k is not None and u < s.k:
+        run.warnings.append(
+            f"The bakes span only {u} PCA modes; the model has {u}, not the {s.k} asked for."
+        )
+    n = len(b.X)
+
+    def encode(y):
+        return (y - mean).reshape(len(y), -1) @ U
+
+    Z = [encode(q.y) for q in train_seqs]
+    Z_val = [encode(q.y) for q in val_seqs]
+    err_train = _max_projection_error(Y_train, mean, U)
+    err_val = max(_max_projection_error(q.y, mean, U) for q in val_seqs) if val_seqs else err_train
+    run.emit({"k": u, "pca_max_error_train_m": err_train, "pca_max_error_val_m": err_val})
+    run.say(0.1, f"PCA: {u} modes, max vertex error {1000 * err_val:.3g} mm on held-out frames")
+
+    # 3-4. initial model, external encoder, ranges
+    alpha, beta = fit_initial_model(Z)
+    encoder = fit_external_encoder(
+        np.concatenate([q.features for q in train_seqs]), s.external_modes, s.clip_margin
+    )
+    W = [encoder.encode(q.features) for q in train_seqs]
+    W_val = [encoder.encode(q.features) for q in val_seqs]
+    Zc = np.concatenate(Z)
+    z_lo, z_hi = Zc.min(0), Zc.max(0)
+    z_lo, z_hi = z_lo - s.clip_margin * (z_hi - z_lo), z_hi + s.clip_margin * (z_hi - z_lo)
+    scale = float(Zc[:, 0].std()) or 1.0
+    run.emit({"external_modes": encoder.size})
+
+    # 5. the network
+    run.say(0.12, f"network: {s.epochs} epochs of windows of {s.window} frames")
+    t_net = time.perf_counter()
+    with _threads(_CPU_THREADS) if dev.type == "cpu" else contextlib.nullcontext():
+        trainer = _NetTrainer(
+            s,
+            Z,
+            W,
+            Z_val,
+            W_val,
+            alpha,
+            beta,
+            scale,
+            z_lo,
+            z_hi,
+            dt,
+            n,
+            dev,
+            run.checkpoints,
+            run.should_cancel,
+            run.emit,
+            lambda done, total, msg: run.say(0.12 + 0.7 * done / max(total, 1), msg),
+        )
+        net_t, state = trainer.fit(deadline=time.perf_counter() + s.time_budget)
+    network_seconds = time.perf_counter() - t_net
+    if state["stopped"] == "time budget":
+        run.warnings.append(
+            f"The time budget ({s.time_budget:g} s) ended the training after "
+            f"{state['epoch']} of {s.epochs} epochs; raise Time Budget for a better model."
+        )
+
+    # 6. export, check, measure
+    net = to_numpy_mlp(net_t, "relu")
+    params = SNPParameters(
+        X=b.X,
+        mean=mean,
+        U=U,
+        alpha=alpha,
+        beta=beta,
+        z_lo=z_lo,
+        z_hi=z_hi,
+        scale=scale,
+        encoder=encoder,
+        net=net,
+        sizes=sizes,
+        kinds=kinds,
+        pinned=b.pinned,
+    )
+    check = (Z_val or Z)[0], (W_val or W)[0]
+    _verify_export(net_t, params, *check)
+    measures = heldout_errors(params, val_seqs, dt) if val_seqs else {}
+    run.emit(measures)
+    if measures and measures["heldout_mean_error_m"] >= measures["initial_model_mean_error_m"]:
+        run.warnings.append(
+            "On the held-out bakes the network does no better than its initial model alone "
+            f"({1e3 * measures['heldout_mean_error_m']:.3g} against "
+            f"{1e3 * measures['initial_model_mean_error_m']:.3g} mm mean vertex error): bake "
+            "more variants, or train more epochs."
+        )
+    save = functools.partial(save_snp_model, params=params)
+    return run.finish(
+        out,
+        save,
+        k=u,
+        dofs=u,
+        max_error_val_m=err_val,
+        rollout=s.rollout,
+        at=0.85,
+        metrics={
+            "pca_max_error_train_m": err_train,
+            "pca_max_error_val_m": err_val,
+            "external_modes": encoder.size,
+            "network": list(net.sizes),
+            "epochs_trained": state["epoch"],
+            "train_loss": state["losses"][-1] if state["losses"] else None,
+            "stopped": state["stopped"],
+            "windows": int(len(trainer.windows)),
+            "network_seconds": network_seconds,
+            **measures,
+        },
+    )
+
+
+def _max_projection_error(Y: np.ndarray, mean: np.ndarray, U: np.ndarray) -> float:
+    A = (Y - mean).reshape(len(Y), -1)
+    R = (A - (A @ U) @ U.T).reshape(Y.shape)
+    return float(np.sqrt(np.max(np.einsum("fvi,fvi->fv", R, R), initial=0.0)))
+
+
+def latent_rollout(sim: SNPSimulation, z0: np.ndarray, z1: np.ndarray, W: np.ndarray):
+    """(L, u) PCA coordinates of a rollout of the runtime's ``predict`` from ``z0, z1`` over
+    the external inputs ``W`` (L, v); the first two rows are ``z0``, ``z1``."""
+    out = np.empty((len(W), len(z0)))
+    out[0], out[1] = z0, z1
+    for t in range(2, len(W)):
+        out[t] = sim.predict(out[t - 1], out[t - 2], W[t])
+    return out
+
+
+def heldout_errors(params: SNPParameters, seqs: list[Sequence], dt: float) -> dict:
+    """Mean vertex errors (m) over the held-out sequences' predicted frames (2 onwards, i.e.
+    bake frames 1 onwards) of the model, of the initial model alone (eq. 1) and of the PCA
+    projection (the floor), each rolled out from the sequence's first two states."""
+    from dataclasses import replace
+
+    sims = {
+        "heldout_mean_error_m": SNPSimulation(params),
+        "initial_model_mean_error_m": SNPSimulation(replace(params, net=None)),
+    }
+    sums = dict.fromkeys([*sims, "projection_mean_error_m"], 0.0)
+    count = 0
+    for q in seqs:
+        z = (q.y - params.mean).reshape(len(q.y), -1) @ params.U
+        w = params.encoder.encode(q.features)
+        target = q.y[2:]
+        for key, sim in sims.items():
+            zr = latent_rollout(sim, z[0], z[1], w)[2:]
+            y = params.mean + (zr @ params.U.T).reshape(target.shape)
+            sums[key] += float(np.linalg.norm(y - target, axis=-1).sum())
+        proj = params.mean + (z[2:] @ params.U.T).reshape(target.shape)
+        sums["projection_mean_error_m"] += float(np.linalg.norm(proj - target, axis=-1).sum())
+        count += target.shape[0] * target.shape[1]
+    return {k: v / max(count, 1) for k, v in sums.items()}
+
+
+def _verify_export(net_t, params: SNPParameters, z: np.ndarray, w: np.ndarray) -> None:
+    """The exported network's rollout equals the torch network's in float64 (else a bug)."""
+    net64 = _copy64(net_t)
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+    with torch.no_grad():
+        ref = rollout(
+            net64,
+            t(z[None, 0]),
+            t(z[None, 1]),
+            t(w[None]),
+            t(params.alpha),
+            t(params.beta),
+            params.scale,
+            t(params.z_lo),
+            t(params.z_hi),
+        )[0].numpy()
+    got = latent_rollout(SNPSimulation(params), z[0], z[1], w)
+    err = float(np.abs(got - ref).max(initial=0.0)) / (params.scale + float(np.abs(ref).max()))
+    if not err <= _VERIFY_TOL:
+        raise NeuralRomError(
+            f"The exported network's rollout differs from the trained one by {err:.3g} "
+            "(relative): the export is broken; report this as a bug."
+        )
+
+
+def _copy64(net: torch.nn.Sequential) -> torch.nn.Sequential:
+    """A float64 CPU copy of a ReLU network built by :func:`build_mlp`."""
+    lin = [m for m in net if isinstance(m, torch.nn.Linear)]
+    out = build_mlp([lin[0].in_features] + [m.out_features for m in lin], "relu").double()
+    out.load_state_dict({k: v.to("cpu", torch.float64) for k, v in net.state_dict().items()})
+    return out
+
+
+def train_snp(bakes, out: str | Path, settings: SNPSettings | None = None, **job) -> dict:
+    """:func:`train` with typed settings (scripts, tests, benchmarks)."""
+    return train(bakes, out, asdict(settings or SNPSettings()), **job)
+
+
+__all__ = [
+    "SNPSettings",
+    "Sequence",
+    "fit_external_encoder",
+    "fit_initial_model",
+    "heldout_errors",
+    "latent_rollout",
+    "load_sequences",
+    "mean_centred_pca",
+    "rollout",
+    "train",
+    "train_snp",
+    "window_loss",
+    "windows",
+]
