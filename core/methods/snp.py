@@ -634,9 +634,9 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     Setting(
         "batch_size",
         "int",
-        16,
+        8,
         "Batch Size",
-        "Windows per AMSGrad step (the paper: 16)",
+        "Windows per AMSGrad step (the paper: 16; 8 gives twice the steps on small bake sets)",
         minimum=1,
         maximum=1_000_000,
         soft_maximum=4096,
@@ -644,7 +644,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     Setting(
         "learning_rate",
         "float",
-        1e-3,
+        3e-3,
         "Learning Rate",
         "AMSGrad step size (the paper: 1e-4 over ~100 epochs of 1e5-1e6 frames)",
         minimum=1e-7,
@@ -657,6 +657,17 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         "Rate Decay",
         "Learning rate multiplier per epoch (the paper: 0.999)",
         minimum=0.5,
+        maximum=1.0,
+        advanced=True,
+    ),
+    Setting(
+        "weight_decay",
+        "float",
+        1e-2,
+        "Weight Decay",
+        "AMSGrad weight decay (an L2 pull of the network's weights to zero, i.e. towards the "
+        "initial model)",
+        minimum=0.0,
         maximum=1.0,
         advanced=True,
     ),
