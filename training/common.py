@@ -379,6 +379,7 @@ class TrainingRun:
         metadata: Mapping | None = None,
         rollout: bool = True,
         at: float = 0.9,
+        stiffening: bool = True,
     ) -> dict:
         """Replay a held-out bake with the model, write the model to ``out``, return the
         result record.
@@ -399,6 +400,9 @@ class TrainingRun:
         rollout : replay a held-out bake (the rollout replays the file as
             :func:`core.registry.load_simulator` opens it, so it measures what users run)
         at : progress fraction where the rollout starts
+        stiffening : warn when the rollout is far worse than the model's closest shapes
+            (:func:`core.compare.stiffening_hint`, whose advice is about subspace dynamics:
+            modes and cubature); a learned model without a solve turns it off
 
         Returns
         -------
@@ -431,7 +435,7 @@ class TrainingRun:
             roll = {"skipped": "turned off in the settings"}
         elif len(b.val):
             self.say(at, "rollout of a held-out bake")
-            roll = self._rollout(write, out)
+            roll = self._rollout(write, out, stiffening)
         record.update(
             rollout=roll,
             rollout_max_error_m=roll.get("max_error_m"),
@@ -476,7 +480,7 @@ class TrainingRun:
             **(metrics or {}),
         }
 
-    def _rollout(self, write: Callable[[Path], Path], out) -> dict:
+    def _rollout(self, write: Callable[[Path], Path], out, stiffening: bool = True) -> dict:
         """Rollout metrics of the first held-out bake, replayed by the model written to a
         temporary beside ``out`` (removed after); metrics streamed, warnings added."""
         tmp = None
@@ -493,7 +497,7 @@ class TrainingRun:
         self.emit({f"rollout_{k}": v for k, v in roll.items() if isinstance(v, (int, float))})
         if "skipped" in roll:  # the runtime failed on it: worth a look
             self.warnings.append(f"Held-out rollout skipped: {roll['skipped']}")
-        hint = stiffening_hint(roll)
+        hint = stiffening_hint(roll) if stiffening else None
         if hint:
             self.warnings.append(hint)
         return roll

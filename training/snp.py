@@ -731,6 +731,7 @@ def train(
         max_error_val_m=err_val,
         rollout=s.rollout,
         at=0.85,
+        stiffening=False,  # its advice (modes, cubature) is about solved subspace dynamics
         metrics={
             "pca_max_error_train_m": err_train,
             "pca_max_error_val_m": err_val,
