@@ -407,3 +407,27 @@ def test_record_settings_and_registration():
     assert METHOD.setting("k") == registry.get("linear").setting("k")
     with pytest.raises(NeuralRomError, match="window = 2 is not valid"):
         SNPSettings(window=2)
+
+
+def test_reference_frame_features_are_its_motion_in_the_frame():
+    """Gravity, velocity, acceleration, angular velocity and angular acceleration of a moving
+    reference frame, expressed in it (zero, and gravity as it is, for the world)."""
+    from neural_rom.core.frame import IDENTITY, Pose
+    from neural_rom.core.methods.snp import frame_features
+    from scipy.spatial.transform import Rotation
+
+    g = np.array([0.0, 0.0, -9.81])
+    still = frame_features((IDENTITY,) * 3, g, DT)
+    np.testing.assert_array_equal(still, np.concatenate([g, np.zeros(12)]))
+    # turning about z at a constant 0.5 rad/s^2 from 1 rad/s, moving along x with 2 m/s^2
+    angle = [0.0, 1.0 * DT + 0.25 * DT**2, 2.0 * DT + 1.0 * DT**2]  # t = 0, 1, 2 frames
+    c = [np.array([x, 0.0, 0.0]) for x in (0.0, DT**2, 4 * DT**2)]
+    poses = [Pose(Rotation.from_rotvec([0, 0, a]).as_matrix(), p) for a, p in zip(angle, c)]
+    f = frame_features((poses[2], poses[1], poses[0]), g, DT)
+    Rt = poses[2].R.T
+    np.testing.assert_allclose(f[:3], Rt @ g, atol=1e-12)
+    np.testing.assert_allclose(f[3:6], Rt @ (c[2] - c[1]) / DT, atol=1e-12)
+    np.testing.assert_allclose(f[6:9], Rt @ np.array([2.0, 0.0, 0.0]), atol=1e-9)
+    w1, w2 = (angle[1] - angle[0]) / DT, (angle[2] - angle[1]) / DT
+    np.testing.assert_allclose(f[9:12], [0, 0, w2], atol=1e-12)
+    np.testing.assert_allclose(f[12:15], [0, 0, (w2 - w1) / DT], atol=1e-9)
