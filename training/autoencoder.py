@@ -78,7 +78,15 @@ from ..core.methods.autoencoder import NAME
 from ..core.methods.autoencoder import save as save_autoencoder_model
 from ..core.nnet import MLP
 from ..core.subspace import Subspace
-from .common import Checkpoints, Report, TrainingRun, even_indices, fit_cubature, pod_basis
+from .common import (
+    Checkpoints,
+    Report,
+    TrainingRun,
+    even_indices,
+    fit_cubature,
+    pod_basis,
+    torch_device,
+)
 
 # At most one progress message / metric event per this many seconds during the epochs.
 _THROTTLE_S = 0.5
@@ -416,7 +424,7 @@ def train(
     epochs and why it stopped, ``fallback`` ("pca" when PCA-r replaced the network) and
     ``epochs_run`` (epochs this run trained: a resumed run counts only its own).
     """
-    dev = _torch_device(device)
+    dev = torch_device(device)
     run = TrainingRun.start(
         NAME,
         bakes,
@@ -840,20 +848,6 @@ def pca_layers(k: int, r: int) -> tuple[MLP, MLP]:
         MLP([E], [np.zeros(r)], ["identity"]),
         MLP([E.T.copy()], [np.zeros(k)], ["identity"]),
     )
-
-
-def _torch_device(name: str) -> torch.device:
-    name = (name or "auto").lower()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NeuralRomError(
-            "Training device is CUDA, but torch sees no CUDA GPU: install a CUDA build of torch "
-            "or set the device to Auto or CPU."
-        )
-    if name != "cpu" and not name.startswith("cuda"):
-        raise NeuralRomError(f"Unknown training device {name!r}: use auto, cpu or cuda.")
-    return torch.device(name)
 
 
 def _max_error(x: np.ndarray, sub: Subspace, q_hat: np.ndarray) -> float:

@@ -629,3 +629,23 @@ def fit_cubature(
         }
     )
     return cub
+
+
+def torch_device(name: str | None):
+    """The ``torch.device`` a learned method trains on: ``"auto"`` (CUDA when torch sees a
+    GPU, else the CPU), ``"cpu"`` or ``"cuda[:i]"``; a CUDA request without a GPU or another
+    name is refused with what to do. torch is imported here, so the numpy-only trainers that
+    share this module never import it."""
+    import torch
+
+    name = (name or "auto").lower()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NeuralRomError(
+            "Training device is CUDA, but torch sees no CUDA GPU: install a CUDA build of torch "
+            "or set the device to Auto or CPU."
+        )
+    if name != "cpu" and not name.startswith("cuda"):
+        raise NeuralRomError(f"Unknown training device {name!r}: use auto, cpu or cuda.")
+    return torch.device(name)

@@ -85,7 +85,7 @@ from ..core.methods.snp import (
 )
 from ..core.methods.snp import save as save_snp_model
 from .autoencoder import build_mlp, to_numpy_mlp
-from .common import Report, TrainingRun
+from .common import Report, TrainingRun, torch_device
 
 # At most one progress message / metric event per this many seconds during the epochs.
 _THROTTLE_S = 0.5
@@ -382,18 +382,6 @@ def windows(lengths: list[int], size: int) -> np.ndarray:
     return np.array(out, dtype=np.int64).reshape(-1, 2)
 
 
-def _device(name: str) -> torch.device:
-    name = (name or "cpu").lower()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NeuralRomError(
-            "Training device is CUDA, but torch sees no CUDA GPU: install a CUDA build of torch "
-            "or set the device to Auto or CPU."
-        )
-    return torch.device(name)
-
-
 @contextlib.contextmanager
 def _threads(n: int):
     before = torch.get_num_threads()
@@ -600,7 +588,7 @@ def train(
     and of the PCA projection (``projection_mean_error_m``, the floor).
     """
     ensure_writable_dir(Path(out).parent, "the model")
-    dev = _device(device)
+    dev = torch_device(device)
     run = TrainingRun.start(
         NAME,
         bakes,

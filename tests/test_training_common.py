@@ -1,0 +1,22 @@
+"""training/common.py: what every trainer shares."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from neural_rom.core.errors import NeuralRomError
+from neural_rom.training.common import torch_device
+
+
+def test_the_training_device_is_chosen_or_refused_with_what_to_do():
+    gpu = torch.cuda.is_available()
+    assert torch_device("auto").type == ("cuda" if gpu else "cpu")
+    assert torch_device(None) == torch_device("auto")
+    assert torch_device("CPU") == torch.device("cpu")
+    if gpu:
+        assert torch_device("cuda:0") == torch.device("cuda:0")
+    else:
+        with pytest.raises(NeuralRomError, match="install a CUDA build of torch"):
+            torch_device("cuda")
+    with pytest.raises(NeuralRomError, match="use auto, cpu or cuda"):
+        torch_device("tpu")
