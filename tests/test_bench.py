@@ -95,3 +95,22 @@ def test_fullspace_ours_one_step_centre_of_mass_falls_less_than_free_fall():
     s = fullspace.summarize(r)
     assert np.isclose(s["iter"] * step["iters"], step["wall"])
     assert set(r["kernels"]) >= {"energy", "energy_gradient", "hessian_proj", "assembly", "all"}
+
+
+def test_snp_bench_tiny_run_times_every_row_and_the_batch_agrees():
+    """bench/snp.py end to end at a tiny size (72 tets, 3 bakes of 12 frames, 2 epochs): every
+    timing is there, the batched step matches the single ones, the memory adds up."""
+    pytest.importorskip("torch")
+    import tempfile
+
+    snp = _load("snp")
+    with tempfile.TemporaryDirectory() as tmp:
+        r = snp.run(48, variants=3, frames=12, epochs=2, instances=4, reps=5, workdir=tmp)
+    assert r["tets"] == 72 and r["bakes"] == 3 and r["epochs"] == 2 and r["instances"] == 4
+    for key in ("full_step_s", "step_s", "decode_s", "batch_step_s", "singles_step_s"):
+        assert 0.0 < r[key] < 10.0, key
+    assert r["batch_vs_singles_m"] <= 1e-12
+    assert r["basis_bytes"] == 8 * 3 * r["vertices"] * r["modes"]
+    assert r["basis_bytes"] + r["net_bytes"] < r["array_bytes"] < r["file_bytes"]
+    text = snp.report(r)
+    assert "4 instances, one batched step" in text and "memory: model file" in text

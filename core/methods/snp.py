@@ -41,6 +41,13 @@ Where we depart from the paper, and why:
   colliders (the last ones stay when a frame gives none), so ``get_state``/``set_state``
   continue bit-identically.
 
+Many instances of one model (the paper's 256 bunnies, sec. 8) step as one batch:
+:class:`SNPBatch` holds B states and :meth:`SNPSimulation.advance` steps them with one
+network pass of B rows (the single simulator is its B = 1 case, one code path). Only the
+per-instance bookkeeping (reading each instance's colliders and pins) is a Python loop; on
+the block of ``bench/snp.py`` (u = 60) 100 instances step in about 0.7 ms, 10x faster than
+100 single steps.
+
 The trainer is :mod:`training.snp` (torch); this module is numpy only.
 """
 
@@ -95,7 +102,7 @@ def reference_pose(rest_pins: np.ndarray, targets: np.ndarray | None, guess: Pos
         raise SimulationError(
             f"Pin targets have shape {targets.shape}, expected {rest_pins.shape}."
         )
-    if np.array_equal(targets, rest_pins):
+    if (targets == rest_pins).all():  # array_equal, less its checks (per instance, per frame)
         return IDENTITY
     if not np.all(np.isfinite(targets)):
         raise SimulationError("The pin targets are not finite.")
@@ -411,15 +418,38 @@ class SNPSimulation(SimulatorBase):
         """The external features (e,) of a frame (:func:`external_features`): the colliders
         fill the model's slots in order; a slot the list leaves empty gets a collider out of
         reach (:data:`FAR_DIAGONALS`), extra colliders are not seen."""
-        c = len(self.p.sizes)
-        mats, sizes = np.empty((c, 4, 4)), self.p.sizes.copy()
-        for i in range(c):
-            if i < len(colliders):
-                mats[i] = colliders[i].transform
-                sizes[i] = colliders[i].radius, colliders[i].half_length
-            else:
-                mats[i] = _world_matrix(poses[0], self._far)
-        return external_features(mats, sizes, poses, self.gravity, self.dt)
+        return self.batch_features([colliders], [poses])[0]
+
+    def batch_features(
+        self, colliders: list[list[Collider]], poses: list[tuple[Pose, Pose, Pose]]
+    ) -> np.ndarray:
+        """(B, e) external features of B instances' frames, each as :meth:`features` (the
+        same arithmetic as :func:`external_features`, the trainer's; instances whose frame is
+        the world are copied into place together)."""
+        c, B = len(self.p.sizes), len(colliders)
+        mats, sizes = [], []  # gathered, then converted once: B * c small copies cost more
+        for cols, ps in zip(colliders, poses, strict=True):
+            for i in range(c):
+                if i < len(cols):
+                    mats.append(cols[i].transform)
+                    sizes.append((cols[i].radius, cols[i].half_length))
+                else:
+                    mats.append(_world_matrix(ps[0], self._far))
+                    sizes.append(self.p.sizes[i])
+        mats = np.array(mats, dtype=np.float64).reshape(B, c, 4, 4)
+        sizes = np.array(sizes, dtype=np.float64).reshape(B, c, 2)
+        f = np.zeros((B, self.p.n_features))
+        f[:, :3] = self.gravity  # frame_features of a frame that stays the world
+        for b, ps in enumerate(poses):
+            if not (ps[0] is IDENTITY and ps[1] is IDENTITY and ps[2] is IDENTITY):
+                f[b, :FRAME_FEATURES] = frame_features(ps, self.gravity, self.dt)
+        f[:, FRAME_FEATURES:] = np.concatenate(
+            [mats[:, :, :3, :3].reshape(B, c, 9), mats[:, :, :3, 3], sizes], axis=2
+        ).reshape(B, -1)
+        for b, ps in enumerate(poses):
+            if ps[0] is not IDENTITY and not ps[0].is_identity:
+                f[b, FRAME_FEATURES:] = collider_features(mats[b], sizes[b], ps[0])
+        return f
 
     def predict(self, z1: np.ndarray, z2: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``z_t`` (u,) or (B, u) from ``z_{t-1}``, ``z_{t-2}`` and the external input
@@ -431,25 +461,130 @@ class SNPSimulation(SimulatorBase):
             z_bar = z_bar + s * p.net.forward(np.concatenate([z_bar / s, z1 / s, w], axis=-1))
         return np.minimum(np.maximum(z_bar, p.z_lo), p.z_hi)
 
-    def step(self, inputs: FrameInputs | None = None) -> StepReport:
-        """One frame: the colliders (the last ones when the frame has none) and the pins'
-        rigid motion (the reference frame) of ``inputs``; forces are not an input."""
-        t0 = time.perf_counter()
-        inputs = inputs or FrameInputs()
-        pose = reference_pose(self.rest_pins, inputs.pin_targets, self.poses[0])
-        poses = (pose, self.poses[0], self.poses[1])
-        cols = self.colliders if inputs.colliders is None else list(inputs.colliders)
-        w = self.p.encoder.encode(self.features(cols, poses))
-        z = self.predict(self.z1, self.z2, w)
+    def advance(
+        self,
+        z1: np.ndarray,
+        z2: np.ndarray,
+        poses: list[tuple[Pose, Pose, Pose]],
+        colliders: list[list[Collider]],
+        inputs: list[FrameInputs | None],
+    ) -> tuple[np.ndarray, list, list]:
+        """One frame of B instances in one network pass: ``z_t`` (B, u) from ``z_{t-1}``,
+        ``z_{t-2}`` (B, u), each instance's last poses and colliders and its frame's inputs;
+        with the instances' new poses and colliders. The one step of :meth:`step` (B = 1)
+        and of :class:`SNPBatch`."""
+        new_poses, new_cols = [], []
+        for ps, cols, inp in zip(poses, colliders, inputs, strict=True):
+            inp = inp or _NO_INPUTS
+            pose = reference_pose(self.rest_pins, inp.pin_targets, ps[0])
+            new_poses.append((pose, ps[0], ps[1]))
+            new_cols.append(cols if inp.colliders is None else list(inp.colliders))
+        w = self.p.encoder.encode(self.batch_features(new_cols, new_poses))
+        z = self.predict(z1, z2, w)
         if not np.all(np.isfinite(z)):
             raise SimulationError(
                 f"Frame {self.frame + 1} of the Subspace Neural Physics model is not finite; "
                 "the model file is damaged: retrain it."
             )
-        self.z2, self.z1 = self.z1, z
+        return z, new_poses, new_cols
+
+    def step(self, inputs: FrameInputs | None = None) -> StepReport:
+        """One frame: the colliders (the last ones when the frame has none) and the pins'
+        rigid motion (the reference frame) of ``inputs``; forces are not an input."""
+        t0 = time.perf_counter()
+        z, (poses,), (cols,) = self.advance(
+            self.z1[None], self.z2[None], [self.poses], [self.colliders], [inputs]
+        )
+        self.z2, self.z1 = self.z1, z[0]
         self.poses, self.colliders = poses, cols
         self.frame += 1
         return StepReport(substeps=1, wall_time=time.perf_counter() - t0)
+
+
+_NO_INPUTS = FrameInputs()
+
+
+class SNPBatch:
+    """B instances of one model stepped together: one network pass of B rows per frame (the
+    paper's 256 bunnies, sec. 8). Each instance has its own colliders, pins and state; an
+    instance's state is a :meth:`SNPSimulation.get_state` dict, so it moves between a batch
+    and a single simulator and continues the same (to round-off: a matrix product of B rows
+    is not summed in the order of one row's).
+
+    Parameters
+    ----------
+    params : the trained model
+    count : B, the number of instances
+    settings : the time step (and gravity) the model was trained at
+    colliders : the colliders before the first frame, the same for every instance
+    """
+
+    def __init__(
+        self,
+        params: SNPParameters,
+        count: int,
+        settings: SimSettings | None = None,
+        colliders: list[Collider] | None = None,
+    ) -> None:
+        if count < 1:
+            raise SimulationError(f"A batch needs at least one instance, not {count}.")
+        self.model = SNPSimulation(params, settings, colliders)
+        self.count = int(count)
+        self.reset()
+
+    def reset(self) -> None:
+        """Every instance back to rest at frame 0."""
+        m = self.model
+        m.reset()
+        self.z1 = np.repeat(m.z1[None], self.count, axis=0)  # (B, u)
+        self.z2 = self.z1.copy()
+        self.poses = [m.poses] * self.count
+        self.colliders = [list(m.colliders) for _ in range(self.count)]
+        self.frames = np.zeros(self.count, dtype=np.int64)
+
+    def get_state(self, i: int) -> dict:
+        """Instance ``i``'s state, as :meth:`SNPSimulation.get_state` gives it."""
+        return {
+            "z1": self.z1[i].copy(),
+            "z2": self.z2[i].copy(),
+            "poses": [p.to_list() for p in self.poses[i]],
+            "colliders": [c.to_dict() for c in self.colliders[i]],
+            "frame": int(self.frames[i]),
+        }
+
+    def set_state(self, i: int, state: dict) -> None:
+        """Instance ``i`` continues from ``state`` (this batch's or a single simulator's)."""
+        self.z1[i] = np.asarray(state["z1"], dtype=np.float64)
+        self.z2[i] = np.asarray(state["z2"], dtype=np.float64)
+        self.poses[i] = tuple(_pose(p) for p in state["poses"])
+        self.colliders[i] = [Collider(**c) for c in state["colliders"]]
+        self.frames[i] = int(state["frame"])
+
+    def step(self, inputs: list[FrameInputs | None] | None = None) -> StepReport:
+        """One frame of every instance: ``inputs[i]`` drives instance ``i`` as
+        :meth:`SNPSimulation.step` takes it (None: nothing changes for it)."""
+        t0 = time.perf_counter()
+        inputs = [None] * self.count if inputs is None else list(inputs)
+        if len(inputs) != self.count:
+            raise SimulationError(
+                f"{len(inputs)} frame inputs for a batch of {self.count} instances."
+            )
+        self.model.frame = int(self.frames.max())
+        z, self.poses, self.colliders = self.model.advance(
+            self.z1, self.z2, self.poses, self.colliders, inputs
+        )
+        self.z2, self.z1 = self.z1, z
+        self.frames += 1
+        return StepReport(substeps=1, wall_time=time.perf_counter() - t0)
+
+    def positions(self) -> np.ndarray:
+        """(B, n, 3) world positions of every instance, metres."""
+        p = self.model.p
+        y = p.mean + (self.z1 @ p.U.T).reshape(self.count, -1, 3)
+        for b, ps in enumerate(self.poses):
+            if ps[0] is not IDENTITY:
+                y[b] = ps[0].apply(y[b])
+        return y
 
 
 def _world_matrix(pose: Pose, local: np.ndarray) -> np.ndarray:

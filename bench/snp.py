@@ -1,0 +1,243 @@
+"""Subspace Neural Physics (Holden 2019): the learned step against the full-space step it
+learned from, on the same mesh and inputs, and many instances in one batched step.
+
+Problem: a 0.2 m x 0.2 m x 0.3 m soft block (``core.grid.grid_for_tet_count``, Y = 30 kPa,
+nu = 0.4, rho = 1000 kg/m^3, Rayleigh mass damping 0.5), its bottom face pinned, hit by a
+keyframed sphere (the ``keyframed_colliders`` scenario, 4 keys; the block of
+tests/test_snp.py), h = 1/24 s. The bench bakes ``--variants`` seeded collider paths of
+``--frames`` frames with :func:`core.bake.bake_variants`, trains a model on them with
+:func:`training.snp.train_snp` (the default settings but ``--epochs``; the trainer holds out
+one bake in five) and replays the first held-out bake's inputs:
+
+* ``full``: :class:`core.sim.Simulation` (the bake's solver, contact included), per frame.
+* ``step``: :meth:`SNPSimulation.step` (features, eq. 1, the network, clipping), per frame.
+* ``decode``: :meth:`SNPSimulation.positions`, all vertices in world space.
+* ``batch``: :class:`SNPBatch` of ``--instances`` instances, each on the held-out inputs
+  from its own start frame, one step of them all; ``singles``: as many
+  :class:`SNPSimulation` stepped one after another on the same inputs.
+
+Everything runs in this process pinned to one core with one BLAS thread
+(:func:`common.pin_this_process`); times are means over ``--reps`` frames (the held-out
+inputs played forward and back). Memory: the model file's size and its arrays' bytes (the
+basis ``U``, the network, the rest).
+
+Usage::
+
+    python bench/snp.py [--tets 1000] [--variants 5] [--frames 48] [--epochs 100]
+                        [--instances 100] [--reps 200] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+# One BLAS thread, set before numpy loads: main() pins the process to one core
+# (common.pin_this_process), and a pool sized for every core would time-share it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common
+
+DT = 1.0 / 24.0
+
+
+def scene(n_tets: int, frames: int, variants: int):
+    """The block's tet mesh (X, T) and the bake spec of the benchmark."""
+    from neural_rom.core import bake
+    from neural_rom.core.fem import Material
+    from neural_rom.core.grid import grid_for_tet_count
+
+    X, T = grid_for_tet_count(n_tets, aspect=(2.0, 2.0, 3.0), length=0.2)
+    spec = bake.BakeSpec(
+        material=Material(youngs_modulus=3e4, poisson_ratio=0.4, density=1000.0).to_dict(),
+        scenario={"kind": "keyframed_colliders", "keys": 4},
+        frames=frames,
+        pinned=np.flatnonzero(X[:, 2] < 1e-9).tolist(),
+        damping=(0.5, 0.0),
+        seed=3,
+        variants=variants,
+        contact_stiffness=None,
+    )
+    return X, T, spec
+
+
+def ping_pong(n: int, reps: int, start: int = 0) -> list[int]:
+    """Frame indices 1..n-1 played forward and back, ``reps`` of them from ``start``."""
+    cycle = list(range(1, n)) + list(range(n - 2, 1, -1))
+    return [cycle[(start + t) % len(cycle)] for t in range(reps)]
+
+
+def per_call(fn, reps: int) -> float:
+    """Mean seconds of ``fn(t)`` for t = 0..reps-1 (one untimed call first)."""
+    fn(0)
+    t0 = time.perf_counter()
+    for t in range(reps):
+        fn(t)
+    return (time.perf_counter() - t0) / reps
+
+
+def run(
+    n_tets: int,
+    variants: int,
+    frames: int,
+    epochs: int,
+    instances: int,
+    reps: int,
+    workdir: str | Path,
+) -> dict:
+    from neural_rom.core import bake as bk
+    from neural_rom.core import registry
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.methods.snp import SNPBatch, SNPSimulation
+    from neural_rom.core.sim import FrameInputs
+    from neural_rom.training.snp import SNPSettings, train_snp
+
+    workdir = Path(workdir)
+    X, T, spec = scene(n_tets, frames, variants)
+    t0 = time.perf_counter()
+    paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, workdir, "block")
+    bake_s = time.perf_counter() - t0
+    out = workdir / "block.nrmodel"
+    res = train_snp(paths, out, SNPSettings(epochs=epochs), checkpoint_dir=workdir / "ckpt")
+    sim, model = registry.load_simulator(out)
+    p = sim.p
+
+    held = model.metadata["validation_trajectories"][0]
+    cache = BakeCache.open(paths[held])
+    full, driver = bk.setup_scenario(X, T, bk.BakeSpec.from_dict(cache.meta["spec"]))
+    F = len(driver.forces)
+    inputs = [driver.inputs(f) for f in range(F)]
+    # the model takes colliders and pins; the full step takes the forces too (zero here)
+    snp_inputs = [FrameInputs(colliders=i.colliders, pin_targets=i.pin_targets) for i in inputs]
+
+    # full space: the held-out bake's frames, as the bake ran them
+    full.reset(driver.x0, driver.v0)
+    full.forces = driver.forces[0].copy()
+    full.pin_targets = driver.pin_targets[0].copy()
+    full.colliders = driver.colliders(0)
+    full_t = [full.step(inputs[f]).wall_time for f in range(1, F)]
+
+    order = ping_pong(F, reps)
+    sim.start_from(driver.x0, driver.v0)
+    step_s = per_call(lambda t: sim.step(snp_inputs[order[t]]), reps)
+    decode_s = per_call(lambda t: sim.positions(), reps)
+
+    starts = [ping_pong(F, reps + 1, start=3 * b) for b in range(instances)]
+    batch = SNPBatch(p, instances, sim.settings)
+    batch_s = per_call(lambda t: batch.step([snp_inputs[s[t]] for s in starts]), reps)
+    batch_decode_s = per_call(lambda t: batch.positions(), max(reps // 10, 1))
+    singles = [SNPSimulation(p, sim.settings) for _ in range(instances)]
+
+    def step_singles(t):
+        for s, o in zip(singles, starts):
+            s.step(snp_inputs[o[t]])
+
+    singles_s = per_call(step_singles, reps)
+    agree = max(
+        float(np.abs(batch.positions()[b] - s.positions()).max()) for b, s in enumerate(singles)
+    )
+
+    net = p.net
+    net_bytes = sum(a.nbytes for a in net.W + net.b) if net is not None else 0
+    array_bytes = sum(np.asarray(a).nbytes for a in model.arrays.values())
+    return {
+        "tets": len(T),
+        "vertices": len(X),
+        "modes": p.u,
+        "external": p.encoder.size,
+        "net_sizes": list(net.sizes) if net is not None else [],
+        "bakes": len(paths),
+        "frames": frames,
+        "bake_s": bake_s,
+        "epochs": res["epochs_trained"],
+        "train_s": res["train_seconds"],
+        "heldout_mm": 1e3 * res["heldout_mean_error_m"],
+        "initial_mm": 1e3 * res["initial_model_mean_error_m"],
+        "floor_mm": 1e3 * res["projection_mean_error_m"],
+        "full_step_s": float(np.mean(full_t)),
+        "step_s": step_s,
+        "decode_s": decode_s,
+        "instances": instances,
+        "batch_step_s": batch_s,
+        "batch_decode_s": batch_decode_s,
+        "singles_step_s": singles_s,
+        "batch_vs_singles_m": agree,
+        "file_bytes": out.stat().st_size,
+        "array_bytes": array_bytes,
+        "basis_bytes": p.U.nbytes,
+        "net_bytes": net_bytes,
+    }
+
+
+def report(r: dict) -> str:
+    us = lambda s: f"{1e6 * s:,.1f}"  # noqa: E731
+    n = r["instances"]
+    lines = [
+        f"{r['tets']} tets, {r['vertices']} vertices; u = {r['modes']} modes, "
+        f"{r['external']} external coordinates, network {r['net_sizes']}",
+        f"bakes: {r['bakes']} x {r['frames']} frames in {r['bake_s']:.1f} s; training "
+        f"{r['epochs']} epochs in {r['train_s']:.1f} s; held-out mean vertex error "
+        f"{r['heldout_mm']:.2f} mm (initial model {r['initial_mm']:.2f}, PCA floor "
+        f"{r['floor_mm']:.2f})",
+        "",
+        f"{'per frame':<34}{'us':>12}{'full / this':>13}",
+        f"{'full-space step (core.sim)':<34}{us(r['full_step_s']):>12}{1.0:>12.0f}x",
+        f"{'model step':<34}{us(r['step_s']):>12}{r['full_step_s'] / r['step_s']:>12,.0f}x",
+        f"{'decode, all vertices':<34}{us(r['decode_s']):>12}",
+        f"{'step + decode':<34}{us(r['step_s'] + r['decode_s']):>12}"
+        f"{r['full_step_s'] / (r['step_s'] + r['decode_s']):>12,.0f}x",
+        f"{f'{n} instances, one batched step':<34}{us(r['batch_step_s']):>12}",
+        f"{f'{n} instances, {n} single steps':<34}{us(r['singles_step_s']):>12}",
+        f"{f'{n} instances, batched decode':<34}{us(r['batch_decode_s']):>12}",
+        "",
+        f"batched / single steps: {r['batch_step_s'] / r['singles_step_s']:.3f} "
+        f"({r['singles_step_s'] / r['batch_step_s']:.1f}x faster); batched step of {n} / one "
+        f"step: {r['batch_step_s'] / r['step_s']:.1f}; batch against singles "
+        f"{r['batch_vs_singles_m']:.1e} m",
+        f"memory: model file {r['file_bytes'] / 1024:.0f} KiB; arrays "
+        f"{r['array_bytes'] / 1024:.0f} KiB (basis {r['basis_bytes'] / 1024:.0f}, network "
+        f"{r['net_bytes'] / 1024:.0f})",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tets", type=int, default=1000, help="tets of the block (about)")
+    ap.add_argument("--variants", type=int, default=5, help="bakes (one in five held out)")
+    ap.add_argument("--frames", type=int, default=48, help="frames per bake")
+    ap.add_argument("--epochs", type=int, default=100, help="training epochs")
+    ap.add_argument("--instances", type=int, default=100, help="instances of the batch")
+    ap.add_argument("--reps", type=int, default=200, help="frames timed per measurement")
+    ap.add_argument("--json", help="also write the raw results to this JSON file")
+    args = ap.parse_args(argv)
+    common.pin_this_process()
+    import torch
+
+    torch.set_num_threads(1)
+    print(
+        "Soft block (Y = 30 kPa) pinned at its base, hit by a keyframed sphere; h = 1/24 s; "
+        "one core, one BLAS thread.\n",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run(args.tets, args.variants, args.frames, args.epochs, args.instances, args.reps, tmp)
+    print(report(r))
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
