@@ -692,7 +692,7 @@ def cmd_train(args) -> int:
         jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
         m = bpy.data.objects[name].neural_rom.model
         _out(
-            f"{name}: {m.k} DOFs, {m.cubature} cubature elements, validation error "
+            f"{name}: {training.model_size(m)}, validation error "
             f"{m.val_error * 1000:.3g} mm, {m.train_seconds:.1f} s on {m.device}"
         )
     return EXIT_OK

@@ -132,12 +132,13 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.path = store_path(obj, path)
     m.method = str(result.get("method", pending.get("method", "")))
     m.k = result_dofs(result)
-    m.cubature = int(result.get("cubature_elements", 0))
+    # a value a method does not have (no cubature, no rollout) may be missing or None
+    m.cubature = int(_number(result.get("cubature_elements"), 0))
     m.val_error = result_validation_error(result)
-    m.rollout_error = float(rollout.get("max_error_m", -1.0))
-    m.projection_error = float(rollout.get("projection_max_error_m", -1.0))
-    m.step_ms = float(rollout.get("step_ms", 0.0))
-    m.train_seconds = float(result.get("train_seconds", 0.0))
+    m.rollout_error = _number(rollout.get("max_error_m"), -1.0)
+    m.projection_error = _number(rollout.get("projection_max_error_m"), -1.0)
+    m.step_ms = _number(rollout.get("step_ms"), 0.0)
+    m.train_seconds = _number(result.get("train_seconds"), 0.0)
     m.device = str(result.get("device", ""))
     m.mesh_hash = str(pending.get("mesh_hash", ""))
     m.tets_hash = str(pending.get("tets_hash", s.tets_hash))
@@ -145,6 +146,17 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.bakes = int(pending.get("bakes", 0))
     _forget_drivers(obj.name)
     return True
+
+
+def model_size(m) -> str:
+    """``"8 DOFs, 18 cubature elements"`` of a trained model's properties (the cubature only
+    for a method that solves with one)."""
+    text = f"{m.k} DOFs"
+    return text + (f", {m.cubature} cubature elements" if m.cubature > 0 else "")
+
+
+def _number(value, default: float) -> float:
+    return default if value is None else float(value)
 
 
 def result_dofs(result: dict) -> int:

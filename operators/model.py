@@ -36,7 +36,7 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
         def summary(obj):
             m = obj.neural_rom.model
             return (
-                f"Trained '{obj.name}': {m.k} DOFs, {m.cubature} cubature elements, "
+                f"Trained '{obj.name}': {training.model_size(m)}, "
                 f"validation error {m.val_error * 1000:.3g} mm"
             )
 

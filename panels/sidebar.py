@@ -313,13 +313,14 @@ def draw_method_settings(layout, s) -> None:
 
 def draw_model_result(box, s) -> None:
     """What a trained model reports, the same fields for every method."""
+    from ..addon import training
     from ..core import registry
 
     m = s.model
     known = {r.name: r for r in registry.methods()}
     label = known[m.method].label if m.method in known else f"{m.method} (not installed)"
     box.label(text=label, icon="CHECKMARK")
-    box.label(text=f"{m.method}: {m.k} DOFs, {m.cubature} cubature elements")
+    box.label(text=f"{m.method}: {training.model_size(m)}")
     box.label(text=f"Validation error {m.val_error * 1000:.3g} mm")
     if m.rollout_error >= 0:
         box.label(text=f"Rollout error {m.rollout_error * 1000:.3g} mm, {m.step_ms:.2f} ms/step")

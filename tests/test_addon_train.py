@@ -638,3 +638,27 @@ def test_simulate_has_the_ground_the_bakes_had(addon, blend_file):
     assert (free @ np.asarray(obj.matrix_world)[:3, :3].T)[:, 2].min() + obj.matrix_world[2][
         3
     ] < ground - 0.5
+
+
+def test_a_result_without_cubature_or_rollout_numbers_is_shown_without_them(addon, blend_file):
+    """A method with no cubature (snp) reports ``cubature_elements: None``; the model box,
+    the CLI and the report leave the cubature out instead of failing (on_train_done raised
+    on int(None) when the demo ball was trained with snp from the CLI)."""
+    from neural_rom.addon import training
+
+    bpy = addon.bpy
+    obj = trained_ball(bpy)
+    m = obj.neural_rom.model
+    assert m.cubature > 0 and "cubature elements" in training.model_size(m)
+    result = {
+        "model": bpy.path.abspath(m.path),
+        "method": "snp",
+        "dofs": 7,
+        "cubature_elements": None,
+        "max_error_val_m": 0.01,
+        "rollout": {"max_error_m": None, "projection_max_error_m": None, "step_ms": None},
+        "train_seconds": None,
+    }
+    assert training.on_train_done(obj, result)
+    assert (m.k, m.cubature, m.rollout_error, m.step_ms) == (7, 0, -1.0, 0.0)
+    assert training.model_size(m) == "7 DOFs"

@@ -176,7 +176,9 @@ class ExternalEncoder:
 
     def __post_init__(self) -> None:
         self.keep = np.asarray(self.keep, dtype=np.int64)
-        self.V = np.asarray(self.V, dtype=np.float64).reshape(-1, len(self.keep))
+        V = np.asarray(self.V, dtype=np.float64)
+        # (0, 0) when no feature varied (a static ground, no pins): the network sees the state
+        self.V = V if V.ndim == 2 else V.reshape(-1, len(self.keep))
         # w = V_s f_keep - offset, one product per frame
         self._Vs = self.V / np.asarray(self.sd, float)[self.keep]
         self._offset = self._Vs @ np.asarray(self.mean, float)[self.keep]
