@@ -20,6 +20,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ..core.embedding import render_positions
 from ..core.errors import CacheError, NeuralRomError
 from ..core.meshfile import write_tetmesh
 from ..core.tetmesh import TetMesh
@@ -329,8 +330,7 @@ class RenderMap:
 
     def world(self, k: int) -> np.ndarray:
         """(r, 3) world positions of the render vertices at cache frame ``k`` (m)."""
-        P = np.asarray(self.positions[k], dtype=np.float64)
-        return self.embedding.apply(P) if self.embedding is not None else P[: self.n_surface]
+        return render_positions(self.positions[k], self.n_surface, self.embedding)
 
     def local(self, k: int, matrix_world: np.ndarray) -> np.ndarray:
         return bm.to_local(self.world(k), matrix_world)

@@ -22,7 +22,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core.embedding import Embedding
+from ..core.embedding import Embedding, render_positions
 from ..core.errors import CacheError, MeshError, NeuralRomError
 from ..core.files import atomic_path, mesh_hash
 from ..core.meshfile import read_tetmesh, write_tetmesh
@@ -270,12 +270,7 @@ def embedding_nodes(emb, render_idx: np.ndarray) -> np.ndarray:
 
 def render_world(tets: Tets, P: np.ndarray) -> np.ndarray:
     """(r, 3) render-vertex world positions of (n, 3) tet-node positions ``P``."""
-    P = np.asarray(P, dtype=np.float64)
-    if tets.embedding is not None:
-        if P.ndim == 2:  # the sparse interpolation matrix: ~6x faster than apply's gather
-            return tets.embedding.matrix @ P
-        return tets.embedding.apply(P)
-    return P[: int(tets.mesh.n_surface_inputs)]
+    return render_positions(P, int(tets.mesh.n_surface_inputs), tets.embedding)
 
 
 def start_matrix(obj: bpy.types.Object, scene: bpy.types.Scene) -> np.ndarray:

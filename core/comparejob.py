@@ -23,21 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .embedding import render_positions
 from .errors import CacheError, SimulationError
 from .files import ensure_writable_dir, write_npz
 from .simjob import load_model_for, read_render_map
 
 _STATS = ("max", "mean", "rms", "per_frame_max", "per_frame_mean", "per_frame_rms")
-
-
-def render_world(P: np.ndarray, n_surface: int, embedding=None) -> np.ndarray:
-    """(..., r, 3) render-vertex positions of (..., n, 3) tet-node positions."""
-    P = np.asarray(P, dtype=np.float64)
-    if embedding is None:
-        return P[..., :n_surface, :]
-    if P.ndim == 2:
-        return embedding.matrix @ P
-    return np.stack([embedding.matrix @ p for p in P])
 
 
 def compare_with_bake(
@@ -105,19 +96,19 @@ def compare_with_bake(
         )
     except SimulationError as e:
         raise SimulationError(f"The model of '{name}' cannot replay bake '{bake_name}': {e}") from e
-    reduced = render_world(P, n_surface, emb)
+    reduced = render_positions(P, n_surface, emb)
     x_full = np.asarray(cache.channel("positions"), dtype=np.float64)[: len(P)]
-    full = render_world(x_full, n_surface, emb)
+    full = render_positions(x_full, n_surface, emb)
     errors = vertex_errors(reduced, full)
     stats = error_stats(errors)
-    rest = render_world(np.asarray(cache.X), n_surface, emb)
+    rest = render_positions(np.asarray(cache.X), n_surface, emb)
     diagonal = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) if len(rest) else 0.0
     # The same frames' closest shapes: what the model can represent at best (its shapes),
     # against which the replay's error (its dynamics) is judged.
     shapes = None
     if callable(getattr(sim, "closest_shape", None)):
         shapes = error_stats(
-            vertex_errors(render_world(closest_shapes(sim, x_full), n_surface, emb), full)
+            vertex_errors(render_positions(closest_shapes(sim, x_full), n_surface, emb), full)
         )
     write_npz(
         out,

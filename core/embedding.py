@@ -186,6 +186,22 @@ class Embedding:
 # --------------------------------------------------------------------------------------------
 
 
+def render_positions(P, n_surface: int, embedding: Embedding | None = None) -> np.ndarray:
+    """(..., r, 3) render-vertex positions of (..., n, 3) tet-node positions ``P``: the
+    points of ``embedding`` (one sparse product for all frames), or without one the first
+    ``n_surface`` nodes (a direct tet mesh keeps the render vertices first, in order)."""
+    P = np.asarray(P, dtype=np.float64)
+    if embedding is None:
+        return P[..., :n_surface, :]
+    W = embedding.matrix
+    if P.ndim == 2:
+        return np.asarray(W @ P)
+    lead, n = P.shape[:-2], P.shape[-2]
+    cols = np.moveaxis(P.reshape(-1, n, 3), 1, 0).reshape(n, -1)  # (n, frames * 3)
+    out = np.asarray(W @ cols).reshape(W.shape[0], -1, 3)
+    return np.moveaxis(out, 0, 1).reshape(*lead, W.shape[0], 3)
+
+
 def _tet_edge_vectors(X: np.ndarray, T: np.ndarray) -> np.ndarray:
     """Ds = [x1-x0, x2-x0, x3-x0] as columns, shape (m, 3, 3)."""
     x0 = X[T[:, 0]]

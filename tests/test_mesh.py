@@ -9,7 +9,7 @@ from neural_rom.core.cage import (
     build_cage,
     tetrahedralize_embedded,
 )
-from neural_rom.core.embedding import Embedding, embed_points
+from neural_rom.core.embedding import Embedding, embed_points, render_positions
 from neural_rom.core.errors import MeshError
 from neural_rom.core.files import mesh_hash
 from neural_rom.core.mesher import tetrahedralize
@@ -592,3 +592,14 @@ def test_read_errors(tmp_path, sphere):
     (tmp_path / "trunc.npz").write_bytes(good.read_bytes()[:100])
     with pytest.raises(MeshError, match="Cannot read"):
         read_tetmesh(tmp_path / "trunc.npz")
+
+
+def test_render_positions_of_frames_equal_the_embedding_applied_frame_by_frame(box):
+    V, F = box
+    mesh, emb = tetrahedralize_embedded(V, F, resolution=4)
+    P = np.random.default_rng(0).normal(size=(5, 2, len(mesh.X), 3))
+    ref = np.stack([[emb.apply(p) for p in row] for row in P])
+    np.testing.assert_allclose(render_positions(P, len(V), emb), ref, atol=1e-14)
+    np.testing.assert_allclose(render_positions(P[1, 0], len(V), emb), ref[1, 0], atol=1e-14)
+    # a direct tet mesh: its first len(V) nodes are the render vertices
+    np.testing.assert_array_equal(render_positions(P, len(V)), P[..., : len(V), :])
