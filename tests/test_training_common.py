@@ -20,3 +20,15 @@ def test_the_training_device_is_chosen_or_refused_with_what_to_do():
             torch_device("cuda")
     with pytest.raises(NeuralRomError, match="use auto, cpu or cuda"):
         torch_device("tpu")
+
+
+def test_torch_threads_are_set_on_the_cpu_and_restored():
+    from neural_rom.training.common import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads("cpu", 1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(torch.device("cpu"), 1):
+        raise RuntimeError("a failing epoch")
+    assert torch.get_num_threads() == before

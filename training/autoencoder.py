@@ -59,7 +59,6 @@ torch is imported here and only here (never in ``core``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import time
@@ -86,6 +85,7 @@ from .common import (
     fit_cubature,
     pod_basis,
     torch_device,
+    torch_threads,
 )
 
 # At most one progress message / metric event per this many seconds during the epochs.
@@ -462,7 +462,7 @@ def train(
     trainer = _Trainer(
         s, frames.q_train, frames.q_check, dev, run.checkpoints, run.should_cancel, run.emit
     )
-    with _torch_threads(_CPU_THREADS if dev.type == "cpu" else torch.get_num_threads()):
+    with torch_threads(dev, _CPU_THREADS):
         plan = _plan(run, s, trainer, 0 if target is None else search_worst_case(lo, hi), hi)
         r, model, searched, final = _train_networks(run, s, trainer, plan, frames, lo, hi, target)
 
@@ -1087,17 +1087,6 @@ def _learning_rate(s: AutoencoderSettings, epoch: int, epochs: int) -> float:
         return s.learning_rate
     t = epoch / max(epochs - 1, 1)
     return s.learning_rate * (0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * t)))
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    """torch's intra-op CPU threads set to ``n`` inside the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _torch_save(path: Path, obj) -> None:

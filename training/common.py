@@ -53,6 +53,7 @@ numpy only at import: the linear method trains without torch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -649,3 +650,21 @@ def torch_device(name: str | None):
     if name != "cpu" and not name.startswith("cuda"):
         raise NeuralRomError(f"Unknown training device {name!r}: use auto, cpu or cuda.")
     return torch.device(name)
+
+
+@contextlib.contextmanager
+def torch_threads(device, n: int):
+    """torch's intra-op CPU threads set to ``n`` inside the block when training on the CPU
+    (one thread gives the same arithmetic, so the same model, whatever the core count);
+    nothing changes on a GPU."""
+    import torch
+
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -59,7 +59,6 @@ torch is imported here and in the other trainers, never in ``core``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -85,7 +84,7 @@ from ..core.methods.snp import (
 )
 from ..core.methods.snp import save as save_snp_model
 from .autoencoder import build_mlp, to_numpy_mlp
-from .common import Report, TrainingRun, torch_device
+from .common import Report, TrainingRun, torch_device, torch_threads
 
 # At most one progress message / metric event per this many seconds during the epochs.
 _THROTTLE_S = 0.5
@@ -382,16 +381,6 @@ def windows(lengths: list[int], size: int) -> np.ndarray:
     return np.array(out, dtype=np.int64).reshape(-1, 2)
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 class _NetTrainer:
     """AMSGrad on Algorithm 1's window loss, with checkpoints, resume and a time budget.
 
@@ -654,7 +643,7 @@ def train(
     # 5. the network
     run.say(0.12, f"network: {s.epochs} epochs of windows of {s.window} frames")
     t_net = time.perf_counter()
-    with _threads(_CPU_THREADS) if dev.type == "cpu" else contextlib.nullcontext():
+    with torch_threads(dev, _CPU_THREADS):
         trainer = _NetTrainer(
             s,
             Z,
