@@ -452,14 +452,7 @@ def run_simulate(spec: dict) -> dict:
     Spec keys: see :func:`core.simjob.simulate_to_pc2`. Result: ``path``, ``frames``,
     ``frame_start``, ``step_ms``; cancelled: ``path`` and ``written`` False.
     """
-    jobs, errors, simjob = _sub("core.jobs"), _sub("core.errors"), _sub("core.simjob")
-    try:
-        return simjob.simulate_to_pc2(
-            spec, progress=_frame_meter(jobs, "simulated"), should_cancel=jobs.should_cancel
-        )
-    except errors.JobCancelled as exc:
-        exc.result = {"path": str(spec.get("out", "")), "written": False}
-        raise
+    return _frames_job(_sub("core.simjob").simulate_to_pc2, spec, "simulated")
 
 
 def run_compare(spec: dict) -> dict:
@@ -471,11 +464,15 @@ def run_compare(spec: dict) -> dict:
     ``frames``, ``max``, ``mean``, ``rms``, ``step_ms``, ``diagonal``, ``closest_max``,
     ``closest_mean``, ``closest_rms``; cancelled: ``written`` False.
     """
-    jobs, errors, comparejob = _sub("core.jobs"), _sub("core.errors"), _sub("core.comparejob")
+    return _frames_job(_sub("core.comparejob").compare_with_bake, spec, "replayed")
+
+
+def _frames_job(run, spec: dict, what: str) -> dict:
+    """``run(spec, progress=, should_cancel=)`` with per-frame progress; a cancel's result
+    says the file ``spec["out"]`` was not written (the previous one stays)."""
+    jobs, errors = _sub("core.jobs"), _sub("core.errors")
     try:
-        return comparejob.compare_with_bake(
-            spec, progress=_frame_meter(jobs, "replayed"), should_cancel=jobs.should_cancel
-        )
+        return run(spec, progress=_frame_meter(jobs, what), should_cancel=jobs.should_cancel)
     except errors.JobCancelled as exc:
         exc.result = {"path": str(spec.get("out", "")), "written": False}
         raise
