@@ -943,11 +943,6 @@ class Simulation:
         return np.sum(self.mass[:, None] * self.v, axis=0)
 
 
-def _zero_fixed(g: np.ndarray, free_dofs: np.ndarray) -> np.ndarray:
-    g[~free_dofs] = 0.0
-    return g
-
-
 def _forcing(eta_prev: float, ratio: float) -> float:
     """Eisenstat-Walker forcing term from the previous one and ``|g_k| / |g_{k-1}|``."""
     f = FORCING
