@@ -384,6 +384,23 @@ def run_train(spec: dict) -> dict:
     return module.run(spec)
 
 
+def run_cloth_bake(spec: dict) -> dict:
+    """``kind: "cloth_bake"``: Blender's cloth baked to .nrbake files
+    (``addon.clothbake.run``); this process must have ``bpy`` (Blender itself in
+    ``--background``, or a Python with the PyPI ``bpy``)."""
+    errors = _sub("core.errors")
+    try:
+        module = _sub("addon.clothbake")
+    except ModuleNotFoundError as exc:
+        if exc.name != "bpy":
+            raise
+        raise errors.NeuralRomError(
+            "the cloth bake runs in Blender itself (blender --background) or a Python with "
+            "the bpy module; this job interpreter has no bpy"
+        ) from exc
+    return module.run(spec)
+
+
 def run_tetrahedralize(spec: dict) -> dict:
     """``kind: "tetrahedralize"``: mesh an object's surface, or a cage around it, with
     TetGen (:func:`core.tetjob.mesh_surface`) and leave the tets in the job folder, where the
@@ -481,6 +498,7 @@ def _frames_job(run, spec: dict, what: str) -> dict:
 #: Job kind -> handler. Import heavy modules inside the handler, never here.
 HANDLERS = {
     "bake": run_bake,
+    "cloth_bake": run_cloth_bake,
     "tetrahedralize": run_tetrahedralize,
     "train": run_train,
     "simulate": run_simulate,
@@ -541,7 +559,8 @@ def run(spec: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:  # Blender runs us as ``blender ... --python worker.py -- SPEC``
+        argv = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else sys.argv[1:]
     if len(argv) != 1:
         print("usage: python worker.py JOB.spec.json", file=sys.stderr)
         return 2

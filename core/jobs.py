@@ -602,6 +602,7 @@ class Job:
         self._output: collections.deque[str] = collections.deque(maxlen=20)
         self._queue: queue.Queue = queue.Queue()
         self._proc: subprocess.Popen | None = None
+        self.blender = False
 
     # -- starting ---------------------------------------------------------------------
 
@@ -615,6 +616,7 @@ class Job:
         job_id: str | None = None,
         check_python: bool = True,
         env: dict[str, str] | None = None,
+        blender: bool = False,
     ) -> Job:
         """Write the spec next to the log and launch the worker on it.
 
@@ -635,6 +637,10 @@ class Job:
         env : dict or None
             Variables set in the worker's environment on top of the usual ones (for
             example :data:`ONE_THREAD_ENV`).
+        blender : bool
+            ``python`` is Blender's own binary: the worker runs as ``blender --background
+            --factory-startup --python worker.py -- <spec>`` (the cloth bake, which needs
+            Blender itself); the interpreter is not probed.
 
         Raises
         ------
@@ -646,7 +652,7 @@ class Job:
         if not kind:
             raise JobError('the job spec has no "kind": this is a bug in the caller')
         python = os.fspath(python) if python else default_python()
-        if check_python:
+        if check_python and not blender:
             check_interpreter(python, REQUIREMENTS.get(kind, ("numpy",)))
         if log_dir is None:
             log_dir = Path(tempfile.gettempdir()) / "neural_rom_jobs"
@@ -662,6 +668,7 @@ class Job:
             job_id = f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         job = cls(job_id=job_id, spec=dict(spec), python=python, log_dir=log_dir)
         job.spec["cancel_file"] = str(job.cancel_path)
+        job.blender = bool(blender)
         job._launch(env)
         return job
 
@@ -675,8 +682,14 @@ class Job:
                     f"--- neural_rom job {self.id}: {self.python} {worker} {self.spec_path}\n".encode()
                 )
                 log.flush()
+                if self.blender:
+                    from .clothbake import blender_command
+
+                    command = blender_command(self.python, str(worker), str(self.spec_path))
+                else:
+                    command = [self.python, str(worker), str(self.spec_path)]
                 self._proc = subprocess.Popen(
-                    [self.python, str(worker), str(self.spec_path)],
+                    command,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=log,
