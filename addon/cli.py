@@ -5,7 +5,7 @@ Registered with :func:`bpy.utils.register_cli_command` (see ``registration.py``)
 tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "--seed",
 "3", "--save"])`` returns the exit code.
 
-Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``export-pc2``, ``train``,
+Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``cloth-bake``, ``export-pc2``, ``train``,
 ``simulate``, ``compare``; ``--help`` on each.
 Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
@@ -42,6 +42,7 @@ examples:
   {PROG} info
   {PROG} tetrahedralize --object Body --save
   {PROG} bake --object Body --seed 3 --variants 8 --shard 0/4 --save
+  {PROG} cloth-bake --object Cape --frames 240 --variants 16
   {PROG} export-pc2 --object Body --out //cache/body.pc2
   {PROG} train --object Body --k 20 --device cuda --save
   {PROG} simulate --object Body --frames 1:250 --out //cache/body_reduced.pc2 --save
@@ -238,6 +239,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="variants baked at once, one process (and one BLAS thread) each; "
         "default 0: one per CPU core",
     )
+
+    cloth = sub.add_parser(
+        "cloth-bake",
+        parents=[common],
+        help="bake Blender's own cloth under random collider and owner motion",
+        description=textwrap.fill(
+            "Bake each object's Cloth modifier with Blender's cloth solver, in a background "
+            "Blender, into .nrbake files for training (Subspace Neural Physics). Each variant "
+            "keyframes the scene's colliders (objects with a Collision modifier) and the "
+            "object the cloth hangs from (its top-most parent, or itself) to random positions "
+            "at random times, seeded, and commits every frame; a cancel keeps what was "
+            "committed. Your file is not changed: the job bakes a copy.",
+            80,
+        ),
+    )
+    cloth.add_argument("--frames", type=_positive_int, default=120, metavar="N",
+                       help="frames per variant after the first (default 120)")
+    cloth.add_argument("--variants", type=_positive_int, default=4, metavar="N",
+                       help="bakes, each with its own random motion (default 4)")
+    cloth.add_argument("--seed", type=_non_negative_int, default=0, metavar="INT",
+                       help="seed of the first variant (default 0)")
+    cloth.add_argument("--owner", default="", metavar="NAME",
+                       help="the object the cloth hangs from, which the bake moves "
+                       "(default: its top-most parent, or itself; '-' moves nothing)")
+    cloth.add_argument("--out", metavar="DIR",
+                       help="write the bakes here (default: the object's cache directory)")
+    cloth.add_argument("--overwrite", action="store_true", help="replace bakes that exist")
 
     pc2 = sub.add_parser(
         "export-pc2",
@@ -645,6 +673,37 @@ def cmd_bake(args) -> int:
     return EXIT_OK
 
 
+def cmd_cloth_bake(args) -> int:
+    from . import clothbake, jobs
+    from .paths import cache_dir
+
+    scene = bpy.context.scene
+    for obj in select_objects(args.objects):
+        out = _abspath(args.out) if args.out else cache_dir(obj) / "cloth_bakes"
+        spec = clothbake.make_job(
+            obj,
+            scene,
+            out,
+            name=obj.name.replace(" ", "_"),
+            frames=args.frames,
+            variants=args.variants,
+            seed=args.seed,
+            owner=args.owner,
+            overwrite=args.overwrite,
+        )
+        _out(
+            f"cloth-baking {obj.name}: {args.variants} variants of {args.frames} frames, "
+            f"seed {args.seed} -> {spec['out_dir']}"
+        )
+
+        def on_done(result: dict, name: str = obj.name) -> None:
+            for path in result.get("paths") or []:
+                _out(f"{name}: {Path(path).name} ({result['frames'][path]} frames)")
+
+        jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
+    return EXIT_OK
+
+
 def cmd_export_pc2(args) -> int:
     from . import export
 
@@ -813,6 +872,7 @@ COMMANDS = {
     "info": cmd_info,
     "tetrahedralize": cmd_tetrahedralize,
     "bake": cmd_bake,
+    "cloth-bake": cmd_cloth_bake,
     "export-pc2": cmd_export_pc2,
     "train": cmd_train,
     "simulate": cmd_simulate,

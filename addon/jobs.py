@@ -139,9 +139,21 @@ def start_job(
     _check_owner_free(owner)
     python = prefs.job_python(context)
     needs = spec.get("needs")  # what this job's interpreter must import, when it says
-    if needs is not None:
+    # A job that needs Blender itself (the cloth bake) runs Blender's own binary in
+    # --background; the PyPI bpy has no binary, and its Python is the one with bpy.
+    in_blender = spec.get("runs_in") == "blender"
+    blender = in_blender and bool(bpy.app.binary_path)
+    if blender:
+        python = bpy.app.binary_path
+    if needs is not None and not in_blender:
         core_jobs.check_interpreter(python, tuple(needs))
-    job = core_jobs.Job.start(spec, python, job_log_dir(spec), check_python=needs is None)
+    job = core_jobs.Job.start(
+        spec,
+        python,
+        job_log_dir(spec),
+        check_python=needs is None and not in_blender,
+        blender=blender,
+    )
     entry = _track(job, owner, on_done)
     if bpy.app.background:
         _run_foreground(entry)

@@ -1,0 +1,359 @@
+"""The cloth bake job: Blender's own Cloth modifier baked to ``.nrbake`` files.
+
+Two halves, both thin (the format and the random motion are :mod:`core.clothbake`):
+
+- :func:`run`, the worker's ``cloth_bake`` handler. It runs in a background process that
+  has ``bpy``: Blender's own binary (``blender --background --factory-startup --python
+  worker.py -- <spec>``) or a Python with the PyPI ``bpy`` (the tests). It refuses to run in
+  Blender's UI process. Per variant it opens the copy of the user's file named in the spec,
+  keyframes the colliders and the cloth's owner (:func:`core.clothbake.motion_plan`), sets
+  the cloth's point cache to cover the bake, steps the frames and commits each one.
+- :func:`make_job`, in Blender: saves a copy of the open file next to the bakes (the job
+  reads that copy, so the user's file and scene stay as they are) and returns the job spec
+  for :func:`addon.jobs.start_job`, which runs it with Blender's own binary.
+
+What it handles, and what it refuses (with what to do):
+
+* A point cache baked in the file (``is_baked``): freed in the job's copy, since a baked
+  cache would replay the old frames instead of answering the new motion.
+* Blender's cache frame range: the bake starts at the cache's first frame and the job's
+  copy extends the cache's last frame to cover the bake (Blender's cloth does not
+  simulate past it); the user's range is recorded in the metadata.
+* An outdated cache: setting the range resets it and the job steps every frame from the
+  first, so nothing old is ever read.
+* Modifiers after the Cloth modifier are muted in the copy (the bake holds the cloth's own
+  vertices, the ones Simulate writes); a modifier *before* it that changes the vertex
+  count (Subdivision, Remesh, ...) is refused: the cloth then simulates another mesh.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ..core import clothbake as cb
+from ..core import jobs
+from ..core.cache import BakeCache, BakeWriter
+from ..core.errors import JobCancelled, NeuralRomError
+from . import blender_mesh as bm
+
+_REFERENCE_CHANNEL = "reference_frame"
+
+
+# ------------------------------------------------------------------------------------------
+# In the job process
+# ------------------------------------------------------------------------------------------
+
+
+def _cloth_modifier(obj) -> tuple[int, object]:
+    mods = list(obj.modifiers)
+    for i, m in enumerate(mods):
+        if m.type == "CLOTH":
+            return i, m
+    raise cb.ClothBakeError(
+        f"'{obj.name}' has no Cloth modifier: add one (Physics > Cloth), or bake it with the "
+        "FEM bake instead."
+    )
+
+
+def _scene_colliders(obj, spec: cb.ClothBakeSpec) -> list[tuple[object, str]]:
+    if spec.colliders:
+        out = []
+        for name, kind in spec.colliders:
+            col = bpy.data.objects.get(name)
+            if col is None:
+                raise cb.ClothBakeError(
+                    f"Collider '{name}' is not in {Path(spec.blend).name}: save the file, or "
+                    "pick the colliders again."
+                )
+            out.append((col, kind))
+        return out
+    return [
+        (o, "sphere")
+        for o in bpy.context.scene.objects
+        if o is not obj and any(m.type == "COLLISION" for m in o.modifiers)
+    ]
+
+
+def _owner(obj, spec: cb.ClothBakeSpec):
+    if spec.owner == "-":
+        return None
+    if spec.owner:
+        owner = bpy.data.objects.get(spec.owner)
+        if owner is None:
+            raise cb.ClothBakeError(f"Owner object '{spec.owner}' is not in the file.")
+        return owner
+    owner = obj
+    while owner.parent is not None:
+        owner = owner.parent
+    return owner
+
+
+def _evaluated_positions(obj) -> np.ndarray:
+    """The cloth's vertices (local) as the depsgraph evaluates them now."""
+    ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
+    return bm.get_positions(ev.data)
+
+
+def _faces(mesh) -> tuple[np.ndarray, np.ndarray]:
+    sizes = np.empty(len(mesh.polygons), dtype=np.int32)
+    mesh.polygons.foreach_get("loop_total", sizes)
+    fv = np.empty(len(mesh.loops), dtype=np.int32)
+    mesh.loops.foreach_get("vertex_index", fv)
+    return fv.astype(np.int64), sizes.astype(np.int64)
+
+
+def _keyframe(objects: list, plan: dict, owner, start: int) -> None:
+    """Replace the animation of the colliders and the owner by the plan's random keys."""
+    for col, keys in zip(objects, plan["colliders"]):
+        col.animation_data_clear()
+        for f, loc in zip(keys["frames"], keys["locations"]):
+            loc = np.asarray(loc, float)
+            if col.parent is not None:  # the plan is in world space; location is the parent's
+                to_parent = bm.matrix(col.parent) @ np.array(col.matrix_parent_inverse)
+                loc = bm.to_local(loc[None], to_parent)[0]
+            col.location = tuple(loc)
+            col.keyframe_insert("location", frame=start + int(f))
+    if owner is not None:
+        owner.animation_data_clear()
+        loc0 = np.array(owner.location, dtype=np.float64)
+        rot0 = np.array(owner.rotation_euler, dtype=np.float64)
+        keys = plan["owner"]
+        for f, off, turn in zip(keys["frames"], keys["offsets"], keys["turns"]):
+            owner.location = tuple(loc0 + np.asarray(off))
+            owner.rotation_euler = tuple(rot0 + np.asarray(turn))
+            owner.keyframe_insert("location", frame=start + int(f))
+            owner.keyframe_insert("rotation_euler", frame=start + int(f))
+
+
+def _prepare(obj, spec: cb.ClothBakeSpec) -> tuple[object, dict, list[str]]:
+    """Mute what follows the cloth, refuse what changes its vertex count, free a baked
+    cache. Returns the cloth modifier, the user's cache range, and warnings."""
+    warnings = []
+    index, cloth = _cloth_modifier(obj)
+    muted = []
+    for m in list(obj.modifiers)[index + 1 :]:
+        if m.show_viewport or m.show_render:
+            m.show_viewport = m.show_render = False
+            muted.append(m.name)
+    if muted:
+        warnings.append(
+            f"Modifiers after the Cloth modifier ({', '.join(muted)}) are left out of the bake: "
+            "the model learns the cloth's own vertices and they apply on top at playback."
+        )
+    if not cloth.show_viewport:
+        cloth.show_viewport = True
+    n = len(obj.data.vertices)
+    got = len(_evaluated_positions(obj))
+    if got != n:
+        before = [m.name for m in list(obj.modifiers)[:index] if m.show_viewport]
+        raise cb.ClothBakeError(
+            f"The modifiers before the Cloth modifier of '{obj.name}' ({', '.join(before)}) "
+            f"change its vertex count ({n} -> {got}): apply them, or move them after the "
+            "Cloth modifier, then bake again."
+        )
+    pc = cloth.point_cache
+    user_range = [int(pc.frame_start), int(pc.frame_end)]
+    if pc.is_baked:
+        bpy.ops.ptcache.free_bake_all()
+        warnings.append(
+            "The file's cloth cache was baked; the job freed it in its own copy (your file "
+            "keeps its bake)."
+        )
+    return cloth, {"frame_start": user_range[0], "frame_end": user_range[1]}, warnings
+
+
+def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, done0: int):
+    bpy.ops.wm.open_mainfile(filepath=str(spec.blend), load_ui=False)
+    scene = bpy.context.scene
+    obj = bpy.data.objects.get(spec.object)
+    if obj is None or obj.type != "MESH":
+        raise cb.ClothBakeError(
+            f"'{spec.object}' is not a mesh object in {Path(spec.blend).name}: pick the cloth "
+            "object and bake again."
+        )
+    cloth, user_range, warnings = _prepare(obj, spec)
+    pc = cloth.point_cache
+    start = int(pc.frame_start)
+    pc.frame_end = max(int(pc.frame_end), start + spec.frames)  # also resets an outdated cache
+    cols = _scene_colliders(obj, spec)
+    owner = _owner(obj, spec)
+    dt = float(scene.render.fps_base) / float(scene.render.fps)
+    g = np.array(scene.gravity, dtype=np.float64) if scene.use_gravity else np.zeros(3)
+    g = g * float(cloth.settings.effector_weights.gravity)
+
+    scene.frame_set(start)
+    M0 = bm.matrix(obj)
+    X = bm.to_world(bm.get_positions(obj.data), M0)
+    shapes = [bm.collider_shape(c, kind) for c, kind in cols]
+    plan = cb.motion_plan(
+        spec,
+        variant,
+        X.min(0),
+        X.max(0),
+        [np.array(c.matrix_world.translation, dtype=np.float64) for c, _ in cols],
+    )
+    _keyframe([c for c, _ in cols], plan, owner, start)
+    pc.frame_start = start  # the keys changed: make sure nothing old is read back
+    scene.frame_set(start)  # keying left each keyed object at its last key: evaluate the first
+    fv, fs = _faces(obj.data)
+    pin_group = cloth.settings.vertex_group_mass
+    pinned = (
+        bm.vertex_group_indices(obj, pin_group, min_weight=1e-6)
+        if pin_group and obj.vertex_groups.get(pin_group) is not None
+        else np.zeros(0, np.int64)
+    )
+    n, c = len(X), len(cols)
+    channels = {"positions": (n, 3), "velocities": (n, 3), _REFERENCE_CHANNEL: (4, 4)}
+    if c:
+        channels["colliders"] = (c, 4, 4)
+    metadata = {
+        "source": cb.SOURCE,
+        "dt": dt,
+        "gravity": g.tolist(),
+        "frame_start": start,
+        "frames": spec.frames,
+        "seed": spec.seed,
+        "variant": variant,
+        "object": obj.name,
+        "owner": owner.name if owner is not None else "",
+        "colliders": [
+            {"name": col.name, "kind": s["kind"], "radius": s["radius"],
+             "half_length": s["half_length"]}
+            for (col, _), s in zip(cols, shapes)
+        ],
+        "reference_rest": cb.rigid(M0).tolist(),
+        "user_cache_range": user_range,
+        "cloth_quality": int(cloth.settings.quality),
+        "self_collision": bool(cloth.collision_settings.use_self_collision),
+        "motion": plan,
+        "blend": str(spec.blend),
+    }
+    path = spec.path(variant)
+    writer = BakeWriter(
+        path,
+        X=X,
+        T=np.zeros((0, 4), np.int64),
+        channels=channels,
+        metadata=metadata,
+        mesh_hash=cb.surface_hash(bm.get_positions(obj.data), fv, fs),
+        extra_arrays={"face_vertices": fv, "face_sizes": fs, "pinned": pinned},
+        overwrite=spec.overwrite,
+    )
+    col_names = [c.name for c, _ in cols]
+    prev = X
+    t0 = time.perf_counter()
+    try:
+        for f in range(spec.frames + 1):
+            if f:
+                scene.frame_set(start + f)
+            M = bm.matrix(obj)
+            x = bm.to_world(_evaluated_positions(obj), M)
+            if not np.all(np.isfinite(x)):
+                raise NeuralRomError(
+                    f"Blender's cloth gave non-finite positions at frame {start + f}: raise the "
+                    "cloth's Quality Steps or slow the colliders down."
+                )
+            frame = {
+                "positions": x,
+                "velocities": (x - prev) / dt if f else np.zeros_like(x),
+                _REFERENCE_CHANNEL: cb.rigid(M),
+            }
+            if c:
+                frame["colliders"] = np.stack(
+                    [
+                        bm.collider_transform(o, s["centre"])
+                        for o, s in zip((bpy.data.objects[nm] for nm in col_names), shapes)
+                    ]
+                )
+            writer.append(**frame)
+            prev = x
+            meter.update(done0 + f + 1, f"variant {variant + 1}/{spec.variants}: frame {f}")
+            if jobs.should_cancel():
+                writer.close("cancelled")
+                raise JobCancelled(f"cloth bake cancelled at frame {f} of variant {variant}")
+        writer.update_metadata(bake_seconds=time.perf_counter() - t0)
+        writer.close("complete")
+    except BaseException:
+        if not writer.closed:
+            writer.close("failed: interrupted")
+        raise
+    return path, warnings
+
+
+def run(spec_dict: dict) -> dict:
+    """The worker's ``cloth_bake`` handler (see the module docstring).
+
+    Result: ``paths`` (the bakes with committed frames), ``frames`` (path -> committed
+    frames), ``warnings``, ``seconds``.
+    """
+    if not bpy.app.background:
+        raise NeuralRomError(
+            "The cloth bake runs in a background Blender, never in Blender's window: start it "
+            "from the Neural ROM panel or the cloth-bake command."
+        )
+    spec = cb.ClothBakeSpec.from_dict(
+        {k: v for k, v in spec_dict.items() if k in cb.ClothBakeSpec.__dataclass_fields__}
+    )
+    if not Path(spec.blend).is_file():
+        raise cb.ClothBakeError(f"The file to bake {spec.blend} does not exist: save it first.")
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    for v in range(spec.variants):
+        if spec.path(v).exists() and not spec.overwrite:
+            raise cb.ClothBakeError(
+                f"A bake exists at {spec.path(v)}: pass overwrite, or another name."
+            )
+    meter = jobs.Progress(spec.variants * (spec.frames + 1), min_interval=0.2)
+    t0 = time.perf_counter()
+    paths, warnings = [], []
+    try:
+        for v in range(spec.variants):
+            path, w = _bake_variant(spec, v, meter, v * (spec.frames + 1))
+            paths.append(str(path))
+            warnings += [x for x in w if x not in warnings]
+    except JobCancelled as exc:
+        exc.result = _result(spec, time.perf_counter() - t0, warnings)
+        raise
+    for w in warnings:
+        jobs.emit("warning", message=w)
+    return _result(spec, time.perf_counter() - t0, warnings)
+
+
+def _result(spec: cb.ClothBakeSpec, seconds: float, warnings: list) -> dict:
+    frames = {}
+    for v in range(spec.variants):
+        p = spec.path(v)
+        if p.exists():
+            frames[str(p)] = BakeCache.open(p).n_frames
+    return {
+        "paths": [p for p, n in frames.items() if n > 0],
+        "frames": frames,
+        "warnings": warnings,
+        "seconds": seconds,
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# In Blender
+# ------------------------------------------------------------------------------------------
+
+
+def make_job(obj, scene, out_dir: str | Path, **settings) -> dict:
+    """The job spec of a cloth bake of ``obj`` (a mesh with a Cloth modifier), after saving
+    a copy of the open file into ``out_dir`` for the job to read.
+
+    ``settings`` are :class:`core.clothbake.ClothBakeSpec` fields (frames, variants, seed,
+    colliders, owner, ...). Refuses (``ClothBakeError``) an object without a Cloth modifier
+    before anything is written.
+    """
+    _cloth_modifier(obj)
+    out_dir = Path(bpy.path.abspath(str(out_dir)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copy = out_dir / f".{settings.get('name', 'cloth')}.source.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(copy), copy=True, check_existing=False)
+    spec = cb.ClothBakeSpec(blend=str(copy), object=obj.name, out_dir=str(out_dir), **settings)
+    return {"kind": "cloth_bake", "runs_in": "blender", **spec.to_dict(),
+            "log_dir": str(out_dir / "logs")}

@@ -1,0 +1,258 @@
+"""Blender's own cloth as a bake source: the numpy half of the cloth bake job (no bpy).
+
+Most users' cloth already is a Blender Cloth modifier. The cloth bake job
+(:mod:`addon.clothbake`, the worker's ``cloth_bake`` kind) runs in a background process
+that has ``bpy`` (Blender's own binary in ``--background --factory-startup``, or a Python
+with the PyPI ``bpy``), never in Blender's UI process. For each variant it opens a copy of
+the user's file, keyframes the colliders and the object the cloth hangs from to random
+positions at random times (seeded: :func:`motion_plan`, the paper's section 4 and our
+``keyframed_colliders`` scenario), steps the scene frame by frame so Blender's cloth solver
+fills its point cache, and appends each frame to a normal ``.nrbake``
+(:class:`core.cache.BakeWriter`: one cache format, committed frame by frame, so a cancel
+leaves a valid prefix).
+
+A cloth bake is a bake of a surface mesh: ``X`` its rest vertices in world space at the
+first frame, ``T`` empty ``(0, 4)``, its faces in the extra arrays ``face_vertices`` and
+``face_sizes``, and a mesh hash of the local vertices and faces (:func:`surface_hash`), so
+the same mesh placed elsewhere is the same mesh. Channels, per frame:
+
+``positions`` (n, 3)
+    World vertex positions the cloth modifier produced (modifiers after it are muted).
+``velocities`` (n, 3)
+    Backward differences ``(x_t - x_{t-1}) / dt``; zero at the first frame (the cloth
+    starts at rest, as Blender's does at the start of its cache).
+``colliders`` (c, 4, 4)
+    Each collider's rigid world transform (scale split off, centred on its bounding box,
+    as Simulate reads colliders: :func:`addon.blender_mesh.collider_transform`); present
+    when the scene has colliders.
+``reference_frame`` (4, 4)
+    The rigid world transform of the cloth object (its parent's motion included): the
+    frame its pinned vertices hang from.
+
+The metadata (``source: "blender_cloth"``) records the time step, gravity (the scene's,
+times the cloth's gravity weight), each collider's name, kind and size, the cloth
+object's and its owner's names, the seed and the motion plan, and the point cache range the
+user had. A training method tells a cloth bake from a FEM bake by :func:`is_cloth_bake`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import NeuralRomError
+
+__all__ = [
+    "SOURCE",
+    "ClothBakeSpec",
+    "blender_command",
+    "is_cloth_bake",
+    "motion_plan",
+    "rigid",
+    "surface_hash",
+]
+
+#: ``metadata["source"]`` of a bake made by Blender's cloth solver.
+SOURCE = "blender_cloth"
+
+
+class ClothBakeError(NeuralRomError):
+    """A cloth bake cannot run as set up (no cloth, a vertex count that changes, ...)."""
+
+
+@dataclass
+class ClothBakeSpec:
+    """What the cloth bake job does (the job spec's keys; JSON round trip).
+
+    Attributes
+    ----------
+    blend : the .blend to open (a copy of the user's file: the job never saves it)
+    object : the cloth object's name
+    out_dir, name : bakes go to ``<out_dir>/<name>_<variant>.nrbake``
+    frames : frames simulated after the first (the bake holds ``frames + 1``)
+    variants : bakes, each with its own random motion (seed ``seed + variant``)
+    seed : the first variant's seed
+    colliders : ``[[name, kind], ...]`` (kind: sphere, capsule or plane); empty: every object
+        of the scene with a Collision modifier, as spheres
+    owner : the object the cloth hangs from, which the job moves; "" means the cloth's
+        top-most parent, or the cloth object itself when it has none; "-" moves nothing
+    collider_reach : colliders' keys lie in the cloth's bounding box grown by this fraction
+        of its diagonal on every side
+    owner_reach : the owner's keys move it at most this fraction of the cloth's diagonal
+    owner_turn : and turn it at most this many radians about each axis
+    key_gap : (min, max) frames between two random keys
+    overwrite : replace bakes that exist (otherwise they are refused)
+    """
+
+    blend: str
+    object: str
+    out_dir: str
+    name: str = "cloth"
+    frames: int = 120
+    variants: int = 1
+    seed: int = 0
+    colliders: list = field(default_factory=list)
+    owner: str = ""
+    collider_reach: float = 0.25
+    owner_reach: float = 0.25
+    owner_turn: float = 0.4
+    key_gap: tuple = (8, 30)
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if int(self.frames) < 2:
+            raise ClothBakeError(f"A cloth bake needs at least 2 frames, got {self.frames}.")
+        if int(self.variants) < 1:
+            raise ClothBakeError(f"A cloth bake needs at least 1 variant, got {self.variants}.")
+        lo, hi = (int(g) for g in self.key_gap)
+        if not 1 <= lo <= hi:
+            raise ClothBakeError(
+                f"key_gap must be (min, max) frames with 1 <= min <= max, got {self.key_gap}."
+            )
+        for item in self.colliders:
+            if not (isinstance(item, (list, tuple)) and len(item) == 2):
+                raise ClothBakeError(f"colliders must be [name, kind] pairs, got {item!r}.")
+            if item[1] not in ("sphere", "capsule", "plane"):
+                raise ClothBakeError(
+                    f"Collider '{item[0]}' has shape {item[1]!r}: use sphere, capsule or plane."
+                )
+        for key in ("collider_reach", "owner_reach", "owner_turn"):
+            v = float(getattr(self, key))
+            if not (np.isfinite(v) and v >= 0):
+                raise ClothBakeError(f"{key} must be a non-negative number, got {v}.")
+        self.frames, self.variants, self.seed = int(self.frames), int(self.variants), int(self.seed)
+        self.key_gap = (lo, hi)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["key_gap"] = list(self.key_gap)
+        d["colliders"] = [list(c) for c in self.colliders]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ClothBakeSpec:
+        names = set(cls.__dataclass_fields__)
+        unknown = set(d) - names
+        if unknown:
+            raise ClothBakeError(f"Unknown cloth bake setting(s): {', '.join(sorted(unknown))}.")
+        for key in ("blend", "object", "out_dir"):
+            if not d.get(key):
+                raise ClothBakeError(f'The cloth bake job spec has no "{key}": re-create the job.')
+        return cls(**dict(d))
+
+    def path(self, variant: int) -> Path:
+        """The bake of one variant."""
+        return Path(self.out_dir) / f"{self.name}_{variant:03d}.nrbake"
+
+
+def surface_hash(V: np.ndarray, face_vertices: np.ndarray, face_sizes: np.ndarray) -> str:
+    """Identity of a surface mesh: SHA-256 of its float64 vertices, then its faces.
+
+    Parameters
+    ----------
+    V : (n, 3) float array, the mesh's own (local) vertex coordinates
+    face_vertices : (sum(face_sizes),) int array, the faces' vertex indices one after another
+    face_sizes : (f,) int array, vertices per face
+
+    Returns
+    -------
+    str, 64 hex digits, prefixed ``surface:`` so it never equals a tet mesh's hash.
+    """
+    V = np.ascontiguousarray(V, dtype="<f8")
+    if V.ndim != 2 or V.shape[1] != 3:
+        raise ValueError(f"surface_hash: V must have shape (n, 3), got {V.shape}")
+    fv = np.ascontiguousarray(face_vertices, dtype="<i8").reshape(-1)
+    fs = np.ascontiguousarray(face_sizes, dtype="<i8").reshape(-1)
+    if int(fs.sum()) != len(fv):
+        raise ValueError("surface_hash: face_sizes do not add up to face_vertices")
+    h = hashlib.sha256()
+    for a in (V, fs, fv):
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return "surface:" + h.hexdigest()
+
+
+def rigid(M: np.ndarray) -> np.ndarray:
+    """The rigid part (rotation and translation, axis scales divided out) of 4x4 matrices
+    ``M`` (..., 4, 4)."""
+    M = np.array(M, dtype=np.float64)
+    scale = np.linalg.norm(M[..., :3, :3], axis=-2, keepdims=True)
+    M[..., :3, :3] = M[..., :3, :3] / np.maximum(scale, 1e-12)
+    return M
+
+
+def _key_frames(rng: np.random.Generator, frames: int, gap: tuple[int, int]) -> np.ndarray:
+    keys, f = [0], 0
+    while True:
+        f += int(rng.integers(gap[0], gap[1] + 1))
+        if f >= frames:
+            break
+        keys.append(f)
+    keys.append(frames)
+    return np.array(keys)
+
+
+def motion_plan(
+    spec: ClothBakeSpec,
+    variant: int,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    collider_starts: list[np.ndarray],
+) -> dict:
+    """The random keys of one variant (seeded by ``spec.seed + variant``).
+
+    Parameters
+    ----------
+    lo, hi : (3,) the cloth's world bounding box at the first frame, m
+    collider_starts : each collider's world location at the first frame (its first key, so
+        it starts where the user put it: out of contact, usually)
+
+    Returns
+    -------
+    dict: ``colliders``: per collider ``{"frames": (k,), "locations": (k, 3)}`` (world
+    locations of the collider's origin); ``owner``: ``{"frames": (k,), "offsets": (k, 3),
+    "turns": (k, 3)}`` (location offsets, m, and Euler angle offsets, rad, from where it
+    starts). Frames count from the bake's first frame (0). Everything as lists (JSON).
+    """
+    rng = np.random.default_rng([int(spec.seed), int(variant)])
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    diag = float(np.linalg.norm(hi - lo)) or 1.0
+    centre, half = 0.5 * (lo + hi), 0.5 * (hi - lo)
+    box = half + spec.collider_reach * diag
+    cols = []
+    for start in collider_starts:
+        keys = _key_frames(rng, spec.frames, spec.key_gap)
+        locs = centre + rng.uniform(-1.0, 1.0, size=(len(keys), 3)) * box
+        locs[0] = np.asarray(start, float)
+        cols.append({"frames": keys.tolist(), "locations": locs.tolist()})
+    keys = _key_frames(rng, spec.frames, spec.key_gap)
+    offs = rng.uniform(-1.0, 1.0, size=(len(keys), 3)) * spec.owner_reach * diag
+    turns = rng.uniform(-1.0, 1.0, size=(len(keys), 3)) * spec.owner_turn
+    offs[0], turns[0] = 0.0, 0.0
+    owner = {"frames": keys.tolist(), "offsets": offs.tolist(), "turns": turns.tolist()}
+    return {"colliders": cols, "owner": owner, "seed": [int(spec.seed), int(variant)]}
+
+
+def is_cloth_bake(meta: Mapping) -> bool:
+    """True for the metadata (``BakeCache.meta``) of a bake made by Blender's cloth solver."""
+    return isinstance(meta, Mapping) and meta.get("source") == SOURCE
+
+
+def blender_command(blender: str, worker: str, spec_path: str) -> list[str]:
+    """The command line of a job run by Blender itself: a background Blender with factory
+    settings (no user add-ons or startup file) running the worker script on the spec."""
+    return [
+        str(blender),
+        "--background",
+        "--factory-startup",
+        "--python-exit-code",
+        "1",
+        "--python",
+        str(worker),
+        "--",
+        str(spec_path),
+    ]
