@@ -1,0 +1,486 @@
+"""Training of the high-order differentiable autoencoder of Shen et al. 2021 (sec. 3.4-3.6,
+6.1).
+
+Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
+
+1. Mass-weighted PCA of the bake displacements (:func:`.common.pod_basis`): ``V`` (3n, k),
+   M-orthonormal; PCA coordinates ``c = V^T M (x - X)``. Its first ``n_p`` columns are the
+   linear subspace ``U`` of the paper, the rest (modes ``n_p + 1 .. k``) the room the
+   nonlinear part lives in.
+2. The autoencoder on the filtered coordinates ``c_tail = c[n_p:]`` (the filter
+   ``I - U U^T M`` at the encoder input and the decoder output, in PCA coordinates; Fig. 3):
+   encoder ``c_tail -> z`` (n_z) and decoder ``z -> c_tail``, ``len(hidden)`` sin layers
+   each (the paper: 6-10 layers of one width) and linear in/out layers. It is exported with
+   zero rows/columns for the first ``n_p`` coordinates, which *is* the filter folded into
+   the networks (:func:`core.hocs.filtered_decoder`), so ``u = U p + P D(z)``.
+3. Loss: the pose-weighted squared error ``sum_i w_i |D(E(c_i)) - c_i|^2 / sum_i w_i``, which is
+   the mass-weighted displacement error (``V`` is M-orthonormal), with ``w_i = 1 / V(x_i)``,
+   the inverse elastic energy of the bake pose (sec. 6.1: poses near rest are fitted best).
+   The energy is floored at 10% of the median so near-rest frames do not take all the weight
+   (a frame at rest has ``V = 0``).
+4. Sin activations and their initialization (Fig. 2's wiggly manifold is what a badly scaled
+   sin network gives): the coordinates are divided by their RMS, so the network sees O(1)
+   inputs, and every layer's weights are uniform in ``+- sqrt(3 / fan_in)`` (variance
+   ``1 / fan_in``: pre-activations of order one through the depth) with the frequency
+   ``omega`` = 1 rather than SIREN's 30. Measured on an initial 6 x 32 network along
+   ``[-1, 1]`` (3 seeds), the roughness ``mean |y''| / mean |y'|``: 1.9-3.2 with this bound,
+   5.7-8.7 with SIREN's hidden-layer bound ``sqrt(6 / fan_in)``, ~350 with omega = 30
+   (``tests/test_shen_training.py``): the network starts as a smooth function at the data's
+   scale and becomes only as curved as the data asks.
+   Adam at ``learning_rate``, cut by 20% after 300 and again after 3,000 epochs (sec. 6.1),
+   full early stopping on the held-out bakes' loss (the best weights are kept).
+5. The latent size ``n_z``: given, or the smallest of 1, 2, 4, ... (at most
+   ``max_latent_dim``) whose held-out largest vertex error is under ``latent_tolerance``.
+6. Cubature (:func:`.common.fit_cubature`) fitted to the forces of this subspace: on the
+   training poses as the model reproduces them (``X + V c(r)``), reduced by ``V`` (the
+   columns of ``J~`` lie in span ``V``).
+7. The model file (:mod:`core.methods.shen`) and a held-out rollout (:meth:`.common.TrainingRun.finish`).
+
+Checkpoints: the basis, each network every ``checkpoint_every`` epochs (weights, Adam, the
+best weights and their epoch) and the cubature; a cancelled or killed run resumes from them.
+The epoch order is a permutation keyed by ``(seed, n_z, epoch)``, so a resumed run on the CPU
+ends with the uninterrupted run's weights.
+
+torch is imported here (never in ``core``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..core import fem as _fem
+from ..core import registry
+from ..core.errors import JobCancelled, NeuralRomError
+from ..core.files import atomic_path
+from ..core.methods.shen import NAME
+from ..core.methods.shen import save as save_shen_model
+from ..core.nnet import MLP
+from .common import (
+    Report,
+    TrainingRun,
+    fit_cubature,
+    pod_basis,
+    torch_device,
+    torch_threads,
+)
+
+_THROTTLE_S = 0.5
+_CHECK_EVERY = 5
+_MIN_IMPROVEMENT = 1e-4
+_VERIFY_TOL = 1e-6
+#: n_p when it is not given: the paper's typical 10, at most half the PCA modes.
+_DEFAULT_NP = 10
+#: Energy floor of the pose weights, a fraction of the median training-pose energy.
+_ENERGY_FLOOR = 0.1
+_CPU_THREADS = 1
+
+
+@dataclass
+class ShenSettings:
+    """Typed settings: the fields, defaults and checks of ``core.methods.shen.METHOD``."""
+
+    k: int | None = None
+    tolerance: float | None = None
+    max_k: int = 60
+    n_p: int | None = None
+    latent_dim: int | None = None
+    latent_tolerance: float | None = None
+    max_latent_dim: int | None = None
+    hidden: list = field(default_factory=lambda: [32] * 6)
+    omega: float = 1.0
+    pose_weighting: bool = True
+    epochs: int = 2000
+    patience: int = 300
+    time_budget: float = 300.0
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    checkpoint_every: int = 100
+    cubature_target: float = 0.05
+    max_cubature: int = 500
+    cubature_poses: int = 200
+    cubature_validation: float = 0.2
+    max_frames: int = 2000
+    validation_fraction: float = 0.2
+    seed: int = 0
+    rollout: bool = True
+
+    def __post_init__(self) -> None:
+        self.__dict__.update(registry.get(NAME).validate(asdict(self)))
+
+
+class Sin(nn.Module):
+    def __init__(self, omega: float) -> None:
+        super().__init__()
+        self.omega = float(omega)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.omega * x)
+
+
+def sin_mlp(sizes: list[int], omega: float) -> nn.Sequential:
+    """Linear layers with ``sin(omega .)`` between them (none after the last), initialized
+    uniform in ``+- sqrt(3 / fan_in)`` (module docstring, point 4)."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        lin = nn.Linear(a, b)
+        bound = math.sqrt(3.0 / a)
+        with torch.no_grad():
+            lin.weight.uniform_(-bound, bound)
+            lin.bias.uniform_(-0.1, 0.1)
+        layers.append(lin)
+        if i < len(sizes) - 2:
+            layers.append(Sin(omega))
+    return nn.Sequential(*layers)
+
+
+class _DAE(nn.Module):
+    """Encoder ``c_tail -> z`` and decoder ``z -> c_tail`` in scaled PCA coordinates."""
+
+    def __init__(self, m: int, n_z: int, hidden: list[int], omega: float) -> None:
+        super().__init__()
+        self.encoder = sin_mlp([m, *hidden, n_z], omega)
+        self.decoder = sin_mlp([n_z, *reversed(hidden), m], omega)
+
+    def forward(self, c: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(c))
+
+
+def to_numpy(net: nn.Sequential, omega: float, *, in_scale: float = 1.0,
+             out_scale: float = 1.0, pad_in: int = 0, pad_out: int = 0) -> MLP:
+    """A float64 :class:`core.nnet.MLP` of a :func:`sin_mlp`: ``omega`` folded into the layers
+    before each sin, the input divided by ``in_scale``, the output times ``out_scale``, and
+    ``pad_in`` zero input columns / ``pad_out`` zero output rows in front (the PCA filter)."""
+    lins = [m for m in net if isinstance(m, nn.Linear)]
+    W = [m.weight.detach().to("cpu", torch.float64).numpy().copy() for m in lins]
+    b = [m.bias.detach().to("cpu", torch.float64).numpy().copy() for m in lins]
+    acts = ["sin"] * (len(lins) - 1) + ["identity"]
+    for i in range(len(lins) - 1):
+        W[i] *= omega
+        b[i] *= omega
+    W[0] = W[0] / in_scale
+    W[-1], b[-1] = W[-1] * out_scale, b[-1] * out_scale
+    if pad_in:
+        W[0] = np.concatenate([np.zeros((W[0].shape[0], pad_in)), W[0]], axis=1)
+    if pad_out:
+        W[-1] = np.concatenate([np.zeros((pad_out, W[-1].shape[1])), W[-1]], axis=0)
+        b[-1] = np.concatenate([np.zeros(pad_out), b[-1]])
+    return MLP(W, b, acts)
+
+
+def pose_weights(fem: _fem.TetFEM, x: np.ndarray) -> np.ndarray:
+    """``1 / max(V(x_i), floor)`` normalized to mean 1 (F,): sec. 6.1's weighting."""
+    e = np.array([fem.energy(xi) for xi in x])
+    floor = _ENERGY_FLOOR * max(float(np.median(e)), 1e-300)
+    w = 1.0 / np.maximum(e, floor)
+    return w / w.mean()
+
+
+def train(
+    bakes,
+    out: str | Path,
+    settings: dict | None = None,
+    *,
+    device: str = "auto",
+    expect_mesh_hash: str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    progress: Report | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    metric: Callable[[dict], None] | None = None,
+) -> dict:
+    """Train a Shen 2021 model from bakes of one mesh and write it to ``out``; the registry's
+    trainer entry point (``core.methods.shen.METHOD``). Parameters as
+    :func:`training.autoencoder.train`.
+
+    Returns
+    -------
+    The result record of :meth:`.common.TrainingRun.finish` with ``n_p``, ``latent_dim``, the
+    held-out largest vertex errors of this model's shapes (``max_error_val_m``, encoder round
+    trip), of PCA at ``n_p + n_z`` modes (``pca_same_dofs_max_error_val_m``) and at ``n_p``,
+    the latent search and the network's epochs.
+    """
+    dev = torch_device(device)
+    run = TrainingRun.start(
+        NAME, bakes, settings, device=str(dev), expect_mesh_hash=expect_mesh_hash,
+        checkpoint_dir=checkpoint_dir, progress=progress, should_cancel=should_cancel,
+        metric=metric,
+    )
+    s = ShenSettings(**run.settings)
+    b = run.bakes
+    train_x, groups, val_x = b.training_frames(s.max_frames)
+    check_x = val_x if len(val_x) else train_x
+    run.check_cancel("Training cancelled before the PCA basis was computed.")
+
+    sub, pca_tol = pod_basis(run, train_x, val_x, label="PCA", span=(0.05, 0.1))
+    k = sub.k
+    n_p = s.n_p if s.n_p is not None else min(_DEFAULT_NP, k // 2)
+    if not 1 <= n_p < k:
+        raise NeuralRomError(
+            f"Linear Coordinates n_p = {n_p} needs a PCA basis with more modes (it has {k}): "
+            "raise Modes or lower Linear Coordinates."
+        )
+    m = k - n_p
+    c_train, c_check = sub.encode(train_x), sub.encode(check_x)
+    run.emit({"k": k, "n_p": n_p})
+
+    fem = _fem.TetFEM(b.X, b.T, b.material)
+    w = pose_weights(fem, train_x) if s.pose_weighting else np.ones(len(train_x))
+    target = s.latent_tolerance
+    if target is None and s.latent_dim is None:
+        target = 2.0 * (pca_tol if pca_tol is not None else sub.reconstruction_error(check_x))
+    hi = min(s.max_latent_dim or m, m)
+    sizes = [s.latent_dim] if s.latent_dim is not None else _doubling(hi)
+    if s.latent_dim is not None and s.latent_dim > m:
+        raise NeuralRomError(
+            f"Latent Size {s.latent_dim} exceeds the {m} PCA modes beyond n_p = {n_p}: raise "
+            "Modes or lower Latent Size."
+        )
+    trainer = _Trainer(s, c_train[:, n_p:], c_check[:, n_p:], w, dev, run)
+    deadline = time.perf_counter() + s.time_budget
+    searched = []
+    best = None
+    with torch_threads(dev, _CPU_THREADS):
+        for i, n_z in enumerate(sizes):
+            model, hist = trainer.fit(n_z, deadline, (0.1 + 0.6 * i / len(sizes),
+                                                      0.1 + 0.6 * (i + 1) / len(sizes)))
+            enc, dec = trainer.export(model, n_p)
+            err = _shape_error(sub, check_x, c_check, n_p, enc, dec)
+            searched.append({"latent_dim": n_z, "max_error_val_m": err, **hist})
+            run.emit({"latent_dim": n_z, "latent_max_error_val_m": err})
+            if best is None or err < best[0]:
+                best = (err, n_z, enc, dec, hist)
+            if target is not None and err <= target:
+                best = (err, n_z, enc, dec, hist)
+                break
+            if hist["stopped"] == "time budget":
+                run.warnings.append("The time budget ended the network training; raise Time "
+                                    "Budget for a more accurate model.")
+                break
+    err, n_z, encoder, decoder, hist = best
+    if target is not None and err > target:
+        run.warnings.append(
+            f"No latent size up to {sizes[-1]} reached the latent tolerance "
+            f"{target * 1000:.3g} mm (the most accurate, n_z = {n_z}, is kept)."
+        )
+    pca_same = sub.truncated(min(n_p + n_z, k)).reconstruction_error(check_x)
+    pca_np = sub.truncated(n_p).reconstruction_error(check_x)
+    run.say(0.7, f"n_p = {n_p}, n_z = {n_z}: max vertex error {err * 1000:.3g} mm held out "
+                 f"(PCA with {n_p + n_z} modes {pca_same * 1000:.3g} mm)")
+    if err > pca_same:
+        run.warnings.append(
+            f"The nonlinear model's shapes ({err * 1000:.3g} mm) are less accurate than PCA "
+            f"with as many coordinates ({pca_same * 1000:.3g} mm) on held-out bakes: train "
+            "longer, or use the linear method."
+        )
+    run.check_cancel("Training cancelled after the autoencoder (checkpointed).")
+
+    # cubature on the shapes this model makes of the training poses
+    c_hat = _reconstruct(c_train, n_p, encoder, decoder)
+    shapes = sub.decode(c_hat)
+    val_shapes = (sub.decode(_reconstruct(sub.encode(val_x), n_p, encoder, decoder))
+                  if len(val_x) else val_x)
+    cub = fit_cubature(run, sub, shapes, groups, val_shapes, project=False, span=(0.7, 0.85))
+
+    save = functools.partial(
+        save_shen_model, subspace=sub, n_p=n_p, cubature=cub, contact=run.contact_sample(),
+        decoder=decoder, encoder=encoder,
+    )
+    return run.finish(
+        out, save, k=k, dofs=n_p + n_z, max_error_val_m=err, cubature=cub,
+        rollout=s.rollout, at=0.85,
+        metrics={
+            "n_p": n_p,
+            "latent_dim": n_z,
+            "pca_same_dofs_max_error_val_m": pca_same,
+            "pca_np_max_error_val_m": pca_np,
+            "pca_max_error_val_m": sub.reconstruction_error(check_x),
+            "latent_tolerance_m": target,
+            "latent_search": searched,
+            "epochs_trained": hist["epochs_trained"],
+            "best_epoch": hist["best_epoch"],
+            "stopped": hist["stopped"],
+            "epochs_run": trainer.epochs_run,
+        },
+    )
+
+
+def train_shen(bakes, out: str | Path, settings: ShenSettings | None = None, **job) -> dict:
+    """:func:`train` with typed settings (scripts, tests, benchmarks)."""
+    return train(bakes, out, asdict(settings or ShenSettings()), **job)
+
+
+def _doubling(hi: int) -> list[int]:
+    sizes, n = [], 1
+    while n < hi:
+        sizes.append(n)
+        n *= 2
+    return sizes + [hi]
+
+
+def _reconstruct(c: np.ndarray, n_p: int, encoder: MLP, decoder: MLP) -> np.ndarray:
+    """``c(r)`` of the encoded coordinates (F, k): ``[p; 0] + D^(E(c))``."""
+    out = decoder.forward(encoder.forward(c))
+    out[:, :n_p] = c[:, :n_p]
+    return out
+
+
+def _shape_error(sub, x, c, n_p, encoder, decoder) -> float:
+    """Largest vertex error (m) of the encoded-decoded shapes of ``x`` (F, n, 3)."""
+    worst = 0.0
+    for i in range(0, len(x), 256):
+        rec = sub.decode(_reconstruct(c[i : i + 256], n_p, encoder, decoder))
+        d = x[i : i + 256] - rec
+        worst = max(worst, float(np.sqrt(np.max(np.einsum("fvi,fvi->fv", d, d), initial=0.0))))
+    return worst
+
+
+class _Trainer:
+    """Adam on the pose-weighted loss for one network at a time, with early stopping on the
+    held-out loss, the paper's learning-rate steps, checkpoints and resume."""
+
+    def __init__(self, s: ShenSettings, c_train, c_check, w, device, run: TrainingRun):
+        self.s, self.device, self.run = s, device, run
+        self.dtype = torch.float32
+        rms = float(np.sqrt(np.mean(np.sum(c_train**2, axis=1)))) if len(c_train) else 1.0
+        self.scale = rms if rms > 0 else 1.0
+        self.m = c_train.shape[1]
+        as_t = functools.partial(torch.as_tensor, dtype=self.dtype, device=device)
+        self.c_train = as_t(c_train / self.scale)
+        self.c_check = as_t(c_check / self.scale)
+        self.w = as_t(w)
+        self.epochs_run = 0
+
+    def _fresh(self, n_z: int):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.s.seed)
+            model = _DAE(self.m, n_z, self.s.hidden, self.s.omega)
+        model = model.to(device=self.device, dtype=self.dtype)
+        return model, torch.optim.Adam(model.parameters(), lr=self.s.learning_rate)
+
+    def _lr(self, epoch: int) -> float:
+        """Sec. 6.1: 20% less after 300 epochs and another 20% after 3,000."""
+        return self.s.learning_rate * (0.8 if epoch >= 300 else 1.0) * (
+            0.8 if epoch >= 3000 else 1.0)
+
+    @torch.no_grad()
+    def check_loss(self, model) -> float:
+        model.eval()
+        return float(((model(self.c_check) - self.c_check) ** 2).sum(1).mean())
+
+    def fit(self, n_z: int, deadline: float, span: tuple[float, float]):
+        s, run = self.s, self.run
+        det = torch.are_deterministic_algorithms_enabled()
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True)
+        try:
+            model, opt = self._fresh(n_z)
+            f = run.checkpoints.file("shen_net", f"_nz{n_z:03d}.pt")
+            if f is not None and f.exists():
+                st = torch.load(f, map_location=self.device, weights_only=True)
+                model.load_state_dict(st["model"])
+                opt.load_state_dict(st["optimizer"])
+                state = {k: st[k] for k in _STATE_KEYS}
+            else:
+                loss = self.check_loss(model)
+                state = {"epoch": 0, "best": _clone(model), "best_loss": loss, "best_epoch": 0,
+                         "train_loss": math.nan, "stopped": ""}
+            N = len(self.c_train)
+            last = time.perf_counter()
+            for epoch in range(state["epoch"], s.epochs if not state["stopped"] else 0):
+                if run.should_cancel():
+                    raise JobCancelled(f"Training cancelled at epoch {epoch} of latent size "
+                                       f"{n_z}" + (" (resumes from the last checkpoint)."
+                                                   if f else "."))
+                for g in opt.param_groups:
+                    g["lr"] = self._lr(epoch)
+                model.train()
+                perm = torch.as_tensor(np.random.default_rng([s.seed, n_z, epoch]).permutation(N),
+                                       device=self.device)
+                total = 0.0
+                for i in range(0, N, s.batch_size):
+                    idx = perm[i : i + s.batch_size]
+                    batch, wb = self.c_train[idx], self.w[idx]
+                    # pose-weighted squared error (sec. 6.1), M-weighted via the PCA basis
+                    loss = (wb * ((model(batch) - batch) ** 2).sum(1)).sum() / wb.sum()
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * len(idx)
+                self.epochs_run += 1
+                done = state["epoch"] = epoch + 1
+                state["train_loss"] = total / max(N, 1)
+                late = time.perf_counter() > deadline
+                if done % _CHECK_EVERY == 0 or done == s.epochs or late:
+                    loss = self.check_loss(model)
+                    if loss < state["best_loss"] * (1.0 - _MIN_IMPROVEMENT):
+                        state.update(best=_clone(model), best_loss=loss, best_epoch=done)
+                    if done - state["best_epoch"] >= s.patience:
+                        state["stopped"] = "no held-out improvement"
+                    elif late:
+                        state["stopped"] = "time budget"
+                end = done == s.epochs or bool(state["stopped"])
+                if f is not None and (done % s.checkpoint_every == 0 or end):
+                    with atomic_path(f) as tmp:
+                        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                    **state}, tmp)
+                now = time.perf_counter()
+                if now - last >= _THROTTLE_S or end:
+                    last = now
+                    run.emit({"latent_dim": n_z, "epoch": done,
+                              "train_loss": state["train_loss"] * self.scale**2,
+                              "best_val_loss": state["best_loss"] * self.scale**2})
+                    run.say(span[0] + (span[1] - span[0]) * done / s.epochs,
+                            f"latent {n_z}: epoch {done}/{s.epochs}")
+                if state["stopped"]:
+                    break
+            model.load_state_dict(state["best"])
+            return model, {
+                "epochs_trained": state["epoch"],
+                "best_epoch": state["best_epoch"],
+                "best_val_loss": state["best_loss"] * self.scale**2,
+                "stopped": state["stopped"],
+            }
+        finally:
+            torch.use_deterministic_algorithms(det)
+
+    def export(self, model: _DAE, n_p: int) -> tuple[MLP, MLP]:
+        """Encoder (k -> n_z) and decoder (n_z -> k) as float64 numpy networks with the
+        filter folded in (zero columns / rows for the first ``n_p`` coordinates), checked
+        against torch in float64, the decoder shifted so that ``D^(E(0)) = 0`` (rest)."""
+        om = self.s.omega
+        enc = to_numpy(model.encoder, om, in_scale=self.scale, pad_in=n_p)
+        dec = to_numpy(model.decoder, om, out_scale=self.scale, pad_out=n_p)
+        c = self.c_check[: 256].to("cpu", torch.float64)
+        with torch.no_grad():
+            m64 = _DAE(self.m, enc.out_dim, self.s.hidden, om).to(torch.float64)
+            m64.load_state_dict({k: v.to("cpu", torch.float64)
+                                 for k, v in model.state_dict().items()})
+            z_t = m64.encoder(c).numpy()
+            y_t = m64.decoder(torch.as_tensor(z_t)).numpy() * self.scale
+        full = np.concatenate([np.zeros((len(c), n_p)), c.numpy() * self.scale], axis=1)
+        for name, a, ref in (("encoder", enc.forward(full), z_t),
+                             ("decoder", dec.forward(z_t)[:, n_p:], y_t)):
+            err = float(np.max(np.abs(a - ref), initial=0.0)) / (
+                1.0 + float(np.max(np.abs(ref), initial=0.0)))
+            if not err <= _VERIFY_TOL:
+                raise NeuralRomError(f"The exported {name} differs from the trained network by "
+                                     f"{err:.3g} (relative): the export is broken; report this "
+                                     "as a bug.")
+        z0 = enc.forward(np.zeros(enc.in_dim))
+        dec.b[-1] = dec.b[-1] - dec.forward(z0)
+        return enc, dec
+
+
+_STATE_KEYS = ("epoch", "best", "best_loss", "best_epoch", "train_loss", "stopped")
+
+
+def _clone(model: nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
