@@ -1,0 +1,623 @@
+"""LiCROM (Chang et al. 2023): a neural displacement field over reference space, with a linear
+latent, so one model runs on any mesh of its object and survives mesh changes mid-run.
+
+The kinematics (eq. 2) are a continuous field ``u(X, t) = W(X) q(t)``: ``W`` is a small MLP
+(5 layers, width 60, ELU, sec. 3.1) taking a reference point ``X`` (normalized by the
+training domain's centre and half-extent) to a (3, r) matrix. Evaluated once at a mesh's
+nodes it gives that mesh's basis ``U`` (3n, r), so the dynamics are those of any linear
+subspace model: backward Euler (eq. 5, 8)::
+
+    q_{n+1} = argmin_q  1/(2h^2) |q - q_n - h qdot_n|^2_{M~} + V~(q) - q . U^T f_ext + C~(q)
+
+solved by :class:`.linear.ReducedSimulation` (exact reduced Hessian, Newton with a line
+search; it takes a non-orthonormal basis). Where we depart from the paper:
+
+* **Newton by default.** The paper minimizes (5) with a few gradient-descent steps per frame
+  (sec. 5, eq. 9-10) and lists Newton on the reduced Hessian as future work. A converged
+  Newton step is the default (``solver="newton"``); the paper's scheme is ``solver=
+  "gradient"``: ``gradient_iterations`` steps ``q <- q - a (M~/h^2)^{-1} dE/dq``, which is
+  eq. (9) (the mass-preconditioned increment at every cubature point) projected by eq. (10)
+  with mass weights; ``a = 1 / (1 + lambda_max)`` (``lambda_max`` the largest eigenvalue of
+  ``h^2 M~^{-1} K~`` at rest) keeps it stable.
+* **Unbiased random cubature.** The paper picks ``m`` random vertices and the vertices
+  incident to them, equally weighted, which is biased for tets. We pick ``m`` distinct
+  vertices uniformly (seeded per mesh: the seed and the mesh hash) and keep every element
+  touching one; each kept element is weighted by the inverse of its inclusion probability
+  ``pi = 1 - C(n-4, m) / C(n, m)`` (Horvitz-Thompson), so the cubature energy is an unbiased
+  estimate of the exact one for every pose (:func:`random_cubature`).
+* **Pins as regions of reference space.** A model records the pinned regions of its bakes as
+  axis-aligned boxes (:class:`PinRegion`); on any mesh, the nodes inside them are pinned and
+  the basis is zero there, so a pinned region stays put to rounding on every mesh.
+* **The training domain** is recorded as a volume sample of the training meshes (not their
+  nodes): a mesh whose nodes lie farther than ``tolerance`` from it is reported
+  (:class:`DomainReport`: share and distance) and warned about past
+  :data:`DOMAIN_WARNING_SHARE` (:class:`OutOfDomainWarning`).
+* **Mesh swaps** (:meth:`LicromSimulation.swap_mesh`) keep ``q`` and ``qdot`` (the state is
+  the latent, not the mesh: sec. 4), rebuild basis, masses and cubature on the new mesh, and
+  scale ``qdot`` down when the new mesh's reduced mass would raise the kinetic energy, so a
+  swap never injects energy.
+
+The model file holds the field network and its normalization, the domain sample and the pin
+boxes: no array has a training mesh's vertex count as a dimension. A model opened without
+a mesh runs on the mesh of the bake it records (``mesh_bake``); :func:`load_on_mesh` puts it
+on any other. Its trainer is :mod:`training.licrom`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve, eigh
+from scipy.spatial import cKDTree
+
+from .. import fem as _fem
+from ..colliders import Collider
+from ..errors import CacheError, SimulationError
+from ..files import mesh_hash as _mesh_hash
+from ..modelfile import Model, load_model, save_model
+from ..nnet import MLP
+from ..registry import Method, Setting
+from ..sim import FrameInputs, SimSettings, StepReport
+from .common import run_frame
+from .linear import ReducedSimulation
+
+NAME = "licrom"
+
+#: A mesh with more than this share of its nodes outside the training domain is warned about.
+DOMAIN_WARNING_SHARE = 0.01
+
+#: Points of the training domain's volume sample kept in the model file.
+DOMAIN_SAMPLES = 4096
+
+#: Pin boxes are grown by this fraction of the training domain's diagonal, so nodes of another
+#: mesh lying on a pinned face (to rounding) are pinned too.
+PIN_TOLERANCE = 1e-4
+
+ACTIVATIONS = ("elu", "tanh", "softplus", "relu")
+SOLVERS = ("newton", "gradient")
+
+
+class OutOfDomainWarning(UserWarning):
+    """A LiCROM model was put on a mesh that leaves the domain it was trained on."""
+
+
+# ------------------------------------------------------------------------------------------
+# The field, its domain and its pins
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Field:
+    """The neural displacement field ``W(X)`` (eq. 2).
+
+    Attributes
+    ----------
+    net : MLP mapping normalized points (p, 3) to (p, 3 r): row ``3 a + j`` of a point's
+        output is component ``a`` of mode ``j``, in units of ``out_scale``
+    center : (3,) float, metres; scale : float, metres (input ``(X - center) / scale``)
+    out_scale : float, metres (the field's displacements are ``out_scale * net``)
+    """
+
+    net: MLP
+    center: np.ndarray
+    scale: float
+    out_scale: float
+
+    @property
+    def r(self) -> int:
+        return self.net.out_dim // 3
+
+    def basis(self, X: np.ndarray, chunk: int = 16384) -> np.ndarray:
+        """The basis ``U`` (3n, r) of nodes ``X`` (n, 3): ``W(X_i)`` stacked, metres."""
+        X = np.asarray(X, dtype=np.float64)
+        out = np.empty((len(X), 3 * self.r))
+        for s in range(0, len(X), chunk):  # bounded memory on big meshes
+            out[s : s + chunk] = self.net.forward((X[s : s + chunk] - self.center) / self.scale)
+        return (out * self.out_scale).reshape(len(X) * 3, self.r)
+
+    def to_arrays(self) -> tuple[dict, dict]:
+        arrays, meta = self.net.to_arrays(prefix="field.")
+        arrays["field_center"] = np.asarray(self.center, dtype=np.float64)
+        arrays["field_scale"] = np.array([self.scale, self.out_scale], dtype=np.float64)
+        return arrays, meta
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, meta: dict) -> Field:
+        s = np.asarray(arrays["field_scale"], dtype=np.float64)
+        return cls(MLP.from_arrays(arrays, meta), np.asarray(arrays["field_center"]), float(s[0]),
+                   float(s[1]))
+
+
+@dataclass
+class DomainReport:
+    """Where a mesh's nodes lie against a model's training domain.
+
+    Attributes
+    ----------
+    share_outside : share of the nodes farther than ``tolerance_m`` from the domain
+    max_distance_m : largest distance of a node to the domain's sample, metres
+    tolerance_m : distance beyond which a node is outside, metres
+    """
+
+    share_outside: float
+    max_distance_m: float
+    tolerance_m: float
+
+    @property
+    def warn(self) -> bool:
+        return self.share_outside > DOMAIN_WARNING_SHARE
+
+    def message(self) -> str:
+        return (
+            f"{self.share_outside:.1%} of the mesh lies outside the domain the LiCROM model was "
+            f"trained on (up to {self.max_distance_m * 1000:.3g} mm away, tolerance "
+            f"{self.tolerance_m * 1000:.3g} mm): its motion there is extrapolated. Train on "
+            "bakes of shapes that cover this one (same size and placement), or move the object "
+            "into the training domain."
+        )
+
+
+@dataclass
+class Domain:
+    """The training domain: a volume-uniform sample of the training meshes (s, 3), metres,
+    and the distance beyond which a point is outside it."""
+
+    samples: np.ndarray
+    tolerance: float
+
+    @classmethod
+    def of_meshes(cls, meshes, count: int = DOMAIN_SAMPLES, seed: int = 0,
+                  avoid: tuple[int, ...] = ()) -> Domain:
+        """Sample ``count`` points uniformly in the union of the tet meshes ``[(X, T), ...]``
+        (each point in a random tet chosen by volume, at random barycentric coordinates);
+        ``count`` is bumped past any size in ``avoid`` (the meshes' node counts) so that no
+        array of a model has a mesh's node count as a dimension."""
+        while count in avoid:
+            count += 1
+        rng = np.random.default_rng(seed)
+        Xs, vols = [], []
+        for X, T in meshes:
+            X, T = np.asarray(X, float), np.asarray(T, np.int64)
+            v = np.abs(np.linalg.det(X[T[:, 1:]] - X[T[:, :1]])) / 6.0
+            # each mesh of the family weighs the same: the domain is their union
+            vols.append(v / v.sum() / len(meshes))
+            Xs.append(X[T])
+        P = np.concatenate(vols)
+        corners = np.concatenate(Xs)  # (sum m, 4, 3)
+        pick = rng.choice(len(P), size=count, p=P / P.sum())
+        b = rng.dirichlet(np.ones(4), size=count)
+        samples = np.einsum("sa,sad->sd", b, corners[pick])
+        d = cKDTree(samples).query(samples, k=2)[0][:, 1]
+        # a node of any mesh of the domain is within about the sample spacing of a sample
+        tol = 2.0 * float(np.quantile(d, 0.99))
+        return cls(samples, tol)
+
+    def report(self, X: np.ndarray) -> DomainReport:
+        d = cKDTree(self.samples).query(np.asarray(X, dtype=float))[0]
+        return DomainReport(float(np.mean(d > self.tolerance)), float(d.max()), self.tolerance)
+
+
+@dataclass
+class PinRegion:
+    """Pinned regions of reference space: the union of axis-aligned boxes ``(b, 2, 3)``
+    (``boxes[i, 0]`` the low corner, ``boxes[i, 1]`` the high one, metres) grown by
+    ``tolerance`` metres."""
+
+    boxes: np.ndarray
+    tolerance: float = 0.0
+
+    @classmethod
+    def none(cls) -> PinRegion:
+        return cls(np.zeros((0, 2, 3)))
+
+    @classmethod
+    def of_pins(cls, meshes_pins, tolerance: float) -> PinRegion:
+        """The boxes around the pinned nodes of each training mesh ``[(X, pinned), ...]``
+        (one box per mesh with pins; equal boxes kept once)."""
+        boxes = []
+        for X, pinned in meshes_pins:
+            p = np.asarray(pinned, dtype=np.int64)
+            if p.size:
+                P = np.asarray(X, float)[p]
+                box = np.stack([P.min(0), P.max(0)])
+                if not any(np.allclose(box, b, atol=tolerance) for b in boxes):
+                    boxes.append(box)
+        return cls(np.array(boxes).reshape(-1, 2, 3), float(tolerance))
+
+    def select(self, X: np.ndarray) -> np.ndarray:
+        """Indices (p,) of the nodes ``X`` (n, 3) inside the region."""
+        X = np.asarray(X, dtype=float)
+        inside = np.zeros(len(X), dtype=bool)
+        for lo, hi in self.boxes:
+            inside |= np.all((X >= lo - self.tolerance) & (X <= hi + self.tolerance), axis=1)
+        return np.flatnonzero(inside)
+
+
+def mesh_seed(seed: int, X: np.ndarray, T: np.ndarray) -> int:
+    """The cubature seed of a mesh: ``seed`` mixed with the mesh's hash (a mesh keeps its
+    cubature across runs; two meshes do not share their random draws)."""
+    h = int(_mesh_hash(np.asarray(X, np.float64), np.asarray(T, np.int64))[:12], 16)
+    return int(np.random.SeedSequence([int(seed), h]).generate_state(1)[0])
+
+
+def inclusion_probability(n: int, m: int) -> float:
+    """Probability that a tet is touched by ``m`` distinct vertices drawn uniformly from ``n``:
+    ``1 - C(n-4, m) / C(n, m) = 1 - prod_{j<4} (n - m - j) / (n - j)``."""
+    if m >= n - 3:
+        return 1.0
+    return 1.0 - math.prod((n - m - j) / (n - j) for j in range(4))
+
+
+def random_cubature(T: np.ndarray, n: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random vertex cubature: ``m`` distinct vertices drawn uniformly (``seed``), every element
+    incident to one, each weighted ``1 / pi`` (:func:`inclusion_probability`), which makes
+    ``sum_e w_e V_e(x)`` an unbiased estimate of ``V(x)`` (Horvitz-Thompson).
+
+    Returns
+    -------
+    elements : (c,) int array; weights : (c,) float array
+    """
+    T = np.asarray(T, dtype=np.int64)
+    m = int(min(max(m, 1), n))
+    picked = np.zeros(n, dtype=bool)
+    picked[np.random.default_rng(seed).choice(n, size=m, replace=False)] = True
+    elements = np.flatnonzero(picked[T].any(axis=1))
+    return elements, np.full(len(elements), 1.0 / inclusion_probability(n, m))
+
+
+# ------------------------------------------------------------------------------------------
+# The runtime
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SwapReport:
+    """What a mesh swap did: seconds it took, kinetic energy before and after (J; after is
+    never more), the new mesh's nodes, elements and cubature elements, its domain report."""
+
+    seconds: float
+    kinetic_before: float
+    kinetic_after: float
+    vertices: int
+    elements: int
+    cubature_elements: int
+    domain: DomainReport
+
+
+class LicromSimulation(ReducedSimulation):
+    """Backward Euler in the span of a neural field evaluated on a mesh.
+
+    Parameters
+    ----------
+    field : Field
+    X : (n, 3) float array, rest positions of the mesh it runs on (metres, the model's space)
+    T : (m, 4) int array
+    material : fem.Material
+    settings : SimSettings
+    pins : PinRegion (None: no pins); nodes inside are pinned and the basis is zero there
+    domain : Domain to report the mesh against (None: not checked)
+    cubature_vertices : vertices of the random cubature (0: every element, exact)
+    seed : seed of the cubature (mixed with each mesh's hash)
+    solver : "newton" (default) or "gradient" (the paper's scheme)
+    gradient_iterations : steps of the gradient scheme per substep
+    colliders : list of Collider
+    """
+
+    def __init__(
+        self,
+        field: Field,
+        X: np.ndarray,
+        T: np.ndarray,
+        material: _fem.Material,
+        settings: SimSettings | None = None,
+        pins: PinRegion | None = None,
+        domain: Domain | None = None,
+        cubature_vertices: int = 200,
+        seed: int = 0,
+        solver: str = "newton",
+        gradient_iterations: int = 10,
+        colliders: list[Collider] | None = None,
+    ) -> None:
+        if solver not in SOLVERS:
+            raise SimulationError(f"Unknown LiCROM solver {solver!r}; use one of {SOLVERS}.")
+        self.field = field
+        self.material = material
+        self.pins = pins or PinRegion.none()
+        self.domain = domain
+        self.cubature_vertices = int(cubature_vertices)
+        self.seed = int(seed)
+        self.solver = solver
+        self.gradient_iterations = int(gradient_iterations)
+        self.warnings: list[str] = []
+        self._build(X, T, settings, colliders)
+        self.reset()
+
+    def _build(self, X, T, settings, colliders) -> None:
+        """Basis, pins, cubature and everything :meth:`_setup` derives, on mesh ``(X, T)``."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        T = np.ascontiguousarray(T, dtype=np.int64)
+        if X.ndim != 2 or X.shape[1] != 3 or T.ndim != 2 or T.shape[1] != 4 or len(T) == 0:
+            raise SimulationError("A LiCROM mesh needs nodes (n, 3) and tets (m, 4).")
+        if T.min() < 0 or T.max() >= len(X):
+            raise SimulationError("The mesh's tets index nodes it does not have.")
+        t0 = time.perf_counter()
+        U = self.field.basis(X)
+        self.field_seconds = time.perf_counter() - t0
+        pinned = self.pins.select(X)
+        if pinned.size:
+            U.reshape(len(X), 3, -1)[pinned] = 0.0
+        self.domain_report = self.domain.report(X) if self.domain is not None else None
+        if self.domain_report is not None and self.domain_report.warn:
+            msg = self.domain_report.message()
+            self.warnings.append(msg)
+            warnings.warn(msg, OutOfDomainWarning, stacklevel=3)
+        cub = None
+        if self.cubature_vertices > 0:
+            cub = random_cubature(T, len(X), self.cubature_vertices, mesh_seed(self.seed, X, T))
+        self.T = T
+        self._setup(X, T, self.material, U, settings, pinned, cub, None, colliders)
+        self._gd = None
+
+    # ---------------------------------------------------------------------- mesh swaps
+    def kinetic_energy(self) -> float:
+        """``1/2 qdot^T M~ qdot`` (J) on the current mesh."""
+        return 0.5 * float(self.qdot @ self.M_red @ self.qdot)
+
+    def swap_mesh(self, X: np.ndarray, T: np.ndarray) -> SwapReport:
+        """Continue on another mesh of the object (a remesh, a cut, a hole, elements removed)
+        from the current state: ``q``, ``qdot``, the reduced forces, the colliders and the
+        pins' frame are kept; basis, masses, pins and cubature are rebuilt on ``(X, T)``.
+        ``qdot`` is scaled down when the new reduced mass would raise the kinetic energy.
+
+        Raises SimulationError (and changes nothing) for a mesh that is not a tet mesh.
+        """
+        t0 = time.perf_counter()
+        before = self.kinetic_energy()
+        state = self.get_state()
+        old = (self.X, self.T, self.__dict__.copy())
+        try:
+            self._build(X, T, self.settings, self.colliders)
+        except Exception:
+            self.__dict__.update(old[2])
+            raise
+        self._pin_frame = None
+        self.set_state(state)
+        # the pins' targets are the new pinned nodes where the frame has put them
+        self.pin_targets = self.pose.apply(self.X[self.pinned])
+        after = self.kinetic_energy()
+        if after > before:
+            self.qdot = self.qdot * math.sqrt(before / after) if after > 0 else self.qdot
+            after = self.kinetic_energy()
+        return SwapReport(time.perf_counter() - t0, before, after, len(self.X), len(self.T),
+                          len(self.elements), self.domain_report)
+
+    # ------------------------------------------------------------------------- solvers
+    def step(self, inputs: FrameInputs | None = None) -> StepReport:
+        """Advance one frame with the Newton solver (default) or the paper's gradient steps."""
+        if self.solver == "gradient":
+            return run_frame(self, inputs, self._gradient_descent, "LiCROM")
+        return run_frame(self, inputs, self._backward_euler, "LiCROM")
+
+    def _gradient_setup(self, h: float):
+        """``(cho(M~/h^2), step)`` of the gradient scheme for substep ``h``: the step
+        ``1 / (1 + lambda_max(h^2 M~^{-1} K~_rest))`` keeps the iteration stable."""
+        if self._gd is None or self._gd[0] != h:
+            K = self._elastic(np.zeros(self.k), 2, project=False)[2]
+            lam = float(eigh(K, self.M_red, eigvals_only=True)[-1]) * h**2
+            self._gd = (h, cho_factor(self.M_red / h**2), 1.0 / (1.0 + max(lam, 0.0)), K)
+        return self._gd[1:]
+
+    def _gradient_descent(self, h: float, f_ext: np.ndarray, colliders, pose=None) -> StepReport:
+        """The paper's minimization (sec. 5): from the explicit prediction, a fixed number of
+        mass-preconditioned gradient steps on the incremental potential (eq. 9-10)."""
+        s = self.settings
+        cho, a, K0 = self._gradient_setup(h)
+        q_tilde, q_damp, f_grav, colliders = self.step_terms(h, pose, colliders)
+        f = f_ext + f_grav
+        M_h = self.M_red / h**2
+        D_h = self.M_red * (s.damping_alpha / h) + K0 * (s.damping_beta / h)
+        q = q_tilde.copy()
+        rep = StepReport(substeps=1)
+        for _ in range(max(self.gradient_iterations, 1)):
+            g = M_h @ (q - q_tilde) + D_h @ (q - q_damp) + self._elastic(q, 1)[1] - f
+            g_c = self._contact(q, colliders, hessian=False)[1]
+            if g_c is not None:
+                g = g + g_c
+            q = q - a * cho_solve(cho, g)
+            rep.newton_iters += 1
+        rep.converged = bool(np.all(np.isfinite(q)))
+        rep.line_search_ok = rep.converged
+        if rep.converged:
+            self.qdot = (q - self.q) / h
+            self.q = q
+            self._advance_frame(pose)
+        return rep
+
+    # ------------------------------------------------------------- poses <-> states
+    def latent_of(self, x: np.ndarray) -> np.ndarray:
+        """The latent code (r,) of world positions ``x`` (n, 3) of this mesh: the mass-weighted
+        least-squares fit on the field basis (the runtime never needs the encoder)."""
+        y, _, _ = self._in_pin_frame(np.asarray(x, dtype=np.float64))
+        return self.closest_q(y)
+
+
+# ------------------------------------------------------------------------------------------
+# Model files
+# ------------------------------------------------------------------------------------------
+
+
+def save(
+    path: str | Path,
+    *,
+    mesh_hash: str,
+    T: np.ndarray | None = None,
+    field: Field,
+    domain: Domain,
+    pins: PinRegion,
+    material: _fem.Material,
+    settings: SimSettings,
+    metadata: dict | None = None,
+) -> Path:
+    """Write a LiCROM model file: the field network and its normalization, the domain sample
+    and the pin boxes, the physics. ``T`` (the training mesh) is accepted for the common
+    trainer interface and not stored: the model belongs to no mesh. ``mesh_hash`` names the
+    mesh of the bake recorded as ``mesh_bake`` in ``metadata`` (the default mesh)."""
+    arrays, net_meta = field.to_arrays()
+    arrays["domain_samples"] = np.asarray(domain.samples, dtype=np.float64)
+    arrays["pin_boxes"] = np.asarray(pins.boxes, dtype=np.float64).reshape(-1, 2, 3)
+    meta = {
+        "field": net_meta,
+        "latent_dim": field.r,
+        "domain_tolerance_m": float(domain.tolerance),
+        "pin_tolerance_m": float(pins.tolerance),
+        "material": material.to_dict(),
+        "settings": settings.to_dict(),
+    }
+    meta.update(metadata or {})
+    return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
+
+
+def _parts(model: Model):
+    a, meta = model.arrays, model.metadata
+    field = Field.from_arrays(a, meta["field"])
+    domain = Domain(np.asarray(a["domain_samples"]), float(meta["domain_tolerance_m"]))
+    pins = PinRegion(np.asarray(a["pin_boxes"]).reshape(-1, 2, 3), float(meta["pin_tolerance_m"]))
+    return field, domain, pins
+
+
+def load_on_mesh(
+    model: Model | str | Path,
+    X: np.ndarray,
+    T: np.ndarray,
+    *,
+    settings: SimSettings | None = None,
+    colliders: list[Collider] | None = None,
+    pins: PinRegion | None = None,
+    material: _fem.Material | None = None,
+    cubature_vertices: int | None = None,
+    solver: str | None = None,
+    seed: int | None = None,
+) -> LicromSimulation:
+    """A LiCROM model (a file or an opened :class:`Model`) on the mesh ``(X, T)``, which need
+    not be one it was trained on. Keywords left None take the model's values (its training
+    settings, its pins, its material)."""
+    if not isinstance(model, Model):
+        model = load_model(model)
+    if model.method != NAME:
+        raise CacheError(f"{Path(model.path).name} holds a {model.method!r} model, not LiCROM.")
+    field, domain, stored_pins = _parts(model)
+    meta = model.metadata
+    train = meta.get("training", {})
+    stored = SimSettings(**meta["settings"])
+    if settings is not None and settings.contact_stiffness is None:
+        settings = dataclasses.replace(settings, contact_stiffness=stored.contact_stiffness)
+    return LicromSimulation(
+        field,
+        X,
+        T,
+        material or _fem.Material.from_dict(meta["material"]),
+        settings or stored,
+        pins=stored_pins if pins is None else pins,
+        domain=domain,
+        cubature_vertices=train.get("cubature_vertices", 200)
+        if cubature_vertices is None
+        else cubature_vertices,
+        seed=train.get("seed", 0) if seed is None else seed,
+        solver=solver or train.get("solver", "newton"),
+        gradient_iterations=train.get("gradient_iterations", 10),
+        colliders=colliders,
+    )
+
+
+def load(model: Model, *, settings: SimSettings | None = None, colliders=None,
+         mesh: tuple[np.ndarray, np.ndarray] | None = None) -> LicromSimulation:
+    """The runtime of an opened LiCROM model on ``mesh`` ``(X, T)``; without one, on the mesh
+    of the bake the model records (``mesh_bake``: the bake its training replayed)."""
+    if mesh is None:
+        from ..cache import BakeCache
+
+        bake = model.metadata.get("mesh_bake")
+        if not bake or not Path(bake).exists():
+            raise CacheError(
+                f"{Path(model.path).name} is a LiCROM model: it runs on any mesh of its object, "
+                "but needs one. The bake it was trained on is gone; put the model on a mesh with "
+                "core.methods.licrom.load_on_mesh (in Blender: simulate the target object)."
+            )
+        cache = BakeCache.open(bake)
+        mesh = (np.asarray(cache.X, float), np.asarray(cache.T, np.int64))
+    return load_on_mesh(model, mesh[0], mesh[1], settings=settings, colliders=colliders)
+
+
+SETTINGS = (
+    Setting("latent_dim", "int", 20, "Latent Size", "Latent coordinates r: the number of "
+            "displacement fields (Chang 2023 uses 20)", minimum=1, maximum=1000, soft_maximum=64),
+    Setting("hidden", "int_list", [60, 60, 60, 60], "Hidden Layers", "Widths of the field "
+            "network's hidden layers (5 layers of width 60 in the paper: 4 hidden + output)",
+            minimum=1, maximum=4096),
+    Setting("activation", "enum", "elu", "Activation", "Hidden activation of the field and "
+            "the encoder (the paper: ELU)",
+            items=tuple((a, a.upper() if a != "softplus" else "Softplus", "") for a in ACTIVATIONS),
+            advanced=True),
+    Setting("epochs", "int", 1500, "Epochs", "Passes over the training frames (the learning "
+            "rate drops 5x after a third, 10x more after two thirds, as the paper)",
+            minimum=1, maximum=1_000_000, soft_maximum=20000),
+    Setting("time_budget", "float", 600.0, "Time Budget", "Most seconds the network training "
+            "may take; the epochs are cut to fit, with a warning", unit="s", minimum=1.0,
+            maximum=1e7, soft_maximum=7200.0),
+    Setting("batch_size", "int", 16, "Batch Size", "Frames per Adam step (the paper: 16)",
+            minimum=1, maximum=1_000_000, soft_maximum=4096),
+    Setting("learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7,
+            maximum=1.0),
+    Setting("points_per_frame", "int", 1024, "Points per Frame", "Points of each frame the "
+            "loss sees (drawn by lumped mass, so by volume, whatever the mesh)", minimum=8,
+            maximum=1_000_000, soft_maximum=10000, advanced=True),
+    Setting("encoder_points", "int", 512, "Encoder Points", "Of those, how many the PointNet "
+            "encoder sees (the paper: 2500)", minimum=8, maximum=1_000_000,
+            soft_maximum=10000, advanced=True),
+    Setting("projection_epochs", "int", 300, "Projection Epochs", "Final passes where the "
+            "encoder's code is replaced by the least-squares code the runtime uses (0: the "
+            "paper's training alone)", minimum=0, maximum=1_000_000, soft_maximum=5000,
+            advanced=True),
+    Setting("checkpoint_every", "int", 100, "Checkpoint Every", "Epochs between "
+            "checkpoints (a cancelled or killed run resumes from the last)", minimum=1,
+            maximum=1_000_000, advanced=True),
+    Setting("cubature_vertices", "int", 200, "Cubature Vertices", "Random vertices whose "
+            "elements make the cubature on each mesh (0: every element)", minimum=0,
+            maximum=1_000_000, soft_maximum=5000),
+    Setting("solver", "enum", "newton", "Solver", "Newton on the reduced Hessian, converged "
+            "(default), or the paper's few gradient steps per frame",
+            items=(("newton", "Newton", ""), ("gradient", "Gradient (paper)", ""))),
+    Setting("gradient_iterations", "int", 10, "Gradient Steps", "Steps per frame of the "
+            "gradient solver", minimum=1, maximum=10_000, advanced=True),
+    Setting("max_frames", "int", 2000, "Max Frames", "Frames used for training (sampled "
+            "evenly when the bakes have more)", minimum=1, maximum=10_000_000,
+            soft_maximum=20000, advanced=True),
+    Setting("validation_fraction", "float", 0.2, "Validation", "Share of whole bakes held "
+            "out to measure the model on data it never saw", minimum=0.0, maximum=0.9),
+    Setting("seed", "int", 0, "Seed", "Seed of every random choice of the training and of "
+            "the runtime's cubature (the same seed gives the same model)", minimum=0,
+            maximum=2**31 - 1),
+    Setting("rollout", "bool", True, "Held-out Rollout", "Replay a held-out bake with the "
+            "model after training and report its error", advanced=True),
+)
+
+METHOD = Method(
+    name=NAME,
+    label="LiCROM (Chang 2023)",
+    description="A neural displacement field over reference space with a linear latent: one "
+    "model runs on any mesh of the object (remeshed, refined, cut, another shape of the "
+    "family) and the simulation continues when the mesh changes. Trains with PyTorch on "
+    "bakes of several meshes.",
+    settings=SETTINGS,
+    load=load,
+    trainer="training.licrom:train",
+    needs_torch=True,
+    inputs=frozenset({"forces", "pin_targets", "colliders", "other_mesh"}),
+    order=40,
+)
