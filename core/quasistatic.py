@@ -115,7 +115,7 @@ class QuasistaticSolver:
         self.free_nodes = np.flatnonzero(free)
         self.free = (3 * self.free_nodes[:, None] + np.arange(3)).ravel()
         self.surface = None if surface is None else sp.csr_matrix(surface)
-        self._P3 = None if surface is None else sp.kron(self.surface, sp.eye(3), format="csr")
+        self.P3 = None if surface is None else sp.kron(self.surface, sp.eye(3), format="csr")
         h = float(np.cbrt(fem.volume.mean()))
         self.length_scale = h
         self.force_scale = float(fem.mu.mean()) * h * h
@@ -125,13 +125,10 @@ class QuasistaticSolver:
 
     # ------------------------------------------------------------------ energy terms
 
-    def _extra(self, x, colliders, springs, need_hess):
-        """Contact + spring energy, gradient (3n,) and Hessian (3n, 3n) on the surface."""
-        n3 = 3 * self.fem.n_vertices
-        E, g, H = 0.0, np.zeros(n3), None
-        if self.surface is None or (not colliders and springs is None):
-            return E, g, H
-        p = self.surface @ x
+    def surface_terms(self, p: np.ndarray, colliders, springs, need_hess: bool):
+        """Contact + spring energy (J) at surface points ``p`` (s, 3), its gradient (s, 3)
+        and exact Hessian blocks (s, 3, 3) (None without ``need_hess``)."""
+        E = 0.0
         gp = np.zeros_like(p)
         Hp = np.zeros((len(p), 3, 3)) if need_hess else None
         if springs is not None:
@@ -158,20 +155,29 @@ class QuasistaticSolver:
                     Hp[act] -= (kap * pen[act] / np.maximum(r, 1e-12))[:, None, None] * (
                         np.eye(3) - nn
                     )
-        g = self._P3.T @ gp.ravel()
-        if need_hess:
-            H = (self._P3.T @ _block_diag(Hp) @ self._P3).tocsr()
+        return E, gp, Hp
+
+    def extra_terms(self, x, colliders, springs, need_hess: bool):
+        """Contact + spring energy (J), gradient (3n,) and exact Hessian (3n, 3n) CSR or
+        None, at positions ``x`` (3n,) or (n, 3)."""
+        x = np.asarray(x, float).reshape(-1, 3)
+        n3 = 3 * self.fem.n_vertices
+        if self.surface is None or (not colliders and springs is None):
+            return 0.0, np.zeros(n3), None
+        E, gp, Hp = self.surface_terms(self.surface @ x, colliders, springs, need_hess)
+        g = self.P3.T @ gp.ravel()
+        H = (self.P3.T @ _block_diag(Hp) @ self.P3).tocsr() if need_hess else None
         return E, g, H
 
     def energy(self, x, colliders=None, springs=None) -> float:
         """Total energy (J) at positions ``x`` (n, 3) with the current actions."""
         x = np.asarray(x, float).reshape(-1, 3)
-        return self.fem.energy(x) + self._extra(x, colliders, springs, False)[0]
+        return self.fem.energy(x) + self.extra_terms(x, colliders, springs, False)[0]
 
     def gradient(self, x, colliders=None, springs=None) -> np.ndarray:
         """``dE/dx`` (n, 3) in newtons (constrained nodes included)."""
         x = np.asarray(x, float).reshape(-1, 3)
-        g = self.fem.gradient(x).ravel() + self._extra(x, colliders, springs, False)[1]
+        g = self.fem.gradient(x).ravel() + self.extra_terms(x, colliders, springs, False)[1]
         return g.reshape(-1, 3)
 
     def residual(self, x, actions=None, colliders=None, springs=None) -> float:
@@ -185,7 +191,7 @@ class QuasistaticSolver:
         """Free-DOF Hessian (exact unless ``project``)."""
         x = np.asarray(x, float).reshape(-1, 3)
         H = self.fem.hessian(x, project=project)
-        Hx = self._extra(x, colliders, springs, True)[2]
+        Hx = self.extra_terms(x, colliders, springs, True)[2]
         if Hx is not None:
             H = H + Hx
         return H[self.free][:, self.free].tocsc()

@@ -1,0 +1,249 @@
+"""Active faces (Srinivasan 2021): fit, accuracy against the baselines the issue names, and
+runtime speed, on the procedural demo head (core/face.py), one run pinned to one core.
+
+Steps: build the head (``--size bench``: over 5K tets) and ``--keys`` shape keys (our own
+simulation of random muscle activations and jaw angles, the last ``--held-out`` held out);
+fit it (:func:`training.active.fit`, ``--epochs`` end-to-end epochs); then measure
+
+* training-shape error: end to end, and the warm-start decoder alone (sec. 5.1);
+* held-out error after refitting only the latent code (eq. 17, whole skin, full solve,
+  Levenberg-Marquardt), for the end-to-end and the warm-start decoders, against surface PCA
+  of the training keys with as many dimensions (its best: the orthogonal projection), on all
+  held-out keys and on those with a large jaw opening (> 0.15 rad);
+* markers (``--markers`` skin vertices, seeded): the full-skin error of the marker fit
+  (reduced solve) against the whole-skin fit and against PCA fitted to the same markers
+  (ridge least squares);
+* the equilibrium residual of every runtime frame (full solve: free-node force over
+  ``mu h^2``; reduced: the reduced residual, and the full residual the subspace leaves);
+* timings: decoder, full solve, reduced solve, adjoint, slider fps and marker fps (full and
+  reduced) over a ``--frames`` animation (codes and jaw blended between keys; markers
+  blended between held-out keys), seconds per training epoch; Adam (lr 0.1, the paper's
+  runtime) against LM on one marker frame.
+
+Usage::
+
+    python bench/active.py [--size bench] [--keys 48] [--held-out 8] [--epochs 15]
+                           [--markers 30] [--frames 48] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from neural_rom.bench.common import pin_this_process  # noqa: E402
+from neural_rom.core.face import demo_head, make_shape_keys  # noqa: E402
+from neural_rom.core.methods.active import ActiveFace  # noqa: E402
+from neural_rom.core.sim import FrameInputs, Markers  # noqa: E402
+
+
+def _err(P, T):
+    return float(np.linalg.norm(P - T, axis=-1).mean())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="bench", choices=("small", "bench"))
+    p.add_argument("--keys", type=int, default=48)
+    p.add_argument("--held-out", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--warm-epochs", type=int, default=400)
+    p.add_argument("--latent", type=int, default=12)
+    p.add_argument("--markers", type=int, default=30)
+    p.add_argument("--frames", type=int, default=48)
+    p.add_argument("--out", type=Path, default=Path("/tmp/neural_rom_bench_active"))
+    p.add_argument("--json", type=Path)
+    a = p.parse_args(argv)
+    pin_this_process()
+    import torch
+
+    torch.set_num_threads(1)
+    from neural_rom.training.active import fit
+
+    R: dict = {}
+    t = time.perf_counter()
+    rig = demo_head(a.size)
+    keys = make_shape_keys(rig, a.keys, held_out=a.held_out, seed=0)
+    R["mesh"] = {"tets": len(rig.T), "nodes": len(rig.X), "skin_vertices": len(rig.skin_V),
+                 "height_m": float(np.ptp(rig.skin_V[:, 2])), "keys": a.keys,
+                 "held_out": a.held_out, "keys_seconds": time.perf_counter() - t}
+    print(json.dumps(R["mesh"]), flush=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    settings = {"latent_dim": a.latent, "epochs": a.epochs, "warm_epochs": a.warm_epochs}
+    t = time.perf_counter()
+    res = fit((rig, keys), a.out / "face.nrmodel", settings,
+              progress=lambda f, m: print(f"  [{time.perf_counter() - t:7.1f} s] {m}", flush=True))
+    R["training"] = {"seconds": time.perf_counter() - t, "seconds_per_epoch":
+                     res["seconds_per_epoch"], "epochs": a.epochs,
+                     "train_error_m": res["train_error_m"], "warm_error_m": res["warm_error_m"],
+                     "basis": res["k"], "cubature_elements": res["cubature_elements"],
+                     "cubature_error": res["cubature_error"]}
+    print(json.dumps(R["training"]), flush=True)
+    model = res["model"]
+    tr, ho = np.flatnonzero(~keys.held_out), np.flatnonzero(keys.held_out)
+    full = ActiveFace(model, solve="full")
+    red = ActiveFace(model)
+    d = model.latent_dim
+
+    # ---- held out: refit the code only (whole skin), e2e vs warm start vs surface PCA
+    from neural_rom.core.methods.active import ActiveModel
+
+    warm = ActiveModel(**{**model.__dict__, "decoder": res["warm_decoder"]})
+    full_warm = ActiveFace(warm, solve="full")
+    D = (keys.positions[tr] - rig.skin_V).reshape(len(tr), -1)
+    mean = D.mean(0)
+    _, _, Vt = np.linalg.svd(D - mean, full_matrices=False)
+    B = Vt[:d].T  # surface PCA with as many dimensions as the latent
+    rng = np.random.default_rng(0)
+    mv = rng.choice(len(rig.skin_V), a.markers, replace=False)
+    rows = (3 * mv[:, None] + np.arange(3)).ravel()
+    out = []
+    for j in ho:
+        tgt, jaw = keys.positions[j], model.jaw_matrix(keys.jaw[j])
+        z, x, _, _ = full.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
+        e2e = _err(rig.skin.apply(x), tgt)
+        _, xw, _, _ = full_warm.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
+        dj = (tgt - rig.skin_V).ravel() - mean
+        pca = _err((rig.skin_V.ravel() + mean + B @ (B.T @ dj)).reshape(-1, 3), tgt)
+        Bm = B[rows]
+        c = np.linalg.solve(Bm.T @ Bm + 1e-8 * np.eye(d), Bm.T @ dj[rows])
+        pca_m = _err((rig.skin_V.ravel() + mean + B @ c).reshape(-1, 3), tgt)
+        red.reset()
+        rep = red.step(FrameInputs(markers=Markers(mv, tgt[mv]), reference_frame=jaw))
+        mk = _err(red.skin_positions(), tgt)
+        out.append({"key": int(j), "jaw": float(keys.jaw[j]), "rest_m": _err(rig.skin_V, tgt),
+                    "e2e_m": e2e, "warm_m": _err(rig.skin.apply(xw), tgt), "pca_m": pca,
+                    "markers_m": mk, "pca_markers_m": pca_m, "marker_iters": rep.newton_iters})
+        print(json.dumps(out[-1]), flush=True)
+    R["held_out"] = out
+    summ = {}
+    for name, sel in (("all", [True] * len(out)), ("jaw_open", [o["jaw"] > 0.15 for o in out])):
+        sub = [o for o, s in zip(out, sel, strict=True) if s]
+        if sub:
+            summ[name] = {k: float(np.mean([o[k] for o in sub])) for k in
+                          ("rest_m", "e2e_m", "warm_m", "pca_m", "markers_m", "pca_markers_m")}
+            summ[name]["count"] = len(sub)
+    R["held_out_mean"] = summ
+    print(json.dumps(summ), flush=True)
+
+    # ---- timings: one frame's pieces
+    z0 = model.codes[0]
+    reps = 20
+    t = time.perf_counter()
+    for _ in range(reps):
+        model.actions(z0)
+    R["decoder_ms"] = (time.perf_counter() - t) / reps * 1000
+    xk = full.solve_full(z0, keys.jaw[tr[0]], x0=model.X).x
+    t = time.perf_counter()
+    full.qs.adjoint(xk, np.ones_like(xk) * 1e-3)
+    R["adjoint_ms"] = (time.perf_counter() - t) * 1000
+
+    # ---- slider animation: codes and jaw blended between training keys
+    F = a.frames
+    ks = tr[: max(2, F // 12 + 1)]
+    s_frames = []
+    for f in range(F):
+        u = f / (F - 1) * (len(ks) - 1)
+        i0 = min(int(u), len(ks) - 2)
+        w = u - i0
+        zi = (1 - w) * model.codes[i0] + w * model.codes[i0 + 1]
+        ji = (1 - w) * keys.jaw[ks[i0]] + w * keys.jaw[ks[i0 + 1]]
+        s_frames.append((zi, model.jaw_matrix(ji)))
+    stats = {}
+    skins = {}
+    for name, sim in (("full", full), ("reduced", red)):
+        sim.reset()
+        res_f, times, sk, full_res = [], [], [], []
+        for zi, M in s_frames:
+            t = time.perf_counter()
+            rep = sim.step(FrameInputs(sliders=zi, reference_frame=M))
+            times.append(time.perf_counter() - t)
+            res_f.append(rep.residual)
+            sk.append(sim.skin_positions())
+            if name == "reduced":
+                full_res.append(full.qs.residual(sim.x, model.actions(zi)))
+        skins[name] = np.array(sk)
+        stats[name] = {"fps": 1.0 / float(np.mean(times)), "ms_mean": 1000 * float(np.mean(times)),
+                       "ms_max": 1000 * float(np.max(times)), "residual_max": float(max(res_f))}
+        if full_res:
+            stats[name]["full_residual_of_reduced_max"] = float(max(full_res))
+    gap = np.linalg.norm(skins["full"] - skins["reduced"], axis=-1)
+    stats["reduced_vs_full_max_m"] = float(gap.max())
+    stats["reduced_vs_full_mean_m"] = float(gap.mean())
+    R["sliders"] = stats
+    print(json.dumps({"sliders": stats}), flush=True)
+
+    # ---- marker animation: marker positions blended between held-out keys
+    m_frames = []
+    for f in range(F):
+        u = f / (F - 1) * (len(ho) - 1)
+        i0 = min(int(u), len(ho) - 2)
+        w = u - i0
+        P = (1 - w) * keys.positions[ho[i0]] + w * keys.positions[ho[i0 + 1]]
+        ji = (1 - w) * keys.jaw[ho[i0]] + w * keys.jaw[ho[i0 + 1]]
+        m_frames.append((P, model.jaw_matrix(ji)))
+    mstats = {}
+    for name, sim in (("full", full), ("reduced", red)):
+        if name == "full":
+            frames = m_frames[:: max(1, F // 8)]  # the full solve is slow: a sample
+        else:
+            frames = m_frames
+        sim.reset()
+        times, errs, iters, res_f = [], [], [], []
+        for P, M in frames:
+            t = time.perf_counter()
+            rep = sim.step(FrameInputs(markers=Markers(mv, P[mv]), reference_frame=M))
+            times.append(time.perf_counter() - t)
+            errs.append(_err(sim.skin_positions(), P))
+            iters.append(rep.newton_iters)
+            res_f.append(rep.residual)
+        mstats[name] = {"fps": 1.0 / float(np.mean(times)), "ms_mean": 1000 * float(np.mean(times)),
+                        "skin_error_mean_m": float(np.mean(errs)), "frames": len(frames),
+                        "iterations_mean": float(np.mean(iters)),
+                        "residual_max": float(max(res_f))}
+    R["markers"] = mstats
+    print(json.dumps({"markers": mstats}), flush=True)
+
+    # ---- Adam (lr 0.1, the paper) against LM on one marker frame (reduced solve)
+    P, M = m_frames[F // 2]
+    red.reset()
+    t = time.perf_counter()
+    z_lm, _, cost_lm, it_lm = red.fit_latent(P[mv], vertices=mv, jaw=M, z0=np.zeros(d),
+                                              iters=20)
+    t_lm = time.perf_counter() - t
+    S = model.skin.matrix[mv]
+    z = np.zeros(d)
+    mom, vel = np.zeros(d), np.zeros(d)
+    q = np.zeros(model.U.shape[1])
+    t = time.perf_counter()
+    it_adam, cost = 0, np.inf
+    for it_adam in range(1, 501):
+        x, q, _, _ = red.solve_reduced(z, M, q0=q)
+        r = (S @ x - P[mv]).ravel()
+        cost = float(r @ r) + red.marker_pull * float(z @ z)
+        if cost <= 1.05 * cost_lm:
+            break
+        dq = red.reduced_jacobian(x, z)
+        J = (S @ (red.Ufull @ dq).reshape(len(x), -1)).reshape(-1, d)
+        g = 2 * J.T @ r + 2 * red.marker_pull * z
+        mom = 0.9 * mom + 0.1 * g
+        vel = 0.999 * vel + 0.001 * g * g
+        z = z - 0.1 * (mom / (1 - 0.9**it_adam)) / (np.sqrt(vel / (1 - 0.999**it_adam)) + 1e-8)
+    R["lm_vs_adam"] = {"lm_iterations": it_lm, "lm_seconds": t_lm, "lm_cost": cost_lm,
+                       "adam_iterations": it_adam, "adam_seconds": time.perf_counter() - t,
+                       "adam_cost": cost}
+    print(json.dumps({"lm_vs_adam": R["lm_vs_adam"]}), flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(R, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

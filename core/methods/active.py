@@ -1,0 +1,527 @@
+"""Active faces (Srinivasan et al. 2021): a learned actuation driven by sliders or markers.
+
+The model (trained by :mod:`training.active`) is a decoder ``a = pi_theta(z)`` from a latent
+code ``z`` (a few numbers) to per-element shape-targeting actions (eq. 4, 9), and the flesh it
+actuates: the quasistatic equilibrium ``chi(a)`` (eq. 5) with the skull fixed and the jaw's
+nodes where the jaw's transform puts them (:mod:`core.quasistatic`).
+
+Each frame (:class:`ActiveFace.step`):
+
+* **sliders**: ``z`` is the slider values (one per latent coordinate);
+* **markers**: ``z`` minimizes ``sum_k w_k ||p_k(chi(pi(z))) - m_k||^2 + rho ||z - z_prev||^2``
+  (eq. 17 with a small pull ``rho`` to the previous frame's code, which keeps an under-marked
+  face from drifting). We solve it by **Levenberg-Marquardt** on the reduced problem: the
+  Jacobian ``dp/dz = -P U (U^T H U)^-1 U^T (d2E/dx da) (da/dz)`` comes from the implicit
+  function theorem (eq. 10-11) at the current equilibrium, so each iteration is one reduced
+  solve and one small dense system; 3-5 iterations converge where the paper's Adam (lr 0.1)
+  takes hundreds (``bench/active.py`` measures both);
+* the **jaw** is ``reference_frame``, its 4x4 transform relative to rest (identity: closed);
+* **colliders** press the embedded skin (penalty, :mod:`core.quasistatic`).
+
+Two solves: the **full** quasistatic solve (Newton on every free node: the reference and
+for final bakes; the paper's runtime) and the **reduced** one, ``x = X + G u_jaw + U q``:
+``G`` the linear-elastic lift of the jaw's displacement into the flesh (``-K_ff^-1 K_fc`` at
+rest), ``U`` a POD basis of the training equilibria and their latent tangents ``dx/dz`` with
+that lift removed; Newton in ``q`` on the exact energy of every element (the elements' kernel
+is a few milliseconds; the solve is ``r x r``). ``solve = "reduced"`` by default.
+
+Every frame reports the equilibrium residual (largest free-node force over ``mu h^2``;
+``StepReport.force_residual``): at most the solve tolerance for the full solve; for the
+reduced one, the reduced residual (``U^T g``) is at the tolerance and the full one is what
+the subspace leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse.linalg as spla
+
+from ..embedding import Embedding
+from ..errors import SimulationError
+from ..fem import Material, TetFEM
+from ..files import mesh_hash
+from ..modelfile import save_model
+from ..nnet import MLP
+from ..quasistatic import QuasistaticSolver
+from ..registry import Method, Setting
+from ..sim import FrameInputs, Markers, StepReport
+from ..simulator import SimulatorBase
+
+NAME = "active"
+
+
+@dataclass(eq=False)
+class ActiveModel:
+    """What an active-face model file holds.
+
+    Attributes
+    ----------
+    X, T : rest nodes (n, 3) and tets (m, 4) of the flesh
+    material : Material (shape targeting)
+    fixed, jaw_nodes : (f,), (j,) int arrays: skull and jaw nodes
+    jaw_pivot, jaw_axis : (3,) the hinge (for a jaw angle instead of a transform)
+    skin : Embedding of the skin vertices
+    decoder : MLP, latent (d,) -> actions (6 m,)
+    codes : (N, d) the training shapes' latent codes (slider ranges, defaults)
+    lift : (3 f_free, 3 j) the jaw lift ``G``
+    U : (3 f_free, r) the reduced basis on the free DOFs
+    cub_elements, cub_weights : (k,) the reduced solve's cubature (empty: every element)
+    """
+
+    X: np.ndarray
+    T: np.ndarray
+    material: Material
+    fixed: np.ndarray
+    jaw_nodes: np.ndarray
+    jaw_pivot: np.ndarray
+    jaw_axis: np.ndarray
+    skin: Embedding
+    decoder: MLP
+    codes: np.ndarray
+    lift: np.ndarray
+    U: np.ndarray
+    cub_elements: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cub_weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def latent_dim(self) -> int:
+        return self.decoder.in_dim
+
+    @property
+    def constrained(self) -> np.ndarray:
+        return np.concatenate([self.fixed, self.jaw_nodes])
+
+    def jaw_matrix(self, angle: float) -> np.ndarray:
+        a = self.jaw_axis / np.linalg.norm(self.jaw_axis)
+        K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+        R = np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * (K @ K)
+        M = np.eye(4)
+        M[:3, :3], M[:3, 3] = R, self.jaw_pivot - R @ self.jaw_pivot
+        return M
+
+    def boundary(self, jaw=None) -> np.ndarray:
+        """Constrained positions (c, 3) for a jaw 4x4 transform or angle (None: closed)."""
+        M = np.eye(4) if jaw is None else (
+            self.jaw_matrix(float(jaw)) if np.ndim(jaw) == 0 else np.asarray(jaw, float))
+        J = self.X[self.jaw_nodes] @ M[:3, :3].T + M[:3, 3]
+        return np.concatenate([self.X[self.fixed], J])
+
+    def actions(self, z: np.ndarray) -> np.ndarray:
+        return self.decoder.forward(np.asarray(z, float)).reshape(-1, 6)
+
+    def hash(self) -> str:
+        return mesh_hash(self.X, self.T)
+
+
+def jaw_lift(fem: TetFEM, constrained: np.ndarray, jaw_nodes: np.ndarray) -> np.ndarray:
+    """``G = -K_ff^-1 K_fj`` (3 f, 3 j): the rest-stiffness response of the free nodes to a
+    unit displacement of each jaw DOF (a linear-elastic extension of the jaw's motion)."""
+    solver = QuasistaticSolver(fem, constrained)
+    fem.set_actions(np.zeros((fem.n_elements, 6)))
+    K = fem.hessian(fem.X, project=False).tocsr()
+    jd = (3 * np.asarray(jaw_nodes)[:, None] + np.arange(3)).ravel()
+    Kff = K[solver.free][:, solver.free].tocsc()
+    Kfj = K[solver.free][:, jd].toarray()
+    return -spla.splu(Kff).solve(Kfj)
+
+
+def fit_cubature(model: ActiveModel, codes, xs, *, candidates: int = 1500, poses: int = 16,
+                 seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Cubature of the reduced solve (An et al. 2008, by NNLS): elements and weights whose
+    weighted reduced forces ``sum_e w_e U_e^T g_e`` match every element's on poses around the
+    training equilibria ``xs`` (each perturbed in the subspace by half the spread of the
+    training coordinates), each pose with its own actions ``pi(z)``.
+
+    Returns ``(elements, weights, relative error on poses left out of the fit)``.
+    """
+    from scipy.optimize import nnls
+
+    rng = np.random.default_rng(seed)
+    face = ActiveFace(model, solve="full")
+    fem, Ue, U = face.fem, face.Ue, face.Ufull
+    m = len(model.T)
+    q = np.array([U.T @ (x - model.X).ravel() for x in xs])
+    spread = q.std(0) + 1e-12
+    pick = rng.permutation(len(xs))[: 2 * poses]
+    rows, tot = [], []
+    for i in pick:
+        fem.set_actions(model.actions(codes[i]))
+        x = xs[i] + (U @ (0.5 * spread * rng.normal(size=len(spread)))).reshape(-1, 3)
+        ge = fem.element_gradients(x).reshape(m, 12)
+        f = np.einsum("ker,ke->rk", Ue, ge)  # (r, m): each element's reduced force
+        b = f.sum(1)
+        nb = np.linalg.norm(b) + 1e-300
+        rows.append(f / nb)
+        tot.append(b / nb)
+    half = max(1, len(rows) // 2)
+    cand = np.sort(rng.choice(m, min(candidates, m), replace=False))
+    A = np.concatenate(rows[:half])[:, cand]
+    w, _ = nnls(A, np.concatenate(tot[:half]), maxiter=50 * len(cand))
+    keep = w > 0
+    el, wt = cand[keep], w[keep]
+    val = rows[half:] or rows[:half]
+    bv = tot[half:] or tot[:half]
+    err = float(np.mean([np.linalg.norm(r[:, el] @ wt - b) / np.linalg.norm(b)
+                         for r, b in zip(val, bv, strict=True)]))
+    return el, wt, err
+
+
+def save(path: str | Path, model: ActiveModel, metadata: dict | None = None) -> Path:
+    """Write an active-face model file (torch-free)."""
+    dec_arrays, dec_meta = model.decoder.to_arrays("decoder.")
+    arrays = {
+        "X": model.X, "T": model.T, "fixed": model.fixed, "jaw_nodes": model.jaw_nodes,
+        "jaw_pivot": model.jaw_pivot, "jaw_axis": model.jaw_axis, "codes": model.codes,
+        "lift": model.lift, "U": model.U, "cub_elements": model.cub_elements,
+        "cub_weights": model.cub_weights, **dec_arrays,
+        **{f"skin.{k}": v for k, v in model.skin.to_arrays().items()},
+    }
+    meta = {"material": model.material.to_dict(), "decoder": dec_meta, **(metadata or {})}
+    return save_model(path, method=NAME, mesh_hash=model.hash(), arrays=arrays, metadata=meta)
+
+
+def model_from_file(model) -> ActiveModel:
+    """The :class:`ActiveModel` of an opened model file (:class:`core.modelfile.Model`)."""
+    a, meta = model.arrays, model.metadata
+    return ActiveModel(
+        X=a["X"], T=a["T"], material=Material.from_dict(meta["material"]), fixed=a["fixed"],
+        jaw_nodes=a["jaw_nodes"], jaw_pivot=a["jaw_pivot"], jaw_axis=a["jaw_axis"],
+        skin=Embedding.from_arrays({k[5:]: v for k, v in a.items() if k.startswith("skin.")}),
+        decoder=MLP.from_arrays(a, meta["decoder"]), codes=a["codes"], lift=a["lift"],
+        U=a["U"], cub_elements=a["cub_elements"], cub_weights=a["cub_weights"],
+    )
+
+
+def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float = 1e-3,
+                        tol: float = 1e-10, rtol: float = 1e-3):
+    """Minimize ``||r(z)||^2`` from ``z0``; ``residual_jacobian(z) -> (r, J)``.
+
+    Returns ``(z, cost, iterations)``. The damping adapts (x0.3 on success, x10 on failure);
+    a step is kept only when it lowers the cost; it stops when a step lowers the cost by
+    less than ``rtol`` of it (a frame warm-started from the previous one stops after one or
+    two) or the gradient is below ``tol``.
+    """
+    z = np.asarray(z0, float).copy()
+    r, J = residual_jacobian(z)
+    cost = float(r @ r)
+    lam = damping
+    it = 0
+    while it < iters:
+        it += 1
+        A = J.T @ J
+        g = J.T @ r
+        if np.abs(g).max() <= tol * max(cost, 1e-300) ** 0.5:
+            break
+        for _ in range(8):
+            step = -sla.solve(A + lam * (np.diag(np.diag(A)) + 1e-12 * np.trace(A) * np.eye(len(z))),
+                              g, assume_a="pos")
+            r2, J2 = residual_jacobian(z + step)
+            c2 = float(r2 @ r2)
+            if c2 < cost:
+                small = cost - c2 < rtol * cost
+                z, r, J, cost = z + step, r2, J2, c2
+                lam *= 0.3
+                break
+            lam *= 10.0
+        else:
+            break
+        if small:  # converged: the last step bought less than rtol of the cost
+            break
+    return z, cost, it
+
+
+class ActiveFace(SimulatorBase):
+    """The runtime of an active-face model (see the module docstring).
+
+    Parameters
+    ----------
+    model : ActiveModel
+    solve : "reduced" or "full"
+    tol : relative force residual of each solve
+    colliders : initial colliders
+    marker_weight_latent : ``rho`` of the marker fit (pull to the previous code), m^2
+    """
+
+    def __init__(self, model: ActiveModel, *, solve: str = "reduced", tol: float = 1e-6,
+                 colliders=None, marker_pull: float = 1e-8, marker_iters: int = 5) -> None:
+        if solve not in ("reduced", "full"):
+            raise SimulationError(f"solve must be 'reduced' or 'full', not {solve!r}")
+        self.model = model
+        self.mode = solve
+        self.tol = tol
+        self.marker_pull = marker_pull
+        self.marker_iters = marker_iters
+        self.fem = TetFEM(model.X, model.T, model.material)
+        self.qs = QuasistaticSolver(self.fem, model.constrained, surface=model.skin.matrix)
+        self.free = self.qs.free
+        nfix = len(model.fixed)
+        self.jaw_rows = np.arange(nfix, nfix + len(model.jaw_nodes))
+        n3 = 3 * len(model.X)
+        self.Ufull = np.zeros((n3, model.U.shape[1]))
+        self.Ufull[self.free] = model.U
+        self.colliders = list(colliders or [])
+        self._setup_reduced()
+        self.frame = 0
+        self.reset()
+
+    def _setup_reduced(self) -> None:
+        m = self.model
+        e = np.asarray(m.cub_elements, np.int64)
+        dec = m.decoder
+        if len(e):
+            self.sub = TetFEM(m.X, m.T[e], m.material)
+            self.w = np.asarray(m.cub_weights, float)
+            rows = (6 * e[:, None] + np.arange(6)).ravel()
+            self.sub_decoder = MLP(dec.W[:-1] + [dec.W[-1][rows]], dec.b[:-1] + [dec.b[-1][rows]],
+                                   dec.activations)
+        else:
+            e = np.arange(len(m.T))
+            self.sub, self.w, self.sub_decoder = self.fem, np.ones(len(e)), dec
+        dofs = (3 * m.T[e][:, :, None] + np.arange(3)).reshape(-1, 12)
+        self.Ue = self.Ufull[dofs]  # (k, 12, r)
+        self.UeT = np.ascontiguousarray(self.Ue.transpose(0, 2, 1))
+        self.SU = (self.qs.P3 @ self.Ufull).reshape(-1, 3, self.Ufull.shape[1])
+
+    def reduced_terms(self, x, colliders, need_hess: bool):
+        """Reduced energy (J), gradient (r,) and Hessian (r, r) (exact; cubature when the
+        model has one) at positions ``x`` with the current actions."""
+        E, ge, He = self.sub.element_terms(x, weights=self.w, hessians=need_hess,
+                                           project=False)
+        gr = np.einsum("ker,ke->r", self.Ue, ge.reshape(len(ge), 12))
+        Hr = (self.UeT @ He @ self.Ue).sum(0) if need_hess else None
+        if colliders:
+            Ec, gp, Hp = self.qs.surface_terms(self.model.skin.matrix @ x, colliders, None,
+                                               need_hess)
+            E += Ec
+            gr += np.einsum("sar,sa->r", self.SU, gp)
+            if need_hess:
+                act = np.flatnonzero(np.abs(Hp).sum((1, 2)) > 0)
+                SUa = self.SU[act]
+                Hr += np.einsum("sar,sab,sbt->rt", SUa, Hp[act], SUa)
+        return E, gr, Hr
+
+    def reduced_energy(self, x, colliders) -> float:
+        E = float(self.sub.element_energy(x) @ self.w)
+        if colliders:
+            E += self.qs.surface_terms(self.model.skin.matrix @ x, colliders, None, False)[0]
+        return E
+
+    # ------------------------------------------------------------------ protocol
+
+    def rest_positions(self) -> np.ndarray:
+        return self.model.X.copy()
+
+    def positions(self) -> np.ndarray:
+        return self.x.copy()
+
+    def skin_positions(self) -> np.ndarray:
+        """(s, 3) skin vertex positions of the current frame."""
+        return self.model.skin.apply(self.x)
+
+    def reset(self) -> None:
+        self.frame = 0
+        self.z = np.zeros(self.model.latent_dim)
+        self.jaw = np.eye(4)
+        self.q = np.zeros(self.model.U.shape[1])
+        self.x = self.model.X.copy()
+        self.residual = 0.0
+
+    def get_state(self) -> dict:
+        return {"frame": self.frame, "z": self.z.copy(), "jaw": self.jaw.copy(),
+                "q": self.q.copy(), "x": self.x.copy()}
+
+    def set_state(self, state: dict) -> None:
+        self.frame = int(state["frame"])
+        self.z, self.jaw = np.array(state["z"], float), np.array(state["jaw"], float)
+        self.q, self.x = np.array(state["q"], float), np.array(state["x"], float)
+
+    def closest_shape(self, x: np.ndarray) -> np.ndarray:
+        """The model's closest equilibrium to node positions ``x`` (a latent fit to the
+        skin of ``x``, closed jaw)."""
+        skin = self.model.skin.apply(np.asarray(x, float))
+        z = self.fit_latent(skin, jaw=None, mode="full")[0]
+        return self.solve_full(z, None).x
+
+    # ------------------------------------------------------------------ solves
+
+    def solve_full(self, z, jaw, x0=None, colliders=None):
+        """Full quasistatic solve for code ``z`` and jaw transform/angle ``jaw``."""
+        return self.qs.solve(self.model.actions(z), self.model.boundary(jaw),
+                             x0=self.x if x0 is None else x0,
+                             colliders=self.colliders if colliders is None else colliders,
+                             tol=self.tol)
+
+    def solve_reduced(self, z, jaw, q0=None, colliders=None, max_iters: int = 20):
+        """Reduced quasistatic solve: ``(x, q, iterations, reduced residual)``."""
+        m = self.model
+        colliders = self.colliders if colliders is None else colliders
+        self.sub.set_actions(self.sub_decoder.forward(np.asarray(z, float)).reshape(-1, 6))
+        bnd = m.boundary(jaw)
+        ujaw = (bnd[self.jaw_rows] - m.X[m.jaw_nodes]).ravel()
+        base = m.X.copy()
+        base.ravel()[self.free] += m.lift @ ujaw
+        base[m.constrained] = bnd
+        U = self.Ufull
+        q = (self.q if q0 is None else q0).copy()
+        scale = self.qs.force_scale
+        res = np.inf
+        it = 0
+        for it in range(max_iters + 1):
+            x = base + (U @ q).reshape(-1, 3)
+            E, gr, Hr = self.reduced_terms(x, colliders, True)
+            res = float(np.abs(gr).max() / scale) if gr.size else 0.0
+            if res < self.tol or it == max_iters:
+                break
+            try:
+                d = -sla.solve(Hr, gr, assume_a="sym")
+                if gr @ d >= 0:
+                    raise np.linalg.LinAlgError
+            except (np.linalg.LinAlgError, ValueError):
+                w, V = np.linalg.eigh(Hr)
+                d = -(V / np.maximum(w, 1e-8 * np.abs(w).max())) @ (V.T @ gr)
+            step = 1.0
+            for _ in range(20):
+                xt = base + (U @ (q + step * d)).reshape(-1, 3)
+                Et = self.reduced_energy(xt, colliders)
+                if Et <= E + 1e-4 * step * (gr @ d) or abs(Et - E) < 1e-14 * abs(E):
+                    break
+                step *= 0.5
+            q = q + step * d
+        return x, q, it, res
+
+    def reduced_jacobian(self, x, z):
+        """``dq/dz`` (r, d) at the reduced equilibrium ``x`` for code ``z``."""
+        _, _, Hr = self.reduced_terms(x, self.colliders, True)
+        M = self.sub.mixed_hessian(x)  # (3n, 6k)
+        UtM = (M.T @ self.Ufull).T * np.repeat(self.w, 6)  # (r, 6k)
+        Jd = self.sub_decoder.jacobian(np.asarray(z, float))  # (6k, d)
+        return -sla.solve(Hr, UtM @ Jd, assume_a="sym")
+
+    def full_jacobian(self, x, z, colliders=None):
+        """``dx/dz`` (n, 3, d) at the full equilibrium ``x`` for code ``z``."""
+        qs = self.qs
+        lu = spla.splu(qs.hessian(x, colliders, None))
+        M = self.fem.mixed_hessian(x)[qs.free]
+        Jd = self.model.decoder.jacobian(z)
+        out = np.zeros((3 * len(x), Jd.shape[1]))
+        out[qs.free] = -lu.solve(np.asarray(M @ Jd))
+        return out.reshape(len(x), 3, -1)
+
+    # ------------------------------------------------------------------ inverse control
+
+    def fit_latent(self, targets, *, vertices=None, weights=None, jaw=None, mode=None,
+                   z0=None, pull=None, iters=None):
+        """Eq. (17): the code whose equilibrium's skin best matches ``targets``.
+
+        Parameters
+        ----------
+        targets : (p, 3) positions of skin vertices ``vertices`` (all skin vertices when None)
+        weights : (p,) marker weights
+        mode : "reduced" or "full" (the runtime's solve by default)
+        pull : ``rho``, the pull toward ``z0`` (m^2 per unit code)
+
+        Returns ``(z, x, cost, iterations)``.
+        """
+        m = self.model
+        mode = mode or self.mode
+        S = m.skin.matrix
+        if vertices is not None:
+            S = S[np.asarray(vertices)]
+        w = np.ones(S.shape[0]) if weights is None else np.asarray(weights, float)
+        sw = np.sqrt(w)[:, None]
+        t = np.asarray(targets, float).reshape(-1, 3)
+        z0 = self.z if z0 is None else np.asarray(z0, float)
+        rho = self.marker_pull if pull is None else pull
+        state = {"x": self.x, "q": self.q}
+
+        def rj(z):
+            if mode == "full":
+                eq = self.solve_full(z, jaw, x0=state["x"])
+                x = eq.x
+                Jx = self.full_jacobian(x, z, self.colliders)  # (n, 3, d)
+            else:
+                x, q, _, _ = self.solve_reduced(z, jaw, q0=state["q"])
+                state["q"] = q
+                dq = self.reduced_jacobian(x, z)  # (r, d)
+                Jx = (self.Ufull @ dq).reshape(len(x), 3, -1)
+            Jp = (S @ Jx.reshape(len(x), -1)).reshape(S.shape[0], 3, -1)
+            state["x"] = x
+            r = np.concatenate([(sw * (S @ x - t)).ravel(), np.sqrt(rho) * (z - z0)])
+            J = np.concatenate([(sw[:, :, None] * Jp).reshape(-1, len(z)),
+                                np.sqrt(rho) * np.eye(len(z))])
+            return r, J
+
+        z, cost, it = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters)
+        return z, state["x"], cost, it
+
+    # ------------------------------------------------------------------ frame
+
+    def step(self, inputs: FrameInputs | None = None) -> StepReport:
+        import time
+
+        t0 = time.perf_counter()
+        inputs = inputs or FrameInputs()
+        if inputs.colliders is not None:
+            self.colliders = list(inputs.colliders)
+        if inputs.reference_frame is not None:
+            self.jaw = np.asarray(inputs.reference_frame, float).reshape(4, 4)
+        rep = StepReport()
+        if inputs.markers is not None:
+            mk: Markers = inputs.markers
+            self.z, x, _, rep.newton_iters = self.fit_latent(
+                mk.positions, vertices=mk.vertices, weights=mk.weights, jaw=self.jaw)
+        elif inputs.sliders is not None:
+            z = np.zeros(self.model.latent_dim)
+            s = np.asarray(inputs.sliders, float).reshape(-1)[: len(z)]
+            z[: len(s)] = s
+            self.z = z
+        if self.mode == "full":
+            eq = self.solve_full(self.z, self.jaw)
+            self.x, rep.residual, rep.converged = eq.x, eq.residual, eq.converged
+            rep.newton_iters += eq.iterations
+        else:
+            self.x, self.q, it, res = self.solve_reduced(self.z, self.jaw)
+            rep.residual, rep.converged = res, res < self.tol
+            rep.newton_iters += it
+        rep.force_residual = rep.residual
+        self.frame += 1
+        rep.wall_time = time.perf_counter() - t0
+        return rep
+
+
+def load(model, *, settings=None, colliders=None) -> ActiveFace:
+    """The runtime of an opened active-face model file."""
+    return ActiveFace(model_from_file(model), colliders=colliders)
+
+
+METHOD = Method(
+    name=NAME,
+    label="Active face (Srinivasan 2021)",
+    description="A face whose muscles are learned per-element actuations fit to sculpted "
+    "shape keys through a differentiable quasistatic simulation; driven by latent sliders or "
+    "by markers (Levenberg-Marquardt), with the jaw and colliders as inputs.",
+    settings=(
+        Setting("latent_dim", "int", 12, "Latent Size", "Latent codes per expression (one "
+                "slider each)", minimum=1, maximum=256, soft_maximum=64),
+        Setting("hidden", "int_list", [64], "Hidden Layers", "Widths of the decoder's hidden "
+                "layers", minimum=1, maximum=8192, advanced=True),
+        Setting("warm_epochs", "int", 400, "Warm-Start Epochs", "Epochs fitting the decoder "
+                "to the approximate target actions (sec. 5.1)", minimum=0, maximum=100_000,
+                soft_maximum=5000),
+        Setting("epochs", "int", 30, "Epochs", "End-to-end epochs through the quasistatic "
+                "simulation (sec. 5.2)", minimum=0, maximum=100_000, soft_maximum=500),
+        Setting("basis", "int", 40, "Reduced Basis", "Size of the reduced quasistatic basis",
+                minimum=1, maximum=2000, soft_maximum=200),
+        Setting("seed", "int", 0, "Seed", "Seed of every random choice of the training (the "
+                "same seed gives the same model)", minimum=0, maximum=2**31 - 1),
+    ),
+    load=load,
+    trainer="training.active:train",
+    needs_torch=True,
+    inputs=frozenset({"sliders", "markers", "colliders", "reference_frame"}),
+    order=60,
+)
