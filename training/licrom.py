@@ -419,7 +419,6 @@ def train(
     torch.manual_seed(seed)
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
-    rng = np.random.default_rng(seed)
     act = values["activation"]
     with torch_threads(dev, 1):
         field = build_mlp([3, *values["hidden"], 3 * r], act).to(dev)
@@ -435,12 +434,14 @@ def train(
             st = torch.load(f, map_location=dev, weights_only=True)
             field.load_state_dict(st["field"])
             encoder.load_state_dict(st["encoder"])
+            if int(st["epoch"]) > epochs:  # in the least-squares phase: the field's optimizer
+                opt = torch.optim.Adam([*field.parameters()], lr=values["learning_rate"])
             opt.load_state_dict(st["optimizer"])
             gen.set_state(st["generator"].cpu())
-            rng = np.random.default_rng([seed, int(st["epoch"])])
             state = {"epoch": int(st["epoch"]), "train_loss": float(st["train_loss"])}
             run.say(0.05, f"resumed at epoch {state['epoch']}")
-        P = int(values["points_per_frame"])
+        # no more points than the largest mesh has nodes (a small mesh gives all of its own)
+        P = min(int(values["points_per_frame"]), max(len(m.X) for m in meshes))
         E = min(int(values["encoder_points"]), P)
         B = int(values["batch_size"])
         F = len(data.index)
@@ -459,7 +460,7 @@ def train(
             lr = values["learning_rate"] * (0.02 if projection else _lr_factor(e, epochs))
             for group in opt.param_groups:
                 group["lr"] = lr
-            perm = rng.permutation(F)
+            perm = np.random.default_rng([seed, e]).permutation(F)  # the same after a resume
             losses = []
             for s0 in range(0, F, B):
                 Xb, ub, wb = data.batch(perm[s0 : s0 + B], P, gen)

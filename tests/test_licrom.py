@@ -1,0 +1,256 @@
+"""LiCROM (Chang 2023): a field model trained on bakes of meshes, run on other meshes and across
+mesh swaps; checked against POD (Eckart-Young) and full space.
+
+Every model here is small (latent size 6, 30 epochs: seconds on one core) and shared by the
+module; torch runs on one thread."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from neural_rom.core import bake as bk
+from neural_rom.core.cache import BakeCache
+from neural_rom.core.errors import CacheError, SimulationError
+from neural_rom.core.fem import Material, TetFEM
+from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.methods import licrom
+from neural_rom.core.modelfile import load_model
+from neural_rom.core.registry import get, load_simulator
+from neural_rom.core.sim import FrameInputs, Simulation
+from neural_rom.core.subspace import mass_weighted_pod
+from neural_rom.core.tetmesh import drop_unused_nodes
+from neural_rom.training.licrom import projection_errors, train
+
+MATERIAL = Material(youngs_modulus=1e6, poisson_ratio=0.25, density=1000.0)
+SIZE = (0.5, 0.1, 0.1)
+R = 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def bar(divisions):
+    X, T = grid_tetmesh(SIZE, divisions)
+    return SimpleNamespace(X=X, T=T, pinned=np.flatnonzero(X[:, 0] < 1e-9))
+
+
+def spec(mesh, scenario, frames=24, seed=0, variants=1):
+    return bk.BakeSpec(material=MATERIAL.to_dict(), scenario=scenario, frames=frames,
+                       pinned=mesh.pinned.tolist(), damping=(0.5, 0.0), seed=seed,
+                       variants=variants)
+
+
+POKES = {"kind": "random_pokes", "count": 3, "strength": 1.5, "duration": 0.4}
+
+
+def _notch(X, T, x0=0.2, x1=0.3, z0=0.04):
+    """The mesh without the tets whose centroid lies in ``x0 < x < x1, z > z0`` (a cut from the
+    top), its unused nodes dropped: (X, T, old->new node map)."""
+    c = X[T].mean(1)
+    keep = ~((c[:, 0] > x0) & (c[:, 0] < x1) & (c[:, 2] > z0))
+    return drop_unused_nodes(X, T[keep])
+
+
+@pytest.fixture(scope="module")
+def bakes(tmp_path_factory):
+    """A family of two meshes: a coarse pinned bar (99 nodes, 240 tets) and the same bar with a
+    notch cut from the top (the paper trains on meshes with voids, Fig. 10): a sag and pokes
+    of each."""
+    d = tmp_path_factory.mktemp("licrom_bar")
+    coarse = bar((10, 2, 2))
+    Xn, Tn, new = _notch(coarse.X, coarse.T)
+    notched = SimpleNamespace(X=Xn, T=Tn, pinned=new[coarse.pinned])
+    sag = {"kind": "gravity_drop", "jitter": 0.5}
+    plain = bk.bake_variants(coarse, spec(coarse, sag, seed=3), d, "sag")
+    plain += bk.bake_variants(coarse, spec(coarse, POKES, seed=11, variants=3), d, "pokes")
+    cut = bk.bake_variants(notched, spec(notched, sag, seed=4), d, "notch_sag")
+    cut += bk.bake_variants(notched, spec(notched, POKES, seed=5), d, "notch_pokes")
+    return SimpleNamespace(plain=plain, cut=cut, mesh=coarse, notched=notched, dir=d)
+
+
+def _train(bakes, paths, name, **settings):
+    out = bakes.dir / f"{name}.nrmodel"
+    res = train(paths, out, {"latent_dim": R, "epochs": 30, "projection_epochs": 0,
+                             "cubature_vertices": 40, **settings},
+                device="cpu", checkpoint_dir=bakes.dir / f"ckpt_{name}")
+    print(name, json.dumps({k: v for k, v in res.items() if k != "rollout"}, default=str))
+    return SimpleNamespace(res=res, out=out, paths=paths, mesh=bakes.mesh, dir=bakes.dir)
+
+
+@pytest.fixture(scope="module")
+def trained(bakes):
+    """LiCROM of the bar alone (four bakes, one poke bake held out)."""
+    return _train(bakes, bakes.plain, "bar", validation_fraction=0.25)
+
+
+@pytest.fixture(scope="module")
+def family(bakes):
+    """LiCROM of the bar and the notched bar together (nothing held out)."""
+    return _train(bakes, bakes.plain + bakes.cut, "family", validation_fraction=0.0,
+                  rollout=False)
+
+
+def test_model_file_holds_a_field_not_a_basis(trained):
+    """No array of the file has the training mesh's node count as a dimension; no encoder."""
+    m = load_model(trained.out)
+    n = len(trained.mesh.X)
+    shapes = {k: v.shape for k, v in m.arrays.items()}
+    print(shapes)
+    assert not [k for k, s in shapes.items() if n in s or 3 * n in s]
+    assert all(k.startswith(("field", "domain", "pin")) for k in shapes)
+    assert m.metadata["latent_dim"] == R and m.method == "licrom"
+
+
+def test_decoding_is_linear_in_q(trained):
+    sim = licrom.load_on_mesh(trained.out, trained.mesh.X, trained.mesh.T)
+    rng = np.random.default_rng(0)
+    q1, q2 = rng.normal(size=R), rng.normal(size=R)
+
+    def disp(q):
+        sim.reset(q=q)
+        return sim.positions() - sim.X
+
+    err = np.abs(disp(q1 + 2 * q2) - disp(q1) - 2 * disp(q2)).max()
+    print(f"linearity defect {err:.2e} m")
+    assert err < 1e-12
+
+
+def test_projection_error_between_pod_and_twice_pod(trained):
+    """Eckart-Young: on the training mesh the field's basis cannot beat POD of the same size
+    (mass-weighted, the same frames); it should be within 2x."""
+    res = trained.res
+    print(f"field {res['field_error_sq']:.4g}, POD {res['pod_error_sq']:.4g}, ratio "
+          f"{res['projection_ratio_to_pod']:.4f}")
+    assert 0.999 <= res["projection_ratio_to_pod"] <= 2.0
+    # the same measured independently on every frame of the training bakes
+    meta = load_model(trained.out).metadata
+    X, T = trained.mesh.X, trained.mesh.T
+    caches = [BakeCache.open(trained.paths[i]) for i in meta["train_trajectories"]]
+    assert len(caches) == 3
+    u = np.concatenate([b.channel("positions") for b in caches]) - X
+    sim = licrom.load_on_mesh(trained.out, X, T)
+    pod = mass_weighted_pod(u, sim.mass, trained.mesh.pinned, k=R)
+    e_field = projection_errors(sim.U, u, sim.mass)[0]
+    e_pod = projection_errors(pod.U, u, sim.mass)[0]
+    print(f"all frames: ratio {e_field / e_pod:.4f}")
+    assert 0.999 <= e_field / e_pod <= 2.0
+
+
+def test_pinned_region_stays_put_on_every_mesh(trained):
+    """Pins are boxes of reference space: on the training mesh and a finer one, the nodes on
+    the pinned face do not move while the bar is poked."""
+    for div in ((10, 2, 2), (20, 4, 4)):
+        m = bar(div)
+        sim = licrom.load_on_mesh(trained.out, m.X, m.T)
+        assert np.array_equal(sim.pinned, m.pinned)
+        f = np.zeros_like(m.X)
+        f[np.argmax(m.X[:, 0])] = [0.0, 3.0, 5.0]
+        for _ in range(10):
+            sim.step(FrameInputs(forces=f))
+        x = sim.positions()
+        moved = np.abs(x[m.pinned] - m.X[m.pinned]).max()
+        tip = np.abs(x - m.X).max()
+        print(f"{div}: pinned move {moved:.1e} m, tip {tip * 1000:.3g} mm")
+        assert moved == 0.0 and tip > 1e-3
+
+
+def test_random_cubature_is_unbiased():
+    """Random vertex cubature with inverse-inclusion weights: the energy averaged over seeds is
+    within 1% of the exact one; the inclusion probability matches its closed form."""
+    m = bar((12, 3, 3))
+    fem = TetFEM(m.X, m.T, MATERIAL)
+    x = m.X.copy()
+    x[:, 2] += 0.2 * (m.X[:, 0] / 0.5) ** 2 * 0.5  # a bend
+    x[:, 1] += 0.02 * np.sin(8 * m.X[:, 0])
+    Ve = fem.element_energy(x)
+    exact = Ve.sum()
+    n, count = len(m.X), 2000
+    est, hits = [], np.zeros(len(m.T))
+    for seed in range(count):
+        el, w = licrom.random_cubature(m.T, n, 20, seed)
+        est.append(float(w @ Ve[el]))
+        hits[el] += 1
+    mean = float(np.mean(est))
+    pi = licrom.inclusion_probability(n, 20)
+    print(f"exact {exact:.5g} J, mean of {count} {mean:.5g} J ({mean / exact - 1:+.3%}), "
+          f"single draws spread {np.std(est) / exact:.1%}; pi {pi:.4f} vs {hits.mean() / count:.4f}")
+    assert abs(mean / exact - 1) < 0.01
+    assert abs(hits.mean() / count - pi) < 0.01
+    # seeded per mesh: the same mesh and seed give the same cubature, another mesh another
+    a = licrom.mesh_seed(0, m.X, m.T)
+    assert a == licrom.mesh_seed(0, m.X, m.T) != licrom.mesh_seed(0, m.X * 1.01, m.T)
+
+
+def test_scaled_shape_is_reported_out_of_domain(trained):
+    X, T = trained.mesh.X, trained.mesh.T
+    fine = bar((20, 4, 4))
+    for Xm, Tm in ((X, T), (fine.X, fine.T)):
+        sim = licrom.load_on_mesh(trained.out, Xm, Tm)
+        print("inside:", sim.domain_report)
+        assert sim.domain_report.share_outside == 0.0 and not sim.warnings
+    with pytest.warns(licrom.OutOfDomainWarning, match="outside the domain"):
+        sim = licrom.load_on_mesh(trained.out, 2.0 * X, T)
+    rep = sim.domain_report
+    print("scaled by 2:", rep)
+    assert rep.share_outside > 0.5 and rep.max_distance_m > 0.2
+
+
+def test_registry_load_runs_on_the_recorded_mesh(trained):
+    """load_simulator opens the model on the mesh of the bake it records; without that bake
+    it says how to put the model on a mesh."""
+    sim, model = load_simulator(trained.out)
+    assert isinstance(sim, licrom.LicromSimulation)
+    assert "other_mesh" in get("licrom").inputs
+    roll = trained.res["rollout"]
+    print("held-out rollout", {k: roll.get(k) for k in ("max_error_m", "step_ms", "frames")})
+    assert roll["frames"] == 24
+    meta = dict(model.metadata, mesh_bake=str(trained.dir / "gone.nrbake"))
+    with pytest.raises(CacheError, match="load_on_mesh"):
+        licrom.load(type(model)(**{**model.__dict__, "metadata": meta}))
+    with pytest.raises(SimulationError, match="tets"):
+        licrom.load_on_mesh(trained.out, trained.mesh.X, trained.mesh.T[:, :3])
+
+
+def test_mesh_swap_continues_like_full_space(family):
+    """A notch cut at frame 8: against full space with the same elements removed at the same
+    frame, the swapped run's error is at most 2x the error without a hole; the kinetic
+    energy does not jump up at the swap; the pins stay put."""
+    trained = family
+    X, T, pinned = trained.mesh.X, trained.mesh.T, trained.mesh.pinned
+    X2, T2, new = _notch(X, T)
+    print(f"notch: {len(T) - len(T2)} of {len(T)} tets, {len(X) - len(X2)} nodes")
+    assert 0 < len(T) - len(T2) < len(T) // 4
+    F, K = 30, 8
+
+    def run(swap: bool):
+        red = licrom.load_on_mesh(trained.out, X, T, cubature_vertices=0)
+        full = Simulation(X, T, MATERIAL, red.settings, pinned=pinned)
+        errs, jump = [], None
+        for f in range(F):
+            if swap and f == K:
+                keep = new >= 0
+                full2 = Simulation(X2, T2, MATERIAL, red.settings, pinned=new[pinned])
+                full2.reset(x=full.x[keep], v=full.v[keep])
+                full = full2
+                rep = red.swap_mesh(X2, T2)
+                jump = rep
+            full.step()
+            red.step()
+            errs.append(np.linalg.norm(red.positions() - full.x, axis=1).max())
+            assert np.abs(red.positions()[red.pinned] - red.X[red.pinned]).max() == 0.0
+        return max(errs), jump
+
+    e0, _ = run(False)
+    e1, rep = run(True)
+    print(f"no swap {e0 * 1000:.3g} mm, notch at frame {K}: {e1 * 1000:.3g} mm "
+          f"(ratio {e1 / e0:.2f}); kinetic {rep.kinetic_before:.4g} -> {rep.kinetic_after:.4g} J, "
+          f"swap {rep.seconds * 1000:.3g} ms")
+    assert e1 <= 2.0 * e0
+    assert rep.kinetic_after <= rep.kinetic_before
