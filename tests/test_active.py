@@ -2,15 +2,19 @@
 the adjoint, checkpoints and resume), the torch-free model file, and the runtime driven by
 sliders, markers, the jaw and a collider (every frame an equilibrium)."""
 
+import json
+
 import numpy as np
 import pytest
 from neural_rom.core.colliders import Collider
 from neural_rom.core.errors import JobCancelled
-from neural_rom.core.face import demo_head, make_shape_keys
-from neural_rom.core.methods.active import ActiveFace
+from neural_rom.core.face import demo_head, make_shape_keys, save_face
+from neural_rom.core.methods.active import ActiveFace, play
+from neural_rom.core.modelfile import load_model
+from neural_rom.core.pc2 import read_pc2
 from neural_rom.core.registry import load_simulator
 from neural_rom.core.sim import FrameInputs, Markers
-from neural_rom.training.active import fit, skin_error
+from neural_rom.training.active import fit, skin_error, train
 
 SETTINGS = {"latent_dim": 6, "hidden": [16], "warm_epochs": 150, "epochs": 2, "basis": 24}
 
@@ -26,19 +30,24 @@ def trained(tmp_path_factory):
         fit((rig, keys), tmp / "a.nrmodel", SETTINGS, checkpoint_dir=ck,
             should_cancel=lambda: bool(list(ck.glob("active_e2e_*"))))
     resumed = fit((rig, keys), tmp / "a.nrmodel", SETTINGS, checkpoint_dir=ck)
-    straight = fit((rig, keys), tmp / "b.nrmodel", SETTINGS, checkpoint_dir=tmp / "ck2")
+    # the worker's entry point, from a face file: JSON-able results
+    straight = train(save_face(tmp / "face.npz", rig, keys), tmp / "b.nrmodel", SETTINGS,
+                     checkpoint_dir=tmp / "ck2")
+    json.dumps(straight)
     return rig, keys, resumed, straight, tmp
 
 
 def test_fit_goes_below_the_warm_start_and_resumes_bit_identically(trained):
-    rig, keys, resumed, straight, _ = trained
+    rig, keys, resumed, straight, tmp = trained
     print(f"\nwarm start alone {straight['warm_error_m'] * 1000:.4f} mm, end to end "
           f"{straight['train_error_m'] * 1000:.4f} mm mean training skin error; "
           f"{straight['seconds_per_epoch']:.2f} s per epoch; resumed from {resumed['resumed']}")
     assert straight["train_error_m"] < 0.97 * straight["warm_error_m"]
     assert resumed["resumed"] == ["targets", "warm", "e2e@1"]
     assert resumed["train_error_m"] == straight["train_error_m"]
-    np.testing.assert_array_equal(resumed["model"].decoder.W[-1], straight["model"].decoder.W[-1])
+    a, b = load_model(tmp / "a.nrmodel"), load_model(tmp / "b.nrmodel")
+    for name in ("decoder.W1", "codes", "U", "cub_weights"):
+        np.testing.assert_array_equal(a.arrays[name], b.arrays[name])
 
 
 def test_model_file_plays_sliders_jaw_and_a_sphere_as_equilibria(trained):
@@ -102,3 +111,15 @@ def test_held_out_refit_and_markers(trained):
           f"{marker * 1000:.3f} mm")
     assert whole < 0.6 * rest  # 4 training keys here; bench/active.py measures the real fit
     assert marker < 2.0 * whole + 1e-5
+
+
+def test_headless_slider_animation_to_pc2(trained):
+    rig, keys, _, _, tmp = trained
+    sim, _ = load_simulator(tmp / "b.nrmodel")
+    codes = sim.model.codes
+    sliders = np.linspace(codes[0], codes[1], 4)
+    skins, reps = play(sim, sliders=sliders, jaw=np.linspace(0.0, 0.2, 4), pc2=tmp / "s.pc2")
+    frames, start, rate = read_pc2(tmp / "s.pc2")
+    print(f"\n4 slider frames to PC2: reduced residuals {[f'{r.residual:.0e}' for r in reps]}")
+    np.testing.assert_allclose(frames, skins, atol=1e-6)  # PC2 stores float32
+    assert all(r.converged for r in reps) and frames.shape == (4, len(rig.skin_V), 3)

@@ -493,6 +493,54 @@ class ActiveFace(SimulatorBase):
         return rep
 
 
+def play(
+    face: ActiveFace,
+    *,
+    sliders: np.ndarray | None = None,
+    markers: np.ndarray | None = None,
+    marker_vertices: np.ndarray | None = None,
+    jaw: np.ndarray | None = None,
+    pc2: str | Path | None = None,
+    start_frame: float = 1,
+) -> tuple[np.ndarray, list[StepReport]]:
+    """Play an animation headless (and bake the skin to PC2).
+
+    Parameters
+    ----------
+    sliders : (F, d) latent slider values per frame, or
+    markers : (F, p, 3) marker positions per frame, with ``marker_vertices`` (p,) skin
+        vertices they are bound to
+    jaw : (F,) jaw angles (rad) or (F, 4, 4) jaw transforms; closed when None
+    pc2 : write the skin frames to this PC2 file
+
+    Returns ``(skin (F, s, 3), reports)``.
+    """
+    if (sliders is None) == (markers is None):
+        raise SimulationError("Play an active face from sliders or from markers (one of them).")
+    F = len(sliders) if sliders is not None else len(markers)
+    if jaw is not None and len(jaw) != F:
+        raise SimulationError(f"The jaw animation has {len(jaw)} frames, the drive has {F}.")
+    face.reset()
+    skins, reps = [], []
+    for f in range(F):
+        J = None if jaw is None else jaw[f]
+        if J is not None and np.ndim(J) == 0:
+            J = face.model.jaw_matrix(float(J))
+        inp = FrameInputs(reference_frame=J)
+        if sliders is not None:
+            inp.sliders = sliders[f]
+        else:
+            inp.markers = Markers(marker_vertices, markers[f])
+        reps.append(face.step(inp))
+        skins.append(face.skin_positions())
+    skins = np.array(skins)
+    if pc2 is not None:
+        from ..pc2 import write_pc2
+
+        write_pc2(pc2, skins, start_frame=start_frame)
+    return skins, reps
+
+
 def load(model, *, settings=None, colliders=None) -> ActiveFace:
     """The runtime of an opened active-face model file."""
     return ActiveFace(model_from_file(model), colliders=colliders)
