@@ -123,3 +123,11 @@ def test_headless_slider_animation_to_pc2(trained):
     print(f"\n4 slider frames to PC2: reduced residuals {[f'{r.residual:.0e}' for r in reps]}")
     np.testing.assert_allclose(frames, skins, atol=1e-6)  # PC2 stores float32
     assert all(r.converged for r in reps) and frames.shape == (4, len(rig.skin_V), 3)
+
+
+def test_training_on_something_else_than_a_face_file_says_what_to_do(tmp_path):
+    from neural_rom.core.errors import NeuralRomError
+
+    with pytest.raises(NeuralRomError, match="export the face first"):
+        train([str(tmp_path / "bake_000.nrbake")], tmp_path / "m.nrmodel", SETTINGS)
+    assert not (tmp_path / "m.nrmodel").exists()

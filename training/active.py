@@ -50,10 +50,22 @@ SPRING = 2000.0
 
 
 def _open(face) -> tuple[FaceRig, ShapeKeys]:
+    if isinstance(face, list | tuple) and len(face) == 1:
+        face = face[0]  # the worker's list of inputs
     if isinstance(face, str | Path):
-        rig, keys = load_face(face)
-    else:
+        path = Path(face)
+        if path.suffix != ".npz" or not path.is_file():
+            raise NeuralRomError(
+                f"The active-face method fits a face file (skin, skull, jaw and shape keys, "
+                f"written by core.face.save_face or the Face set-up), not {path.name}: export "
+                "the face first and train on that file."
+            )
+        rig, keys = load_face(path)
+    elif isinstance(face, tuple) and len(face) == 2 and isinstance(face[0], FaceRig):
         rig, keys = face
+    else:
+        raise NeuralRomError("The active-face method fits one face file (or a rig and its "
+                             "shape keys); export the face first.")
     if keys is None or len(keys) == 0:
         raise NeuralRomError("The face has no shape keys to fit: add sculpted shape keys.")
     check_shape_keys(rig, keys)
