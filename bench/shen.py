@@ -173,6 +173,13 @@ def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int =
         return s
 
     out["shen_nofict"] = replay(no_fict, ds, va)
+
+    def variational():
+        s = load_simulator(path)[0]
+        s.variational = True
+        return s
+
+    out["shen_variational"] = replay(variational, ds, va)
     t0 = time.perf_counter()
     lin = train_linear([str(p) for p in paths], work / "pca.nrmodel",
                        LinearSettings(k=dofs, max_cubature=max_cubature))
@@ -196,6 +203,7 @@ def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int =
 def report(name: str, r: dict) -> str:
     rows = [("Shen", "shen", "shen_closest"), ("Shen, no fictitious force", "shen_nofict",
                                                   "shen_closest"),
+            ("Shen manifold, variational", "shen_variational", "shen_closest"),
             ("PCA", "pca", "pca_closest"), ("Fulton", "fulton", "fulton_closest"),
             ("full space", "full", None)]
     lines = [f"{name}: {r['dofs']} DOFs (n_p {r['n_p']} + n_z {r['n_z']}), largest "

@@ -178,15 +178,17 @@ def test_without_nonlinear_coordinates_it_is_the_linear_model(setup):
     E = np.zeros((sub.k, 3))
     E[4:7] = np.eye(3)
     cases = [(None, sub.U[:, :4]), (MLP([E], [np.zeros(sub.k)], ["identity"]), sub.U[:, :7])]
-    for dec, Ulin in cases:
+    for (dec, Ulin), variational in [(c, v) for c in cases for v in (False, True)]:
         red = ReducedSimulation(X, T, MAT, Ulin, s, pinned=pinned, cubature=cub)
-        she = ShenSimulation(X, T, MAT, sub.U, 4, dec, s, pinned=pinned, cubature=cub)
+        she = ShenSimulation(X, T, MAT, sub.U, 4, dec, s, pinned=pinned, cubature=cub,
+                             variational=variational)
         worst = 0.0
         for f in pokes(X, 6):
             red.step(FrameInputs(forces=f))
             assert she.step(FrameInputs(forces=f)).converged
             worst = max(worst, float(np.abs(she.positions() - red.positions()).max()))
-        print(f"n_z = {she.n_z}: largest distance from the linear model {worst:.2e} m")
+        print(f"n_z = {she.n_z}, variational={variational}: largest distance from the linear "
+              f"model {worst:.2e} m")
         assert worst < 1e-9
         assert np.abs(red.positions() - X).max() > 0.01
 

