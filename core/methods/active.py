@@ -436,7 +436,7 @@ class ActiveFace(SimulatorBase):
         t = np.asarray(targets, float).reshape(-1, 3)
         z0 = self.z if z0 is None else np.asarray(z0, float)
         rho = self.marker_pull if pull is None else pull
-        state = {"x": self.x, "q": self.q}
+        state = {"x": self.x, "q": self.q, "z": None}
 
         def rj(z):
             if mode == "full":
@@ -449,13 +449,17 @@ class ActiveFace(SimulatorBase):
                 dq = self.reduced_jacobian(x, z)  # (r, d)
                 Jx = (self.Ufull @ dq).reshape(len(x), 3, -1)
             Jp = (S @ Jx.reshape(len(x), -1)).reshape(S.shape[0], 3, -1)
-            state["x"] = x
+            state["x"], state["z"] = x, z.copy()
             r = np.concatenate([(sw * (S @ x - t)).ravel(), np.sqrt(rho) * (z - z0)])
             J = np.concatenate([(sw[:, :, None] * Jp).reshape(-1, len(z)),
                                 np.sqrt(rho) * np.eye(len(z))])
             return r, J
 
         z, cost, it = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters)
+        if not np.array_equal(state["z"], z):  # the last trial was a rejected step
+            rj(z)
+        if mode != "full":
+            self.q = state["q"]
         return z, state["x"], cost, it
 
     # ------------------------------------------------------------------ frame
