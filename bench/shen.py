@@ -308,6 +308,36 @@ def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames
     return out
 
 
+def cubature_table(model, paths, counts=(20, 50, 100, 200), poses: int = 150,
+                   epochs: int = 300) -> list[dict]:
+    """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`) on the
+    forces of a trained Shen model's subspace: relative reduced-force error on the held-out
+    bakes' frames as the model reproduces them, at each element count."""
+    from neural_rom.core.cache import BakeDataset
+    from neural_rom.core.fem import TetFEM
+    from neural_rom.core.registry import load_simulator
+    from neural_rom.training.common import even_indices
+    from neural_rom.training.shen_cubature import compare_cubatures
+
+    sim = load_simulator(model)[0]
+    ds = BakeDataset.open([str(p) for p in paths])
+    tr, va = ds.split(0.2, 0)
+
+    def frames(ids):
+        x = np.concatenate([ds[int(i)].channel("positions") for i in ids])
+        g = np.concatenate([np.full(ds[int(i)].n_frames, int(i)) for i in ids])
+        pick = even_indices(len(x), poses)
+        shapes = np.stack([sim.X + (sim.U @ sim.coordinates(sim.encode_q(
+            sim.U.T @ (np.repeat(sim.mass, 3) * (xi - sim.X).ravel()), refine=False))
+        ).reshape(-1, 3) for xi in x[pick]])
+        return shapes, g[pick]
+
+    xt, gt = frames(tr)
+    xh, _ = frames(va)
+    fem = TetFEM(sim.X, np.asarray(ds[0].T), latent._material(ds[0]))
+    return compare_cubatures(fem, sim.U, sim.mass, xt, gt, xh, counts, epochs=epochs)
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in text.split(","))
 
@@ -328,8 +358,21 @@ def main(argv=None) -> int:
     ap.add_argument("--speed", default=None, type=_ints, metavar="NX,NY,NZ",
                     help="only the step-time comparison on a bar of these divisions "
                     "(56,8,8: 21,504 tets)")
+    ap.add_argument("--cubature", default=None, metavar="MODEL",
+                    help="only the greedy / neural cubature table for a trained Shen model "
+                    "(with --bakes: its bakes)")
+    ap.add_argument("--bakes", default=None, help="folder of the model's bakes (*.nrbake)")
     args = ap.parse_args(argv)
     common.pin_this_process()
+    if args.cubature:
+        rows = cubature_table(args.cubature, sorted(Path(args.bakes).glob("*.nrbake")))
+        print(f"  {'elements':>8s} {'greedy':>8s} {'neural':>8s} (held-out relative force "
+              "error; training: greedy / neural)")
+        for r in rows:
+            print(f"  {r['elements']:8d} {r['greedy']:8.4f} {r['neural']:8.4f}   "
+                  f"({r['greedy_train']:.4f} / {r['neural_train']:.4f}, best epoch "
+                  f"{r['best_epoch']})", flush=True)
+        return 0
     if args.speed:
         r = speed(args.speed, args.n_p, args.n_z)
         for key in ("pca", "fulton", "shen", "shen_nofict"):
