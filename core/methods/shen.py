@@ -45,13 +45,42 @@ equations) the ``H^[dz, dz]`` term goes and ``v = a_z``, no ``S``.
 
 Newton. The matrix is not symmetric and ``phi`` is not the gradient of an energy, so the step
 solves it by LU and judges a step by the merit ``m = |phi|^2 / 2``, whose slope along the
-exact Newton direction is ``-|phi|^2`` (Armijo on ``m``, halving). When the line search
-fails or the LU is singular (a stall), the fallback is a Levenberg-Marquardt step on ``m``
-(``(A^T A + lam diag(A^T A)) d = -A^T phi``, ``lam`` raised until ``m`` falls), which always
-descends. ``third=False`` drops ``S`` from the matrix (an inexact Newton: linear instead of
-quadratic convergence; the tests measure both). Warm start: ``r_n + h r'_n``. The step
-stops when the displacement of the Newton step on the cubature sub-mesh is below
-``newton_tol`` times the bounding-box diagonal, as the linear runtime.
+exact Newton direction is ``-|phi|^2`` (Armijo on ``m``, halving). When that line search
+fails or the LU is singular, a Levenberg-Marquardt step on ``m``
+(``(A^T A + lam diag(A^T A)) d = -A^T phi``, ``lam`` raised until ``m`` falls) is taken, which
+always descends. Newton has stalled when it needs three of those in a row (or runs out of
+iterations): ``m`` has a minimum there that is not a root (the decoder's tangent space nearly
+singular, or no root near), and the step falls back to :meth:`_variational_step`, the
+position-based implicit Euler potential on the same manifold, which has a minimizer
+(``fallbacks`` counts these steps). ``third=False`` drops ``S`` from the matrix (an inexact
+Newton: linear instead of quadratic convergence; the tests measure both). Warm start:
+``r_n + h r'_n``. The step stops when the displacement of the Newton step on the cubature
+sub-mesh is below ``newton_tol`` times the bounding-box diagonal, as the linear runtime's.
+The full Newton step's system is evaluated with its matrix, which the next iteration needs
+when the step is taken (nearly always): one decoder pass per iteration.
+
+Measured (``bench/shen.py``, one core of a shared 2-core machine, whole bakes held out)
+--------------------------------------------------------------------------------------
+Whip (960 tets, tip pulled hard for 8 frames and released, up to 530 mm), 3 + 2 DOFs:
+
+=================================  =========  ==========  =======  =====
+model                              replay mm  closest mm  ms/step  iters
+=================================  =========  ==========  =======  =====
+Shen                                   441.7         8.5    18.5   3.36
+Shen without the fictitious force      547.0         8.5    16.7   3.52
+same manifold, variational step        564.2         8.5    21.6   3.35
+PCA, 5 modes                           473.3        12.4     7.8   3.71
+Fulton, latent 5 on 30 PCA modes       469.7         4.5    15.6  11.9
+=================================  =========  ==========  =======  =====
+
+So on the whip the fictitious force is what makes the nonlinear subspace beat PCA in motion
+(0.93x PCA's replay error with it, 1.16x without), and Shen's closest shapes are 0.69x PCA's.
+On a smaller whip (120 tets) the variational step was the better one (163 against 340 mm on
+one held-out bake): neither discretization wins everywhere, so both stay. On the heavily
+damped swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs) the replay is 0.80x PCA's, the
+closest shapes 0.95x, and the fictitious force changes nothing (quasi-static motion). Step
+time on the 21,504-tet bar at 10 + 5 DOFs: 14.3 ms against 1,324 ms for full space (93x;
+random weights of the trained sizes, ``--speed``).
 
 Pins stay where they were trained: animated pins (a moving pin frame) would add the frame's
 fictitious forces to a curved subspace, which is not derived here, so they are refused with a
