@@ -14,7 +14,7 @@ from neural_rom.core import bake as bk
 from neural_rom.core import mesher, surface
 from neural_rom.core.cache import BakeCache
 from neural_rom.core.compare import replay_bake
-from neural_rom.core.errors import CacheError, SimulationError
+from neural_rom.core.errors import CacheError, JobCancelled, NeuralRomError, SimulationError
 from neural_rom.core.fem import Material, TetFEM
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.methods import licrom
@@ -335,3 +335,70 @@ def test_finer_mesh_replays_like_the_training_mesh(shapes):
           f"{fine / coarse:.2f}x")
     assert n_f >= 2.5 * n_c
     assert fine <= 1.5 * coarse
+
+
+def test_cancelled_training_resumes_to_the_same_model(bakes, tmp_path):
+    """A run cancelled after its first checkpoint resumes from it and ends with the model of
+    an uninterrupted run (same field weights, bit for bit on the CPU)."""
+    settings = {"latent_dim": 4, "epochs": 6, "projection_epochs": 4, "checkpoint_every": 3,
+                "validation_fraction": 0.0, "rollout": False}
+    whole = train(bakes.plain, tmp_path / "whole.nrmodel", settings, device="cpu")
+    def cancel_after_first_checkpoint():
+        return any((tmp_path / "ck").glob("licrom_*.pt"))
+
+    with pytest.raises(JobCancelled, match="epoch 3"):
+        train(bakes.plain, tmp_path / "cut.nrmodel", settings, device="cpu",
+              checkpoint_dir=tmp_path / "ck", should_cancel=cancel_after_first_checkpoint)
+    said = []
+    resumed = train(bakes.plain, tmp_path / "cut.nrmodel", settings, device="cpu",
+                    checkpoint_dir=tmp_path / "ck", progress=lambda f, m: said.append(m))
+    assert any("resumed at epoch 3" in m for m in said)
+    a, b = load_model(tmp_path / "whole.nrmodel").arrays, load_model(tmp_path / "cut.nrmodel").arrays
+    diff = max(float(np.abs(a[k] - b[k]).max()) for k in a if k.startswith("field"))
+    print(f"resumed vs whole: field weights differ by {diff:.1e}; ratio to POD "
+          f"{whole['projection_ratio_to_pod']:.4f} vs {resumed['projection_ratio_to_pod']:.4f}")
+    assert diff == 0.0
+
+
+def test_gradient_scheme_converges_to_the_newton_step(trained):
+    """The paper's gradient steps (eq. 9-10) are a stable iteration on the same incremental
+    potential: with enough of them a frame lands on the Newton solution; with the default 10
+    the frame is what the paper's scheme gives (bounded, not converged)."""
+    X, T = trained.mesh.X, trained.mesh.T
+    f = np.zeros_like(X)
+    f[np.argmax(X[:, 0])] = [0.0, 2.0, 4.0]
+    newton = licrom.load_on_mesh(trained.out, X, T, cubature_vertices=0)
+    many = licrom.load_on_mesh(trained.out, X, T, cubature_vertices=0, solver="gradient")
+    many.gradient_iterations = 3000
+    few = licrom.load_on_mesh(trained.out, X, T, cubature_vertices=0, solver="gradient")
+    for sim in (newton, many, few):
+        for _ in range(3):
+            sim.step(FrameInputs(forces=f))
+    d_many = np.abs(many.positions() - newton.positions()).max()
+    d_few = np.abs(few.positions() - newton.positions()).max()
+    moved = np.abs(newton.positions() - X).max()
+    print(f"tip {moved * 1000:.3g} mm; 3000 gradient steps {d_many:.2e} m from Newton, "
+          f"10 steps {d_few * 1000:.3g} mm")
+    assert d_many < 1e-6 and d_few < moved
+
+
+def test_bad_inputs_are_refused_and_change_nothing(trained, bakes, tmp_path):
+    sim = licrom.load_on_mesh(trained.out, trained.mesh.X, trained.mesh.T)
+    sim.step(FrameInputs(forces=np.ones_like(trained.mesh.X)))
+    before = sim.get_state()
+    with pytest.raises(SimulationError, match="tets"):
+        sim.swap_mesh(trained.mesh.X, trained.mesh.T + len(trained.mesh.X))
+    assert len(sim.X) == len(trained.mesh.X)
+    assert all(np.array_equal(before[k], sim.get_state()[k]) for k in ("q", "qdot"))
+    with pytest.raises(SimulationError, match="solver"):
+        licrom.load_on_mesh(trained.out, trained.mesh.X, trained.mesh.T, solver="adam")
+    # bakes of another physics are not one training set
+    stiff = bar((10, 2, 2))
+    other = bk.BakeSpec(material=Material(youngs_modulus=5e6, poisson_ratio=0.25,
+                                          density=1000.0).to_dict(),
+                        scenario={"kind": "gravity_drop", "jitter": 0.0}, frames=2,
+                        pinned=stiff.pinned.tolist())
+    odd = bk.bake(stiff, other, tmp_path / "stiff.nrbake")
+    with pytest.raises(NeuralRomError, match="one model per physics"):
+        train([bakes.plain[0], odd], tmp_path / "x.nrmodel", {"epochs": 1}, device="cpu")
+    assert not (tmp_path / "x.nrmodel").exists()

@@ -580,7 +580,7 @@ SETTINGS = (
     Setting("encoder_points", "int", 512, "Encoder Points", "Of those, how many the PointNet "
             "encoder sees (the paper: 2500)", minimum=8, maximum=1_000_000,
             soft_maximum=10000, advanced=True),
-    Setting("projection_epochs", "int", 300, "Projection Epochs", "Final passes where the "
+    Setting("projection_epochs", "int", 0, "Projection Epochs", "Final passes where the "
             "encoder's code is replaced by the least-squares code the runtime uses (0: the "
             "paper's training alone)", minimum=0, maximum=1_000_000, soft_maximum=5000,
             advanced=True),
