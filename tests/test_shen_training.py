@@ -188,3 +188,21 @@ def test_neural_cubature_starts_at_the_greedy_rule_and_fits_no_worse():
           f"{relative_error(A[40:], b[40:], cub.weights):.4f} / "
           f"{relative_error(A[40:], b[40:], w[40:]):.4f}")
     assert np.all(w >= 0) and n <= g * (1 + 1e-9)
+
+
+def test_latent_size_from_a_tolerance(bakes, tmp_path):
+    """Latent Size 0: sizes 1, 2, 4, ... until the held-out error meets the tolerance; a
+    tolerance nothing meets tries every size up to the cap and keeps the most accurate, with
+    a warning."""
+    base = {**TINY, "latent_dim": None, "epochs": 20}
+    easy = train_shen(bakes.paths, tmp_path / "a.nrmodel",
+                      ShenSettings(**base, latent_tolerance=1.0), device="cpu")
+    assert [s["latent_dim"] for s in easy["latent_search"]] == [1] and easy["latent_dim"] == 1
+    hard = train_shen(bakes.paths, tmp_path / "b.nrmodel",
+                      ShenSettings(**base, latent_tolerance=1e-6, max_latent_dim=3),
+                      device="cpu")
+    tried = [s["latent_dim"] for s in hard["latent_search"]]
+    errs = {s["latent_dim"]: s["max_error_val_m"] for s in hard["latent_search"]}
+    print("tried", tried, "errors mm", {k: round(v * 1000, 2) for k, v in errs.items()})
+    assert tried == [1, 2, 3] and hard["latent_dim"] == min(errs, key=errs.get)
+    assert any("reached the latent tolerance" in w for w in hard["warnings"])
