@@ -545,10 +545,13 @@ def train(
     if len(u_p) == 0:  # the primary mesh has only held-out bakes: compare on the first mesh
         pm, u_p = meshes[0], frames_by_mesh[0]
     field_sq, field_max = projection_errors(basis_of(pm), u_p, pm.mass)
-    pod = mass_weighted_pod(u_p, pm.mass, pm.pinned, k=min(r, len(u_p)))
-    pod_sq, pod_max = projection_errors(pod.U, u_p, pm.mass)
+    try:
+        pod = mass_weighted_pod(u_p, pm.mass, pm.pinned, k=min(r, len(u_p)))
+        pod_sq, pod_max = projection_errors(pod.U, u_p, pm.mass)
+    except NeuralRomError:  # the frames span fewer than r directions: POD is exact
+        pod_sq = pod_max = None
     metrics.update(field_error_sq=field_sq, pod_error_sq=pod_sq,
-                   projection_ratio_to_pod=field_sq / pod_sq if pod_sq > 0 else float("inf"),
+                   projection_ratio_to_pod=field_sq / pod_sq if pod_sq else None,
                    field_max_error_train_m=field_max, pod_max_error_train_m=pod_max)
     val_max = field_max
     if val_frames:

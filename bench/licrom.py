@@ -1,0 +1,214 @@
+"""LiCROM (Chang 2023): one model on its training meshes, a three-times-finer remesh (the
+17.5K-tet bar) and an unseen shape; Newton and the paper's gradient steps against full space
+and against POD; field evaluation, training and mesh-swap times.
+
+Problem: the bench bar (1 m x 0.25 m x 0.25 m, structured tets, ``common.bar_mesh``),
+clamped at x = 0, Y = 1 MPa, nu = 0.3, rho = 1000 kg/m^3, Rayleigh mass damping 0.5,
+h = 1/24 s. The family: the 12x3x3 bar (648 tets) and the same bar with a notch cut from the
+top at a third of its length; on each, ``--variants`` random-poke bakes and one sag, each
+``--frames`` frames. One LiCROM model (latent 20, the default network) is trained on all of
+them. The held-out scene is the bar released with an upward and sideways velocity (not a
+training scenario), baked in full space and replayed with the model on:
+
+* ``train``: the 12x3x3 bar;
+* ``fine``: the 36x9x9 bar (17,496 tets: three times finer in every direction);
+* ``unseen``: a bar notched at two thirds of its length (a shape not trained on).
+
+Per mesh: tets, cubature elements (``--cubature-vertices`` random vertices), ms per step with
+Newton (default) and with the paper's 10 gradient steps, full-space ms per step (the bake's
+own solver, timed on the same frames), the speed ratio, the replay's largest vertex error
+and, on the training bar, its ratio to a linear POD + cubature model of the same size
+trained on that bar's bakes; the field evaluation time; the training time; the time to swap
+from the training bar to the 17.5K-tet bar mid-run.
+
+Everything runs in this process pinned to one core, torch on one thread.
+
+Usage::
+
+    python bench/licrom.py [--frames 48] [--variants 3] [--epochs 300] [--fine 36,9,9]
+                           [--cubature-vertices 200] [--out DIR] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common
+
+MATERIAL = {"youngs_modulus": 1e6, "poisson_ratio": 0.3, "density": 1000.0}
+
+
+def notched(X, T, x0, x1, z0=0.125):
+    """The bar without the tets whose centroid lies in ``x0 < x < x1, z > z0`` (unused nodes
+    dropped)."""
+    from neural_rom.core.tetmesh import drop_unused_nodes
+
+    c = X[T].mean(1)
+    keep = ~((c[:, 0] > x0) & (c[:, 0] < x1) & (c[:, 2] > z0))
+    X2, T2, _ = drop_unused_nodes(X, T[keep])
+    return X2, T2
+
+
+def mesh(X, T):
+    return SimpleNamespace(X=X, T=T, pinned=common.pinned_end(X))
+
+
+def spec(m, scenario, frames, seed, variants=1):
+    from neural_rom.core import bake
+    from neural_rom.core.fem import Material
+
+    return bake.BakeSpec(material=Material(**MATERIAL).to_dict(), scenario=scenario,
+                         frames=frames, pinned=m.pinned.tolist(), damping=(0.5, 0.0),
+                         seed=seed, variants=variants)
+
+
+def bake_once(m, sp, out: Path, name: str) -> list[Path]:
+    """The variants of a bake, baked unless ``out`` has them from an earlier run."""
+    from neural_rom.core import bake
+
+    paths = [bake.variant_path(out, name, k) for k in range(sp.variants)]
+    if all(p.exists() for p in paths):
+        return paths
+    return bake.bake_variants(m, sp, out, name, overwrite=True)
+
+
+def replay(sim, cache):
+    """(largest vertex error m, ms per step) of a reduced replay of ``cache``."""
+    from neural_rom.core.bake import replay_scenario
+    from neural_rom.core.compare import replay_bake
+
+    _, driver = replay_scenario(cache)
+    times: list[float] = []
+    x = replay_bake(sim, cache, driver, step_seconds=times)
+    err = float(np.linalg.norm(x - cache.channel("positions"), axis=2).max())
+    return err, 1000 * float(np.mean(times))
+
+
+def full_ms(m, cache, steps: int = 4) -> float:
+    """Full-space ms per step on the held-out scene's first ``steps`` frames."""
+    from neural_rom.core.bake import replay_scenario
+
+    sim, driver = replay_scenario(cache)
+    t0 = time.perf_counter()
+    for f in range(1, steps + 1):
+        sim.step(driver.inputs(f))
+    return 1000 * (time.perf_counter() - t0) / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=48)
+    ap.add_argument("--variants", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=300)
+    ap.add_argument("--fine", default="36,9,9")
+    ap.add_argument("--cubature-vertices", type=int, default=200)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    common.pin_this_process()
+    import torch
+
+    torch.set_num_threads(1)
+    from neural_rom.core import bake
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.methods import licrom
+    from neural_rom.core.registry import load_simulator
+    from neural_rom.training.licrom import train
+    from neural_rom.training.linear import LinearSettings, train_linear
+
+    out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_"))
+    out.mkdir(parents=True, exist_ok=True)
+    X, T = common.bar_mesh(12, 3, 3)
+    bar = mesh(X, T)
+    cut = mesh(*notched(X, T, 1 / 3 - 0.05, 1 / 3 + 0.05))
+    unseen = mesh(*notched(X, T, 2 / 3 - 0.05, 2 / 3 + 0.05))
+    fine = mesh(*common.bar_mesh(*(int(v) for v in a.fine.split(","))))
+    pokes = {"kind": "random_pokes", "count": 3, "strength": 1.0, "duration": 0.4}
+    sag = {"kind": "gravity_drop", "jitter": 0.5}
+    held = {"kind": "gravity_drop", "initial_velocity": [0.0, 0.5, 1.0], "jitter": 0.0}
+    t0 = time.perf_counter()
+    bar_paths = bake_once(bar, spec(bar, pokes, a.frames, 11, a.variants), out, "bar")
+    bar_paths += bake_once(bar, spec(bar, sag, a.frames, 3), out, "bar_sag")
+    cut_paths = bake_once(cut, spec(cut, pokes, a.frames, 12, a.variants), out, "cut")
+    cut_paths += bake_once(cut, spec(cut, sag, a.frames, 4), out, "cut_sag")
+    print(f"training bakes: {time.perf_counter() - t0:.1f} s", flush=True)
+    held_caches = {}
+    for name, m in (("train", bar), ("fine", fine), ("unseen", unseen)):
+        t0 = time.perf_counter()
+        p = out / f"held_{name}.nrbake"
+        if not p.exists():
+            bake.bake(m, spec(m, held, a.frames, 5), p)
+        held_caches[name] = BakeCache.open(p)
+        print(f"held-out bake on {name} ({len(m.T)} tets): {time.perf_counter() - t0:.1f} s",
+              flush=True)
+
+    t0 = time.perf_counter()
+    res = train(bar_paths + cut_paths, out / "licrom.nrmodel",
+                {"epochs": a.epochs, "validation_fraction": 0.0, "rollout": False,
+                 "cubature_vertices": a.cubature_vertices}, device="cpu")
+    train_s = time.perf_counter() - t0
+    print(f"LiCROM training: {train_s:.1f} s ({res['network_seconds']:.1f} s network), "
+          f"projection ratio to POD {res['projection_ratio_to_pod']}", flush=True)
+    lin = train_linear(bar_paths, out / "pod.nrmodel", LinearSettings(k=20, validation_fraction=0.0))
+    rows = []
+    for name, m in (("train", bar), ("fine", fine), ("unseen", unseen)):
+        cache = held_caches[name]
+        sim = licrom.load_on_mesh(out / "licrom.nrmodel", m.X, m.T)
+        err, ms = replay(sim, cache)
+        gd = licrom.load_on_mesh(out / "licrom.nrmodel", m.X, m.T, solver="gradient")
+        err_gd, ms_gd = replay(gd, cache)
+        full = full_ms(m, cache)
+        row = {"mesh": name, "tets": len(m.T), "cubature_elements": len(sim.elements),
+               "newton_ms": ms, "gradient_ms": ms_gd, "full_ms": full, "speedup": full / ms,
+               "error_mm": 1000 * err, "gradient_error_mm": 1000 * err_gd,
+               "field_ms": 1000 * sim.field_seconds,
+               "outside": sim.domain_report.share_outside}
+        if name == "train":
+            pod, _ = load_simulator(lin["model"])
+            err_pod, ms_pod = replay(pod, cache)
+            row.update(pod_error_mm=1000 * err_pod, error_ratio_to_pod=err / err_pod,
+                       pod_ms=ms_pod)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    # a swap mid-run: the training bar for 10 frames, then the 17.5K-tet bar
+    sim = licrom.load_on_mesh(out / "licrom.nrmodel", bar.X, bar.T)
+    for _ in range(10):
+        sim.step()
+    rep = sim.swap_mesh(fine.X, fine.T)
+    swap = {"swap_s": rep.seconds, "to_tets": rep.elements, "kinetic_before": rep.kinetic_before,
+            "kinetic_after": rep.kinetic_after}
+    print(json.dumps(swap))
+    summary = {"training_s": train_s, "network_s": res["network_seconds"],
+               "projection_ratio_to_pod": res["projection_ratio_to_pod"],
+               "epochs": res["epochs_done"], "rows": rows, "swap": swap}
+    print("\n| mesh | tets | cubature tets | Newton ms | paper GD ms | full ms | speed-up | "
+          "error mm | GD error mm | field ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['mesh']} | {r['tets']} | {r['cubature_elements']} | {r['newton_ms']:.2f} | "
+              f"{r['gradient_ms']:.2f} | {r['full_ms']:.0f} | {r['speedup']:.0f}x | "
+              f"{r['error_mm']:.3g} | {r['gradient_error_mm']:.3g} | {r['field_ms']:.1f} |")
+    r0 = rows[0]
+    print(f"\nPOD (k = 20) on the training bar: {r0['pod_error_mm']:.3g} mm; LiCROM / POD error "
+          f"{r0['error_ratio_to_pod']:.2f}; training {train_s:.0f} s; swap to "
+          f"{swap['to_tets']} tets {swap['swap_s'] * 1000:.0f} ms")
+    if a.json:
+        Path(a.json).write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
