@@ -302,6 +302,21 @@ def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames
         key = "shen" if fict else "shen_nofict"
         out[key] = timed(ShenSimulation(X, T, mat, sub.U, n_p, dec, st, pinned=pins,
                                         cubature=cub, fictitious=fict), label)
+    # the decoder work of one Newton iteration (jet with dz, v and S, then g^T H), best of
+    # many repetitions: robust to other jobs on the machine, unlike the step means above
+    from neural_rom.core.hocs import jet
+
+    rng = np.random.default_rng(1)
+    z, dz, v, g = (0.1 * rng.normal(size=n_z) for _ in range(3)) + (rng.normal(size=k),)
+    best = np.inf
+    for _ in range(300):
+        t0 = time.perf_counter()
+        jet(dec, z, dz, v).left_hessian(g)
+        best = min(best, time.perf_counter() - t0)
+    out["decoder_iter_us"] = 1e6 * best
+    out["decoder_step_ms"] = 1e3 * best * out["shen"]["iters"]
+    print(f"  decoder work per Newton iteration (best of 300): {1e6 * best:.0f} us; x "
+          f"{out['shen']['iters']:.2f} iterations = {out['decoder_step_ms']:.2f} ms per step")
     if full:
         for key in ("pca", "fulton", "shen", "shen_nofict"):
             out[key]["speedup"] = out["full"]["step_ms"] / out[key]["step_ms"]
