@@ -54,6 +54,7 @@ __all__ = [
     "motion_plan",
     "rigid",
     "surface_hash",
+    "triangulate",
 ]
 
 #: ``metadata["source"]`` of a bake made by Blender's cloth solver.
@@ -82,6 +83,8 @@ class ClothBakeSpec:
         top-most parent, or the cloth object itself when it has none; "-" moves nothing
     collider_reach : colliders' keys lie in the cloth's bounding box grown by this fraction
         of its diagonal on every side
+    collider_box : ``[[x0, y0, z0], [x1, y1, z1]]``, world metres: the colliders' keys lie in
+        this box instead (a ball that pokes a cape from the front only); empty: as above
     owner_reach : the owner's keys move it at most this fraction of the cloth's diagonal
     owner_turn : and turn it at most this many radians about each axis
     key_gap : (min, max) frames between two random keys
@@ -98,6 +101,7 @@ class ClothBakeSpec:
     colliders: list = field(default_factory=list)
     owner: str = ""
     collider_reach: float = 0.25
+    collider_box: list = field(default_factory=list)
     owner_reach: float = 0.25
     owner_turn: float = 0.4
     key_gap: tuple = (8, 30)
@@ -120,6 +124,14 @@ class ClothBakeSpec:
                 raise ClothBakeError(
                     f"Collider '{item[0]}' has shape {item[1]!r}: use sphere, capsule or plane."
                 )
+        if len(self.collider_box):
+            box = np.asarray(self.collider_box, dtype=float)
+            if box.shape != (2, 3) or not np.all(np.isfinite(box)) or np.any(box[1] < box[0]):
+                raise ClothBakeError(
+                    "collider_box must be [[x0, y0, z0], [x1, y1, z1]] with x0 <= x1, y0 <= y1, "
+                    f"z0 <= z1 (metres), got {self.collider_box}."
+                )
+            self.collider_box = box.tolist()
         for key in ("collider_reach", "owner_reach", "owner_turn"):
             v = float(getattr(self, key))
             if not (np.isfinite(v) and v >= 0):
@@ -176,6 +188,24 @@ def surface_hash(V: np.ndarray, face_vertices: np.ndarray, face_sizes: np.ndarra
     return "surface:" + h.hexdigest()
 
 
+def triangulate(face_vertices: np.ndarray, face_sizes: np.ndarray) -> np.ndarray:
+    """(t, 3) triangles of polygons (each fanned from its first vertex), in face order.
+
+    Parameters
+    ----------
+    face_vertices : (sum(face_sizes),) int array; face_sizes : (f,) int array, each >= 3
+    """
+    fv = np.asarray(face_vertices, dtype=np.int64).reshape(-1)
+    fs = np.asarray(face_sizes, dtype=np.int64).reshape(-1)
+    if len(fs) and fs.min() < 3:
+        raise ValueError("triangulate: a face has fewer than 3 vertices")
+    start = np.concatenate([[0], np.cumsum(fs)[:-1]])
+    per = fs - 2
+    first = np.repeat(start, per)
+    k = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
+    return np.stack([fv[first], fv[first + k + 1], fv[first + k + 2]], axis=1)
+
+
 def rigid(M: np.ndarray) -> np.ndarray:
     """The rigid part (rotation and translation, axis scales divided out) of 4x4 matrices
     ``M`` (..., 4, 4)."""
@@ -223,6 +253,9 @@ def motion_plan(
     diag = float(np.linalg.norm(hi - lo)) or 1.0
     centre, half = 0.5 * (lo + hi), 0.5 * (hi - lo)
     box = half + spec.collider_reach * diag
+    if len(spec.collider_box):
+        b0, b1 = np.asarray(spec.collider_box, dtype=float)
+        centre, box = 0.5 * (b0 + b1), 0.5 * (b1 - b0)
     cols = []
     for start in collider_starts:
         keys = _key_frames(rng, spec.frames, spec.key_gap)

@@ -70,9 +70,12 @@ import torch
 
 from ..core import registry
 from ..core.bake import BakeSpec, setup_scenario
+from ..core.cache import BakeDataset
+from ..core.clothbake import is_cloth_bake, rigid, triangulate
 from ..core.errors import JobCancelled, NeuralRomError
+from ..core.fem import Material
 from ..core.files import atomic_path, ensure_writable_dir
-from ..core.frame import IDENTITY
+from ..core.frame import IDENTITY, Pose
 from ..core.methods.snp import (
     CONSTANT_FEATURE,
     NAME,
@@ -84,7 +87,14 @@ from ..core.methods.snp import (
 )
 from ..core.methods.snp import save as save_snp_model
 from .autoencoder import build_mlp, to_numpy_mlp
-from .common import Report, TrainingRun, torch_device, torch_threads
+from .common import (
+    Checkpoints,
+    Report,
+    TrainingBakes,
+    TrainingRun,
+    torch_device,
+    torch_threads,
+)
 
 # At most one progress message / metric event per this many seconds during the epochs.
 _THROTTLE_S = 0.5
@@ -152,7 +162,13 @@ class Sequence:
 
 def collider_slots(cache) -> tuple[list[str], np.ndarray]:
     """Kinds and (c, 2) radius / half length of the colliders of a bake, in the order of its
-    ``colliders`` channel (the scenario's scene colliders, generated ones, its ground)."""
+    ``colliders`` channel (the scenario's scene colliders, generated ones, its ground; a
+    cloth bake's metadata lists them)."""
+    if is_cloth_bake(cache.meta):
+        cols = cache.meta.get("colliders") or []
+        return [c["kind"] for c in cols], np.array(
+            [[c["radius"], c["half_length"]] for c in cols], dtype=np.float64
+        ).reshape(-1, 2)
     X, T = np.asarray(cache.X, float), np.asarray(cache.T)
     _, driver = setup_scenario(X, T, BakeSpec.from_dict(cache.meta["spec"]))
     cols = driver.colliders(0)
@@ -161,9 +177,38 @@ def collider_slots(cache) -> tuple[list[str], np.ndarray]:
     )
 
 
+def reference_rest(ds) -> np.ndarray | None:
+    """The driving frame's rigid transform at rest of cloth bakes (the first bake's: every
+    bake's frames are expressed relative to it), None for FEM bakes (the pins' frame)."""
+    meta = ds[0].meta
+    return np.asarray(meta["reference_rest"], dtype=np.float64) if is_cloth_bake(meta) else None
+
+
+def cloth_triangles(ds) -> np.ndarray | None:
+    """The surface triangles of cloth bakes (their faces, fanned), None for FEM bakes."""
+    c = ds[0]
+    if not is_cloth_bake(c.meta):
+        return None
+    return triangulate(c.extra("face_vertices"), c.extra("face_sizes"))
+
+
+def driven_poses(cache, rest: np.ndarray) -> list[Pose]:
+    """The reference frame of each frame of a bake with a ``reference_frame`` channel:
+    ``M_t M_rest^-1`` (what :meth:`SNPSimulation.driven_pose` computes at run time)."""
+    M = np.asarray(cache.channel("reference_frame"), dtype=np.float64)
+    rel = rigid(M) @ np.linalg.inv(rest)
+    eye = np.eye(4)
+    return [
+        IDENTITY if np.allclose(r, eye, rtol=0, atol=1e-12) else Pose(r[:3, :3], r[:3, 3])
+        for r in rel
+    ]
+
+
 def load_sequences(run: TrainingRun) -> tuple[list[Sequence], list[str], np.ndarray]:
     """Every bake of the run as a :class:`Sequence` (see the module docstring), and the
-    collider slots (kinds, sizes (c, 2)) every bake shares.
+    collider slots (kinds, sizes (c, 2)) every bake shares. The reference frame is the
+    pins' rigid motion, or for cloth bakes the driving transform of their
+    ``reference_frame`` channel (:func:`driven_poses`).
 
     Raises NeuralRomError when the bakes have different colliders (one model takes one set).
     """
@@ -171,6 +216,7 @@ def load_sequences(run: TrainingRun) -> tuple[list[Sequence], list[str], np.ndar
     spec = b.spec
     dt, g = float(spec.dt), np.asarray(spec.gravity, dtype=float)
     rest_pins = b.X[b.pinned]
+    rest = reference_rest(b.ds)
     kinds, sizes, seqs = None, None, []
     for i, cache in enumerate(b.ds):
         k, sz = collider_slots(cache)
@@ -197,7 +243,9 @@ def load_sequences(run: TrainingRun) -> tuple[list[Sequence], list[str], np.ndar
             else np.zeros((F, 0, 4, 4))
         )
         poses, pose = [], IDENTITY
-        for f in range(F):
+        if rest is not None:
+            poses = driven_poses(cache, rest)
+        for f in range(F if rest is None else 0):
             pose = reference_pose(rest_pins, None if targets is None else targets[f], pose)
             poses.append(pose)
         poses = [poses[0]] + poses  # the state before frame 0: at rest in frame 0's pose
@@ -552,6 +600,80 @@ class _NetTrainer:
 # ------------------------------------------------------------------------------------------
 
 
+def open_cloth_bakes(ds: BakeDataset, validation_fraction: float, seed: int) -> TrainingBakes:
+    """Cloth bakes (:mod:`core.clothbake`) opened for training as
+    :func:`.common.open_bakes` opens FEM bakes: the time step and gravity of their metadata
+    (one physics: refused when they differ), no tets, the pinned vertices, the split."""
+    first = ds[0].meta
+    for t in ds:
+        m = t.meta
+        if not is_cloth_bake(m):
+            raise NeuralRomError(
+                f"Bake {Path(t.path).name} is a FEM bake and {Path(ds[0].path).name} a cloth "
+                "bake of Blender's: train one model from bakes of one source."
+            )
+        if abs(m["dt"] - first["dt"]) > 1e-12 or not np.allclose(m["gravity"], first["gravity"]):
+            raise NeuralRomError(
+                f"Bake {Path(t.path).name} has another frame rate or gravity than "
+                f"{Path(ds[0].path).name}; train one model per physics setup."
+            )
+    X = np.asarray(ds[0].X, dtype=np.float64)
+    pinned = np.asarray(ds[0].extra("pinned"), dtype=np.int64)
+    spec = BakeSpec(
+        frames=int(first["frames"]),
+        dt=float(first["dt"]),
+        gravity=tuple(float(g) for g in first["gravity"]),
+        pinned=pinned.tolist(),
+    )
+    material = Material.from_dict(spec.material)
+    train, val = ds.split(validation_fraction, seed)
+    warnings = []
+    if len(val) == 0:
+        warnings.append(
+            "Only one bake: nothing is held out, so the validation error is the training error. "
+            "Bake more variants for an honest error."
+        )
+    mass = np.full(len(X), 1.0 / max(len(X), 1))  # not used by this method
+    return TrainingBakes(
+        ds, spec, material, X, np.zeros((0, 4), np.int64), pinned, mass, train, val, warnings
+    )
+
+
+def start_run(bakes, settings, *, device: str, expect_mesh_hash, checkpoint_dir, progress,
+              should_cancel, metric) -> TrainingRun:
+    """:meth:`.common.TrainingRun.start` for FEM bakes; for cloth bakes the same run with
+    :func:`open_cloth_bakes` (they have no FEM scenario)."""
+    ds = BakeDataset.open(bakes, expect_mesh_hash=expect_mesh_hash)
+    if not any(is_cloth_bake(t.meta) for t in ds):
+        return TrainingRun.start(
+            NAME,
+            bakes,
+            settings,
+            device=device,
+            expect_mesh_hash=expect_mesh_hash,
+            checkpoint_dir=checkpoint_dir,
+            progress=progress,
+            should_cancel=should_cancel,
+            metric=metric,
+        )
+    started = time.perf_counter()
+    values = registry.get(NAME).validate(settings)
+    b = open_cloth_bakes(ds, values["validation_fraction"], values["seed"])
+    run = TrainingRun(
+        NAME,
+        values,
+        device,
+        b,
+        Checkpoints.open(checkpoint_dir, NAME, b.ds, values),
+        progress or (lambda fraction, message: None),
+        should_cancel or (lambda: False),
+        metric or (lambda values: None),
+        started,
+    )
+    run.say(0.02, "loading bakes")
+    return run
+
+
 def train(
     bakes,
     out: str | Path,
@@ -578,8 +700,7 @@ def train(
     """
     ensure_writable_dir(Path(out).parent, "the model")
     dev = torch_device(device)
-    run = TrainingRun.start(
-        NAME,
+    run = start_run(
         bakes,
         settings,
         device=str(dev),
@@ -687,6 +808,8 @@ def train(
         sizes=sizes,
         kinds=kinds,
         pinned=b.pinned,
+        reference_rest=reference_rest(b.ds),
+        triangles=cloth_triangles(b.ds),
     )
     check = (Z_val or Z)[0], (W_val or W)[0]
     _verify_export(net_t, params, *check)
@@ -706,7 +829,8 @@ def train(
         k=u,
         dofs=u,
         max_error_val_m=err_val,
-        rollout=s.rollout,
+        # a cloth bake has no FEM scenario to replay: its held-out bakes are measured above
+        rollout=s.rollout and not is_cloth_bake(b.ds[0].meta),
         at=0.85,
         stiffening=False,  # its advice (modes, cubature) is about solved subspace dynamics
         metrics={

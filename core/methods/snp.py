@@ -60,6 +60,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from ..clothbake import rigid
 from ..colliders import Collider
 from ..errors import CacheError, SimulationError
 from ..frame import IDENTITY, Pose, fit_pose
@@ -220,6 +221,11 @@ class SNPParameters:
     sizes : (c, 2) radius and half length of each collider slot, m
     kinds : the collider kind of each slot
     pinned : (p,) pinned vertices, whose rigid motion is the reference frame
+    triangles : (t, 3) surface triangles (a cloth's faces, fanned), or None
+    reference_rest : (4, 4) rigid world transform of the driving reference frame at rest (a
+        cloth's owner, :mod:`core.clothbake`), or None: the frame is the pins' rigid motion.
+        With it the frame of a step is ``M_t M_rest^-1`` for the frame's
+        ``FrameInputs.reference_frame`` ``M_t`` (its scale divided out)
     """
 
     X: np.ndarray
@@ -235,6 +241,8 @@ class SNPParameters:
     sizes: np.ndarray
     kinds: list
     pinned: np.ndarray
+    reference_rest: np.ndarray | None = None
+    triangles: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float64)
@@ -250,6 +258,10 @@ class SNPParameters:
         self.pinned = np.asarray(self.pinned, dtype=np.int64).reshape(-1)
         self.kinds = [str(k) for k in self.kinds]
         self.scale = float(self.scale)
+        if self.reference_rest is not None:
+            self.reference_rest = rigid(np.asarray(self.reference_rest).reshape(4, 4))
+        if self.triangles is not None:
+            self.triangles = np.asarray(self.triangles, dtype=np.int64).reshape(-1, 3)
         if self.net is not None and (
             self.net.in_dim != 2 * u + self.encoder.size or self.net.out_dim != u
         ):
@@ -287,6 +299,10 @@ class SNPParameters:
             "pinned": self.pinned,
             **self.encoder.to_arrays(),
         }
+        if self.reference_rest is not None:
+            arrays["reference_rest"] = self.reference_rest
+        if self.triangles is not None:
+            arrays["triangles"] = self.triangles
         meta = {"scale": self.scale, "collider_kinds": self.kinds, "network": None}
         if self.net is not None:
             net_arrays, meta["network"] = self.net.to_arrays(prefix="net.")
@@ -310,6 +326,8 @@ class SNPParameters:
             sizes=a["collider_sizes"],
             kinds=meta["collider_kinds"],
             pinned=a["pinned"],
+            reference_rest=a.get("reference_rest"),
+            triangles=a.get("triangles"),
         )
 
 
@@ -344,8 +362,14 @@ class SNPSimulation(SimulatorBase):
         self.dt = float(self.settings.dt)
         self.gravity = np.asarray(self.settings.gravity, dtype=np.float64)
         self.rest_pins = self.p.X[self.p.pinned]
+        self._rest_inv = (
+            None if self.p.reference_rest is None else np.linalg.inv(self.p.reference_rest)
+        )
         self._far = self.p.far_transform()
         self._initial_colliders = list(colliders or [])
+        self._normals = None
+        #: render-time push-out of vertices inside colliders (sec. 6.4) in :meth:`positions`
+        self.push_out = True
         self.reset()
 
     # ------------------------------------------------------------------------- state
@@ -386,10 +410,28 @@ class SNPSimulation(SimulatorBase):
         return self.p.mean + (self.p.U @ z).reshape(-1, 3)
 
     def positions(self) -> np.ndarray:
-        """(n, 3) world positions ``R (y_mu + U z) + c``, metres."""
-        return self.poses[0].apply(self.decode(self.z1))
+        """(n, 3) world positions ``R (y_mu + U z) + c``, metres, with the vertices inside a
+        collider moved out to its surface (:func:`push_out`, sec. 6.4) unless
+        :attr:`push_out` is False."""
+        x = self.poses[0].apply(self.decode(self.z1))
+        return push_out(x, self.colliders) if self.push_out else x
+
+    def normals(self, x: np.ndarray | None = None) -> np.ndarray:
+        """(n, 3) unit vertex normals of positions ``x`` (default :meth:`positions`),
+        recomputed from the model's triangles (:class:`VertexNormals`); a model without
+        triangles (a FEM model) has none and raises SimulationError."""
+        if self._normals is None:
+            if self.p.triangles is None:
+                raise SimulationError(
+                    "This Subspace Neural Physics model has no surface triangles (a FEM "
+                    "model): its normals are the render mesh's, computed by Blender."
+                )
+            self._normals = VertexNormals(self.p.triangles, len(self.p.X))
+        return self._normals(self.positions() if x is None else x)
 
     def _frame_of(self, x: np.ndarray) -> Pose:
+        if self._rest_inv is not None:  # driven: the frame is the driver's, not in x
+            return self.poses[0]
         return reference_pose(
             self.rest_pins, x[self.p.pinned] if len(self.p.pinned) else None, IDENTITY
         )
@@ -416,6 +458,19 @@ class SNPSimulation(SimulatorBase):
         self.poses = (pose, pose, pose)
 
     # -------------------------------------------------------------------------- step
+    def driven_pose(self, M: np.ndarray | None, guess: Pose) -> Pose:
+        """The reference frame of a model driven by a transform (``reference_rest`` set):
+        ``M M_rest^-1`` with ``M`` (4, 4) the driver's world matrix (scale divided out);
+        ``guess`` (the last pose) when the frame gives none."""
+        if M is None:
+            return guess
+        M = np.asarray(M, dtype=np.float64).reshape(4, 4)
+        if not np.all(np.isfinite(M)):
+            raise SimulationError("The reference frame's transform is not finite.")
+        rel = rigid(M) @ self._rest_inv
+        pose = Pose(rel[:3, :3], rel[:3, 3])
+        return IDENTITY if np.allclose(rel, np.eye(4), rtol=0, atol=1e-12) else pose
+
     def features(self, colliders: list[Collider], poses: tuple[Pose, Pose, Pose]) -> np.ndarray:
         """The external features (e,) of a frame (:func:`external_features`): the colliders
         fill the model's slots in order; a slot the list leaves empty gets a collider out of
@@ -478,7 +533,10 @@ class SNPSimulation(SimulatorBase):
         new_poses, new_cols = [], []
         for ps, cols, inp in zip(poses, colliders, inputs, strict=True):
             inp = inp or _NO_INPUTS
-            pose = reference_pose(self.rest_pins, inp.pin_targets, ps[0])
+            if self._rest_inv is not None:
+                pose = self.driven_pose(inp.reference_frame, ps[0])
+            else:
+                pose = reference_pose(self.rest_pins, inp.pin_targets, ps[0])
             new_poses.append((pose, ps[0], ps[1]))
             new_cols.append(cols if inp.colliders is None else list(inp.colliders))
         w = self.p.encoder.encode(self.batch_features(new_cols, new_poses))
@@ -586,7 +644,56 @@ class SNPBatch:
         for b, ps in enumerate(self.poses):
             if ps[0] is not IDENTITY:
                 y[b] = ps[0].apply(y[b])
+            if self.model.push_out and self.colliders[b]:
+                y[b] = push_out(y[b], self.colliders[b])
         return y
+
+
+def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> np.ndarray:
+    """Render-time push-out (Holden 2019, sec. 6.4): every vertex closer than ``margin`` to
+    a collider's surface (inside it: negative distance) moves along the collider's
+    distance gradient to ``margin`` outside. The network's state is not changed: only what
+    is shown. Returns ``x`` itself when no vertex is inside, else a moved copy.
+
+    Parameters
+    ----------
+    x : (n, 3) world positions, m; colliders : this frame's colliders; margin : m
+    """
+    out = x
+    for c in colliders:
+        phi, n = c.signed_distance(out)
+        inside = phi < margin
+        if inside.any():
+            if out is x:
+                out = x.copy()
+            out[inside] += (margin - phi[inside])[:, None] * n[inside]
+    return out
+
+
+class VertexNormals:
+    """Area-weighted vertex normals of a triangle mesh, recomputed per frame: the triangles'
+    cross products (twice their area times their normal) summed onto their vertices by one
+    precomputed sparse product, then normalized.
+
+    Parameters
+    ----------
+    triangles : (t, 3) int array; n : number of vertices
+    """
+
+    def __init__(self, triangles: np.ndarray, n: int) -> None:
+        import scipy.sparse as sp
+
+        self.tri = np.ascontiguousarray(triangles, dtype=np.int64).reshape(-1, 3)
+        t = len(self.tri)
+        rows = self.tri.reshape(-1)
+        cols = np.repeat(np.arange(t), 3)
+        self.S = sp.csr_matrix((np.ones(3 * t), (rows, cols)), shape=(int(n), t))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        a, b, c = x[self.tri[:, 0]], x[self.tri[:, 1]], x[self.tri[:, 2]]
+        N = self.S @ np.cross(b - a, c - a)
+        length = np.sqrt(np.einsum("ij,ij->i", N, N))
+        return N / np.maximum(length, 1e-300)[:, None]
 
 
 def _world_matrix(pose: Pose, local: np.ndarray) -> np.ndarray:
@@ -862,6 +969,6 @@ METHOD = Method(
     load=load,
     trainer="training.snp:train",
     needs_torch=True,
-    inputs=frozenset({"colliders", "pin_targets"}),
+    inputs=frozenset({"colliders", "pin_targets", "reference_frame"}),
     order=20,
 )
