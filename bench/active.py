@@ -30,11 +30,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# one BLAS thread, set before numpy starts its pool (bench/common.py's pin_this_process
+# then pins the process to one core)
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -60,6 +66,8 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=48)
     p.add_argument("--out", type=Path, default=Path("/tmp/neural_rom_bench_active"))
     p.add_argument("--json", type=Path)
+    p.add_argument("--model", type=Path, help="skip the fit: time and measure this model "
+                   "file (trained by a previous run on the same keys; no warm-start numbers)")
     a = p.parse_args(argv)
     pin_this_process()
     import torch
@@ -77,15 +85,21 @@ def main(argv=None) -> int:
     print(json.dumps(R["mesh"]), flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     settings = {"latent_dim": a.latent, "epochs": a.epochs, "warm_epochs": a.warm_epochs}
-    t = time.perf_counter()
-    res = fit((rig, keys), a.out / "face.nrmodel", settings,
-              progress=lambda f, m: print(f"  [{time.perf_counter() - t:7.1f} s] {m}", flush=True))
-    R["training"] = {"seconds": time.perf_counter() - t, "seconds_per_epoch":
-                     res["seconds_per_epoch"], "epochs": a.epochs,
-                     "train_error_m": res["train_error_m"], "warm_error_m": res["warm_error_m"],
-                     "basis": res["k"], "cubature_elements": res["cubature_elements"],
-                     "cubature_error": res["cubature_error"]}
-    print(json.dumps(R["training"]), flush=True)
+    if a.model:
+        from neural_rom.core.registry import load_simulator
+
+        res = {"model": load_simulator(a.model)[0].model, "warm_decoder": None}
+    else:
+        t = time.perf_counter()
+        res = fit((rig, keys), a.out / "face.nrmodel", settings, progress=lambda f, m: print(
+            f"  [{time.perf_counter() - t:7.1f} s] {m}", flush=True))
+        R["training"] = {
+            "seconds": time.perf_counter() - t, "seconds_per_epoch": res["seconds_per_epoch"],
+            "epochs": a.epochs, "train_error_m": res["train_error_m"],
+            "warm_error_m": res["warm_error_m"], "basis": res["k"],
+            "cubature_elements": res["cubature_elements"],
+            "cubature_error": res["cubature_error"]}
+        print(json.dumps(R["training"]), flush=True)
     model = res["model"]
     tr, ho = np.flatnonzero(~keys.held_out), np.flatnonzero(keys.held_out)
     full = ActiveFace(model, solve="full")
@@ -95,8 +109,10 @@ def main(argv=None) -> int:
     # ---- held out: refit the code only (whole skin), e2e vs warm start vs surface PCA
     from neural_rom.core.methods.active import ActiveModel
 
-    warm = ActiveModel(**{**model.__dict__, "decoder": res["warm_decoder"]})
-    full_warm = ActiveFace(warm, solve="full")
+    full_warm = None
+    if res["warm_decoder"] is not None:
+        warm = ActiveModel(**{**model.__dict__, "decoder": res["warm_decoder"]})
+        full_warm = ActiveFace(warm, solve="full")
     D = (keys.positions[tr] - rig.skin_V).reshape(len(tr), -1)
     mean = D.mean(0)
     _, _, Vt = np.linalg.svd(D - mean, full_matrices=False)
@@ -109,11 +125,14 @@ def main(argv=None) -> int:
         tgt, jaw = keys.positions[j], model.jaw_matrix(keys.jaw[j])
         z, x, _, _ = full.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
         e2e = _err(rig.skin.apply(x), tgt)
-        _, xw, _, _ = full_warm.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
+        xw = x
+        if full_warm is not None:
+            _, xw, _, _ = full_warm.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10,
+                                               iters=12)
         dj = (tgt - rig.skin_V).ravel() - mean
         pca = _err((rig.skin_V.ravel() + mean + B @ (B.T @ dj)).reshape(-1, 3), tgt)
         Bm = B[rows]
-        c = np.linalg.solve(Bm.T @ Bm + 1e-8 * np.eye(d), Bm.T @ dj[rows])
+        c = np.linalg.solve(Bm.T @ Bm + 1e-8 * np.eye(B.shape[1]), Bm.T @ dj[rows])
         pca_m = _err((rig.skin_V.ravel() + mean + B @ c).reshape(-1, 3), tgt)
         red.reset()
         rep = red.step(FrameInputs(markers=Markers(mv, tgt[mv]), reference_frame=jaw))

@@ -198,7 +198,8 @@ def model_from_file(model) -> ActiveModel:
 
 def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float = 1e-3,
                         tol: float = 1e-10, rtol: float = 1e-3):
-    """Minimize ``||r(z)||^2`` from ``z0``; ``residual_jacobian(z) -> (r, J)``.
+    """Minimize ``||r(z)||^2`` from ``z0``; ``residual_jacobian(z) -> (r, jacobian)`` with
+    ``jacobian()`` computing ``J`` (only called at accepted points).
 
     Returns ``(z, cost, iterations)``. The damping adapts (x0.3 on success, x10 on failure);
     a step is kept only when it lowers the cost; it stops when a step lowers the cost by
@@ -206,7 +207,8 @@ def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float
     two) or the gradient is below ``tol``.
     """
     z = np.asarray(z0, float).copy()
-    r, J = residual_jacobian(z)
+    r, jac = residual_jacobian(z)
+    J = jac()
     cost = float(r @ r)
     lam = damping
     it = 0
@@ -219,11 +221,11 @@ def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float
         for _ in range(8):
             step = -sla.solve(A + lam * (np.diag(np.diag(A)) + 1e-12 * np.trace(A) * np.eye(len(z))),
                               g, assume_a="pos")
-            r2, J2 = residual_jacobian(z + step)
+            r2, jac2 = residual_jacobian(z + step)
             c2 = float(r2 @ r2)
             if c2 < cost:
                 small = cost - c2 < rtol * cost
-                z, r, J, cost = z + step, r2, J2, c2
+                z, r, J, cost = z + step, r2, jac2(), c2
                 lam *= 0.3
                 break
             lam *= 10.0
@@ -375,6 +377,7 @@ class ActiveFace(SimulatorBase):
             E, gr, Hr = self.reduced_terms(x, colliders, True)
             res = float(np.abs(gr).max() / scale) if gr.size else 0.0
             if res < self.tol or it == max_iters:
+                self._last = (x, Hr)  # the Jacobian of a marker fit reuses it
                 break
             try:
                 d = -sla.solve(Hr, gr, assume_a="sym")
@@ -395,7 +398,11 @@ class ActiveFace(SimulatorBase):
 
     def reduced_jacobian(self, x, z):
         """``dq/dz`` (r, d) at the reduced equilibrium ``x`` for code ``z``."""
-        _, _, Hr = self.reduced_terms(x, self.colliders, True)
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] is x:
+            Hr = last[1]
+        else:
+            Hr = self.reduced_terms(x, self.colliders, True)[2]
         M = self.sub.mixed_hessian(x)  # (3n, 6k)
         UtM = (M.T @ self.Ufull).T * np.repeat(self.w, 6)  # (r, 6k)
         Jd = self.sub_decoder.jacobian(np.asarray(z, float))  # (6k, d)
@@ -440,24 +447,30 @@ class ActiveFace(SimulatorBase):
 
         def rj(z):
             if mode == "full":
-                eq = self.solve_full(z, jaw, x0=state["x"])
-                x = eq.x
-                Jx = self.full_jacobian(x, z, self.colliders)  # (n, 3, d)
+                x = self.solve_full(z, jaw, x0=state["x"]).x
             else:
                 x, q, _, _ = self.solve_reduced(z, jaw, q0=state["q"])
                 state["q"] = q
-                dq = self.reduced_jacobian(x, z)  # (r, d)
-                Jx = (self.Ufull @ dq).reshape(len(x), 3, -1)
-            Jp = (S @ Jx.reshape(len(x), -1)).reshape(S.shape[0], 3, -1)
             state["x"], state["z"] = x, z.copy()
             r = np.concatenate([(sw * (S @ x - t)).ravel(), np.sqrt(rho) * (z - z0)])
-            J = np.concatenate([(sw[:, :, None] * Jp).reshape(-1, len(z)),
-                                np.sqrt(rho) * np.eye(len(z))])
-            return r, J
+
+            def jacobian():  # only at accepted steps
+                if mode == "full":
+                    Jx = self.full_jacobian(x, z, self.colliders)  # (n, 3, d)
+                else:
+                    Jx = (self.Ufull @ self.reduced_jacobian(x, z)).reshape(len(x), 3, -1)
+                Jp = (S @ Jx.reshape(len(x), -1)).reshape(S.shape[0], 3, -1)
+                return np.concatenate([(sw[:, :, None] * Jp).reshape(-1, len(z)),
+                                       np.sqrt(rho) * np.eye(len(z))])
+
+            return r, jacobian
 
         z, cost, it = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters)
         if not np.array_equal(state["z"], z):  # the last trial was a rejected step
-            rj(z)
+            if mode == "full":
+                state["x"] = self.solve_full(z, jaw, x0=state["x"]).x
+            else:
+                state["x"], state["q"], _, _ = self.solve_reduced(z, jaw, q0=state["q"])
         if mode != "full":
             self.q = state["q"]
         return z, state["x"], cost, it
