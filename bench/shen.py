@@ -28,6 +28,7 @@ Usage::
                          [--frames 72] [--full] [--no-fulton] [--out DIR]
     python bench/shen.py --speed 56,8,8 [--np 10] [--nz 5]
 
+Bakes already in ``--out DIR/<scene>/bakes`` (a previous run's) are reused.
 ``--speed`` times one step of each model on the 21,504-tet swung arm (:func:`speed`: the
 sizes of trained models, random weights), the issue's speed goal (>= 30x full space at
 10 + 5 DOFs, decoder derivatives < 2 ms per step).
@@ -224,7 +225,7 @@ def report(name: str, r: dict) -> str:
     return "\n".join(lines)
 
 
-def random_decoder(n_z: int, k: int, hidden=(32,) * 6, act: str = "sin", scale: float = 0.02,
+def random_decoder(n_z: int, k: int, hidden=(64,) * 8, act: str = "sin", scale: float = 0.02,
                    seed: int = 0):
     """A random decoder of the trained architecture (``hidden`` sin layers, the trainer's
     initialization), outputs of size ``scale``, ``D(0) = 0``: for timings, where only the
@@ -399,7 +400,10 @@ def main(argv=None) -> int:
     for scene in args.scene.split(","):
         d = work / scene
         t0 = time.perf_counter()
-        if scene == "swing":
+        kept = sorted((d / "bakes").glob("*.nrbake"))
+        if kept:  # a previous run's bakes in --out DIR: reused
+            paths = kept
+        elif scene == "swing":
             paths = latent.bake_scene(d / "bakes", divisions=args.divisions,
                                       variants=args.variants, frames=args.frames, keys=2)
         elif scene == "whip":

@@ -88,7 +88,17 @@ def relative_error(A: np.ndarray, b: np.ndarray, w: np.ndarray) -> float:
 def train_weight_net(A, b, c, A_val, b_val, c_val, w0, *, epochs: int = 400, lr: float = 1e-3,
                      seed: int = 0, patience: int = 100) -> tuple[WeightNet, dict]:
     """Fit a :class:`WeightNet` on normalized systems ``A`` (P, k, e), ``b`` (P, k) with pose
-    coordinates ``c`` (P, k); early stopping on the validation systems. float64, CPU."""
+    coordinates ``c`` (P, k); early stopping on the validation systems. float64, CPU, one
+    thread (a network this small only loses from more)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train_weight_net(A, b, c, A_val, b_val, c_val, w0, epochs, lr, seed, patience)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_weight_net(A, b, c, A_val, b_val, c_val, w0, epochs, lr, seed, patience):
     torch.manual_seed(seed)
     scale = float(np.sqrt(np.mean(np.sum(c**2, axis=1)))) or 1.0
     net = WeightNet(c.shape[1], w0, scale=scale).to(torch.float64)
