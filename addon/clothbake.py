@@ -242,6 +242,7 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
         mesh_hash=cb.surface_hash(bm.get_positions(obj.data), fv, fs),
         extra_arrays={"face_vertices": fv, "face_sizes": fs, "pinned": pinned},
         overwrite=spec.overwrite,
+        durable=spec.durable,
     )
     col_names = [c.name for c, _ in cols]
     prev = X

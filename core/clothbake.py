@@ -89,6 +89,8 @@ class ClothBakeSpec:
     owner_turn : and turn it at most this many radians about each axis
     key_gap : (min, max) frames between two random keys
     overwrite : replace bakes that exist (otherwise they are refused)
+    durable : fsync every committed frame (:class:`core.cache.BakeWriter`); False still
+        leaves a valid prefix after a crash or a cancel, not after a power cut
     """
 
     blend: str
@@ -106,6 +108,7 @@ class ClothBakeSpec:
     owner_turn: float = 0.4
     key_gap: tuple = (8, 30)
     overwrite: bool = False
+    durable: bool = True
 
     def __post_init__(self) -> None:
         if int(self.frames) < 2:

@@ -48,6 +48,7 @@ def cloth_bake(tmp, blend, name, frames, variants, seed):
         "seed": seed,
         "owner": "-",
         "collider_box": BOX,
+        "durable": False,  # a test's bakes need not survive a power cut
     }
     job = jobs.Job.start(spec, sys.executable, tmp / "logs", check_python=False)
     job.wait(timeout=600)

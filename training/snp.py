@@ -9,6 +9,10 @@ Pipeline (one model per mesh and physics setup); the runtime is :mod:`core.metho
    is trained too. Each frame has its external features
    (:func:`core.methods.snp.external_features`: colliders from the bake's ``colliders``
    channel and sizes from its scenario, gravity and the frame's motion in the frame).
+   Bakes of Blender's cloth (:mod:`core.clothbake`, opened by :func:`open_cloth_bakes`)
+   carry their time step, gravity, pins and colliders in their metadata and their
+   reference frame (the cloth object's world matrix) in a channel (:func:`driven_poses`);
+   the model keeps the frame's rest transform and the cloth's triangles.
 2. **Mean-centred PCA** of the training bakes' frames (:func:`mean_centred_pca`, sec. 5.1):
    ``u = k``, or the fewest modes whose largest vertex error on the training frames is
    within ``tolerance`` (1% of the bounding-box diagonal by default), at most ``max_k``.

@@ -31,8 +31,18 @@ Where we depart from the paper, and why:
 * The reference frame of our FEM bakes is the pins' frame (:mod:`core.frame`: a pinned
   object's pins move rigidly with the object's animation), fitted each frame from the pin
   targets; without pins it is the world. Its velocity terms are finite differences of the
-  last three poses (``omega = log(R_{t-1}^T R_t) / dt``, in the frame). A driving transform
-  (``FrameInputs.reference_frame``, a cloth's owner or bone) fits the same features later.
+  last three poses (``omega = log(R_{t-1}^T R_t) / dt``, in the frame). A model trained on
+  Blender's cloth (:mod:`core.clothbake`) is driven by a transform instead: the frame of a
+  step is ``M_t M_rest^-1`` with ``M_t`` the frame's ``FrameInputs.reference_frame`` (the
+  cloth object's world matrix, its owner's motion included; scale divided out) and
+  ``M_rest`` the one its bakes started from (:meth:`SNPSimulation.driven_pose`).
+* Render-time push-out (sec. 6.4): :meth:`SNPSimulation.positions` moves the vertices a
+  collider holds inside it to its surface (:func:`push_out`); the state stays the
+  network's. Normals: a cloth model recomputes area-weighted vertex normals from its
+  triangles (:class:`VertexNormals`) rather than the paper's linear normal model, which
+  would need its own basis (a second product of the basis' size per frame); in Blender the
+  mesh's own normals are recomputed by Blender when the positions are written, so the frame
+  update needs neither (bench/snp_cloth.py times both).
 * A collider the frame lacks (fewer colliders than the model was trained with) is put far
   above the object (:data:`FAR_DIAGONALS` bounding-box diagonals), which the input clipping
   turns into the farthest place above it that training saw: "no collider" means "out of
@@ -464,12 +474,19 @@ class SNPSimulation(SimulatorBase):
         ``guess`` (the last pose) when the frame gives none."""
         if M is None:
             return guess
-        M = np.asarray(M, dtype=np.float64).reshape(4, 4)
-        if not np.all(np.isfinite(M)):
-            raise SimulationError("The reference frame's transform is not finite.")
-        rel = rigid(M) @ self._rest_inv
-        pose = Pose(rel[:3, :3], rel[:3, 3])
-        return IDENTITY if np.allclose(rel, np.eye(4), rtol=0, atol=1e-12) else pose
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape != (4, 4) or not np.isfinite(M).all():
+            raise SimulationError(
+                f"The reference frame's transform must be a finite 4x4 matrix, got shape "
+                f"{M.shape}."
+            )
+        # rigid(M) @ M_rest^-1, written out: this runs per frame and per instance
+        A = M[:3, :3] / np.sqrt(np.einsum("ij,ij->j", M[:3, :3], M[:3, :3]))
+        R = A @ self._rest_inv[:3, :3]
+        c = M[:3, 3] + A @ self._rest_inv[:3, 3]
+        if np.abs(R - _EYE3).max() <= 1e-12 and np.abs(c).max() <= 1e-12:
+            return IDENTITY
+        return Pose(R, c)
 
     def features(self, colliders: list[Collider], poses: tuple[Pose, Pose, Pose]) -> np.ndarray:
         """The external features (e,) of a frame (:func:`external_features`): the colliders
@@ -562,6 +579,7 @@ class SNPSimulation(SimulatorBase):
 
 
 _NO_INPUTS = FrameInputs()
+_EYE3 = np.eye(3)
 
 
 class SNPBatch:
@@ -661,12 +679,22 @@ def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> n
     """
     out = x
     for c in colliders:
-        phi, n = c.signed_distance(out)
+        if c.kind == "plane":
+            idx = np.arange(len(out))
+        else:  # only the vertices within reach of the centre: one distance per vertex
+            A, t = c.transform[:3, :3], c.transform[:3, 3]
+            scales = np.sqrt(np.einsum("ij,ij->j", A, A))
+            reach = c.radius * scales.max() + c.half_length * scales[2] + margin
+            d = out - t
+            idx = np.flatnonzero(np.einsum("ij,ij->i", d, d) < reach * reach)
+            if not len(idx):
+                continue
+        phi, n = c.signed_distance(out[idx])
         inside = phi < margin
         if inside.any():
             if out is x:
                 out = x.copy()
-            out[inside] += (margin - phi[inside])[:, None] * n[inside]
+            out[idx[inside]] += (margin - phi[inside])[:, None] * n[inside]
     return out
 
 

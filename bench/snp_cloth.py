@@ -1,0 +1,243 @@
+"""Subspace Neural Physics on Blender's own cloth: Blender's cloth step against the learned
+step on the same sheet and inputs, the decode, normals, push-out, the whole Blender frame
+update and 100 capes in one batched step (issue 11's goals).
+
+Problem: a 1 m x 1 m sheet of ``--side`` x ``--side`` vertices (2,500 by default) hanging
+from its top row (the Cloth modifier's pin group), Blender's cloth at quality 5, poked from
+the front by a keyframed sphere of radius 0.15 m (``tests/cloth_scenes.py``; the owner does
+not move), 24 fps. The bench
+
+1. times Blender's cloth step (``scene.frame_set`` of the next frame: the cloth solver and
+   the depsgraph update, the ball keyed to move through the sheet) with and without
+   self-collision, in this process (the PyPI ``bpy``);
+2. bakes ``--variants`` seeded bakes of ``--frames`` frames with the cloth bake job and
+   trains a model on them (``--k`` modes, ``--epochs`` epochs; the timing does not depend on
+   how well it is trained, the accuracy is printed for the record);
+3. times, on one core (:func:`common.pin_this_process`), the model's step, the decode
+   (positions, no push-out), the render-time push-out, the normals (recomputed from the
+   triangles, and the paper's linear normal model as the product of a matrix of the basis'
+   shape), the whole Blender frame update (step + decode + push-out + writing the positions
+   into the mesh, :func:`addon.blender_mesh.set_positions`) and ``--instances`` instances in
+   one batched step.
+
+Usage (a Python with torch and the PyPI bpy: the repository's .venv)::
+
+    python bench/snp_cloth.py [--side 50] [--variants 6] [--frames 120] [--k 64]
+                              [--epochs 20] [--instances 100] [--reps 200] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+import common  # noqa: E402
+from cloth_scenes import build_sheet  # noqa: E402
+
+BOX = [[-0.6, -0.45, 0.4], [0.6, 0.05, 1.6]]
+
+
+def blender_cloth_step(blend: Path, self_collision: bool, frames: int) -> float:
+    """Mean seconds of Blender's cloth step on the sheet, the ball moving through it."""
+    import bpy
+
+    bpy.ops.wm.open_mainfile(filepath=str(blend), load_ui=False)
+    scene = bpy.context.scene
+    sheet = bpy.data.objects["Sheet"]
+    cloth = next(m for m in sheet.modifiers if m.type == "CLOTH")
+    cloth.collision_settings.use_self_collision = self_collision
+    cloth.point_cache.frame_end = frames + 1
+    ball = bpy.data.objects["Ball"]
+    for f, y in ((1, -0.6), (frames // 2, 0.05), (frames, -0.6)):
+        ball.location = (0.0, y, 1.0)
+        ball.keyframe_insert("location", frame=f)
+    scene.frame_set(1)
+    times = []
+    for f in range(2, frames + 1):
+        t0 = time.perf_counter()
+        scene.frame_set(f)
+        sheet.evaluated_get(bpy.context.evaluated_depsgraph_get())
+        times.append(time.perf_counter() - t0)
+    return float(np.mean(times))
+
+
+def per_call(fn, reps: int) -> float:
+    fn(0)
+    t0 = time.perf_counter()
+    for t in range(reps):
+        fn(t)
+    return (time.perf_counter() - t0) / reps
+
+
+def run(args, workdir: Path) -> dict:
+    from neural_rom.core import jobs, registry
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.colliders import Collider
+    from neural_rom.core.methods.snp import SNPBatch, SNPSimulation, VertexNormals, push_out
+    from neural_rom.core.sim import FrameInputs
+    from neural_rom.training.snp import SNPSettings, train_snp
+
+    blend = build_sheet(workdir / "sheet.blend", n=args.side)
+    cloth_s = blender_cloth_step(blend, False, args.cloth_frames)
+    cloth_self_s = blender_cloth_step(blend, True, args.cloth_frames)
+
+    spec = {"kind": "cloth_bake", "blend": str(blend), "object": "Sheet",
+            "out_dir": str(workdir / "bakes"), "name": "sheet", "frames": args.frames,
+            "variants": args.variants, "seed": 0, "owner": "-", "collider_box": BOX}
+    t0 = time.perf_counter()
+    job = jobs.Job.start(spec, sys.executable, workdir / "logs", check_python=False)
+    job.wait(timeout=3600)
+    if job.state != jobs.DONE:
+        raise SystemExit(f"cloth bake failed: {job.message}")
+    bake_s = time.perf_counter() - t0
+    paths = job.result["paths"]
+    out = workdir / "sheet.nrmodel"
+    res = train_snp(paths, out, SNPSettings(k=args.k, epochs=args.epochs, batch_size=32,
+                                            time_budget=3600), checkpoint_dir=None)
+    sim, model = registry.load_simulator(out)
+    p = sim.p
+
+    common.pin_this_process()
+    held = BakeCache.open(paths[model.metadata["validation_trajectories"][0]])
+    C = np.asarray(held.channel("colliders"))
+    R = np.asarray(held.channel("reference_frame"))
+    shapes = held.meta["colliders"]
+    F = held.n_frames
+    inputs = [
+        FrameInputs(
+            colliders=[Collider(c["kind"], c["radius"], c["half_length"], C[f, j])
+                       for j, c in enumerate(shapes)],
+            reference_frame=R[f],
+        )
+        for f in range(F)
+    ]
+    cycle = list(range(1, F)) + list(range(F - 2, 1, -1))
+    order = [cycle[t % len(cycle)] for t in range(args.reps + 1)]
+    step_s = per_call(lambda t: sim.step(inputs[order[t]]), args.reps)
+    sim.push_out = False
+    decode_s = per_call(lambda t: sim.positions(), args.reps)
+    sim.push_out = True
+    x = sim.positions()
+    pushout_s = per_call(lambda t: push_out(x, sim.colliders), args.reps)
+    normals = VertexNormals(p.triangles, len(p.X))
+    normals_s = per_call(lambda t: normals(x), args.reps)
+    Un = np.ascontiguousarray(np.random.default_rng(0).normal(size=p.U.shape))
+    mean_n = np.zeros(len(p.X) * 3)
+
+    def linear_normals(t):
+        n = (mean_n + Un @ sim.z1).reshape(-1, 3)
+        return n / np.linalg.norm(n, axis=1, keepdims=True)
+
+    linear_normals_s = per_call(linear_normals, args.reps)
+
+    import bpy
+
+    from neural_rom.addon import blender_mesh as bm
+
+    bpy.ops.wm.open_mainfile(filepath=str(blend), load_ui=False)
+    mesh = bpy.data.objects["Sheet"].data
+
+    def frame_update(t):
+        sim.step(inputs[order[t]])
+        bm.set_positions(mesh, sim.positions())
+
+    frame_s = per_call(frame_update, args.reps)
+
+    batch = SNPBatch(p, args.instances, sim.settings)
+    starts = [[cycle[(3 * b + t) % len(cycle)] for t in range(args.reps + 1)]
+              for b in range(args.instances)]
+    batch_s = per_call(lambda t: batch.step([inputs[s[t]] for s in starts]), args.reps)
+    net = p.net
+    return {
+        "vertices": len(p.X),
+        "modes": p.u,
+        "external": p.encoder.size,
+        "net_sizes": list(net.sizes) if net is not None else [],
+        "bakes": len(paths),
+        "frames": args.frames,
+        "bake_s": bake_s,
+        "epochs": res["epochs_trained"],
+        "train_s": res["train_seconds"],
+        "network_s": res["network_seconds"],
+        "heldout_mm": 1e3 * res["heldout_mean_error_m"],
+        "initial_mm": 1e3 * res["initial_model_mean_error_m"],
+        "floor_mm": 1e3 * res["projection_mean_error_m"],
+        "blender_cloth_s": cloth_s,
+        "blender_cloth_self_s": cloth_self_s,
+        "step_s": step_s,
+        "decode_s": decode_s,
+        "pushout_s": pushout_s,
+        "normals_s": normals_s,
+        "linear_normals_s": linear_normals_s,
+        "frame_update_s": frame_s,
+        "instances": args.instances,
+        "batch_step_s": batch_s,
+        "file_bytes": out.stat().st_size,
+        "array_bytes": sum(np.asarray(a).nbytes for a in model.arrays.values()),
+    }
+
+
+def report(r: dict) -> str:
+    us = 1e6
+    lines = [
+        f"sheet: {r['vertices']} vertices, {r['modes']} modes, {r['external']} external "
+        f"coordinates, network {r['net_sizes']}",
+        f"data: {r['bakes']} Blender cloth bakes x {r['frames'] + 1} frames in "
+        f"{r['bake_s']:.1f} s; training {r['train_s']:.1f} s ({r['epochs']} epochs, network "
+        f"{r['network_s']:.1f} s)",
+        f"held-out mean vertex error: model {r['heldout_mm']:.2f} mm, initial model "
+        f"{r['initial_mm']:.2f} mm, PCA floor {r['floor_mm']:.2f} mm",
+        f"Blender cloth step (quality 5): {r['blender_cloth_s'] * 1e3:.2f} ms, with "
+        f"self-collision {r['blender_cloth_self_s'] * 1e3:.2f} ms",
+        f"model step {r['step_s'] * us:.1f} us (goal <= 60 us at u = 64), "
+        f"{r['blender_cloth_s'] / r['step_s']:.0f}x faster than Blender's cloth "
+        f"({r['blender_cloth_self_s'] / r['step_s']:.0f}x with self-collision; goal >= 300x)",
+        f"decode {r['decode_s'] * us:.1f} us, push-out {r['pushout_s'] * us:.1f} us, normals "
+        f"recomputed {r['normals_s'] * us:.1f} us vs linear normal model "
+        f"{r['linear_normals_s'] * us:.1f} us",
+        f"whole Blender frame update (step, decode, push-out, mesh write) "
+        f"{r['frame_update_s'] * 1e3:.3f} ms (goal < 1 ms); "
+        f"{r['blender_cloth_s'] / r['frame_update_s']:.0f}x faster than Blender's cloth",
+        f"{r['instances']} instances in one batched step: {r['batch_step_s'] * 1e3:.3f} ms "
+        f"(goal < 2 ms)",
+        f"model file {r['file_bytes'] / 1024:.0f} KiB, arrays {r['array_bytes'] / 1024:.0f} KiB",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--side", type=int, default=50, help="vertices per side of the sheet")
+    ap.add_argument("--variants", type=int, default=6, help="bakes (one in five held out)")
+    ap.add_argument("--frames", type=int, default=120, help="frames per bake")
+    ap.add_argument("--cloth-frames", type=int, default=60, help="Blender cloth frames timed")
+    ap.add_argument("--k", type=int, default=64, help="PCA modes")
+    ap.add_argument("--epochs", type=int, default=20, help="training epochs")
+    ap.add_argument("--instances", type=int, default=100, help="instances of the batch")
+    ap.add_argument("--reps", type=int, default=200, help="frames timed per measurement")
+    ap.add_argument("--json", help="also write the raw results to this JSON file")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="snp_cloth_bench_") as d:
+        r = run(args, Path(d))
+    print(report(r))
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
