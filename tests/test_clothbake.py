@@ -208,3 +208,26 @@ def test_cli_cloth_bake(sheet, tmp_path):
     code = cli.main(["cloth-bake", "--file", str(sheet), "--object", "Sheet", "--frames", "6",
                      "--variants", "1", "--out", str(out)])
     assert code == cli.EXIT_USER_ERROR  # exists: refused, not replaced
+
+
+def test_a_baked_point_cache_is_freed_in_the_job_not_in_the_file(tmp_path):
+    import bpy
+
+    blend = build_sheet(tmp_path / "baked.blend", n=6)
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    cloth = next(m for m in bpy.data.objects["Sheet"].modifiers if m.type == "CLOTH")
+    cloth.point_cache.frame_end = 12
+    bpy.ops.ptcache.bake_all(bake=True)
+    assert cloth.point_cache.is_baked
+    bpy.ops.wm.save_mainfile()
+    job = bake(tmp_path, blend, frames=20, seed=5)
+    assert job.state == jobs.DONE, job.message
+    assert any("was baked" in w for w in job.warnings)
+    b = BakeCache.open(job.result["paths"][0])
+    # the cache range (1..12) was extended to the bake's 21 frames, which all moved
+    x = np.asarray(b.channel("positions"))
+    assert b.n_frames == 21 and b.meta["user_cache_range"] == {"frame_start": 1, "frame_end": 12}
+    assert np.abs(x[20] - x[12]).max() > 1e-4
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    cloth = next(m for m in bpy.data.objects["Sheet"].modifiers if m.type == "CLOTH")
+    assert cloth.point_cache.is_baked  # the user's file keeps its bake
