@@ -447,9 +447,9 @@ class ShenSimulation(SubspaceModel):
         if self.variational:
             t0 = time.perf_counter()
             tol = s.newton_tol * self.length_scale
-            r, c, ok, rep.newton_iters, step = self._variational_step(h, f, colliders, tol)
+            r, c, conv, ok, rep.newton_iters, step = self._variational_step(h, f, colliders, tol)
             rep.timings["line_search"] += time.perf_counter() - t0
-            rep.converged = rep.line_search_ok = ok
+            rep.converged, rep.line_search_ok = conv, ok
             rep.residual = step / self.length_scale
             if ok and np.all(np.isfinite(r)):
                 self.rdot, self.r = (r - self.r) / h, r
@@ -534,11 +534,11 @@ class ShenSimulation(SubspaceModel):
             # Newton stalled at a minimum of |phi|^2 that is not a root (the decoder's tangent
             # space nearly singular there): take the variational step instead
             t0 = time.perf_counter()
-            r, c, ok, iters, step = self._variational_step(h, f, colliders, tol)
+            r, c, conv, ok, iters, step = self._variational_step(h, f, colliders, tol)
             rep.timings["line_search"] += time.perf_counter() - t0
             rep.newton_iters += iters
             self.fallbacks += 1
-            rep.converged = rep.line_search_ok = ok
+            rep.converged, rep.line_search_ok = conv, ok
         rep.residual = step / self.length_scale
         if np.all(np.isfinite(r)) and (rep.converged or rep.line_search_ok):
             self.rdot = (r - self.r) / h
@@ -556,9 +556,11 @@ class ShenSimulation(SubspaceModel):
 
         (Fulton 2019's step, without the fictitious force), by Newton with the exact Hessian
         ``J~^T (M~/h^2 + K) J~ + diag(0, g^T H^)`` (a growing ridge where it is not positive
-        definite) and Armijo backtracking. E is bounded below, so this always makes progress.
+        definite) and Armijo backtracking, at most three times ``max_newton_iters`` iterations.
+        E is bounded below, so this always makes progress: a step that runs out of
+        iterations with E lowered is usable (as the linear runtime's Newton at its limit).
 
-        Returns ``(r, c(r), converged, iterations, last step (m))``.
+        Returns ``(r, c(r), converged, usable, iterations, last step (m))``.
         """
         s = self.settings
         c_tilde, c_n = self.q + h * self.qdot, self.q
@@ -591,10 +593,11 @@ class ShenSimulation(SubspaceModel):
 
         r = self.r + h * self.rdot
         e, g, H, c = energy(r, 1)
+        e0 = e
         step, iters = np.inf, 0
-        for iters in range(1, max(int(s.max_newton_iters), 1) + 1):
+        for iters in range(1, 3 * max(int(s.max_newton_iters), 1) + 1):
             if not (np.isfinite(e) and np.all(np.isfinite(g))):
-                return r, c, False, iters, step
+                return r, c, False, False, iters, step
             ridge, scale = 0.0, max(float(np.trace(H)) / self.n, 1e-300)
             while True:
                 try:
@@ -605,7 +608,7 @@ class ShenSimulation(SubspaceModel):
             step = self._displacement(r, d)
             if step <= tol:
                 r = r + d
-                return r, self.coordinates(r), True, iters, step
+                return r, self.coordinates(r), True, True, iters, step
             slope, t = float(g @ d), 1.0
             for _ in range(_MAX_BACKTRACKS):
                 e_t = energy(r + t * d, 0)[0]
@@ -613,12 +616,12 @@ class ShenSimulation(SubspaceModel):
                     break
                 t *= 0.5
             else:  # no decrease E can measure: converged to rounding
-                return r, c, True, iters, step
+                return r, c, True, True, iters, step
             r = r + t * d
             e, g, H, c = energy(r, 1)
             if t * step <= tol:
-                return r, c, True, iters, t * step
-        return r, c, False, iters, step
+                return r, c, True, True, iters, t * step
+        return r, c, False, bool(e < e0), iters, step
 
     def _displacement(self, r: np.ndarray, d: np.ndarray) -> float:
         """Largest vertex move (m) on the cubature sub-mesh of the step ``d`` from ``r``, to
