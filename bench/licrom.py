@@ -26,7 +26,8 @@ Everything runs in this process pinned to one core, torch on one thread.
 Usage::
 
     python bench/licrom.py [--frames 48] [--variants 3] [--epochs 300] [--fine 36,9,9]
-                           [--cubature-vertices 200] [--out DIR] [--json F]
+                           [--hidden 60,60,60,60] [--cubature-vertices 200] [--out DIR]
+                           [--json F]
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def main() -> None:
     ap.add_argument("--variants", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=300)
     ap.add_argument("--fine", default="36,9,9")
+    ap.add_argument("--hidden", default="60,60,60,60", help="the field's hidden widths")
     ap.add_argument("--cubature-vertices", type=int, default=200)
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
@@ -159,6 +161,7 @@ def main() -> None:
     t0 = time.perf_counter()
     res = train(bar_paths + cut_paths, out / "licrom.nrmodel",
                 {"epochs": a.epochs, "validation_fraction": 0.0, "rollout": False,
+                 "hidden": [int(v) for v in a.hidden.split(",")],
                  "cubature_vertices": a.cubature_vertices}, device="cpu")
     train_s = time.perf_counter() - t0
     print(f"LiCROM training: {train_s:.1f} s ({res['network_seconds']:.1f} s network), "
@@ -192,7 +195,7 @@ def main() -> None:
     swap = {"swap_s": rep.seconds, "to_tets": rep.elements, "kinetic_before": rep.kinetic_before,
             "kinetic_after": rep.kinetic_after}
     print(json.dumps(swap))
-    summary = {"training_s": train_s, "network_s": res["network_seconds"],
+    summary = {"training_s": train_s, "hidden": a.hidden, "epochs_asked": a.epochs, "network_s": res["network_seconds"],
                "projection_ratio_to_pod": res["projection_ratio_to_pod"],
                "epochs": res["epochs_done"], "rows": rows, "swap": swap}
     print("\n| mesh | tets | cubature tets | Newton ms | paper GD ms | full ms | speed-up | "
