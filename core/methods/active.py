@@ -245,11 +245,15 @@ class ActiveFace(SimulatorBase):
     solve : "reduced" or "full"
     tol : relative force residual of each solve
     colliders : initial colliders
-    marker_weight_latent : ``rho`` of the marker fit (pull to the previous code), m^2
+    marker_pull : ``rho`` of the marker fit (pull to the previous code), m^2 per unit code
+    marker_iters, marker_rtol : Levenberg-Marquardt iterations per marker frame at most, and
+        the relative cost decrease under which it stops (a frame starts from the previous
+        frame's code, so one or two iterations usually do)
     """
 
     def __init__(self, model: ActiveModel, *, solve: str = "reduced", tol: float = 1e-6,
-                 colliders=None, marker_pull: float = 1e-8, marker_iters: int = 5) -> None:
+                 colliders=None, marker_pull: float = 1e-8, marker_iters: int = 3,
+                 marker_rtol: float = 1e-2) -> None:
         if solve not in ("reduced", "full"):
             raise SimulationError(f"solve must be 'reduced' or 'full', not {solve!r}")
         self.model = model
@@ -257,6 +261,7 @@ class ActiveFace(SimulatorBase):
         self.tol = tol
         self.marker_pull = marker_pull
         self.marker_iters = marker_iters
+        self.marker_rtol = marker_rtol
         self.fem = TetFEM(model.X, model.T, model.material)
         self.qs = QuasistaticSolver(self.fem, model.constrained, surface=model.skin.matrix)
         self.free = self.qs.free
@@ -465,7 +470,8 @@ class ActiveFace(SimulatorBase):
 
             return r, jacobian
 
-        z, cost, it = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters)
+        z, cost, it = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters,
+                                          rtol=self.marker_rtol if iters is None else 1e-6)
         if not np.array_equal(state["z"], z):  # the last trial was a rejected step
             if mode == "full":
                 state["x"] = self.solve_full(z, jaw, x0=state["x"]).x
