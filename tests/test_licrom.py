@@ -291,7 +291,7 @@ def shapes(tmp_path_factory):
     for p in TRAIN_P:
         paths += bk.bake_variants(meshes[p], drop(meshes[p], p, 2), d, f"train_{p}")
     out = d / "shapes.nrmodel"
-    res = train(paths, out, {"latent_dim": 8, "epochs": 60, "projection_epochs": 0,
+    res = train(paths, out, {"latent_dim": 10, "epochs": 60, "projection_epochs": 0,
                              "validation_fraction": 0.0, "cubature_vertices": 0,
                              "rollout": False}, device="cpu")
     assert res["meshes"] == 3
