@@ -225,7 +225,7 @@ def report(name: str, r: dict) -> str:
     return "\n".join(lines)
 
 
-def random_decoder(n_z: int, k: int, hidden=(64,) * 8, act: str = "sin", scale: float = 0.02,
+def random_decoder(n_z: int, k: int, hidden=(32,) * 6, act: str = "sin", scale: float = 0.02,
                    seed: int = 0):
     """A random decoder of the trained architecture (``hidden`` sin layers, the trainer's
     initialization), outputs of size ``scale``, ``D(0) = 0``: for timings, where only the

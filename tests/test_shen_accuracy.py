@@ -34,18 +34,17 @@ def paths(tmp_path_factory):
 
 
 def test_shen_against_pca_at_equal_dofs_on_the_swung_arm(paths, tmp_path):
-    """Measured with the default network (8 x 64 sin, omega 0.5), 300 epochs: replay 403 mm
-    against PCA's 451 mm (0.89x: the replay goal is met), closest shapes 27.8 mm against
-    28.0 mm (0.99x: the issue's 0.7x goal is NOT met on this scene; the whip of
-    bench/shen.py is where the nonlinear part pays). At 3 + 2 DOFs and 600 epochs it loses to
-    PCA with 5 modes (394 against 215 mm replay, 27.5 against 18.0 mm closest): adding mode 5
-    helps PCA more than a second latent helps this network. The fictitious force changes
-    nothing here: the heavily damped swing stays near its quasi-static shapes, where the force
-    vanishes (Shen 2021, sec. 3.3)."""
+    """Measured with the default network (6 x 32 sin, omega 1; 300, 500 and 800 epochs give
+    the same network: early stopping keeps an early best): replay 360 mm against PCA's 451 mm
+    (0.80x: the replay goal is met), closest shapes 26.5 mm against 28.0 mm (0.95x: the
+    issue's 0.7x goal is NOT met on this scene; the whip of bench/shen.py is where the
+    nonlinear part pays). 8 x 64 at omega 0.5 gave 403 / 27.8 mm. The fictitious force
+    changes nothing here: the heavily damped swing stays near its quasi-static shapes, where
+    the force vanishes (Shen 2021, sec. 3.3)."""
     r = bench_shen.compare(paths, tmp_path, 3, 1, epochs=300, patience=100, fulton=False,
                            max_cubature=40, closest_every=3)
     print(bench_shen.report("swung arm (240 tets)", r))
     shen, pca, nofict = r["shen"], r["pca"], r["shen_nofict"]
-    assert shen["err"] <= pca["err"], "replay error above PCA's at equal DOFs"
-    assert r["shen_closest"] <= 1.05 * r["pca_closest"], "closest shapes clearly worse than PCA's"
+    assert shen["err"] <= 0.9 * pca["err"], "replay error not below PCA's at equal DOFs"
+    assert r["shen_closest"] <= r["pca_closest"], "closest shapes worse than PCA's"
     assert abs(nofict["err"] - shen["err"]) <= 0.01 * shen["err"]

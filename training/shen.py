@@ -26,12 +26,14 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    ``[-1, 1]`` (3 seeds), the roughness ``mean |y''| / mean |y'|``: 1.9-3.2 with this bound,
    5.7-8.7 with SIREN's hidden-layer bound ``sqrt(6 / fan_in)``, ~350 with omega = 30
    (``tests/test_shen_training.py``): the network starts as a smooth function at the data's
-   scale and becomes only as curved as the data asks. The defaults, 8 layers of 64 and
-   ``omega = 0.5``, were chosen on the swung arm of ``bench/latent.py`` at 3 + 2 DOFs (first
-   held-out bake, replay / closest-shape error; PCA with 5 modes: 215 / 13.4 mm): 6 x 32 at
-   omega 2: 526 / 16.5 mm (the wiggly space of Fig. 2 in motion), at omega 0.5: 239 / 13.0 mm;
-   8 x 64 at omega 0.5: 138 / 8.1 mm (without pose weighting 103 / 11.3 mm). The decoder work
-   of a Newton iteration at 10 + 5 DOFs: 327 us (6 x 32: 205 us).
+   scale and becomes only as curved as the data asks. The defaults, 6 layers of 32 at
+   ``omega = 1``, against 8 x 64 at ``omega = 0.5`` (``bench/shen.py``, whole bakes held out,
+   replay / closest-shape error): whip at 3 + 2 DOFs 442 / 8.5 mm against 479 / 18.2 mm (PCA-5
+   473 / 12.4); swung arm at 3 + 1 (``tests/test_shen_accuracy.py``) 360 / 26.5 against
+   403 / 27.8 (PCA-4 451 / 28.0). The larger network won only on one held-out swing bake at
+   3 + 2 (138 / 8.1 against PCA-5's 215 / 13.4); and ``omega = 2`` (6 x 32) gave 526 / 16.5
+   there, the wiggly space of Fig. 2 in motion. Decoder work of a Newton iteration at
+   10 + 5 DOFs: 205 us (8 x 64: 327 us).
    Adam at ``learning_rate``, cut by 20% after 300 and again after 3,000 epochs (sec. 6.1),
    full early stopping on the held-out bakes' loss (the best weights are kept).
 5. The latent size ``n_z``: given, or the smallest of 1, 2, 4, ... (at most
@@ -100,8 +102,8 @@ class ShenSettings:
     latent_dim: int | None = None
     latent_tolerance: float | None = None
     max_latent_dim: int | None = None
-    hidden: list = field(default_factory=lambda: [64] * 8)
-    omega: float = 0.5
+    hidden: list = field(default_factory=lambda: [32] * 6)
+    omega: float = 1.0
     pose_weighting: bool = True
     epochs: int = 2000
     patience: int = 300

@@ -706,10 +706,10 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     Setting("max_latent_dim", "int", None, "Max Latent Size", "Largest latent size the "
             "search tries; 0: the PCA modes beyond n_p", minimum=1, maximum=1000, auto=True,
             advanced=True),
-    Setting("hidden", "int_list", [64] * 8, "Hidden Layers", "Widths of the hidden sin "
+    Setting("hidden", "int_list", [32] * 6, "Hidden Layers", "Widths of the hidden sin "
             "layers of the decoder (the encoder mirrors them); the paper uses 6-10 layers",
             minimum=1, maximum=4096),
-    Setting("omega", "float", 0.5, "Sin Frequency", "omega of the sin activations, "
+    Setting("omega", "float", 1.0, "Sin Frequency", "omega of the sin activations, "
             "folded into the weights: larger fits wilder poses but wiggles between them "
             "(the paper's Fig. 2)", minimum=0.01, maximum=30.0, advanced=True),
     Setting("pose_weighting", "bool", True, "Pose Weighting", "Weight each training pose's "
