@@ -4,9 +4,11 @@ trained on whole bakes and measured on a held-out bake of 1,000 frames replayed 
 runtime as Simulate drives it (colliders and the reference frame per frame).
 
 Scene size: the issue asks for a sheet of about 2,500 vertices. Blender's cloth steps that
-sheet at ~38 ms a frame on this machine (quality 5, no self-collision), so the bakes alone
-would take minutes; the test uses a sheet of SHEET x SHEET vertices and states its numbers,
-and bench/snp.py runs the full-size sheet.
+sheet at ~38 ms a frame on this machine (quality 5, no self-collision; 100 ms with the
+machine loaded), so 20 bakes of 161 frames and a held-out bake of 1,001 would take 3-8
+minutes to bake alone, before training; the test uses a sheet of 12 x 12 vertices (20 bakes
+in 25-50 s, training 70 s: about 2 minutes in all) and states its numbers, and
+bench/snp_cloth.py runs the full-size sheet.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from neural_rom.training.snp import SNPSettings, train_snp
 from .cloth_scenes import build_sheet
 
 SHEET = 12  # vertices per side
-TRAIN_BAKES, TRAIN_FRAMES, HELD_FRAMES = 10, 160, 1000
+TRAIN_BAKES, TRAIN_FRAMES, HELD_FRAMES = 20, 160, 1000
 # the ball pokes the sheet from the front (the sheet hangs in y = 0, z in [0.5, 1.5] m)
 BOX = [[-0.6, -0.45, 0.4], [0.6, 0.05, 1.6]]
 SETTINGS = SNPSettings(
-    k=24, epochs=80, batch_size=32, validation_fraction=0.1, seed=0, time_budget=600
+    k=24, epochs=40, batch_size=32, validation_fraction=0.05, seed=0, time_budget=600
 )
 
 
@@ -125,10 +127,10 @@ def test_cloth_heldout_rollout_beats_the_initial_model(trained):
     diag = float(np.linalg.norm(held.X.max(0) - held.X.min(0)))
     assert np.all(np.isfinite(y)) and np.abs(y - x).max() < diag  # bounded over 1,000 frames
     assert e <= e_raw
-    # The issue's goal is 0.6x the initial model; measured 0.72-0.73x here (two runs), and
-    # 0.78x on a 256-vertex sheet trained on 24 bakes (training/snp.py's docstring): the
-    # bound is what this data reaches, not the goal.
-    assert e <= 0.8 * e0
+    # The issue's goal is 0.6x. This data (20 bakes of seed 0) gives 0.62x; another draw of
+    # 20 bakes (10 of seed 0, 10 of seed 1) gave 0.56x, 10 bakes 0.72x: the ratio moves
+    # with the collider paths by about 0.05, so the bound leaves that margin above 0.62.
+    assert e <= 0.7 * e0
     assert e <= 12.0 * floor
 
 
