@@ -140,7 +140,7 @@ def replay(make_sim, ds, va) -> dict:
 
 def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int = 3000,
             patience: int = 600, fulton: bool = True, max_cubature: int = 100,
-            closest_every: int = 1, **shen_kw) -> dict:
+            closest_every: int = 1, variational: bool = True, **shen_kw) -> dict:
     """Train Shen (n_p + n_z), PCA (n_p + n_z modes) and Fulton (latent n_p + n_z) on
     ``paths``; replay every held-out bake with each (Shen also without the fictitious force)
     and measure closest-shape errors on the held-out frames."""
@@ -175,12 +175,13 @@ def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int =
 
     out["shen_nofict"] = replay(no_fict, ds, va)
 
-    def variational():
+    def variational_step():
         s = load_simulator(path)[0]
         s.variational = True
         return s
 
-    out["shen_variational"] = replay(variational, ds, va)
+    if variational:
+        out["shen_variational"] = replay(variational_step, ds, va)
     t0 = time.perf_counter()
     lin = train_linear([str(p) for p in paths], work / "pca.nrmodel",
                        LinearSettings(k=dofs, max_cubature=max_cubature))
