@@ -309,7 +309,8 @@ def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames
     from neural_rom.core.hocs import jet
 
     rng = np.random.default_rng(1)
-    z, dz, v, g = (0.1 * rng.normal(size=n_z) for _ in range(3)) + (rng.normal(size=k),)
+    z, dz, v = (0.1 * rng.normal(size=n_z) for _ in range(3))
+    g = rng.normal(size=k)
     best = np.inf
     for _ in range(300):
         t0 = time.perf_counter()
