@@ -80,7 +80,10 @@ one held-out bake): neither discretization wins everywhere, so both stay. On the
 damped swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs) the replay is 0.80x PCA's, the
 closest shapes 0.95x, and the fictitious force changes nothing (quasi-static motion). Step
 time on the 21,504-tet bar at 10 + 5 DOFs: 14.3 ms against 1,324 ms for full space (93x;
-random weights of the trained sizes, ``--speed``).
+random weights of the trained sizes, ``--speed``; 166x in a run where other jobs slowed full
+space more), 3.2 Newton iterations per step; the decoder work of one iteration (jet with S,
+then ``g^T H``) takes 205-223 us at best, 0.7 ms per step (in-step means under the shared
+machine's load: 1.5-5.7 ms).
 
 Pins stay where they were trained: animated pins (a moving pin frame) would add the frame's
 fictitious forces to a curved subspace, which is not derived here, so they are refused with a
