@@ -198,16 +198,19 @@ def test_cancelled_cloth_bake_keeps_a_valid_prefix(sheet, tmp_path):
 
 def test_cli_cloth_bake(sheet, tmp_path):
     from neural_rom.addon import cli
+    from neural_rom.addon import jobs as addon_jobs
 
     out = tmp_path / "cli"
-    code = cli.main(["cloth-bake", "--file", str(sheet), "--object", "Sheet", "--frames", "6",
-                     "--variants", "1", "--seed", "2", "--out", str(out)])
-    assert code == cli.EXIT_OK
-    b = BakeCache.open(out / "Sheet_000.nrbake")
-    assert b.n_frames == 7 and b.meta["seed"] == 2
-    code = cli.main(["cloth-bake", "--file", str(sheet), "--object", "Sheet", "--frames", "6",
-                     "--variants", "1", "--out", str(out)])
-    assert code == cli.EXIT_USER_ERROR  # exists: refused, not replaced
+    argv = ["cloth-bake", "--file", str(sheet), "--object", "Sheet", "--frames", "6",
+            "--variants", "1", "--out", str(out)]
+    try:
+        assert cli.main([*argv, "--seed", "2"]) == cli.EXIT_OK
+        b = BakeCache.open(out / "Sheet_000.nrbake")
+        assert b.n_frames == 7 and b.meta["seed"] == 2
+        assert cli.main(argv) == cli.EXIT_USER_ERROR  # exists: refused, not replaced
+        assert b.meta["seed"] == BakeCache.open(out / "Sheet_000.nrbake").meta["seed"]
+    finally:
+        addon_jobs.clear_finished()  # the job list is the process's: leave it empty
 
 
 def test_a_baked_point_cache_is_freed_in_the_job_not_in_the_file(tmp_path):
