@@ -214,11 +214,10 @@ def test_recomputed_normals_of_a_sphere_are_radial():
     assert np.allclose(np.linalg.norm(N, axis=1), 1) and err < 2.0
 
 
-def test_a_driven_model_moves_rigidly_with_its_reference_frame():
+def driven_params(rng, n=5, u=3):
+    """A small driven model (no network, z held: alpha 1, beta 0) resting 1.5 m up."""
     from neural_rom.core.methods.snp import ExternalEncoder, SNPParameters
 
-    rng = np.random.default_rng(1)
-    n, u = 5, 3
     X = rng.normal(size=(n, 3))
     U = np.linalg.qr(rng.normal(size=(3 * n, u)))[0]
     e = 15
@@ -226,10 +225,43 @@ def test_a_driven_model_moves_rigidly_with_its_reference_frame():
                           np.zeros(0, np.int64), np.zeros((0, 0)))
     M0 = np.eye(4)
     M0[:3, 3] = [0.0, 0.0, 1.5]
-    p = SNPParameters(X=X, mean=X, U=U, alpha=np.ones(u), beta=np.zeros(u), z_lo=-np.ones(u),
-                      z_hi=np.ones(u), scale=1.0, encoder=enc, net=None,
-                      sizes=np.zeros((0, 2)), kinds=[], pinned=np.zeros(0, np.int64),
-                      reference_rest=M0)
+    return SNPParameters(X=X, mean=X, U=U, alpha=np.ones(u), beta=np.zeros(u),
+                         z_lo=-np.ones(u), z_hi=np.ones(u), scale=1.0, encoder=enc, net=None,
+                         sizes=np.zeros((0, 2)), kinds=[], pinned=np.zeros(0, np.int64),
+                         reference_rest=M0)
+
+
+def test_driven_instances_in_one_batch_move_as_single_simulators():
+    from scipy.spatial.transform import Rotation
+
+    from neural_rom.core.methods.snp import SNPBatch
+
+    rng = np.random.default_rng(2)
+    p = driven_params(rng)
+    B, frames = 4, 12
+    batch = SNPBatch(p, B)
+    singles = [SNPSimulation(p) for _ in range(B)]
+    worst = 0.0
+    for f in range(frames):
+        inputs = []
+        for i in range(B):
+            M = np.eye(4)
+            M[:3, :3] = Rotation.from_rotvec(rng.normal(size=3) * 0.3).as_matrix()
+            M[:3, 3] = rng.normal(size=3)
+            inputs.append(None if (i + f) % 5 == 0 else FrameInputs(reference_frame=M))
+        batch.step(inputs)
+        for s, inp in zip(singles, inputs):
+            s.step(inp)
+        worst = max(worst, max(float(np.abs(batch.positions()[i] - s.positions()).max())
+                               for i, s in enumerate(singles)))
+    print(f"{B} driven instances over {frames} frames: batch vs single {worst:.2g} m")
+    assert worst <= 1e-12
+
+
+def test_a_driven_model_moves_rigidly_with_its_reference_frame():
+    rng = np.random.default_rng(1)
+    p = driven_params(rng)
+    X, M0 = p.X, p.reference_rest
     sim = SNPSimulation(p)
     from scipy.spatial.transform import Rotation
 
@@ -242,3 +274,9 @@ def test_a_driven_model_moves_rigidly_with_its_reference_frame():
     np.testing.assert_allclose(sim.positions(), X @ rel_R.T + rel_c, atol=1e-12)
     sim.step(FrameInputs())  # no transform this frame: the frame stays
     np.testing.assert_allclose(sim.positions(), X @ rel_R.T + rel_c, atol=1e-12)
+    sim.step(FrameInputs(reference_frame=M0))  # back where it rests: the world, exactly
+    assert sim.poses[0].is_identity and np.array_equal(sim.positions(), X)
+    from neural_rom.core.errors import SimulationError
+
+    with pytest.raises(SimulationError, match="finite 4x4"):
+        sim.step(FrameInputs(reference_frame=np.full((4, 4), np.nan)))

@@ -472,21 +472,29 @@ class SNPSimulation(SimulatorBase):
         """The reference frame of a model driven by a transform (``reference_rest`` set):
         ``M M_rest^-1`` with ``M`` (4, 4) the driver's world matrix (scale divided out);
         ``guess`` (the last pose) when the frame gives none."""
-        if M is None:
-            return guess
-        M = np.asarray(M, dtype=np.float64)
-        if M.shape != (4, 4) or not np.isfinite(M).all():
+        return self.driven_poses([M], [guess])[0]
+
+    def driven_poses(self, Ms: list, guesses: list[Pose]) -> list[Pose]:
+        """:meth:`driven_pose` of B instances at once (one product for all of them: this
+        runs per frame and per instance)."""
+        out = list(guesses)
+        idx = [i for i, M in enumerate(Ms) if M is not None]
+        if not idx:
+            return out
+        M = np.array([Ms[i] for i in idx], dtype=np.float64)
+        if M.shape[1:] != (4, 4) or not np.isfinite(M).all():
             raise SimulationError(
-                f"The reference frame's transform must be a finite 4x4 matrix, got shape "
-                f"{M.shape}."
+                "The reference frame's transform must be a finite 4x4 matrix, got shape "
+                f"{M.shape[1:]}."
             )
-        # rigid(M) @ M_rest^-1, written out: this runs per frame and per instance
-        A = M[:3, :3] / np.sqrt(np.einsum("ij,ij->j", M[:3, :3], M[:3, :3]))
+        L = M[:, :3, :3]
+        A = L / np.sqrt(np.einsum("kij,kij->kj", L, L))[:, None, :]  # rigid(M)
         R = A @ self._rest_inv[:3, :3]
-        c = M[:3, 3] + A @ self._rest_inv[:3, 3]
-        if np.abs(R - _EYE3).max() <= 1e-12 and np.abs(c).max() <= 1e-12:
-            return IDENTITY
-        return Pose(R, c)
+        c = M[:, :3, 3] + A @ self._rest_inv[:3, 3]
+        same = (np.abs(R - _EYE3).max(axis=(1, 2)) <= 1e-12) & (np.abs(c).max(axis=1) <= 1e-12)
+        for k, i in enumerate(idx):
+            out[i] = IDENTITY if same[k] else Pose(R[k], c[k])
+        return out
 
     def features(self, colliders: list[Collider], poses: tuple[Pose, Pose, Pose]) -> np.ndarray:
         """The external features (e,) of a frame (:func:`external_features`): the colliders
@@ -548,10 +556,15 @@ class SNPSimulation(SimulatorBase):
         with the instances' new poses and colliders. The one step of :meth:`step` (B = 1)
         and of :class:`SNPBatch`."""
         new_poses, new_cols = [], []
-        for ps, cols, inp in zip(poses, colliders, inputs, strict=True):
-            inp = inp or _NO_INPUTS
-            if self._rest_inv is not None:
-                pose = self.driven_pose(inp.reference_frame, ps[0])
+        inputs = [inp or _NO_INPUTS for inp in inputs]
+        driven = None
+        if self._rest_inv is not None:
+            driven = self.driven_poses(
+                [inp.reference_frame for inp in inputs], [ps[0] for ps in poses]
+            )
+        for b, (ps, cols, inp) in enumerate(zip(poses, colliders, inputs, strict=True)):
+            if driven is not None:
+                pose = driven[b]
             else:
                 pose = reference_pose(self.rest_pins, inp.pin_targets, ps[0])
             new_poses.append((pose, ps[0], ps[1]))
