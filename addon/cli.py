@@ -254,17 +254,37 @@ def build_parser() -> argparse.ArgumentParser:
             80,
         ),
     )
-    cloth.add_argument("--frames", type=_positive_int, default=120, metavar="N",
-                       help="frames per variant after the first (default 120)")
-    cloth.add_argument("--variants", type=_positive_int, default=4, metavar="N",
-                       help="bakes, each with its own random motion (default 4)")
-    cloth.add_argument("--seed", type=_non_negative_int, default=0, metavar="INT",
-                       help="seed of the first variant (default 0)")
-    cloth.add_argument("--owner", default="", metavar="NAME",
-                       help="the object the cloth hangs from, which the bake moves "
-                       "(default: its top-most parent, or itself; '-' moves nothing)")
-    cloth.add_argument("--out", metavar="DIR",
-                       help="write the bakes here (default: the object's cache directory)")
+    cloth.add_argument(
+        "--frames",
+        type=_positive_int,
+        default=120,
+        metavar="N",
+        help="frames per variant after the first (default 120)",
+    )
+    cloth.add_argument(
+        "--variants",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="bakes, each with its own random motion (default 4)",
+    )
+    cloth.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        default=0,
+        metavar="INT",
+        help="seed of the first variant (default 0)",
+    )
+    cloth.add_argument(
+        "--owner",
+        default="",
+        metavar="NAME",
+        help="the object the cloth hangs from, which the bake moves "
+        "(default: its top-most parent, or itself; '-' moves nothing)",
+    )
+    cloth.add_argument(
+        "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"
+    )
     cloth.add_argument("--overwrite", action="store_true", help="replace bakes that exist")
 
     pc2 = sub.add_parser(

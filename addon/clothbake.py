@@ -221,8 +221,12 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
         "object": obj.name,
         "owner": owner.name if owner is not None else "",
         "colliders": [
-            {"name": col.name, "kind": s["kind"], "radius": s["radius"],
-             "half_length": s["half_length"]}
+            {
+                "name": col.name,
+                "kind": s["kind"],
+                "radius": s["radius"],
+                "half_length": s["half_length"],
+            }
             for (col, _), s in zip(cols, shapes)
         ],
         "reference_rest": cb.rigid(M0).tolist(),
@@ -356,5 +360,9 @@ def make_job(obj, scene, out_dir: str | Path, **settings) -> dict:
     copy = out_dir / f".{settings.get('name', 'cloth')}.source.blend"
     bpy.ops.wm.save_as_mainfile(filepath=str(copy), copy=True, check_existing=False)
     spec = cb.ClothBakeSpec(blend=str(copy), object=obj.name, out_dir=str(out_dir), **settings)
-    return {"kind": "cloth_bake", "runs_in": "blender", **spec.to_dict(),
-            "log_dir": str(out_dir / "logs")}
+    return {
+        "kind": "cloth_bake",
+        "runs_in": "blender",
+        **spec.to_dict(),
+        "log_dir": str(out_dir / "logs"),
+    }

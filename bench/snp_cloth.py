@@ -87,7 +87,7 @@ def run(args, workdir: Path) -> dict:
     from neural_rom.core import jobs, registry
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.colliders import Collider
-    from neural_rom.core.methods.snp import SNPBatch, SNPSimulation, VertexNormals, push_out
+    from neural_rom.core.methods.snp import SNPBatch, VertexNormals, push_out
     from neural_rom.core.sim import FrameInputs
     from neural_rom.training.snp import SNPSettings, train_snp
 
@@ -95,9 +95,18 @@ def run(args, workdir: Path) -> dict:
     cloth_s = blender_cloth_step(blend, False, args.cloth_frames)
     cloth_self_s = blender_cloth_step(blend, True, args.cloth_frames)
 
-    spec = {"kind": "cloth_bake", "blend": str(blend), "object": "Sheet",
-            "out_dir": str(workdir / "bakes"), "name": "sheet", "frames": args.frames,
-            "variants": args.variants, "seed": 0, "owner": "-", "collider_box": BOX}
+    spec = {
+        "kind": "cloth_bake",
+        "blend": str(blend),
+        "object": "Sheet",
+        "out_dir": str(workdir / "bakes"),
+        "name": "sheet",
+        "frames": args.frames,
+        "variants": args.variants,
+        "seed": 0,
+        "owner": "-",
+        "collider_box": BOX,
+    }
     t0 = time.perf_counter()
     job = jobs.Job.start(spec, sys.executable, workdir / "logs", check_python=False)
     job.wait(timeout=3600)
@@ -106,8 +115,12 @@ def run(args, workdir: Path) -> dict:
     bake_s = time.perf_counter() - t0
     paths = job.result["paths"]
     out = workdir / "sheet.nrmodel"
-    res = train_snp(paths, out, SNPSettings(k=args.k, epochs=args.epochs, batch_size=32,
-                                            time_budget=3600), checkpoint_dir=None)
+    res = train_snp(
+        paths,
+        out,
+        SNPSettings(k=args.k, epochs=args.epochs, batch_size=32, time_budget=3600),
+        checkpoint_dir=None,
+    )
     sim, model = registry.load_simulator(out)
     p = sim.p
 
@@ -119,8 +132,10 @@ def run(args, workdir: Path) -> dict:
     F = held.n_frames
     inputs = [
         FrameInputs(
-            colliders=[Collider(c["kind"], c["radius"], c["half_length"], C[f, j])
-                       for j, c in enumerate(shapes)],
+            colliders=[
+                Collider(c["kind"], c["radius"], c["half_length"], C[f, j])
+                for j, c in enumerate(shapes)
+            ],
             reference_frame=R[f],
         )
         for f in range(F)
@@ -145,7 +160,6 @@ def run(args, workdir: Path) -> dict:
     linear_normals_s = per_call(linear_normals, args.reps)
 
     import bpy
-
     from neural_rom.addon import blender_mesh as bm
 
     bpy.ops.wm.open_mainfile(filepath=str(blend), load_ui=False)
@@ -158,8 +172,10 @@ def run(args, workdir: Path) -> dict:
     frame_s = per_call(frame_update, args.reps)
 
     batch = SNPBatch(p, args.instances, sim.settings)
-    starts = [[cycle[(3 * b + t) % len(cycle)] for t in range(args.reps + 1)]
-              for b in range(args.instances)]
+    starts = [
+        [cycle[(3 * b + t) % len(cycle)] for t in range(args.reps + 1)]
+        for b in range(args.instances)
+    ]
     batch_s = per_call(lambda t: batch.step([inputs[s[t]] for s in starts]), args.reps)
     net = p.net
     return {

@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-
 from neural_rom.core import clothbake as cb
 from neural_rom.core import jobs
 from neural_rom.core.cache import BakeCache
@@ -139,8 +138,10 @@ def test_cloth_bake_writes_world_positions_pins_frames_and_colliders(baked):
         pin_drift = np.abs(y[:, pin] - b.X[pin]).max()
         moved = np.abs(R[:, :3, 3] - R[0, :3, 3]).max()
         swing = np.abs(y - b.X).max()
-        print(f"{b.path.name}: owner moved {moved:.3f} m, pins drift {pin_drift:.2g} m in its "
-              f"frame, cloth deforms {swing:.3f} m")
+        print(
+            f"{b.path.name}: owner moved {moved:.3f} m, pins drift {pin_drift:.2g} m in its "
+            f"frame, cloth deforms {swing:.3f} m"
+        )
         assert len(pin) == 12 and pin_drift < 1e-5 and moved > 0.05 and swing > 0.05
         # the collider is at its planned keys (the uv sphere is centred on its origin)
         plan = meta["motion"]["colliders"][0]
@@ -179,8 +180,13 @@ def test_cloth_bake_mutes_modifiers_after_the_cloth(tmp_path):
 
 
 def test_cancelled_cloth_bake_keeps_a_valid_prefix(sheet, tmp_path):
-    spec = {"kind": "cloth_bake", "blend": str(sheet), "object": "Sheet",
-            "out_dir": str(tmp_path / "bakes"), "frames": 3000}
+    spec = {
+        "kind": "cloth_bake",
+        "blend": str(sheet),
+        "object": "Sheet",
+        "out_dir": str(tmp_path / "bakes"),
+        "frames": 3000,
+    }
     job = jobs.Job.start(spec, PY, tmp_path / "logs", check_python=False)
     deadline = time.monotonic() + 60
     while job.done_units < 20 and time.monotonic() < deadline and not job.finished:
@@ -201,8 +207,19 @@ def test_cli_cloth_bake(sheet, tmp_path):
     from neural_rom.addon import jobs as addon_jobs
 
     out = tmp_path / "cli"
-    argv = ["cloth-bake", "--file", str(sheet), "--object", "Sheet", "--frames", "6",
-            "--variants", "1", "--out", str(out)]
+    argv = [
+        "cloth-bake",
+        "--file",
+        str(sheet),
+        "--object",
+        "Sheet",
+        "--frames",
+        "6",
+        "--variants",
+        "1",
+        "--out",
+        str(out),
+    ]
     try:
         assert cli.main([*argv, "--seed", "2"]) == cli.EXIT_OK
         b = BakeCache.open(out / "Sheet_000.nrbake")

@@ -19,7 +19,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from neural_rom.core import jobs, registry
 from neural_rom.core.cache import BakeCache
 from neural_rom.core.colliders import Collider
@@ -193,15 +192,20 @@ def test_recomputed_normals_of_a_sphere_are_radial():
         [
             [[0, 0, 1]],
             np.stack(
-                [np.outer(np.sin(th), np.cos(ph)), np.outer(np.sin(th), np.sin(ph)),
-                 np.repeat(np.cos(th)[:, None], seg, 1)], axis=-1
+                [
+                    np.outer(np.sin(th), np.cos(ph)),
+                    np.outer(np.sin(th), np.sin(ph)),
+                    np.repeat(np.cos(th)[:, None], seg, 1),
+                ],
+                axis=-1,
             ).reshape(-1, 3),
             [[0, 0, -1]],
         ]
     )
     idx = 1 + np.arange((rings - 1) * seg).reshape(rings - 1, seg)
-    quads = np.stack([idx[:-1], idx[1:], np.roll(idx[1:], -1, 1), np.roll(idx[:-1], -1, 1)],
-                     axis=-1).reshape(-1, 4)
+    quads = np.stack(
+        [idx[:-1], idx[1:], np.roll(idx[1:], -1, 1), np.roll(idx[:-1], -1, 1)], axis=-1
+    ).reshape(-1, 4)
     caps_top = np.stack([np.zeros(seg, int), idx[0], np.roll(idx[0], -1)], 1)
     caps_bot = np.stack([np.full(seg, len(V) - 1), np.roll(idx[-1], -1), idx[-1]], 1)
     fv = np.concatenate([quads.ravel(), caps_top.ravel(), caps_bot.ravel()])
@@ -221,20 +225,37 @@ def driven_params(rng, n=5, u=3):
     X = rng.normal(size=(n, 3))
     U = np.linalg.qr(rng.normal(size=(3 * n, u)))[0]
     e = 15
-    enc = ExternalEncoder(np.full(e, -1e9), np.full(e, 1e9), np.zeros(e), np.ones(e),
-                          np.zeros(0, np.int64), np.zeros((0, 0)))
+    enc = ExternalEncoder(
+        np.full(e, -1e9),
+        np.full(e, 1e9),
+        np.zeros(e),
+        np.ones(e),
+        np.zeros(0, np.int64),
+        np.zeros((0, 0)),
+    )
     M0 = np.eye(4)
     M0[:3, 3] = [0.0, 0.0, 1.5]
-    return SNPParameters(X=X, mean=X, U=U, alpha=np.ones(u), beta=np.zeros(u),
-                         z_lo=-np.ones(u), z_hi=np.ones(u), scale=1.0, encoder=enc, net=None,
-                         sizes=np.zeros((0, 2)), kinds=[], pinned=np.zeros(0, np.int64),
-                         reference_rest=M0)
+    return SNPParameters(
+        X=X,
+        mean=X,
+        U=U,
+        alpha=np.ones(u),
+        beta=np.zeros(u),
+        z_lo=-np.ones(u),
+        z_hi=np.ones(u),
+        scale=1.0,
+        encoder=enc,
+        net=None,
+        sizes=np.zeros((0, 2)),
+        kinds=[],
+        pinned=np.zeros(0, np.int64),
+        reference_rest=M0,
+    )
 
 
 def test_driven_instances_in_one_batch_move_as_single_simulators():
-    from scipy.spatial.transform import Rotation
-
     from neural_rom.core.methods.snp import SNPBatch
+    from scipy.spatial.transform import Rotation
 
     rng = np.random.default_rng(2)
     p = driven_params(rng)
@@ -252,8 +273,13 @@ def test_driven_instances_in_one_batch_move_as_single_simulators():
         batch.step(inputs)
         for s, inp in zip(singles, inputs):
             s.step(inp)
-        worst = max(worst, max(float(np.abs(batch.positions()[i] - s.positions()).max())
-                               for i, s in enumerate(singles)))
+        worst = max(
+            worst,
+            max(
+                float(np.abs(batch.positions()[i] - s.positions()).max())
+                for i, s in enumerate(singles)
+            ),
+        )
     print(f"{B} driven instances over {frames} frames: batch vs single {worst:.2g} m")
     assert worst <= 1e-12
 

@@ -652,8 +652,17 @@ def open_cloth_bakes(ds: BakeDataset, validation_fraction: float, seed: int) -> 
     )
 
 
-def start_run(bakes, settings, *, device: str, expect_mesh_hash, checkpoint_dir, progress,
-              should_cancel, metric) -> TrainingRun:
+def start_run(
+    bakes,
+    settings,
+    *,
+    device: str,
+    expect_mesh_hash,
+    checkpoint_dir,
+    progress,
+    should_cancel,
+    metric,
+) -> TrainingRun:
     """:meth:`.common.TrainingRun.start` for FEM bakes; for cloth bakes the same run with
     :func:`open_cloth_bakes` (they have no FEM scenario)."""
     ds = BakeDataset.open(bakes, expect_mesh_hash=expect_mesh_hash)
