@@ -15,8 +15,9 @@ A :class:`FaceRig` is what the active-face method (Srinivasan et al. 2021) simul
 :func:`face_rig` builds one from any closed skin, skull and jaw (a user's own meshes, with the
 checks a user needs: a skull through the skin, a jaw off the flesh, slivers);
 :func:`demo_head` builds the procedural demo head (about 21 cm tall) and :func:`make_shape_keys`
-its "sculpted" expressions by our own simulation of random muscle activations and jaw angles
-(seeded). :func:`save_face` / :func:`load_face` store both in one ``.npz`` (no pickle).
+its "sculpted" expressions by our own simulation of muscle activations (a smile, a frown,
+a pucker, ... at 22-40% fibre contraction) and jaw angles (half the keys 15-25 deg open), seeded:
+5-20 mm of skin motion where the face moves, as on a real face. :func:`save_face` / :func:`load_face` store both in one ``.npz`` (no pickle).
 
 Units: metres, radians. The face looks along -y, z is up.
 """
@@ -44,6 +45,7 @@ __all__ = [
     "check_shape_keys",
     "check_tets",
     "demo_muscles",
+    "EXPRESSIONS",
     "ellipsoid_mesh",
     "demo_head",
     "face_rig",
@@ -328,20 +330,37 @@ def _cell_corners(div) -> np.ndarray:
 
 
 def demo_muscles() -> list[dict]:
-    """The demo head's muscles: capsules and a ring (see :func:`face_rig`)."""
+    """The demo head's muscles: capsules and a ring (see :func:`face_rig`).
+
+    The capsules run from the bone (their first end at the skull's or the jaw's surface, so
+    their elements pull on fixed nodes, as a muscle's origin does) to the skin around the
+    mouth and the brows; 1.6-2 cm thick, so a full contraction moves the skin 4-11 mm.
+    """
     m = []
     for side, sx in (("L", 1.0), ("R", -1.0)):
-        m.append({"name": f"zygomaticus_{side}", "p0": (0.05 * sx, -0.055, 0.0),
-                  "p1": (0.022 * sx, -0.074, -0.04), "radius": 0.018})
-        m.append({"name": f"frontalis_{side}", "p0": (0.025 * sx, -0.07, 0.03),
-                  "p1": (0.025 * sx, -0.06, 0.085), "radius": 0.02})
-        m.append({"name": f"risorius_{side}", "p0": (0.058 * sx, -0.04, -0.045),
-                  "p1": (0.026 * sx, -0.072, -0.045), "radius": 0.016})
-        m.append({"name": f"depressor_{side}", "p0": (0.03 * sx, -0.062, -0.088),
-                  "p1": (0.022 * sx, -0.074, -0.05), "radius": 0.016})
-    m.append({"name": "orbicularis_oris", "center": (0.0, -0.074, -0.045),
-              "normal": (0.0, 1.0, 0.0), "ring_radius": 0.022, "radius": 0.014})
+        m.append({"name": f"zygomaticus_{side}", "p0": (0.058 * sx, -0.04, 0.012),
+                  "p1": (0.026 * sx, -0.078, -0.042), "radius": 0.02})
+        m.append({"name": f"frontalis_{side}", "p0": (0.025 * sx, -0.074, 0.03),
+                  "p1": (0.025 * sx, -0.06, 0.095), "radius": 0.02})
+        m.append({"name": f"risorius_{side}", "p0": (0.066 * sx, -0.03, -0.045),
+                  "p1": (0.026 * sx, -0.078, -0.045), "radius": 0.018})
+        m.append({"name": f"depressor_{side}", "p0": (0.032 * sx, -0.05, -0.09),
+                  "p1": (0.024 * sx, -0.078, -0.05), "radius": 0.018})
+    m.append({"name": "orbicularis_oris", "center": (0.0, -0.076, -0.045),
+              "normal": (0.0, 1.0, 0.0), "ring_radius": 0.024, "radius": 0.016})
     return m
+
+
+#: The demo keys' expressions: muscle -> relative activation (names of :func:`demo_muscles`).
+EXPRESSIONS = {
+    "smile": {"zygomaticus_L": 1.0, "zygomaticus_R": 1.0, "risorius_L": 0.5, "risorius_R": 0.5},
+    "smirk_L": {"zygomaticus_L": 1.0, "risorius_L": 0.8},
+    "smirk_R": {"zygomaticus_R": 1.0, "risorius_R": 0.8},
+    "frown": {"depressor_L": 1.0, "depressor_R": 1.0, "risorius_L": 0.3, "risorius_R": 0.3},
+    "pucker": {"orbicularis_oris": 1.0},
+    "brows_up": {"frontalis_L": 1.0, "frontalis_R": 1.0},
+    "grimace": {"risorius_L": 1.0, "risorius_R": 1.0, "depressor_L": 0.5, "depressor_R": 0.5},
+}
 
 
 def demo_head(size: str = "small") -> FaceRig:
@@ -382,21 +401,45 @@ def make_shape_keys(
     *,
     held_out: int = 0,
     seed: int = 0,
-    max_jaw: float = 0.35,
+    max_jaw: float = 0.44,
     tol: float = 1e-7,
 ) -> ShapeKeys:
-    """``count`` expressions simulated from random muscle activations and jaw angles.
+    """``count`` expressions simulated from muscle activations and jaw angles (seeded).
 
-    Each muscle is active with probability 0.35 at a uniform level in [0.3, 1]; the jaw is
-    open in half of the keys, uniformly up to ``max_jaw`` rad (20 deg). The last ``held_out``
-    keys are marked held out. Deterministic for a seed.
+    Each key is one or two of :data:`EXPRESSIONS` (a smile, a frown, a pucker, ...) at a
+    strength uniform in [0.45, 0.8] (fibre contraction 22-40%), plus 0-0.15 of every muscle
+    (asymmetry, noise), clipped to [0, 1]; the jaw is open in half of the keys, uniformly
+    between 0.6 ``max_jaw`` and ``max_jaw`` (15-25 deg by default), and slightly (up to
+    0.1 ``max_jaw``) in the rest. Rigs whose muscles are not the demo's get random
+    activations instead (each muscle at 0.45-0.8 with probability 0.35). The names say what a
+    key is (``key007_smile+pucker_jaw21``). The last ``held_out`` keys are held out.
     """
     from .quasistatic import QuasistaticSolver
 
     rng = np.random.default_rng(seed)
     k = rig.n_muscles
-    acts = np.where(rng.random((count, k)) < 0.35, rng.uniform(0.3, 1.0, (count, k)), 0.0)
-    jaw = np.where(rng.random(count) < 0.5, rng.uniform(0.0, max_jaw, count), 0.0)
+    index = {n: i for i, n in enumerate(rig.muscle_names)}
+    presets = {}
+    for name, weights in EXPRESSIONS.items():
+        if weights.keys() <= index.keys():
+            v = np.zeros(k)
+            v[[index[m] for m in weights]] = list(weights.values())
+            presets[name] = v
+    acts = np.zeros((count, k))
+    labels = []
+    for i in range(count):
+        if presets:
+            pick = rng.choice(len(presets), size=1 + int(rng.random() < 0.5), replace=False)
+            for j in pick:
+                acts[i] += rng.uniform(0.45, 0.8) * list(presets.values())[j]
+            acts[i] += rng.uniform(0.0, 0.15, k)
+            labels.append("+".join(list(presets)[j] for j in sorted(pick)))
+        else:
+            acts[i] = np.where(rng.random(k) < 0.35, rng.uniform(0.45, 0.8, k), 0.0)
+            labels.append("random")
+    acts = acts.clip(0.0, 1.0)
+    wide = rng.random(count) < 0.5
+    jaw = np.where(wide, rng.uniform(0.6, 1.0, count), rng.uniform(0.0, 0.1, count)) * max_jaw
     solver = QuasistaticSolver(rig.fem(), rig.constrained)
     P = np.empty((count, len(rig.skin_V), 3))
     for i in range(count):
@@ -405,8 +448,8 @@ def make_shape_keys(
     ho = np.zeros(count, bool)
     if held_out:
         ho[-held_out:] = True
-    return ShapeKeys(positions=P, jaw=jaw, names=[f"key{i:03d}" for i in range(count)],
-                     held_out=ho, activations=acts)
+    names = [f"key{i:03d}_{labels[i]}_jaw{np.degrees(jaw[i]):.0f}" for i in range(count)]
+    return ShapeKeys(positions=P, jaw=jaw, names=names, held_out=ho, activations=acts)
 
 
 def check_shape_keys(rig: FaceRig, keys: ShapeKeys) -> None:
