@@ -20,6 +20,18 @@ not move), 24 fps. The bench
    into the mesh, :func:`addon.blender_mesh.set_positions`) and ``--instances`` instances in
    one batched step.
 
+Results (default run, 2,500 vertices, u = 64, network 131-96-96-96-64, the shared 2-core
+machine loaded by 3 other sessions, load average 5-8: the microsecond timings moved 3-6x
+between runs, so read them as upper bounds until a run on a quiet machine): Blender's cloth
+97-126 ms a frame (38 ms measured once at load 0.1), with self-collision 1.0-2.0 s; the model's
+step 139-908 us (three runs; 57 us for the FEM block of bench/snp.py on a quiet machine), so
+244-912x Blender's cloth and 4,900-10,300x with self-collision; decode 208-511 us, push-out
+92-459 us, normals recomputed 0.5-2.4 ms against 0.3-0.5 ms for the linear normal model's
+product; whole Blender frame update 0.52-2.1 ms; 100 instances in one batched step 2.1-17 ms;
+model file 4.2 MiB. Data: 6 bakes x 121 frames in 117-133 s, training 19-29 s (20 epochs);
+with so little data the model (63 mm) is worse than its initial model (42 mm; PCA floor
+3.8 mm): see tests/test_snp_cloth.py for what 20 bakes give.
+
 Usage (a Python with torch and the PyPI bpy: the repository's .venv)::
 
     python bench/snp_cloth.py [--side 50] [--variants 6] [--frames 120] [--k 64]
