@@ -112,10 +112,19 @@ def test_held_out_refit_and_markers(trained):
     mv = np.random.default_rng(0).choice(len(rig.skin_V), 30, replace=False)
     rep = sim.step(FrameInputs(markers=Markers(mv, t[mv]), reference_frame=jaw))
     marker = skin_error(rig, sim.x, t)
-    print(f"\nheld-out key: rest {rest * 1000:.3f} mm, whole-skin refit ({its} LM iterations) "
-          f"{whole * 1000:.3f} mm, 30 markers (reduced, {rep.newton_iters} iterations) "
-          f"{marker * 1000:.3f} mm")
-    assert whole < 0.6 * rest  # 4 training keys here; bench/active.py measures the real fit
+    # surface PCA of the training keys' skin motion with as many dimensions (its best: the
+    # orthogonal projection of the held-out key)
+    D = (keys.positions[~keys.held_out] - rig.skin_V).reshape(int((~keys.held_out).sum()), -1)
+    Vt = np.linalg.svd(D, full_matrices=False)[2][: model.latent_dim]
+    r = (t - rig.skin_V).reshape(-1)
+    pca = float(np.linalg.norm((r - Vt.T @ (Vt @ r)).reshape(-1, 3), axis=1).mean())
+    moved = np.linalg.norm(t - rig.skin_V, axis=1).max()
+    print(f"\nheld-out key {keys.names[j]}: skin moves {rest * 1000:.3f} mm on average, up to "
+          f"{moved * 1000:.1f} mm; whole-skin refit ({its} LM iterations) {whole * 1000:.3f} mm, "
+          f"surface PCA-{model.latent_dim} {pca * 1000:.3f} mm; 30 markers (reduced, "
+          f"{rep.newton_iters} iterations) {marker * 1000:.3f} mm")
+    assert rest > 0.003 and moved > 0.01  # a real expression (5-20 mm where the face moves)
+    assert whole < 0.001  # the issue's goal, with only 6 training keys here
     assert marker < 2.0 * whole + 1e-5
 
 

@@ -71,7 +71,10 @@ def test_shape_keys_are_equilibria_deterministic_and_round_trip(rig, tmp_path):
     moved = np.linalg.norm(keys.positions - rig.skin_V, axis=2).max(1)
     print(f"\nkeys: largest skin motion per key {np.round(moved * 1000, 1).tolist()} mm, jaw "
           f"{np.round(keys.jaw, 3).tolist()} rad")
-    assert moved.min() > 0.002 and keys.held_out.tolist() == [False, False, False, True]
+    # realistic expressions: 5-20 mm where the face moves (a wide-open jaw a little more)
+    assert 0.005 < moved.min() and moved.max() < 0.03
+    assert keys.held_out.tolist() == [False, False, False, True]
+    assert all(name.startswith(f"key{i:03d}_") for i, name in enumerate(keys.names))
     # each key is the skin of an equilibrium of its muscle actions
     solver = QuasistaticSolver(rig.fem(), rig.constrained)
     eq = solver.solve(muscle_actions(rig, keys.activations[0]), rig.boundary(keys.jaw[0]))
