@@ -2,8 +2,9 @@
 latent, so one model runs on any mesh of its object and survives mesh changes mid-run.
 
 The kinematics (eq. 2) are a continuous field ``u(X, t) = W(X) q(t)``: ``W`` is a small MLP
-(5 layers, width 60, ELU, sec. 3.1) taking a reference point ``X`` (normalized by the
-training domain's centre and half-extent) to a (3, r) matrix. Evaluated once at a mesh's
+(5 layers, ELU, sec. 3.1; width 60 in the paper, its last hidden layer 256 wide here: see
+:mod:`training.licrom`) taking a reference point ``X`` (normalized by the training domain's
+centre and half-extent) to a (3, r) matrix. Evaluated once at a mesh's
 nodes it gives that mesh's basis ``U`` (3n, r), so the dynamics are those of any linear
 subspace model: backward Euler (eq. 5, 8)::
 
@@ -557,8 +558,9 @@ def load(model: Model, *, settings: SimSettings | None = None, colliders=None,
 SETTINGS = (
     Setting("latent_dim", "int", 20, "Latent Size", "Latent coordinates r: the number of "
             "displacement fields (Chang 2023 uses 20)", minimum=1, maximum=1000, soft_maximum=64),
-    Setting("hidden", "int_list", [60, 60, 60, 60], "Hidden Layers", "Widths of the field "
-            "network's hidden layers (5 layers of width 60 in the paper: 4 hidden + output)",
+    Setting("hidden", "int_list", [60, 60, 60, 256], "Hidden Layers", "Widths of the field "
+            "network's hidden layers (the paper: 4 of width 60; the last is widened to 256 here, "
+            "for the closed-form last layer picks the modes from its span)",
             minimum=1, maximum=4096),
     Setting("activation", "enum", "elu", "Activation", "Hidden activation of the field and "
             "the encoder (the paper: ELU)",
@@ -577,6 +579,11 @@ SETTINGS = (
     Setting("points_per_frame", "int", 1024, "Points per Frame", "Points of each frame the "
             "loss sees (drawn by lumped mass, so by volume, whatever the mesh)", minimum=8,
             maximum=1_000_000, soft_maximum=10000, advanced=True),
+    Setting("volume_share", "float", 1.0, "Volume Share", "Share of each frame's points "
+            "drawn inside the elements (displacement interpolated linearly, as the "
+            "finite-element field is) rather than at the nodes: the field is then fitted "
+            "between the nodes too, so a finer mesh's basis has no stray wiggles",
+            minimum=0.0, maximum=1.0, advanced=True),
     Setting("encoder_points", "int", 512, "Encoder Points", "Of those, how many the PointNet "
             "encoder sees (the paper: 2500)", minimum=8, maximum=1_000_000,
             soft_maximum=10000, advanced=True),
