@@ -36,7 +36,10 @@ Where we depart from the paper, each measured on the bakes of tests/test_licrom.
   layer is 256 wide by default (cheap: one layer): on the 10x2x2 test bar at r = 20 (100
   epochs, four bakes) the paper's 60 features gave 535x POD's projection error and a held-out
   poke replay of 2.87 mm against POD's 0.91 mm (3.2x); 128 features 10x and 0.90 mm; 256
-  features 1.07x and 0.91 mm (1.00x POD), training 23 s instead of 19 s.
+  features 1.07x and 0.91 mm (1.00x POD), training 23 s instead of 19 s (these with points
+  at the nodes only, ``volume_share`` 0). With the default volume points the field must also
+  fit between the nodes, which the nodal projection does not credit: 60 features 1578x and
+  4.62 mm (5.1x POD), 256 features 571x and 1.71 mm (1.9x POD).
   ``projection_epochs`` more passes on least-squares codes (what the runtime computes,
   :meth:`core.methods.licrom.LicromSimulation.latent_of`) may follow; on the two-mesh test
   family they changed nothing (12.54x vs 12.56x POD on the notched bar), so the default is 0.
