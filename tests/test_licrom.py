@@ -244,7 +244,9 @@ def test_finer_bar_carries_the_coarse_bars_physics(trained, bakes):
     fine mesh are as stiff as the field (the field is not the cause: its fine basis does at
     least as well). What a coarse-trained model can do, it does: on the fine mesh it replays
     the coarse bar's physics (against the coarse full-space bake interpolated onto the fine
-    nodes) within 1.5x its coarse-mesh error."""
+    nodes) within 1.5x its coarse-mesh error. The cubature is not the cause either (measured
+    while diagnosing, r = 6: exact cubature 176 mm, 40 and 200 random vertices 177 and 180 mm),
+    so the fine replays use 200 random vertices."""
     meta = load_model(trained.out).metadata
     held = trained.paths[meta["validation_trajectories"][0]]
     coarse, fine = trained.mesh, bar((30, 6, 6))
@@ -260,7 +262,7 @@ def test_finer_bar_carries_the_coarse_bars_physics(trained, bakes):
     def replay(m, cache, basis=None):
         _, driver = bk.replay_scenario(cache)
         sim = licrom.load_on_mesh(trained.out, m.X, m.T, colliders=driver.colliders(0),
-                                  cubature_vertices=0)
+                                  cubature_vertices=0 if m is coarse else 200)
         if basis is not None:  # the same dynamics in another basis
             sim.field = SimpleNamespace(r=basis.shape[1], basis=lambda X: basis.copy())
             sim._build(m.X, m.T, sim.settings, sim.colliders)
