@@ -24,6 +24,15 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    25.4 / 410 (best held-out epoch 10 of 110), without 18.2 / 231 (PCA-5 18.0 / 215);
    whip (1,000 epochs) 8.3 / 663 (2 Newton fallbacks) with it, 5.9 / 464 (none) without
    (PCA-5 10.9 / 473).
+   Linear warm-up (``linear_warmup`` = 100 epochs, :meth:`_Trainer._warmup`): the network is
+   first fitted to PCA at ``n_p + n_z`` modes, so the training starts from the linear
+   subspace of equal DOFs and early stopping (whose first candidate is the warmed-up
+   network) keeps it unless the nonlinear fit does better on held-out bakes. On the swung
+   arm the held-out loss is lowest within 5-70 epochs (the six training swings generalize
+   little), so where the training starts decides: 3 + 2 closest / replay 18.0 / 220 mm with
+   it (300 epochs: 17.7 / 221) against 18.2 / 231 without; 3 + 1 22.3 / 297 against
+   24.3 / 323 (PCA-4 28.0 / 451); whip 3 + 2 6.4 / 400 against 5.9 / 464 (PCA-5 10.9 / 473),
+   no Newton fallbacks in any of these replays.
 4. Sin activations and their initialization (Fig. 2's wiggly manifold is what a badly scaled
    sin network gives): the coordinates are divided by their RMS, so the network sees O(1)
    inputs, and every layer's weights are uniform in ``+- sqrt(3 / fan_in)`` (variance
@@ -111,7 +120,7 @@ class ShenSettings:
     hidden: list = field(default_factory=lambda: [32] * 6)
     omega: float = 1.0
     pose_weighting: bool = False
-    linear_warmup: int = 0
+    linear_warmup: int = 100
     epochs: int = 2000
     patience: int = 300
     time_budget: float = 300.0

@@ -77,11 +77,12 @@ So on the whip the fictitious force is what makes the nonlinear subspace beat PC
 (0.93x PCA's replay error with it, 1.16x without), and Shen's closest shapes are 0.69x PCA's.
 On a smaller whip (120 tets) the variational step was the better one (163 against 340 mm on
 one held-out bake): neither discretization wins everywhere, so both stay. On the heavily
-damped swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs) the replay is 0.72x PCA's
-(1.17x that without the fictitious force), the closest shapes 0.87x; at 3 + 2 Shen is level
-with PCA-5 (231 / 18.2 mm against 215 / 18.0). These are trained without the paper's pose
-weighting (``training/shen.py``: with it the whip was 8.3 / 663 mm at 1,000 epochs and the
-swung arm 3 + 2 25.4 / 410 mm). The whip table above was measured with the weighting. Step
+damped swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs) the replay is 0.66x PCA's
+(1.47x that without the fictitious force), the closest shapes 0.80x; at 3 + 2 Shen is level
+with PCA-5 (220 / 18.0 mm against 215 / 18.0). These are trained without the paper's pose
+weighting and with 100 epochs of linear warm-up (``training/shen.py``; whip 3 + 2 at 1,000
+epochs: 6.4 / 400 mm, with the weighting 8.3 / 663). The whip table above was measured with
+the weighting. Step
 time on the 21,504-tet bar at 10 + 5 DOFs: 14.3 ms against 1,324 ms for full space (93x;
 random weights of the trained sizes, ``--speed``; 166x in a run where other jobs slowed full
 space more), 3.2 Newton iterations per step; the decoder work of one iteration (jet with S,
@@ -722,7 +723,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
             "pose's loss by the inverse of its elastic energy (Shen 2021 sec. 6.1): poses "
             "near rest are fitted best, the largest poses worst (off: every pose alike, "
             "the more accurate model on held-out bakes)", advanced=True),
-    Setting("linear_warmup", "int", 0, "Linear Warm-up", "Epochs fitting the network to "
+    Setting("linear_warmup", "int", 100, "Linear Warm-up", "Epochs fitting the network to "
             "PCA at equal DOFs before the training proper, so it starts from the linear "
             "subspace (0: none)", minimum=0, maximum=1_000_000, advanced=True),
     Setting("epochs", "int", 2000, "Epochs", "Most passes over the training frames (early "
