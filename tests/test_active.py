@@ -126,6 +126,22 @@ def test_held_out_refit_and_markers(trained):
     assert rest > 0.003 and moved > 0.01  # a real expression (5-20 mm where the face moves)
     assert whole < 0.001  # the goal, with only 6 training keys here
     assert marker < 2.0 * whole + 1e-5
+    # a marker animation (toward the held-out key): the previous frame's Jacobian with
+    # Broyden updates against the exact Jacobian at every accepted step
+    start = keys.positions[np.flatnonzero(~keys.held_out)[0]]
+    out = {}
+    for how in ("exact", "broyden"):
+        s = ActiveFace(model, marker_jacobian=how)
+        out[how] = []
+        for u in np.linspace(0.0, 1.0, 5):
+            P = (1 - u) * start + u * t
+            rep = s.step(FrameInputs(markers=Markers(mv, P[mv]), reference_frame=jaw))
+            assert rep.converged and rep.residual < 1e-6
+            out[how].append(skin_error(rig, s.x, P))
+    print("marker frames, skin error mm: exact Jacobian "
+          f"{np.round(np.array(out['exact']) * 1000, 3).tolist()}, Broyden "
+          f"{np.round(np.array(out['broyden']) * 1000, 3).tolist()}")
+    assert np.all(np.array(out["broyden"]) < 1.1 * np.array(out["exact"]) + 2e-5)
 
 
 def test_headless_slider_animation_to_pc2(trained):

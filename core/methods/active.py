@@ -198,18 +198,24 @@ def model_from_file(model) -> ActiveModel:
 
 
 def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float = 1e-3,
-                        tol: float = 1e-10, rtol: float = 1e-3):
+                        tol: float = 1e-10, rtol: float = 1e-3, J0=None):
     """Minimize ``||r(z)||^2`` from ``z0``; ``residual_jacobian(z) -> (r, jacobian)`` with
     ``jacobian()`` computing ``J`` (only called at accepted points).
 
-    Returns ``(z, cost, iterations)``. The damping adapts (x0.3 on success, x10 on failure);
-    a step is kept only when it lowers the cost; it stops when a step lowers the cost by
-    less than ``rtol`` of it (a frame warm-started from the previous one stops after one or
-    two) or the gradient is below ``tol``.
+    Returns ``(z, cost, iterations, J)``. The damping adapts (x0.3 on success, x10 on
+    failure); a step is kept only when it lowers the cost; it stops when a step lowers the
+    cost by less than ``rtol`` of it (a frame warm-started from the previous one stops after
+    one or two) or the gradient is below ``tol``.
+
+    With ``J0`` (a Jacobian from a nearby point, e.g. the previous frame's) no exact Jacobian
+    is computed while the steps succeed: ``J`` is corrected by Broyden's rank-one secant
+    update after every trial; the first rejected step computes the exact one and goes on
+    with it (the cost is always the true one, so the result is never worse than the start).
     """
     z = np.asarray(z0, float).copy()
     r, jac = residual_jacobian(z)
-    J = jac()
+    exact = J0 is None
+    J = jac() if exact else np.array(J0, float)
     cost = float(r @ r)
     lam = damping
     it = 0
@@ -224,17 +230,25 @@ def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float
                               g, assume_a="pos")
             r2, jac2 = residual_jacobian(z + step)
             c2 = float(r2 @ r2)
+            if not exact:  # the secant condition J step = r2 - r, whatever the outcome
+                J = J + np.outer(r2 - r - J @ step, step) / (step @ step)
             if c2 < cost:
                 small = cost - c2 < rtol * cost
-                z, r, J, cost = z + step, r2, jac2(), c2
+                z, r, cost, jac = z + step, r2, c2, jac2
+                if exact:
+                    J = jac()
                 lam *= 0.3
                 break
+            if not exact:  # the secant model misled: the exact Jacobian at z, same damping
+                J, exact = jac(), True
+                A, g = J.T @ J, J.T @ r
+                continue
             lam *= 10.0
         else:
             break
         if small:  # converged: the last step bought less than rtol of the cost
             break
-    return z, cost, it
+    return z, cost, it, J
 
 
 class ActiveFace(SimulatorBase):
@@ -250,11 +264,14 @@ class ActiveFace(SimulatorBase):
     marker_iters, marker_rtol : Levenberg-Marquardt iterations per marker frame at most, and
         the relative cost decrease under which it stops (a frame starts from the previous
         frame's code, so one or two iterations usually do)
+    marker_jacobian : "broyden" (a marker frame starts from the previous frame's Jacobian of
+        the markers with respect to the code and corrects it by secant updates; the exact one
+        only after a rejected step) or "exact" (at every accepted step)
     """
 
     def __init__(self, model: ActiveModel, *, solve: str = "reduced", tol: float = 1e-6,
                  colliders=None, marker_pull: float = 1e-8, marker_iters: int = 3,
-                 marker_rtol: float = 1e-2) -> None:
+                 marker_rtol: float = 1e-2, marker_jacobian: str = "broyden") -> None:
         if solve not in ("reduced", "full"):
             raise SimulationError(f"solve must be 'reduced' or 'full', not {solve!r}")
         self.model = model
@@ -263,6 +280,11 @@ class ActiveFace(SimulatorBase):
         self.marker_pull = marker_pull
         self.marker_iters = marker_iters
         self.marker_rtol = marker_rtol
+        if marker_jacobian not in ("broyden", "exact"):
+            raise SimulationError(f"marker_jacobian must be 'broyden' or 'exact', not "
+                                  f"{marker_jacobian!r}")
+        self.marker_jacobian = marker_jacobian
+        self._marker_J = None
         self.fem = TetFEM(model.X, model.T, model.material)
         self.qs = QuasistaticSolver(self.fem, model.constrained, surface=model.skin.matrix)
         self.free = self.qs.free
@@ -337,6 +359,7 @@ class ActiveFace(SimulatorBase):
         self.q = np.zeros(self.model.U.shape[1])
         self.x = self.model.X.copy()
         self.residual = 0.0
+        self._marker_J = None
 
     def get_state(self) -> dict:
         return {"frame": self.frame, "z": self.z.copy(), "jaw": self.jaw.copy(),
@@ -457,8 +480,8 @@ class ActiveFace(SimulatorBase):
             if mode == "full":
                 x = self.solve_full(z, jaw, x0=state["x"]).x
             else:
-                x, q, _, _ = self.solve_reduced(z, jaw, q0=state["q"])
-                state["q"] = q
+                x, q, _, res = self.solve_reduced(z, jaw, q0=state["q"])
+                state["q"], state["res"] = q, res
             state["x"], state["z"] = x, z.copy()
             r = np.concatenate([(sw * (S @ x - t)).ravel(), np.sqrt(rho) * (z - z0)])
 
@@ -473,15 +496,27 @@ class ActiveFace(SimulatorBase):
 
             return r, jacobian
 
-        z, cost, it = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters,
-                                          rtol=self.marker_rtol if iters is None else 1e-6)
+        # marker frames reuse the previous frame's Jacobian (Broyden-updated) when the
+        # markers are the same vertices with the same weights
+        key = (mode, S.shape[0], hash(np.asarray(vertices).tobytes()) if vertices is not None
+               else None, hash(w.tobytes()), rho)
+        J0 = None
+        if iters is None and self.marker_jacobian == "broyden" and self._marker_J is not None \
+                and self._marker_J[0] == key:
+            J0 = self._marker_J[1]
+        z, cost, it, J = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters,
+                                             rtol=self.marker_rtol if iters is None else 1e-6,
+                                             J0=J0)
+        self._marker_J = (key, J)
         if not np.array_equal(state["z"], z):  # the last trial was a rejected step
             if mode == "full":
                 state["x"] = self.solve_full(z, jaw, x0=state["x"]).x
             else:
-                state["x"], state["q"], _, _ = self.solve_reduced(z, jaw, q0=state["q"])
+                state["x"], state["q"], _, state["res"] = self.solve_reduced(z, jaw,
+                                                                             q0=state["q"])
         if mode != "full":
             self.q = state["q"]
+            self._fit_res = state["res"]
         return z, state["x"], cost, it
 
     # ------------------------------------------------------------------ frame
@@ -505,7 +540,12 @@ class ActiveFace(SimulatorBase):
             s = np.asarray(inputs.sliders, float).reshape(-1)[: len(z)]
             z[: len(s)] = s
             self.z = z
-        if self.mode == "full":
+        if inputs.markers is not None and self.mode == "reduced":
+            # the fit ended on the equilibrium of its code: no second solve
+            self.x = x
+            rep.residual = self._fit_res
+            rep.converged = rep.residual < self.tol
+        elif self.mode == "full":
             eq = self.solve_full(self.z, self.jaw)
             self.x, rep.residual, rep.converged = eq.x, eq.residual, eq.converged
             rep.newton_iters += eq.iterations
