@@ -32,7 +32,8 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    little), so where the training starts decides: 3 + 2 closest / replay 18.0 / 220 mm with
    it (300 epochs: 17.7 / 221) against 18.2 / 231 without; 3 + 1 22.3 / 297 against
    24.3 / 323 (PCA-4 28.0 / 451); whip 3 + 2 6.4 / 400 against 5.9 / 464 (PCA-5 10.9 / 473),
-   no Newton fallbacks in any of these replays.
+   no Newton fallbacks in any of these replays. Whip with the bench's 3,000 epochs (patience
+   600; 40 cubature elements): 5.2 / 291 mm, 0.47x / 0.62x PCA-5 (before: 8.5 / 442).
 4. Sin activations and their initialization (Fig. 2's wiggly manifold is what a badly scaled
    sin network gives): the coordinates are divided by their RMS, so the network sees O(1)
    inputs, and every layer's weights are uniform in ``+- sqrt(3 / fan_in)`` (variance
