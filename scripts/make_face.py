@@ -2,8 +2,9 @@
 
     .venv/bin/python scripts/make_face.py out/face_small.npz --size small --keys 40 --held-out 8
 
-The keys are our own simulation of random muscle activations and jaw angles (seeded); the
-last ``--held-out`` are marked held out. The file is what ``training.active`` fits.
+The keys are our own simulation of expressions (a smile, a frown, a pucker, ... at 22-40%
+fibre contraction) and jaw angles (15-25 deg in half the keys), seeded; the last
+``--held-out`` are marked held out. The file is what ``training.active`` fits.
 """
 
 from __future__ import annotations
