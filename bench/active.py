@@ -34,8 +34,10 @@ training + 6 held-out keys, latent 8, 300 warm-start and 4 end-to-end epochs (19
 * sliders reduced 47 fps (31 at a heavier load), within 0.05 mm of the full solve; markers
   reduced 9.7 fps before, 10.2 fps after the Broyden Jacobian reuse and the GEMM reduced
   terms (the slider's full solve ran 1.6x slower in the second run, so load hides part of the
-  gain; 24 frames, 2.2-2.5 LM iterations, error 0.133 mm either way); the marker goal (24 fps)
-  is not met.
+  gain; 24 frames, 2.2-2.5 LM iterations, error 0.133 mm either way). Interleaved A/B of the
+  runtime before (7946e75) and after, CPU time per marker frame, 3 runs each at load ~2:
+  75.3 -> 56.8 ms mean (13.3 -> 17.7 fps, 1.33x), error 0.1332 vs 0.1333 mm. The marker goal
+  (24 fps on the bench head) is not met.
 
 The bench-head numbers below are from the mild keys made before a6ad923 (mean skin motion
 1.1 mm); they need a new full run (about 25 minutes) with the realistic keys.
