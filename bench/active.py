@@ -104,8 +104,12 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=48)
     p.add_argument("--out", type=Path, default=Path("/tmp/neural_rom_bench_active"))
     p.add_argument("--json", type=Path)
-    p.add_argument("--model", type=Path, help="skip the fit: time and measure this model "
-                   "file (trained by a previous run on the same keys): timings only")
+    p.add_argument(
+        "--model",
+        type=Path,
+        help="skip the fit: time and measure this model "
+        "file (trained by a previous run on the same keys): timings only",
+    )
     a = p.parse_args(argv)
     pin_this_process()
     import torch
@@ -117,9 +121,15 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     rig = demo_head(a.size)
     keys = make_shape_keys(rig, a.keys, held_out=a.held_out, seed=0)
-    R["mesh"] = {"tets": len(rig.T), "nodes": len(rig.X), "skin_vertices": len(rig.skin_V),
-                 "height_m": float(np.ptp(rig.skin_V[:, 2])), "keys": a.keys,
-                 "held_out": a.held_out, "keys_seconds": time.perf_counter() - t}
+    R["mesh"] = {
+        "tets": len(rig.T),
+        "nodes": len(rig.X),
+        "skin_vertices": len(rig.skin_V),
+        "height_m": float(np.ptp(rig.skin_V[:, 2])),
+        "keys": a.keys,
+        "held_out": a.held_out,
+        "keys_seconds": time.perf_counter() - t,
+    }
     print(json.dumps(R["mesh"]), flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     settings = {"latent_dim": a.latent, "epochs": a.epochs, "warm_epochs": a.warm_epochs}
@@ -129,14 +139,22 @@ def main(argv=None) -> int:
         res = {"model": load_simulator(a.model)[0].model, "warm_decoder": None}
     else:
         t = time.perf_counter()
-        res = fit((rig, keys), a.out / "face.nrmodel", settings, progress=lambda f, m: print(
-            f"  [{time.perf_counter() - t:7.1f} s] {m}", flush=True))
+        res = fit(
+            (rig, keys),
+            a.out / "face.nrmodel",
+            settings,
+            progress=lambda f, m: print(f"  [{time.perf_counter() - t:7.1f} s] {m}", flush=True),
+        )
         R["training"] = {
-            "seconds": time.perf_counter() - t, "seconds_per_epoch": res["seconds_per_epoch"],
-            "epochs": a.epochs, "train_error_m": res["train_error_m"],
-            "warm_error_m": res["warm_error_m"], "basis": res["k"],
+            "seconds": time.perf_counter() - t,
+            "seconds_per_epoch": res["seconds_per_epoch"],
+            "epochs": a.epochs,
+            "train_error_m": res["train_error_m"],
+            "warm_error_m": res["warm_error_m"],
+            "basis": res["k"],
             "cubature_elements": res["cubature_elements"],
-            "cubature_error": res["cubature_error"]}
+            "cubature_error": res["cubature_error"],
+        }
         print(json.dumps(R["training"]), flush=True)
     model = res["model"]
     tr, ho = np.flatnonzero(~keys.held_out), np.flatnonzero(keys.held_out)
@@ -165,8 +183,7 @@ def main(argv=None) -> int:
         e2e = _err(rig.skin.apply(x), tgt)
         xw = x
         if full_warm is not None:
-            _, xw, _, _ = full_warm.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10,
-                                               iters=12)
+            _, xw, _, _ = full_warm.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
         dj = (tgt - rig.skin_V).ravel() - mean
         pca = _err((rig.skin_V.ravel() + mean + B @ (B.T @ dj)).reshape(-1, 3), tgt)
         Bm = B[rows]
@@ -175,17 +192,29 @@ def main(argv=None) -> int:
         red.reset()
         rep = red.step(FrameInputs(markers=Markers(mv, tgt[mv]), reference_frame=jaw))
         mk = _err(red.skin_positions(), tgt)
-        out.append({"key": int(j), "jaw": float(keys.jaw[j]), "rest_m": _err(rig.skin_V, tgt),
-                    "e2e_m": e2e, "warm_m": _err(rig.skin.apply(xw), tgt), "pca_m": pca,
-                    "markers_m": mk, "pca_markers_m": pca_m, "marker_iters": rep.newton_iters})
+        out.append(
+            {
+                "key": int(j),
+                "jaw": float(keys.jaw[j]),
+                "rest_m": _err(rig.skin_V, tgt),
+                "e2e_m": e2e,
+                "warm_m": _err(rig.skin.apply(xw), tgt),
+                "pca_m": pca,
+                "markers_m": mk,
+                "pca_markers_m": pca_m,
+                "marker_iters": rep.newton_iters,
+            }
+        )
         print(json.dumps(out[-1]), flush=True)
     R["held_out"] = out
     summ = {}
     for name, sel in (("all", [True] * len(out)), ("jaw_open", [o["jaw"] > 0.15 for o in out])):
         sub = [o for o, s in zip(out, sel, strict=True) if s]
         if sub:
-            summ[name] = {k: float(np.mean([o[k] for o in sub])) for k in
-                          ("rest_m", "e2e_m", "warm_m", "pca_m", "markers_m", "pca_markers_m")}
+            summ[name] = {
+                k: float(np.mean([o[k] for o in sub]))
+                for k in ("rest_m", "e2e_m", "warm_m", "pca_m", "markers_m", "pca_markers_m")
+            }
             summ[name]["count"] = len(sub)
     R["held_out_mean"] = summ
     print(json.dumps(summ), flush=True)
@@ -227,8 +256,12 @@ def main(argv=None) -> int:
             if name == "reduced":
                 full_res.append(full.qs.residual(sim.x, model.actions(zi)))
         skins[name] = np.array(sk)
-        stats[name] = {"fps": 1.0 / float(np.mean(times)), "ms_mean": 1000 * float(np.mean(times)),
-                       "ms_max": 1000 * float(np.max(times)), "residual_max": float(max(res_f))}
+        stats[name] = {
+            "fps": 1.0 / float(np.mean(times)),
+            "ms_mean": 1000 * float(np.mean(times)),
+            "ms_max": 1000 * float(np.max(times)),
+            "residual_max": float(max(res_f)),
+        }
         if full_res:
             stats[name]["full_residual_of_reduced_max"] = float(max(full_res))
     gap = np.linalg.norm(skins["full"] - skins["reduced"], axis=-1)
@@ -261,10 +294,14 @@ def main(argv=None) -> int:
             errs.append(_err(sim.skin_positions(), P))
             iters.append(rep.newton_iters)
             res_f.append(rep.residual)
-        mstats[name] = {"fps": 1.0 / float(np.mean(times)), "ms_mean": 1000 * float(np.mean(times)),
-                        "skin_error_mean_m": float(np.mean(errs)), "frames": len(frames),
-                        "iterations_mean": float(np.mean(iters)),
-                        "residual_max": float(max(res_f))}
+        mstats[name] = {
+            "fps": 1.0 / float(np.mean(times)),
+            "ms_mean": 1000 * float(np.mean(times)),
+            "skin_error_mean_m": float(np.mean(errs)),
+            "frames": len(frames),
+            "iterations_mean": float(np.mean(iters)),
+            "residual_max": float(max(res_f)),
+        }
     R["markers"] = mstats
     print(json.dumps({"markers": mstats}), flush=True)
 
@@ -272,8 +309,7 @@ def main(argv=None) -> int:
     P, M = m_frames[F // 2]
     red.reset()
     t = time.perf_counter()
-    z_lm, _, cost_lm, it_lm = red.fit_latent(P[mv], vertices=mv, jaw=M, z0=np.zeros(d),
-                                              iters=20)
+    z_lm, _, cost_lm, it_lm = red.fit_latent(P[mv], vertices=mv, jaw=M, z0=np.zeros(d), iters=20)
     t_lm = time.perf_counter() - t
     S = model.skin.matrix[mv]
     z = np.zeros(d)
@@ -293,9 +329,14 @@ def main(argv=None) -> int:
         mom = 0.9 * mom + 0.1 * g
         vel = 0.999 * vel + 0.001 * g * g
         z = z - 0.1 * (mom / (1 - 0.9**it_adam)) / (np.sqrt(vel / (1 - 0.999**it_adam)) + 1e-8)
-    R["lm_vs_adam"] = {"lm_iterations": it_lm, "lm_seconds": t_lm, "lm_cost": cost_lm,
-                       "adam_iterations": it_adam, "adam_seconds": time.perf_counter() - t,
-                       "adam_cost": cost}
+    R["lm_vs_adam"] = {
+        "lm_iterations": it_lm,
+        "lm_seconds": t_lm,
+        "lm_cost": cost_lm,
+        "adam_iterations": it_adam,
+        "adam_seconds": time.perf_counter() - t,
+        "adam_cost": cost,
+    }
     print(json.dumps({"lm_vs_adam": R["lm_vs_adam"]}), flush=True)
     if a.json:
         a.json.write_text(json.dumps(R, indent=1))

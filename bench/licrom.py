@@ -110,9 +110,15 @@ def spec(m, scenario, frames, seed, variants=1):
     from neural_rom.core import bake
     from neural_rom.core.fem import Material
 
-    return bake.BakeSpec(material=Material(**MATERIAL).to_dict(), scenario=scenario,
-                         frames=frames, pinned=m.pinned.tolist(), damping=(0.5, 0.0),
-                         seed=seed, variants=variants)
+    return bake.BakeSpec(
+        material=Material(**MATERIAL).to_dict(),
+        scenario=scenario,
+        frames=frames,
+        pinned=m.pinned.tolist(),
+        damping=(0.5, 0.0),
+        seed=seed,
+        variants=variants,
+    )
 
 
 def bake_once(m, sp, out: Path, name: str) -> list[Path]:
@@ -154,10 +160,17 @@ def main() -> None:
     ap.add_argument("--variants", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=300)
     ap.add_argument("--fine", default="36,9,9")
-    ap.add_argument("--hidden", default=None, help="the field's hidden widths (default: the "
-                    "model's, 60,60,60,256)")
-    ap.add_argument("--volume-share", type=float, default=None, help="share of the training "
-                    "points inside the elements (default: the model's, 1)")
+    ap.add_argument(
+        "--hidden",
+        default=None,
+        help="the field's hidden widths (default: the model's, 60,60,60,256)",
+    )
+    ap.add_argument(
+        "--volume-share",
+        type=float,
+        default=None,
+        help="share of the training points inside the elements (default: the model's, 1)",
+    )
     ap.add_argument("--cubature-vertices", type=int, default=200)
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
@@ -196,20 +209,34 @@ def main() -> None:
         if not p.exists():
             bake.bake(m, spec(m, held, a.frames, 5), p)
         held_caches[name] = BakeCache.open(p)
-        print(f"held-out bake on {name} ({len(m.T)} tets): {time.perf_counter() - t0:.1f} s",
-              flush=True)
+        print(
+            f"held-out bake on {name} ({len(m.T)} tets): {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
 
     t0 = time.perf_counter()
-    res = train(bar_paths + cut_paths, out / "licrom.nrmodel",
-                {"epochs": a.epochs, "validation_fraction": 0.0, "rollout": False,
-                 "cubature_vertices": a.cubature_vertices,
-                 **({"hidden": [int(v) for v in a.hidden.split(",")]} if a.hidden else {}),
-                 **({} if a.volume_share is None else {"volume_share": a.volume_share})},
-                device="cpu")
+    res = train(
+        bar_paths + cut_paths,
+        out / "licrom.nrmodel",
+        {
+            "epochs": a.epochs,
+            "validation_fraction": 0.0,
+            "rollout": False,
+            "cubature_vertices": a.cubature_vertices,
+            **({"hidden": [int(v) for v in a.hidden.split(",")]} if a.hidden else {}),
+            **({} if a.volume_share is None else {"volume_share": a.volume_share}),
+        },
+        device="cpu",
+    )
     train_s = time.perf_counter() - t0
-    print(f"LiCROM training: {train_s:.1f} s ({res['network_seconds']:.1f} s network), "
-          f"projection ratio to POD {res['projection_ratio_to_pod']}", flush=True)
-    lin = train_linear(bar_paths, out / "pod.nrmodel", LinearSettings(k=20, validation_fraction=0.0))
+    print(
+        f"LiCROM training: {train_s:.1f} s ({res['network_seconds']:.1f} s network), "
+        f"projection ratio to POD {res['projection_ratio_to_pod']}",
+        flush=True,
+    )
+    lin = train_linear(
+        bar_paths, out / "pod.nrmodel", LinearSettings(k=20, validation_fraction=0.0)
+    )
     rows = []
     for name, m in (("train", bar), ("fine", fine), ("unseen", unseen)):
         cache = held_caches[name]
@@ -218,16 +245,23 @@ def main() -> None:
         gd = licrom.load_on_mesh(out / "licrom.nrmodel", m.X, m.T, solver="gradient")
         err_gd, ms_gd = replay(gd, cache)
         full = full_ms(m, cache)
-        row = {"mesh": name, "tets": len(m.T), "cubature_elements": len(sim.elements),
-               "newton_ms": ms, "gradient_ms": ms_gd, "full_ms": full, "speedup": full / ms,
-               "error_mm": 1000 * err, "gradient_error_mm": 1000 * err_gd,
-               "field_ms": 1000 * sim.field_seconds,
-               "outside": sim.domain_report.share_outside}
+        row = {
+            "mesh": name,
+            "tets": len(m.T),
+            "cubature_elements": len(sim.elements),
+            "newton_ms": ms,
+            "gradient_ms": ms_gd,
+            "full_ms": full,
+            "speedup": full / ms,
+            "error_mm": 1000 * err,
+            "gradient_error_mm": 1000 * err_gd,
+            "field_ms": 1000 * sim.field_seconds,
+            "outside": sim.domain_report.share_outside,
+        }
         if name == "train":
             pod, _ = load_simulator(lin["model"])
             err_pod, ms_pod = replay(pod, cache)
-            row.update(pod_error_mm=1000 * err_pod, error_ratio_to_pod=err / err_pod,
-                       pod_ms=ms_pod)
+            row.update(pod_error_mm=1000 * err_pod, error_ratio_to_pod=err / err_pod, pod_ms=ms_pod)
         rows.append(row)
         print(json.dumps(row), flush=True)
     # a swap mid-run: the training bar for 10 frames, then the 17.5K-tet bar
@@ -235,23 +269,40 @@ def main() -> None:
     for _ in range(10):
         sim.step()
     rep = sim.swap_mesh(fine.X, fine.T)
-    swap = {"swap_s": rep.seconds, "to_tets": rep.elements, "kinetic_before": rep.kinetic_before,
-            "kinetic_after": rep.kinetic_after}
+    swap = {
+        "swap_s": rep.seconds,
+        "to_tets": rep.elements,
+        "kinetic_before": rep.kinetic_before,
+        "kinetic_after": rep.kinetic_after,
+    }
     print(json.dumps(swap))
-    summary = {"training_s": train_s, "hidden": a.hidden, "epochs_asked": a.epochs, "network_s": res["network_seconds"],
-               "projection_ratio_to_pod": res["projection_ratio_to_pod"],
-               "epochs": res["epochs_done"], "rows": rows, "swap": swap}
-    print("\n| mesh | tets | cubature tets | Newton ms | paper GD ms | full ms | speed-up | "
-          "error mm | GD error mm | field ms |")
+    summary = {
+        "training_s": train_s,
+        "hidden": a.hidden,
+        "epochs_asked": a.epochs,
+        "network_s": res["network_seconds"],
+        "projection_ratio_to_pod": res["projection_ratio_to_pod"],
+        "epochs": res["epochs_done"],
+        "rows": rows,
+        "swap": swap,
+    }
+    print(
+        "\n| mesh | tets | cubature tets | Newton ms | paper GD ms | full ms | speed-up | "
+        "error mm | GD error mm | field ms |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['mesh']} | {r['tets']} | {r['cubature_elements']} | {r['newton_ms']:.2f} | "
-              f"{r['gradient_ms']:.2f} | {r['full_ms']:.0f} | {r['speedup']:.0f}x | "
-              f"{r['error_mm']:.3g} | {r['gradient_error_mm']:.3g} | {r['field_ms']:.1f} |")
+        print(
+            f"| {r['mesh']} | {r['tets']} | {r['cubature_elements']} | {r['newton_ms']:.2f} | "
+            f"{r['gradient_ms']:.2f} | {r['full_ms']:.0f} | {r['speedup']:.0f}x | "
+            f"{r['error_mm']:.3g} | {r['gradient_error_mm']:.3g} | {r['field_ms']:.1f} |"
+        )
     r0 = rows[0]
-    print(f"\nPOD (k = 20) on the training bar: {r0['pod_error_mm']:.3g} mm; LiCROM / POD error "
-          f"{r0['error_ratio_to_pod']:.2f}; training {train_s:.0f} s; swap to "
-          f"{swap['to_tets']} tets {swap['swap_s'] * 1000:.0f} ms")
+    print(
+        f"\nPOD (k = 20) on the training bar: {r0['pod_error_mm']:.3g} mm; LiCROM / POD error "
+        f"{r0['error_ratio_to_pod']:.2f}; training {train_s:.0f} s; swap to "
+        f"{swap['to_tets']} tets {swap['swap_s'] * 1000:.0f} ms"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps(summary, indent=1))
 

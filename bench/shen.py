@@ -79,8 +79,9 @@ def whip_load(X: np.ndarray, frames: int, seed: int) -> np.ndarray:
     return f
 
 
-def bake_whip(out_dir, *, divisions=(40, 2, 2), variants: int = 8, frames: int = 72,
-              seed: int = 2000) -> list[Path]:
+def bake_whip(
+    out_dir, *, divisions=(40, 2, 2), variants: int = 8, frames: int = 72, seed: int = 2000
+) -> list[Path]:
     """Bake ``variants`` whip bakes (tip pulled and released) into ``out_dir``."""
     from neural_rom.core.bake import BakeSpec, bake
     from neural_rom.core.fem import Material
@@ -104,8 +105,9 @@ def bake_whip(out_dir, *, divisions=(40, 2, 2), variants: int = 8, frames: int =
             damping=WHIP_DAMPING,
             seed=v,
         )
-        paths.append(bake(latent._Mesh(X, T), spec, out_dir / f"whip_v{v:03d}.nrbake",
-                          overwrite=True))
+        paths.append(
+            bake(latent._Mesh(X, T), spec, out_dir / f"whip_v{v:03d}.nrbake", overwrite=True)
+        )
     return paths
 
 
@@ -138,9 +140,21 @@ def replay(make_sim, ds, va) -> dict:
     }
 
 
-def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int = 3000,
-            patience: int = 600, fulton: bool = True, max_cubature: int = 100,
-            closest_every: int = 1, variational: bool = True, **shen_kw) -> dict:
+def compare(
+    paths,
+    work: Path,
+    n_p: int,
+    n_z: int,
+    *,
+    k: int = 30,
+    epochs: int = 3000,
+    patience: int = 600,
+    fulton: bool = True,
+    max_cubature: int = 100,
+    closest_every: int = 1,
+    variational: bool = True,
+    **shen_kw,
+) -> dict:
     """Train Shen (n_p + n_z), PCA (n_p + n_z modes) and Fulton (latent n_p + n_z) on
     ``paths``; replay every held-out bake with each (Shen also without the fictitious force)
     and measure closest-shape errors on the held-out frames."""
@@ -153,12 +167,30 @@ def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int =
     work = Path(work)
     ds, va, xv = heldout(paths)
     dofs = n_p + n_z
-    out: dict = {"n_p": n_p, "n_z": n_z, "dofs": dofs, "heldout_bakes": len(va),
-                 "max_disp_m": float(np.linalg.norm(xv - np.asarray(ds[0].X), axis=-1).max())}
+    out: dict = {
+        "n_p": n_p,
+        "n_z": n_z,
+        "dofs": dofs,
+        "heldout_bakes": len(va),
+        "max_disp_m": float(np.linalg.norm(xv - np.asarray(ds[0].X), axis=-1).max()),
+    }
     t0 = time.perf_counter()
-    res = train_shen(paths, work / "shen.nrmodel", ShenSettings(
-        k=k, n_p=n_p, latent_dim=n_z, epochs=epochs, patience=patience,
-        max_cubature=max_cubature, batch_size=64, rollout=False, **shen_kw), device="cpu")
+    res = train_shen(
+        paths,
+        work / "shen.nrmodel",
+        ShenSettings(
+            k=k,
+            n_p=n_p,
+            latent_dim=n_z,
+            epochs=epochs,
+            patience=patience,
+            max_cubature=max_cubature,
+            batch_size=64,
+            rollout=False,
+            **shen_kw,
+        ),
+        device="cpu",
+    )
     out["shen_train_s"] = time.perf_counter() - t0
     out["shen_encoder_err"] = res["max_error_val_m"]
     out["shen_epochs"] = res["epochs_trained"]
@@ -183,8 +215,11 @@ def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int =
     if variational:
         out["shen_variational"] = replay(variational_step, ds, va)
     t0 = time.perf_counter()
-    lin = train_linear([str(p) for p in paths], work / "pca.nrmodel",
-                       LinearSettings(k=dofs, max_cubature=max_cubature))
+    lin = train_linear(
+        [str(p) for p in paths],
+        work / "pca.nrmodel",
+        LinearSettings(k=dofs, max_cubature=max_cubature),
+    )
     out["pca_train_s"] = time.perf_counter() - t0
     out["pca_cubature"] = lin["cubature_elements"]
     pca_path = work / "pca.nrmodel"
@@ -192,8 +227,15 @@ def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int =
     out["pca"] = replay(lambda: load_simulator(pca_path)[0], ds, va)
     if fulton:
         t0 = time.perf_counter()
-        ae = latent.train_ae(paths, work / "ae.nrmodel", dofs, min(epochs, 2000),
-                             batch_size=64, max_cubature=max_cubature, pca_fallback=False)
+        ae = latent.train_ae(
+            paths,
+            work / "ae.nrmodel",
+            dofs,
+            min(epochs, 2000),
+            batch_size=64,
+            max_cubature=max_cubature,
+            pca_fallback=False,
+        )
         out["fulton_encoder_err"] = ae["ae_max_error_val_m"]
         out["fulton_train_s"] = time.perf_counter() - t0
         ae_path = work / "ae.nrmodel"
@@ -203,15 +245,20 @@ def compare(paths, work: Path, n_p: int, n_z: int, *, k: int = 30, epochs: int =
 
 
 def report(name: str, r: dict) -> str:
-    rows = [("Shen", "shen", "shen_closest"), ("Shen, no fictitious force", "shen_nofict",
-                                                  "shen_closest"),
-            ("Shen manifold, variational", "shen_variational", "shen_closest"),
-            ("PCA", "pca", "pca_closest"), ("Fulton", "fulton", "fulton_closest"),
-            ("full space", "full", None)]
-    lines = [f"{name}: {r['dofs']} DOFs (n_p {r['n_p']} + n_z {r['n_z']}), largest "
-             f"displacement {1000 * r['max_disp_m']:.0f} mm, {r['heldout_bakes']} held-out bakes",
-             f"  {'model':28s} {'replay mm':>10s} {'closest mm':>11s} {'ms/step':>8s} "
-             f"{'iters':>6s} {'decoder ms':>10s} {'x full':>7s}"]
+    rows = [
+        ("Shen", "shen", "shen_closest"),
+        ("Shen, no fictitious force", "shen_nofict", "shen_closest"),
+        ("Shen manifold, variational", "shen_variational", "shen_closest"),
+        ("PCA", "pca", "pca_closest"),
+        ("Fulton", "fulton", "fulton_closest"),
+        ("full space", "full", None),
+    ]
+    lines = [
+        f"{name}: {r['dofs']} DOFs (n_p {r['n_p']} + n_z {r['n_z']}), largest "
+        f"displacement {1000 * r['max_disp_m']:.0f} mm, {r['heldout_bakes']} held-out bakes",
+        f"  {'model':28s} {'replay mm':>10s} {'closest mm':>11s} {'ms/step':>8s} "
+        f"{'iters':>6s} {'decoder ms':>10s} {'x full':>7s}",
+    ]
     full_ms = r.get("full", {}).get("step_ms")
     for label, key, ckey in rows:
         if key not in r:
@@ -219,15 +266,20 @@ def report(name: str, r: dict) -> str:
         m = r[key]
         closest = f"{1000 * r[ckey]:11.1f}" if ckey else f"{'':>11s}"
         ratio = f"{full_ms / m['step_ms']:7.1f}" if full_ms else f"{'':>7s}"
-        lines.append(f"  {label:28s} {1000 * m['err']:10.1f} {closest} {m['step_ms']:8.2f} "
-                     f"{m['iters']:6.2f} {m.get('decoder_ms', 0):10.2f} {ratio}")
-    lines.append(f"  training s: Shen {r['shen_train_s']:.0f}, PCA {r['pca_train_s']:.1f}"
-                 + (f", Fulton {r['fulton_train_s']:.0f}" if "fulton_train_s" in r else ""))
+        lines.append(
+            f"  {label:28s} {1000 * m['err']:10.1f} {closest} {m['step_ms']:8.2f} "
+            f"{m['iters']:6.2f} {m.get('decoder_ms', 0):10.2f} {ratio}"
+        )
+    lines.append(
+        f"  training s: Shen {r['shen_train_s']:.0f}, PCA {r['pca_train_s']:.1f}"
+        + (f", Fulton {r['fulton_train_s']:.0f}" if "fulton_train_s" in r else "")
+    )
     return "\n".join(lines)
 
 
-def random_decoder(n_z: int, k: int, hidden=(32,) * 6, act: str = "sin", scale: float = 0.02,
-                   seed: int = 0):
+def random_decoder(
+    n_z: int, k: int, hidden=(32,) * 6, act: str = "sin", scale: float = 0.02, seed: int = 0
+):
     """A random decoder of the trained architecture (``hidden`` sin layers, the trainer's
     initialization), outputs of size ``scale``, ``D(0) = 0``: for timings, where only the
     sizes matter."""
@@ -243,8 +295,15 @@ def random_decoder(n_z: int, k: int, hidden=(32,) * 6, act: str = "sin", scale: 
     return MLP(W, b, acts)
 
 
-def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames: int = 12,
-          cubature: int = 150, full: bool = True) -> dict:
+def speed(
+    divisions=(56, 8, 8),
+    n_p: int = 10,
+    n_z: int = 5,
+    k: int = 30,
+    frames: int = 12,
+    cubature: int = 150,
+    full: bool = True,
+) -> dict:
     """Step times on the swung arm at ``divisions`` (56, 8, 8: 21,504 tets): full space
     (Newton), PCA with ``n_p + n_z`` modes, Fulton's latent runtime (latent ``n_p + n_z`` on a
     ``k``-mode PCA layer), Shen (``n_p + n_z`` on the same layer) with and without the
@@ -262,8 +321,12 @@ def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames
 
     X, T, pins = latent.bar(divisions)
     mat = Material(latent.YOUNG, latent.POISSON, latent.DENSITY)
-    st = SimSettings(dt=latent.DT, gravity=(0.0, 0.0, 0.0), damping_alpha=latent.DAMPING[0],
-                     damping_beta=latent.DAMPING[1])
+    st = SimSettings(
+        dt=latent.DT,
+        gravity=(0.0, 0.0, 0.0),
+        damping_alpha=latent.DAMPING[0],
+        damping_beta=latent.DAMPING[1],
+    )
     mass = mass_matrix(X, T, latent.DENSITY)
     load = latent.swing_load(mass, frames, seed=7, keys=1)
     out: dict = {"tets": len(T), "vertices": len(X), "dofs": n_p + n_z, "k": k}
@@ -275,14 +338,18 @@ def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames
             rep = sim.step(FrameInputs(forces=load[f]))
             times.append(time.perf_counter() - t0)
             reps.append(rep)
-        m = {"step_ms": 1000 * float(np.mean(times[1:])),
-             "iters": float(np.mean([r.newton_iters for r in reps[1:]])),
-             "derivatives_ms": 1000 * float(np.mean([r.timings.get("derivatives", 0.0)
-                                                     for r in reps[1:]])),
-             "decoder_ms": 1000 * float(np.mean([r.timings.get("decoder", 0.0)
-                                                 for r in reps[1:]]))}
-        print(f"  {label:28s} {m['step_ms']:9.2f} ms/step {m['iters']:5.2f} iters "
-              f"{m['decoder_ms']:7.2f} ms in decoder derivatives", flush=True)
+        m = {
+            "step_ms": 1000 * float(np.mean(times[1:])),
+            "iters": float(np.mean([r.newton_iters for r in reps[1:]])),
+            "derivatives_ms": 1000
+            * float(np.mean([r.timings.get("derivatives", 0.0) for r in reps[1:]])),
+            "decoder_ms": 1000 * float(np.mean([r.timings.get("decoder", 0.0) for r in reps[1:]])),
+        }
+        print(
+            f"  {label:28s} {m['step_ms']:9.2f} ms/step {m['iters']:5.2f} iters "
+            f"{m['decoder_ms']:7.2f} ms in decoder derivatives",
+            flush=True,
+        )
         return m
 
     if full:
@@ -294,16 +361,31 @@ def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames
     els = np.sort(rng.choice(len(T), cubature, replace=False))
     cub = (els, np.full(cubature, len(T) / cubature))
     dofs = n_p + n_z
-    out["pca"] = timed(ReducedSimulation(X, T, mat, sub.U[:, :dofs], st, pinned=pins,
-                                         cubature=cub), f"PCA {dofs}")
-    out["fulton"] = timed(LatentSimulation(X, T, mat, sub.U, random_decoder(
-        dofs, k, hidden=(100, 100), act="elu"), st, pinned=pins, cubature=cub),
-        f"Fulton {dofs} (on {k})")
+    out["pca"] = timed(
+        ReducedSimulation(X, T, mat, sub.U[:, :dofs], st, pinned=pins, cubature=cub), f"PCA {dofs}"
+    )
+    out["fulton"] = timed(
+        LatentSimulation(
+            X,
+            T,
+            mat,
+            sub.U,
+            random_decoder(dofs, k, hidden=(100, 100), act="elu"),
+            st,
+            pinned=pins,
+            cubature=cub,
+        ),
+        f"Fulton {dofs} (on {k})",
+    )
     dec = random_decoder(n_z, k)
     for label, fict in ((f"Shen {n_p}+{n_z}", True), (f"Shen {n_p}+{n_z}, no fictitious", False)):
         key = "shen" if fict else "shen_nofict"
-        out[key] = timed(ShenSimulation(X, T, mat, sub.U, n_p, dec, st, pinned=pins,
-                                        cubature=cub, fictitious=fict), label)
+        out[key] = timed(
+            ShenSimulation(
+                X, T, mat, sub.U, n_p, dec, st, pinned=pins, cubature=cub, fictitious=fict
+            ),
+            label,
+        )
     # the decoder work of one Newton iteration (jet with dz, v and S, then g^T H), best of
     # many repetitions: robust to other jobs on the machine, unlike the step means above
     from neural_rom.core.hocs import jet
@@ -318,16 +400,19 @@ def speed(divisions=(56, 8, 8), n_p: int = 10, n_z: int = 5, k: int = 30, frames
         best = min(best, time.perf_counter() - t0)
     out["decoder_iter_us"] = 1e6 * best
     out["decoder_step_ms"] = 1e3 * best * out["shen"]["iters"]
-    print(f"  decoder work per Newton iteration (best of 300): {1e6 * best:.0f} us; x "
-          f"{out['shen']['iters']:.2f} iterations = {out['decoder_step_ms']:.2f} ms per step")
+    print(
+        f"  decoder work per Newton iteration (best of 300): {1e6 * best:.0f} us; x "
+        f"{out['shen']['iters']:.2f} iterations = {out['decoder_step_ms']:.2f} ms per step"
+    )
     if full:
         for key in ("pca", "fulton", "shen", "shen_nofict"):
             out[key]["speedup"] = out["full"]["step_ms"] / out[key]["step_ms"]
     return out
 
 
-def cubature_table(model, paths, counts=(20, 50, 100, 200), poses: int = 150,
-                   epochs: int = 300) -> list[dict]:
+def cubature_table(
+    model, paths, counts=(20, 50, 100, 200), poses: int = 150, epochs: int = 300
+) -> list[dict]:
     """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`) on the
     forces of a trained Shen model's subspace: relative reduced-force error on the held-out
     bakes' frames as the model reproduces them, at each element count."""
@@ -345,9 +430,20 @@ def cubature_table(model, paths, counts=(20, 50, 100, 200), poses: int = 150,
         x = np.concatenate([ds[int(i)].channel("positions") for i in ids])
         g = np.concatenate([np.full(ds[int(i)].n_frames, int(i)) for i in ids])
         pick = even_indices(len(x), poses)
-        shapes = np.stack([sim.X + (sim.U @ sim.coordinates(sim.encode_q(
-            sim.U.T @ (np.repeat(sim.mass, 3) * (xi - sim.X).ravel()), refine=False))
-        ).reshape(-1, 3) for xi in x[pick]])
+        shapes = np.stack(
+            [
+                sim.X
+                + (
+                    sim.U
+                    @ sim.coordinates(
+                        sim.encode_q(
+                            sim.U.T @ (np.repeat(sim.mass, 3) * (xi - sim.X).ravel()), refine=False
+                        )
+                    )
+                ).reshape(-1, 3)
+                for xi in x[pick]
+            ]
+        )
         return shapes, g[pick]
 
     xt, gt = frames(tr)
@@ -373,23 +469,36 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="time full space on a held-out bake")
     ap.add_argument("--no-fulton", action="store_true")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--speed", default=None, type=_ints, metavar="NX,NY,NZ",
-                    help="only the step-time comparison on a bar of these divisions "
-                    "(56,8,8: 21,504 tets)")
-    ap.add_argument("--cubature", default=None, metavar="MODEL",
-                    help="only the greedy / neural cubature table for a trained Shen model "
-                    "(with --bakes: its bakes)")
+    ap.add_argument(
+        "--speed",
+        default=None,
+        type=_ints,
+        metavar="NX,NY,NZ",
+        help="only the step-time comparison on a bar of these divisions (56,8,8: 21,504 tets)",
+    )
+    ap.add_argument(
+        "--cubature",
+        default=None,
+        metavar="MODEL",
+        help="only the greedy / neural cubature table for a trained Shen model "
+        "(with --bakes: its bakes)",
+    )
     ap.add_argument("--bakes", default=None, help="folder of the model's bakes (*.nrbake)")
     args = ap.parse_args(argv)
     common.pin_this_process()
     if args.cubature:
         rows = cubature_table(args.cubature, sorted(Path(args.bakes).glob("*.nrbake")))
-        print(f"  {'elements':>8s} {'greedy':>8s} {'neural':>8s} (held-out relative force "
-              "error; training: greedy / neural)")
+        print(
+            f"  {'elements':>8s} {'greedy':>8s} {'neural':>8s} (held-out relative force "
+            "error; training: greedy / neural)"
+        )
         for r in rows:
-            print(f"  {r['elements']:8d} {r['greedy']:8.4f} {r['neural']:8.4f}   "
-                  f"({r['greedy_train']:.4f} / {r['neural_train']:.4f}, best epoch "
-                  f"{r['best_epoch']})", flush=True)
+            print(
+                f"  {r['elements']:8d} {r['greedy']:8.4f} {r['neural']:8.4f}   "
+                f"({r['greedy_train']:.4f} / {r['neural_train']:.4f}, best epoch "
+                f"{r['best_epoch']})",
+                flush=True,
+            )
         return 0
     if args.speed:
         r = speed(args.speed, args.n_p, args.n_z)
@@ -406,23 +515,35 @@ def main(argv=None) -> int:
         if kept:  # a previous run's bakes in --out DIR: reused
             paths = kept
         elif scene == "swing":
-            paths = latent.bake_scene(d / "bakes", divisions=args.divisions,
-                                      variants=args.variants, frames=args.frames, keys=2)
+            paths = latent.bake_scene(
+                d / "bakes",
+                divisions=args.divisions,
+                variants=args.variants,
+                frames=args.frames,
+                keys=2,
+            )
         elif scene == "whip":
-            paths = bake_whip(d / "bakes", divisions=args.whip_divisions,
-                              variants=args.variants, frames=args.frames)
+            paths = bake_whip(
+                d / "bakes",
+                divisions=args.whip_divisions,
+                variants=args.variants,
+                frames=args.frames,
+            )
         else:
             raise SystemExit(f"Unknown scene {scene!r}: swing or whip.")
         bake_s = time.perf_counter() - t0
-        r = compare(paths, d, args.n_p, args.n_z, epochs=args.epochs,
-                    fulton=not args.no_fulton)
+        r = compare(paths, d, args.n_p, args.n_z, epochs=args.epochs, fulton=not args.no_fulton)
         r["bake_s"] = bake_s
         ds, va, _ = heldout(paths)
         r["tets"] = len(ds[0].T)
         if args.full:
             f = latent.full_rollout(ds[int(va[0])])
-            r["full"] = {"err": 0.0, "step_ms": f["step_ms"], "iters": f["iters"],
-                         "derivatives_ms": f["phases"].get("derivatives", 0.0)}
+            r["full"] = {
+                "err": 0.0,
+                "step_ms": f["step_ms"],
+                "iters": f["iters"],
+                "derivatives_ms": f["phases"].get("derivatives", 0.0),
+            }
         print(report(f"{scene} ({r['tets']} tets)", r), flush=True)
         results[scene] = r
     (work / "shen_bench.json").write_text(json.dumps(results, indent=1, default=float))

@@ -360,8 +360,12 @@ def _ray_parity(P, V, F, axis: int, chunk: int = 2_000_000) -> np.ndarray:
         p = P2[pid[q]]
         ok = np.abs(det[t]) > 1e-300
         d = np.where(ok, det[t], 1.0)
-        l1 = ((p[:, 0] - a[t, 0]) * (c[t, 1] - a[t, 1]) - (c[t, 0] - a[t, 0]) * (p[:, 1] - a[t, 1])) / d
-        l2 = ((b[t, 0] - a[t, 0]) * (p[:, 1] - a[t, 1]) - (p[:, 0] - a[t, 0]) * (b[t, 1] - a[t, 1])) / d
+        l1 = (
+            (p[:, 0] - a[t, 0]) * (c[t, 1] - a[t, 1]) - (c[t, 0] - a[t, 0]) * (p[:, 1] - a[t, 1])
+        ) / d
+        l2 = (
+            (b[t, 0] - a[t, 0]) * (p[:, 1] - a[t, 1]) - (p[:, 0] - a[t, 0]) * (b[t, 1] - a[t, 1])
+        ) / d
         l0 = 1.0 - l1 - l2
         # half-open barycentric test: a point over a shared edge counts for one triangle
         hit = ok & (l0 >= 0) & (l1 >= 0) & (l2 > 0) | ok & (l0 > 0) & (l1 >= 0) & (l2 == 0)

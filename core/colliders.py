@@ -48,8 +48,12 @@ IMPACT_TOLERANCE = 2e-3
 IMPACT_TOLERANCE_FRACTION = 2e-3
 
 
-def penalty_stiffness(length: float, gravity: float = 9.81, impact_speed: float = 0.0,
-                      contact_length: float | None = None) -> float:
+def penalty_stiffness(
+    length: float,
+    gravity: float = 9.81,
+    impact_speed: float = 0.0,
+    contact_length: float | None = None,
+) -> float:
     """Penalty stiffness ``kappa`` (1/s^2) of :func:`contact_energy` (module docstring).
 
     Parameters

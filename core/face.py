@@ -227,8 +227,10 @@ def face_rig(
     """
     for name, (_, F) in (("skin", skin), ("skull", skull), ("jaw", jaw)):
         if not is_closed(np.asarray(F)):
-            raise MeshError(f"The {name} mesh is not closed: close its holes (or pick the "
-                            f"closed mesh of the {name}) and try again.")
+            raise MeshError(
+                f"The {name} mesh is not closed: close its holes (or pick the "
+                f"closed mesh of the {name}) and try again."
+            )
     sV, sF = (np.asarray(a) for a in skin)
     kV, kF = (np.asarray(a) for a in skull)
     jV, jF = (np.asarray(a) for a in jaw)
@@ -305,10 +307,20 @@ def face_rig(
             fiber[sel] = tang
         muscle[sel] = i
     return FaceRig(
-        X=X, T=T, skin_V=sV.astype(float), skin_F=sF.astype(np.int64), skin=emb, fixed=fixed,
-        jaw_nodes=jaw_nodes, jaw_pivot=np.asarray(jaw_pivot, float),
-        jaw_axis=np.asarray(jaw_axis, float), muscle=muscle, fiber=fiber, muscle_names=names,
-        bones={"skull_V": kV, "skull_F": kF, "jaw_V": jV, "jaw_F": jF}, material=material,
+        X=X,
+        T=T,
+        skin_V=sV.astype(float),
+        skin_F=sF.astype(np.int64),
+        skin=emb,
+        fixed=fixed,
+        jaw_nodes=jaw_nodes,
+        jaw_pivot=np.asarray(jaw_pivot, float),
+        jaw_axis=np.asarray(jaw_axis, float),
+        muscle=muscle,
+        fiber=fiber,
+        muscle_names=names,
+        bones={"skull_V": kV, "skull_F": kF, "jaw_V": jV, "jaw_F": jF},
+        material=material,
     )
 
 
@@ -338,16 +350,47 @@ def demo_muscles() -> list[dict]:
     """
     m = []
     for side, sx in (("L", 1.0), ("R", -1.0)):
-        m.append({"name": f"zygomaticus_{side}", "p0": (0.058 * sx, -0.04, 0.012),
-                  "p1": (0.026 * sx, -0.078, -0.042), "radius": 0.02})
-        m.append({"name": f"frontalis_{side}", "p0": (0.025 * sx, -0.074, 0.03),
-                  "p1": (0.025 * sx, -0.06, 0.095), "radius": 0.02})
-        m.append({"name": f"risorius_{side}", "p0": (0.066 * sx, -0.03, -0.045),
-                  "p1": (0.026 * sx, -0.078, -0.045), "radius": 0.018})
-        m.append({"name": f"depressor_{side}", "p0": (0.032 * sx, -0.05, -0.09),
-                  "p1": (0.024 * sx, -0.078, -0.05), "radius": 0.018})
-    m.append({"name": "orbicularis_oris", "center": (0.0, -0.076, -0.045),
-              "normal": (0.0, 1.0, 0.0), "ring_radius": 0.024, "radius": 0.016})
+        m.append(
+            {
+                "name": f"zygomaticus_{side}",
+                "p0": (0.058 * sx, -0.04, 0.012),
+                "p1": (0.026 * sx, -0.078, -0.042),
+                "radius": 0.02,
+            }
+        )
+        m.append(
+            {
+                "name": f"frontalis_{side}",
+                "p0": (0.025 * sx, -0.074, 0.03),
+                "p1": (0.025 * sx, -0.06, 0.095),
+                "radius": 0.02,
+            }
+        )
+        m.append(
+            {
+                "name": f"risorius_{side}",
+                "p0": (0.066 * sx, -0.03, -0.045),
+                "p1": (0.026 * sx, -0.078, -0.045),
+                "radius": 0.018,
+            }
+        )
+        m.append(
+            {
+                "name": f"depressor_{side}",
+                "p0": (0.032 * sx, -0.05, -0.09),
+                "p1": (0.024 * sx, -0.078, -0.05),
+                "radius": 0.018,
+            }
+        )
+    m.append(
+        {
+            "name": "orbicularis_oris",
+            "center": (0.0, -0.076, -0.045),
+            "normal": (0.0, 1.0, 0.0),
+            "ring_radius": 0.024,
+            "radius": 0.016,
+        }
+    )
     return m
 
 
@@ -374,8 +417,15 @@ def demo_head(size: str = "small") -> FaceRig:
     skin = ellipsoid_mesh((0, 0, 0), (0.075, 0.09, 0.105), sub)
     skull = ellipsoid_mesh((0, 0.006, 0.026), (0.06, 0.07, 0.066), 2)
     jaw = ellipsoid_mesh((0, 0.0, -0.066), (0.046, 0.046, 0.016), 2)
-    return face_rig(skin, skull, jaw, jaw_pivot=(0, 0.035, -0.045), jaw_axis=(1.0, 0, 0),
-                    spacing=SPACING[size], muscles=demo_muscles())
+    return face_rig(
+        skin,
+        skull,
+        jaw,
+        jaw_pivot=(0, 0.035, -0.045),
+        jaw_axis=(1.0, 0, 0),
+        spacing=SPACING[size],
+        muscles=demo_muscles(),
+    )
 
 
 def muscle_actions(rig: FaceRig, activations: np.ndarray) -> np.ndarray:
@@ -387,7 +437,7 @@ def muscle_actions(rig: FaceRig, activations: np.ndarray) -> np.ndarray:
     s = 1.0 - CONTRACTION * act
     d = rig.fiber
     dd = d[:, :, None] * d[:, None, :]
-    S = s[:, None, None] * dd + (s ** -0.5)[:, None, None] * (np.eye(3) - dd)
+    S = s[:, None, None] * dd + (s**-0.5)[:, None, None] * (np.eye(3) - dd)
     passive = rig.muscle < 0
     S[passive] = np.eye(3)
     b = S[:, [0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]].copy()
@@ -474,9 +524,16 @@ def save_face(path: str | Path, rig: FaceRig, keys: ShapeKeys | None = None) -> 
     """Write a rig (and its shape keys) to one ``.npz`` (JSON metadata, no pickle)."""
     path = Path(path)
     arrays = {
-        "X": rig.X, "T": rig.T, "skin_V": rig.skin_V, "skin_F": rig.skin_F,
-        "fixed": rig.fixed, "jaw_nodes": rig.jaw_nodes, "jaw_pivot": rig.jaw_pivot,
-        "jaw_axis": rig.jaw_axis, "muscle": rig.muscle, "fiber": rig.fiber,
+        "X": rig.X,
+        "T": rig.T,
+        "skin_V": rig.skin_V,
+        "skin_F": rig.skin_F,
+        "fixed": rig.fixed,
+        "jaw_nodes": rig.jaw_nodes,
+        "jaw_pivot": rig.jaw_pivot,
+        "jaw_axis": rig.jaw_axis,
+        "muscle": rig.muscle,
+        "fiber": rig.fiber,
         **{f"bone_{k}": v for k, v in rig.bones.items()},
         **{f"emb_{k}": v for k, v in rig.skin.to_arrays().items()},
     }
@@ -500,16 +557,28 @@ def load_face(path: str | Path) -> tuple[FaceRig, ShapeKeys | None]:
     meta = json.loads(bytes(d.pop("meta")).decode())
     skin = Embedding.from_arrays({k[4:]: v for k, v in d.items() if k.startswith("emb_")})
     rig = FaceRig(
-        X=d["X"], T=d["T"], skin_V=d["skin_V"], skin_F=d["skin_F"], skin=skin,
-        fixed=d["fixed"], jaw_nodes=d["jaw_nodes"], jaw_pivot=d["jaw_pivot"],
-        jaw_axis=d["jaw_axis"], muscle=d["muscle"], fiber=d["fiber"],
+        X=d["X"],
+        T=d["T"],
+        skin_V=d["skin_V"],
+        skin_F=d["skin_F"],
+        skin=skin,
+        fixed=d["fixed"],
+        jaw_nodes=d["jaw_nodes"],
+        jaw_pivot=d["jaw_pivot"],
+        jaw_axis=d["jaw_axis"],
+        muscle=d["muscle"],
+        fiber=d["fiber"],
         muscle_names=list(meta["muscle_names"]),
         bones={k[5:]: v for k, v in d.items() if k.startswith("bone_")},
         material=Material.from_dict(meta["material"]),
     )
     keys = None
     if "key_positions" in d:
-        keys = ShapeKeys(positions=d["key_positions"], jaw=d["key_jaw"],
-                         names=list(meta["key_names"]), held_out=d["key_held_out"],
-                         activations=d.get("key_activations"))
+        keys = ShapeKeys(
+            positions=d["key_positions"],
+            jaw=d["key_jaw"],
+            names=list(meta["key_names"]),
+            held_out=d["key_held_out"],
+            activations=d.get("key_activations"),
+        )
     return rig, keys

@@ -251,8 +251,10 @@ class Method:
                 f"{', '.join(sorted(unknown))}: not a setting of the {self.label} method; its "
                 f"settings are {', '.join(self._by_name)}."
             )
-        return {s.name: s.check(values[s.name]) if s.name in values else s.default
-                for s in self.settings}
+        return {
+            s.name: s.check(values[s.name]) if s.name in values else s.default
+            for s in self.settings
+        }
 
     def trainer_function(self) -> Callable:
         """The trainer, imported now (in the worker: torch is imported here, not before)."""

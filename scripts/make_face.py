@@ -32,8 +32,10 @@ def main(argv=None) -> int:
     keys = make_shape_keys(rig, a.keys, held_out=a.held_out, seed=a.seed)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     save_face(a.out, rig, keys)
-    print(f"{a.out}: {len(rig.T)} tets, {len(rig.skin_V)} skin vertices, {len(keys)} keys "
-          f"({a.held_out} held out), {time.perf_counter() - t:.1f} s")
+    print(
+        f"{a.out}: {len(rig.T)} tets, {len(rig.skin_V)} skin vertices, {len(keys)} keys "
+        f"({a.held_out} held out), {time.perf_counter() - t:.1f} s"
+    )
     return 0
 
 

@@ -28,25 +28,36 @@ def trained(tmp_path_factory):
     ck = tmp / "ck"
 
     with pytest.raises(JobCancelled, match="checkpointed"):
-        fit((rig, keys), tmp / "a.nrmodel", SETTINGS, checkpoint_dir=ck,
-            should_cancel=lambda: bool(list(ck.glob("active_e2e_*"))))
+        fit(
+            (rig, keys),
+            tmp / "a.nrmodel",
+            SETTINGS,
+            checkpoint_dir=ck,
+            should_cancel=lambda: bool(list(ck.glob("active_e2e_*"))),
+        )
     resumed = fit((rig, keys), tmp / "a.nrmodel", SETTINGS, checkpoint_dir=ck)
     # an uninterrupted end-to-end stage (the deterministic stages before it are shared, to
     # keep the test short), through the worker's entry point from a face file
     (tmp / "ck2").mkdir()
     for f in [*ck.glob("active_targets_*"), *ck.glob("active_warm_*")]:
         shutil.copy(f, tmp / "ck2" / f.name)
-    straight = train(save_face(tmp / "face.npz", rig, keys), tmp / "b.nrmodel", SETTINGS,
-                     checkpoint_dir=tmp / "ck2")
+    straight = train(
+        save_face(tmp / "face.npz", rig, keys),
+        tmp / "b.nrmodel",
+        SETTINGS,
+        checkpoint_dir=tmp / "ck2",
+    )
     json.dumps(straight)
     return rig, keys, resumed, straight, tmp
 
 
 def test_fit_goes_below_the_warm_start_and_resumes_bit_identically(trained):
     rig, keys, resumed, straight, tmp = trained
-    print(f"\nwarm start alone {straight['warm_error_m'] * 1000:.4f} mm, end to end "
-          f"{straight['train_error_m'] * 1000:.4f} mm mean training skin error; "
-          f"{straight['seconds_per_epoch']:.2f} s per epoch; resumed from {resumed['resumed']}")
+    print(
+        f"\nwarm start alone {straight['warm_error_m'] * 1000:.4f} mm, end to end "
+        f"{straight['train_error_m'] * 1000:.4f} mm mean training skin error; "
+        f"{straight['seconds_per_epoch']:.2f} s per epoch; resumed from {resumed['resumed']}"
+    )
     assert straight["train_error_m"] < 0.97 * straight["warm_error_m"]
     assert resumed["resumed"] == ["targets", "warm", "e2e@1"]
     assert resumed["train_error_m"] == straight["train_error_m"]
@@ -67,10 +78,12 @@ def test_model_file_plays_sliders_jaw_and_a_sphere_as_equilibria(trained):
     err = skin_error(rig, full.x, keys.positions[tr[i]])
     rep_r = sim.step(FrameInputs(sliders=model.codes[i], reference_frame=jaw))
     gap = np.linalg.norm(sim.skin_positions() - full.skin_positions(), axis=1).max()
-    print(f"\nslider frame: full residual {rep.residual:.1e}, skin error {err * 1000:.4f} mm "
-          f"(trained {straight['train_error_m'] * 1000:.4f}); reduced {rep_r.newton_iters} "
-          f"Newton iterations, reduced residual {rep_r.residual:.1e}, largest gap to the full "
-          f"solve {gap * 1000:.3f} mm")
+    print(
+        f"\nslider frame: full residual {rep.residual:.1e}, skin error {err * 1000:.4f} mm "
+        f"(trained {straight['train_error_m'] * 1000:.4f}); reduced {rep_r.newton_iters} "
+        f"Newton iterations, reduced residual {rep_r.residual:.1e}, largest gap to the full "
+        f"solve {gap * 1000:.3f} mm"
+    )
     assert rep.converged and rep.residual < 1e-8 and rep_r.converged
     assert abs(err - straight["key_errors_m"][i]) < 1e-6  # the trained equilibrium
     assert gap < 0.001
@@ -87,7 +100,9 @@ def test_model_file_plays_sliders_jaw_and_a_sphere_as_equilibria(trained):
     sphere = [Collider("sphere", radius=0.03, transform=M)]
     rep = full.step(FrameInputs(colliders=sphere))
     phi, _ = sphere[0].signed_distance(full.skin_positions())
-    print(f"sphere in the cheek: residual {rep.residual:.1e}, penetration {-phi.min() * 1000:.2f} mm")
+    print(
+        f"sphere in the cheek: residual {rep.residual:.1e}, penetration {-phi.min() * 1000:.2f} mm"
+    )
     assert rep.converged and -phi.min() < 0.002
     # state round trip
     st = full.get_state()
@@ -106,8 +121,7 @@ def test_held_out_refit_and_markers(trained):
     t = keys.positions[j]
     jaw = model.jaw_matrix(keys.jaw[j])
     rest = float(np.linalg.norm(rig.skin_V - t, axis=1).mean())
-    z, x, _, its = full.fit_latent(t, jaw=jaw, z0=np.zeros(model.latent_dim), pull=1e-9,
-                                   iters=12)
+    z, x, _, its = full.fit_latent(t, jaw=jaw, z0=np.zeros(model.latent_dim), pull=1e-9, iters=12)
     whole = skin_error(rig, x, t)
     mv = np.random.default_rng(0).choice(len(rig.skin_V), 30, replace=False)
     rep = sim.step(FrameInputs(markers=Markers(mv, t[mv]), reference_frame=jaw))
@@ -119,10 +133,12 @@ def test_held_out_refit_and_markers(trained):
     r = (t - rig.skin_V).reshape(-1)
     pca = float(np.linalg.norm((r - Vt.T @ (Vt @ r)).reshape(-1, 3), axis=1).mean())
     moved = np.linalg.norm(t - rig.skin_V, axis=1).max()
-    print(f"\nheld-out key {keys.names[j]}: skin moves {rest * 1000:.3f} mm on average, up to "
-          f"{moved * 1000:.1f} mm; whole-skin refit ({its} LM iterations) {whole * 1000:.3f} mm, "
-          f"surface PCA-{model.latent_dim} {pca * 1000:.3f} mm; 30 markers (reduced, "
-          f"{rep.newton_iters} iterations) {marker * 1000:.3f} mm")
+    print(
+        f"\nheld-out key {keys.names[j]}: skin moves {rest * 1000:.3f} mm on average, up to "
+        f"{moved * 1000:.1f} mm; whole-skin refit ({its} LM iterations) {whole * 1000:.3f} mm, "
+        f"surface PCA-{model.latent_dim} {pca * 1000:.3f} mm; 30 markers (reduced, "
+        f"{rep.newton_iters} iterations) {marker * 1000:.3f} mm"
+    )
     assert rest > 0.003 and moved > 0.01  # a real expression (5-20 mm where the face moves)
     assert whole < 0.001  # the goal, with only 6 training keys here
     assert marker < 2.0 * whole + 1e-5
@@ -138,9 +154,11 @@ def test_held_out_refit_and_markers(trained):
             rep = s.step(FrameInputs(markers=Markers(mv, P[mv]), reference_frame=jaw))
             assert rep.converged and rep.residual < 1e-6
             out[how].append(skin_error(rig, s.x, P))
-    print("marker frames, skin error mm: exact Jacobian "
-          f"{np.round(np.array(out['exact']) * 1000, 3).tolist()}, Broyden "
-          f"{np.round(np.array(out['broyden']) * 1000, 3).tolist()}")
+    print(
+        "marker frames, skin error mm: exact Jacobian "
+        f"{np.round(np.array(out['exact']) * 1000, 3).tolist()}, Broyden "
+        f"{np.round(np.array(out['broyden']) * 1000, 3).tolist()}"
+    )
     assert np.all(np.array(out["broyden"]) < 1.1 * np.array(out["exact"]) + 2e-5)
 
 

@@ -85,9 +85,7 @@ def test_a_replay_steps_the_inputs_the_bake_recorded_not_regenerated_ones(tmp_pa
     scenario = {"kind": "composite", "parts": [pokes, sphere]}
     cache, _ = _bake(tmp_path, scenario, frames=8)
     cache.meta["spec"]["seed"] = int(cache.meta["spec"]["seed"]) + 1  # "another generator"
-    _, regenerated = bk.setup_scenario(
-        cache.X, cache.T, bk.BakeSpec.from_dict(cache.meta["spec"])
-    )
+    _, regenerated = bk.setup_scenario(cache.X, cache.T, bk.BakeSpec.from_dict(cache.meta["spec"]))
     sim, driver = bk.replay_scenario(cache)
     recorded = cache.channel("forces")
     assert np.abs(regenerated.forces[: cache.n_frames] - recorded).max() > 1.0  # N: differs

@@ -429,6 +429,7 @@ def test_the_scenario_ground_sits_under_the_render_surface_not_the_cage():
     assert abs(driver.ground_z - render_bottom) < 1e-12
     assert render_bottom - mesh.X[:, 2].min() > 0.3  # the cage's bottom, where it used to be
     # without contact points (a direct tet mesh) the ground stays at the lowest node
-    _, plain = setup_scenario(mesh.X, mesh.T, BakeSpec(material=FLESH.to_dict(), frames=2,
-                                                       scenario=dict(spec.scenario)))
+    _, plain = setup_scenario(
+        mesh.X, mesh.T, BakeSpec(material=FLESH.to_dict(), frames=2, scenario=dict(spec.scenario))
+    )
     assert plain.ground_z == mesh.X[:, 2].min()

@@ -29,10 +29,12 @@ def rig():
 def test_demo_head_is_a_lattice_with_fixed_skull_and_a_jaw(rig):
     q = rig.mesh().quality()
     height = np.ptp(rig.skin_V[:, 2])
-    print(f"\nsmall head: {len(rig.X)} nodes, {len(rig.T)} tets, min dihedral "
-          f"{q['min_dihedral_deg']:.1f} deg, {len(rig.fixed)} skull nodes, {len(rig.jaw_nodes)} "
-          f"jaw nodes, skin {len(rig.skin_V)} vertices, {height * 100:.1f} cm tall; muscle "
-          f"elements {np.bincount(rig.muscle[rig.muscle >= 0]).tolist()}")
+    print(
+        f"\nsmall head: {len(rig.X)} nodes, {len(rig.T)} tets, min dihedral "
+        f"{q['min_dihedral_deg']:.1f} deg, {len(rig.fixed)} skull nodes, {len(rig.jaw_nodes)} "
+        f"jaw nodes, skin {len(rig.skin_V)} vertices, {height * 100:.1f} cm tall; muscle "
+        f"elements {np.bincount(rig.muscle[rig.muscle >= 0]).tolist()}"
+    )
     assert 2000 <= len(rig.T) <= 5000
     assert q["min_dihedral_deg"] > 35  # Kuhn cubes: no slivers
     assert 0.19 < height < 0.23
@@ -69,8 +71,10 @@ def test_shape_keys_are_equilibria_deterministic_and_round_trip(rig, tmp_path):
     again = make_shape_keys(rig, 4, held_out=1, seed=3)
     np.testing.assert_array_equal(keys.positions, again.positions)
     moved = np.linalg.norm(keys.positions - rig.skin_V, axis=2).max(1)
-    print(f"\nkeys: largest skin motion per key {np.round(moved * 1000, 1).tolist()} mm, jaw "
-          f"{np.round(keys.jaw, 3).tolist()} rad")
+    print(
+        f"\nkeys: largest skin motion per key {np.round(moved * 1000, 1).tolist()} mm, jaw "
+        f"{np.round(keys.jaw, 3).tolist()} rad"
+    )
     # realistic expressions: 5-20 mm where the face moves (a wide-open jaw a little more)
     assert 0.005 < moved.min() and moved.max() < 0.03
     assert keys.held_out.tolist() == [False, False, False, True]
@@ -107,8 +111,12 @@ def test_bad_setups_get_clear_messages(rig):
     open_skin = (skin[0], skin[1][:-1])
     with pytest.raises(MeshError, match="skin mesh is not closed"):
         face_rig(open_skin, skull, jaw, **hinge)
-    keys = ShapeKeys(positions=np.zeros((2, len(rig.skin_V) + 1, 3)), jaw=np.zeros(2),
-                     names=["a", "b"], held_out=np.zeros(2, bool))
+    keys = ShapeKeys(
+        positions=np.zeros((2, len(rig.skin_V) + 1, 3)),
+        jaw=np.zeros(2),
+        names=["a", "b"],
+        held_out=np.zeros(2, bool),
+    )
     with pytest.raises(MeshError, match="same vertex count"):
         check_shape_keys(rig, keys)
     X = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0.5, 0.5, 1e-4]], float)

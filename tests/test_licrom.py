@@ -44,9 +44,15 @@ def bar(divisions):
 
 
 def spec(mesh, scenario, frames=24, seed=0, variants=1):
-    return bk.BakeSpec(material=MATERIAL.to_dict(), scenario=scenario, frames=frames,
-                       pinned=mesh.pinned.tolist(), damping=(0.5, 0.0), seed=seed,
-                       variants=variants)
+    return bk.BakeSpec(
+        material=MATERIAL.to_dict(),
+        scenario=scenario,
+        frames=frames,
+        pinned=mesh.pinned.tolist(),
+        damping=(0.5, 0.0),
+        seed=seed,
+        variants=variants,
+    )
 
 
 POKES = {"kind": "random_pokes", "count": 3, "strength": 1.5, "duration": 0.4}
@@ -79,9 +85,19 @@ def bakes(tmp_path_factory):
 
 def _train(bakes, paths, name, **settings):
     out = bakes.dir / f"{name}.nrmodel"
-    res = train(paths, out, {"latent_dim": R, "epochs": 30, "projection_epochs": 0,
-                             "cubature_vertices": 40, **settings},
-                device="cpu", checkpoint_dir=bakes.dir / f"ckpt_{name}")
+    res = train(
+        paths,
+        out,
+        {
+            "latent_dim": R,
+            "epochs": 30,
+            "projection_epochs": 0,
+            "cubature_vertices": 40,
+            **settings,
+        },
+        device="cpu",
+        checkpoint_dir=bakes.dir / f"ckpt_{name}",
+    )
     print(name, json.dumps({k: v for k, v in res.items() if k != "rollout"}, default=str))
     return SimpleNamespace(res=res, out=out, paths=paths, mesh=bakes.mesh, dir=bakes.dir)
 
@@ -95,8 +111,7 @@ def trained(bakes):
 @pytest.fixture(scope="module")
 def family(bakes):
     """LiCROM of the bar and the notched bar together (nothing held out)."""
-    return _train(bakes, bakes.plain + bakes.cut, "family", validation_fraction=0.0,
-                  rollout=False)
+    return _train(bakes, bakes.plain + bakes.cut, "family", validation_fraction=0.0, rollout=False)
 
 
 def test_model_file_holds_a_field_not_a_basis(trained):
@@ -128,8 +143,10 @@ def test_projection_error_between_pod_and_twice_pod(trained):
     """Eckart-Young: on the training mesh the field's basis cannot beat POD of the same size
     (mass-weighted, the same frames); it should be within 2x."""
     res = trained.res
-    print(f"field {res['field_error_sq']:.4g}, POD {res['pod_error_sq']:.4g}, ratio "
-          f"{res['projection_ratio_to_pod']:.4f}")
+    print(
+        f"field {res['field_error_sq']:.4g}, POD {res['pod_error_sq']:.4g}, ratio "
+        f"{res['projection_ratio_to_pod']:.4f}"
+    )
     assert 0.999 <= res["projection_ratio_to_pod"] <= 2.0
     # the same measured independently on every frame of the training bakes
     meta = load_model(trained.out).metadata
@@ -181,8 +198,10 @@ def test_random_cubature_is_unbiased():
         hits[el] += 1
     mean = float(np.mean(est))
     pi = licrom.inclusion_probability(n, 20)
-    print(f"exact {exact:.5g} J, mean of {count} {mean:.5g} J ({mean / exact - 1:+.3%}), "
-          f"single draws spread {np.std(est) / exact:.1%}; pi {pi:.4f} vs {hits.mean() / count:.4f}")
+    print(
+        f"exact {exact:.5g} J, mean of {count} {mean:.5g} J ({mean / exact - 1:+.3%}), "
+        f"single draws spread {np.std(est) / exact:.1%}; pi {pi:.4f} vs {hits.mean() / count:.4f}"
+    )
     assert abs(mean / exact - 1) < 0.01
     assert abs(hits.mean() / count - pi) < 0.01
     # seeded per mesh: the same mesh and seed give the same cubature, another mesh another
@@ -252,8 +271,11 @@ def test_finer_bar_carries_the_coarse_bars_physics(trained, bakes):
     coarse, fine = trained.mesh, bar((30, 6, 6))
     src = BakeCache.open(held)
     scene = {"kind": "replay_forces", "source": str(held)}
-    fine_bake = BakeCache.open(bk.bake(fine, spec(fine, scene, frames=src.n_frames - 1),
-                                       trained.dir / "fine_replay.nrbake"))
+    fine_bake = BakeCache.open(
+        bk.bake(
+            fine, spec(fine, scene, frames=src.n_frames - 1), trained.dir / "fine_replay.nrbake"
+        )
+    )
     x_c, x_f = src.channel("positions"), fine_bake.channel("positions")
     P = _interpolation(coarse.X, coarse.T, fine.X)
     x_cf = np.einsum("fc,tca->tfa", P, x_c)  # the coarse bar's motion on the fine nodes
@@ -261,8 +283,13 @@ def test_finer_bar_carries_the_coarse_bars_physics(trained, bakes):
 
     def replay(m, cache, basis=None):
         _, driver = bk.replay_scenario(cache)
-        sim = licrom.load_on_mesh(trained.out, m.X, m.T, colliders=driver.colliders(0),
-                                  cubature_vertices=0 if m is coarse else 200)
+        sim = licrom.load_on_mesh(
+            trained.out,
+            m.X,
+            m.T,
+            colliders=driver.colliders(0),
+            cubature_vertices=0 if m is coarse else 200,
+        )
         if basis is not None:  # the same dynamics in another basis
             sim.field = SimpleNamespace(r=basis.shape[1], basis=lambda X: basis.copy())
             sim._build(m.X, m.T, sim.settings, sim.colliders)
@@ -276,18 +303,27 @@ def test_finer_bar_carries_the_coarse_bars_physics(trained, bakes):
     y_f = replay(fine, fine_bake)
     e_f, e_fc = err(y_f, x_f), err(y_f, x_cf)
     # the coarse bar's own POD (its training frames) interpolated onto the fine nodes
-    train_u = np.concatenate([BakeCache.open(trained.paths[i]).channel("positions")
-                              for i in meta["train_trajectories"]]) - coarse.X
+    train_u = (
+        np.concatenate(
+            [
+                BakeCache.open(trained.paths[i]).channel("positions")
+                for i in meta["train_trajectories"]
+            ]
+        )
+        - coarse.X
+    )
     mass_c = licrom.load_on_mesh(trained.out, coarse.X, coarse.T).mass
     pod = mass_weighted_pod(train_u, mass_c, coarse.pinned, k=R)
     U_f = np.einsum("fc,cak->fak", P, pod.U.reshape(len(coarse.X), 3, R)).reshape(-1, R)
     e_pod = err(replay(fine, fine_bake, U_f), x_f)
     amp = [float(np.linalg.norm(x - m.X, axis=2).max()) for x, m in ((x_c, coarse), (x_f, fine))]
-    print(f"full space: coarse bar {amp[0] * 1000:.3g} mm amplitude, fine bar "
-          f"{amp[1] * 1000:.3g} mm, gap {gap * 1000:.3g} mm; LiCROM coarse {e_c * 1000:.3g} mm, "
-          f"fine vs fine full space {e_f * 1000:.3g} mm ({e_f / e_c:.2f}x; coarse POD "
-          f"interpolated {e_pod * 1000:.3g} mm), fine vs coarse full space {e_fc * 1000:.3g} mm "
-          f"({e_fc / e_c:.2f}x)")
+    print(
+        f"full space: coarse bar {amp[0] * 1000:.3g} mm amplitude, fine bar "
+        f"{amp[1] * 1000:.3g} mm, gap {gap * 1000:.3g} mm; LiCROM coarse {e_c * 1000:.3g} mm, "
+        f"fine vs fine full space {e_f * 1000:.3g} mm ({e_f / e_c:.2f}x; coarse POD "
+        f"interpolated {e_pod * 1000:.3g} mm), fine vs coarse full space {e_fc * 1000:.3g} mm "
+        f"({e_fc / e_c:.2f}x)"
+    )
     assert gap > e_c  # the discretizations disagree by more than the model's error
     assert e_f <= 1.5 * e_pod  # not the field: exact coarse modes are no better
     assert e_fc <= 1.5 * e_c  # the coarse bar's physics, carried to the fine mesh
@@ -324,9 +360,11 @@ def test_mesh_swap_continues_like_full_space(family):
 
     e0, _ = run(False)
     e1, rep = run(True)
-    print(f"no swap {e0 * 1000:.3g} mm, notch at frame {K}: {e1 * 1000:.3g} mm "
-          f"(ratio {e1 / e0:.2f}); kinetic {rep.kinetic_before:.4g} -> {rep.kinetic_after:.4g} J, "
-          f"swap {rep.seconds * 1000:.3g} ms")
+    print(
+        f"no swap {e0 * 1000:.3g} mm, notch at frame {K}: {e1 * 1000:.3g} mm "
+        f"(ratio {e1 / e0:.2f}); kinetic {rep.kinetic_before:.4g} -> {rep.kinetic_after:.4g} J, "
+        f"swap {rep.seconds * 1000:.3g} ms"
+    )
     assert e1 <= 2.0 * e0
     assert rep.kinetic_after <= rep.kinetic_before
 
@@ -336,8 +374,9 @@ def superellipsoid(p: float, edge: float = 0.06, scale: float = 1.0):
     an icosphere pushed radially onto the surface, filled by TetGen (tets of about ``edge``)."""
     V, F = surface.icosphere(1.0, 2)
     r = (np.abs(V) ** p).sum(1) ** (-1.0 / p)
-    t = mesher.tetrahedralize(V * r[:, None] * 0.1 * scale, F, target_edge_length=edge,
-                              keep_surface=False)
+    t = mesher.tetrahedralize(
+        V * r[:, None] * 0.1 * scale, F, target_edge_length=edge, keep_surface=False
+    )
     return SimpleNamespace(X=np.asarray(t.X), T=np.asarray(t.T), pinned=np.zeros(0, np.int64))
 
 
@@ -357,16 +396,32 @@ def shapes(tmp_path_factory):
     meshes["4 fine"] = superellipsoid(4, edge=0.06 / 1.6)
 
     def drop(m, seed, variants=1):
-        return bk.BakeSpec(material=SOFT.to_dict(), scenario=DROP, frames=16, seed=seed,
-                           damping=(0.5, 0.0), variants=variants)
+        return bk.BakeSpec(
+            material=SOFT.to_dict(),
+            scenario=DROP,
+            frames=16,
+            seed=seed,
+            damping=(0.5, 0.0),
+            variants=variants,
+        )
 
     paths = []
     for p in TRAIN_P:
         paths += bk.bake_variants(meshes[p], drop(meshes[p], p, 2), d, f"train_{p}")
     out = d / "shapes.nrmodel"
-    res = train(paths, out, {"latent_dim": 10, "epochs": 60, "projection_epochs": 0,
-                             "validation_fraction": 0.0, "cubature_vertices": 0,
-                             "rollout": False}, device="cpu")
+    res = train(
+        paths,
+        out,
+        {
+            "latent_dim": 10,
+            "epochs": 60,
+            "projection_epochs": 0,
+            "validation_fraction": 0.0,
+            "cubature_vertices": 0,
+            "rollout": False,
+        },
+        device="cpu",
+    )
     assert res["meshes"] == 3
     errors, reports = {}, {}
     for p, m in meshes.items():
@@ -377,9 +432,11 @@ def shapes(tmp_path_factory):
         full = cache.channel("positions")
         errors[p] = float(np.linalg.norm(x - full, axis=2).max())
         reports[p] = sim.domain_report
-        print(f"p={p}: {len(m.T)} tets, held-out drop error {errors[p] * 1000:.3g} mm "
-              f"(squash {np.ptp(full[:, :, 2], axis=1).min() * 1000:.3g} of "
-              f"{np.ptp(m.X[:, 2]) * 1000:.3g} mm tall)")
+        print(
+            f"p={p}: {len(m.T)} tets, held-out drop error {errors[p] * 1000:.3g} mm "
+            f"(squash {np.ptp(full[:, :, 2], axis=1).min() * 1000:.3g} of "
+            f"{np.ptp(m.X[:, 2]) * 1000:.3g} mm tall)"
+        )
     return SimpleNamespace(out=out, meshes=meshes, errors=errors, reports=reports)
 
 
@@ -388,8 +445,9 @@ def test_unseen_shapes_of_a_family(shapes):
     is warned about (share and distance reported)."""
     seen = np.mean([shapes.errors[p] for p in TRAIN_P])
     unseen = np.mean([shapes.errors[p] for p in UNSEEN_P])
-    print(f"training shapes {seen * 1000:.3g} mm, unseen {unseen * 1000:.3g} mm: "
-          f"{unseen / seen:.2f}x")
+    print(
+        f"training shapes {seen * 1000:.3g} mm, unseen {unseen * 1000:.3g} mm: {unseen / seen:.2f}x"
+    )
     assert unseen <= 2.0 * seen
     assert all(r.share_outside == 0.0 for r in shapes.reports.values())
     big = superellipsoid(4, scale=2.0)
@@ -404,8 +462,9 @@ def test_finer_mesh_replays_like_the_training_mesh(shapes):
     as many tets: its error is at most 1.5x the coarse mesh's."""
     coarse, fine = shapes.errors[4], shapes.errors["4 fine"]
     n_c, n_f = len(shapes.meshes[4].T), len(shapes.meshes["4 fine"].T)
-    print(f"{n_c} tets {coarse * 1000:.3g} mm, {n_f} tets {fine * 1000:.3g} mm: "
-          f"{fine / coarse:.2f}x")
+    print(
+        f"{n_c} tets {coarse * 1000:.3g} mm, {n_f} tets {fine * 1000:.3g} mm: {fine / coarse:.2f}x"
+    )
     assert n_f >= 2.5 * n_c
     assert fine <= 1.5 * coarse
 
@@ -413,23 +472,47 @@ def test_finer_mesh_replays_like_the_training_mesh(shapes):
 def test_cancelled_training_resumes_to_the_same_model(bakes, tmp_path):
     """A run cancelled after its first checkpoint resumes from it and ends with the model of
     an uninterrupted run (same field weights, bit for bit on the CPU)."""
-    settings = {"latent_dim": 4, "epochs": 6, "projection_epochs": 4, "checkpoint_every": 3,
-                "validation_fraction": 0.0, "rollout": False}
+    settings = {
+        "latent_dim": 4,
+        "epochs": 6,
+        "projection_epochs": 4,
+        "checkpoint_every": 3,
+        "validation_fraction": 0.0,
+        "rollout": False,
+    }
     whole = train(bakes.plain, tmp_path / "whole.nrmodel", settings, device="cpu")
+
     def cancel_after_first_checkpoint():
         return any((tmp_path / "ck").glob("licrom_*.pt"))
 
     with pytest.raises(JobCancelled, match="epoch 3"):
-        train(bakes.plain, tmp_path / "cut.nrmodel", settings, device="cpu",
-              checkpoint_dir=tmp_path / "ck", should_cancel=cancel_after_first_checkpoint)
+        train(
+            bakes.plain,
+            tmp_path / "cut.nrmodel",
+            settings,
+            device="cpu",
+            checkpoint_dir=tmp_path / "ck",
+            should_cancel=cancel_after_first_checkpoint,
+        )
     said = []
-    resumed = train(bakes.plain, tmp_path / "cut.nrmodel", settings, device="cpu",
-                    checkpoint_dir=tmp_path / "ck", progress=lambda f, m: said.append(m))
+    resumed = train(
+        bakes.plain,
+        tmp_path / "cut.nrmodel",
+        settings,
+        device="cpu",
+        checkpoint_dir=tmp_path / "ck",
+        progress=lambda f, m: said.append(m),
+    )
     assert any("resumed at epoch 3" in m for m in said)
-    a, b = load_model(tmp_path / "whole.nrmodel").arrays, load_model(tmp_path / "cut.nrmodel").arrays
+    a, b = (
+        load_model(tmp_path / "whole.nrmodel").arrays,
+        load_model(tmp_path / "cut.nrmodel").arrays,
+    )
     diff = max(float(np.abs(a[k] - b[k]).max()) for k in a if k.startswith("field"))
-    print(f"resumed vs whole: field weights differ by {diff:.1e}; ratio to POD "
-          f"{whole['projection_ratio_to_pod']:.4f} vs {resumed['projection_ratio_to_pod']:.4f}")
+    print(
+        f"resumed vs whole: field weights differ by {diff:.1e}; ratio to POD "
+        f"{whole['projection_ratio_to_pod']:.4f} vs {resumed['projection_ratio_to_pod']:.4f}"
+    )
     assert diff == 0.0
 
 
@@ -450,8 +533,10 @@ def test_gradient_scheme_converges_to_the_newton_step(trained):
     d_many = np.abs(many.positions() - newton.positions()).max()
     d_few = np.abs(few.positions() - newton.positions()).max()
     moved = np.abs(newton.positions() - X).max()
-    print(f"tip {moved * 1000:.3g} mm; 3000 gradient steps {d_many:.2e} m from Newton, "
-          f"10 steps {d_few * 1000:.3g} mm")
+    print(
+        f"tip {moved * 1000:.3g} mm; 3000 gradient steps {d_many:.2e} m from Newton, "
+        f"10 steps {d_few * 1000:.3g} mm"
+    )
     assert d_many < 1e-6 and d_few < moved
 
 
@@ -467,10 +552,12 @@ def test_bad_inputs_are_refused_and_change_nothing(trained, bakes, tmp_path):
         licrom.load_on_mesh(trained.out, trained.mesh.X, trained.mesh.T, solver="adam")
     # bakes of another physics are not one training set
     stiff = bar((10, 2, 2))
-    other = bk.BakeSpec(material=Material(youngs_modulus=5e6, poisson_ratio=0.25,
-                                          density=1000.0).to_dict(),
-                        scenario={"kind": "gravity_drop", "jitter": 0.0}, frames=2,
-                        pinned=stiff.pinned.tolist())
+    other = bk.BakeSpec(
+        material=Material(youngs_modulus=5e6, poisson_ratio=0.25, density=1000.0).to_dict(),
+        scenario={"kind": "gravity_drop", "jitter": 0.0},
+        frames=2,
+        pinned=stiff.pinned.tolist(),
+    )
     odd = bk.bake(stiff, other, tmp_path / "stiff.nrbake")
     with pytest.raises(NeuralRomError, match="one model per physics"):
         train([bakes.plain[0], odd], tmp_path / "x.nrmodel", {"epochs": 1}, device="cpu")

@@ -26,18 +26,24 @@ VARIANTS = 3
 
 def torus(R: float = 0.5, r: float = 0.2, nu: int = 20, nv: int = 10):
     """A closed torus about Z, outward triangles, resting on z = 0."""
-    u, v = np.meshgrid(np.arange(nu) * 2 * np.pi / nu, np.arange(nv) * 2 * np.pi / nv, indexing="ij")
+    u, v = np.meshgrid(
+        np.arange(nu) * 2 * np.pi / nu, np.arange(nv) * 2 * np.pi / nv, indexing="ij"
+    )
     V = np.stack(
         [(R + r * np.cos(v)) * np.cos(u), (R + r * np.cos(v)) * np.sin(u), r * np.sin(v) + r], -1
     ).reshape(-1, 3)
     i, j = np.meshgrid(np.arange(nu), np.arange(nv), indexing="ij")
     a, b = i * nv + j, ((i + 1) % nu) * nv + j
     c, d = ((i + 1) % nu) * nv + (j + 1) % nv, i * nv + (j + 1) % nv
-    F = np.concatenate([np.stack([a, b, c], -1).reshape(-1, 3), np.stack([a, c, d], -1).reshape(-1, 3)])
+    F = np.concatenate(
+        [np.stack([a, b, c], -1).reshape(-1, 3), np.stack([a, c, d], -1).reshape(-1, 3)]
+    )
     return V, F
 
 
-def tentacle(length: float = 2.0, r0: float = 0.12, r1: float = 0.05, rings: int = 16, seg: int = 8):
+def tentacle(
+    length: float = 2.0, r0: float = 0.12, r1: float = 0.05, rings: int = 16, seg: int = 8
+):
     """A closed tapered tube along +X from x = 0 (radius r0) to x = length (radius r1)."""
     x = np.linspace(0.0, length, rings)
     rad = np.linspace(r0, r1, rings)
@@ -74,7 +80,9 @@ def largest_stretch(cache: BakeCache) -> float:
     X, T = np.asarray(cache.X), np.asarray(cache.T)
     Dm_inv, _ = rest_data(X, T)
     P = np.asarray(cache.channel("positions"))
-    return max(float(np.linalg.svd(deformation_gradient(x, T, Dm_inv), compute_uv=False).max()) for x in P)
+    return max(
+        float(np.linalg.svd(deformation_gradient(x, T, Dm_inv), compute_uv=False).max()) for x in P
+    )
 
 
 def run_asset(mesh, spec: bk.BakeSpec, tmp_path, settings=None) -> dict:
@@ -86,10 +94,14 @@ def run_asset(mesh, spec: bk.BakeSpec, tmp_path, settings=None) -> dict:
     X = np.asarray(caches[0].X)
     diag = float(np.linalg.norm(X.max(0) - X.min(0)))
     P = [np.asarray(c.channel("positions")) for c in caches]
-    print({"stretch": max(largest_stretch(c) for c in caches),
-           "newton": [int(np.max(c.channel("newton_iters"))) for c in caches],
-           "motion": [float(np.linalg.norm(p - p[0], axis=-1).max()) for p in P],
-           "summary": caches[-1].meta.get("scenario_summary")})
+    print(
+        {
+            "stretch": max(largest_stretch(c) for c in caches),
+            "newton": [int(np.max(c.channel("newton_iters"))) for c in caches],
+            "motion": [float(np.linalg.norm(p - p[0], axis=-1).max()) for p in P],
+            "summary": caches[-1].meta.get("scenario_summary"),
+        }
+    )
     model = tmp_path / "own.nrmodel"
     trained = train_linear(paths[:-1], model, settings)
     roll = rollout_metrics(

@@ -55,8 +55,10 @@ def test_adjoint_matches_central_differences_and_the_projected_hessian_does_not(
     direction = rng.normal(size=a0.shape) * 0.1
     ad, fd, rel = _fd_check(rig, solver, a0, jaw, x0, target, direction)
     _, _, rel_p = _fd_check(rig, solver, a0, jaw, x0, target, direction, project=True)
-    print(f"\nadjoint {ad:.9e}, central FD {fd:.9e}: relative error {rel:.2e}; "
-          f"with the projected Hessian {rel_p:.2e}")
+    print(
+        f"\nadjoint {ad:.9e}, central FD {fd:.9e}: relative error {rel:.2e}; "
+        f"with the projected Hessian {rel_p:.2e}"
+    )
     assert rel < 1e-5
     assert rel_p > 1e-3
 
@@ -65,8 +67,11 @@ def test_latent_gradient_through_a_decoder_matches_finite_differences(face):
     rig, solver, a0, jaw, x0, target = face
     rng = np.random.default_rng(2)
     m6 = a0.size
-    dec = MLP([rng.normal(0, 0.5, (8, 3)), rng.normal(0, 0.02, (m6, 8))],
-              [np.zeros(8), a0.ravel()], ["tanh", "identity"])
+    dec = MLP(
+        [rng.normal(0, 0.5, (8, 3)), rng.normal(0, 0.02, (m6, 8))],
+        [np.zeros(8), a0.ravel()],
+        ["tanh", "identity"],
+    )
     z0 = rng.normal(0, 0.3, 3)
 
     def loss(z, x_start):
@@ -87,7 +92,9 @@ def test_latent_gradient_through_a_decoder_matches_finite_differences(face):
 def test_contact_adjoint_with_a_sphere_pressed_into_the_cheek(face):
     rig, solver, a0, jaw, x0, target = face
     cheek = rig.skin_V[np.argmin(rig.skin_V @ np.array([0.6, -0.8, 0.0]))]
-    sphere = [Collider("sphere", radius=0.03, transform=_at(cheek + 0.022 * np.array([0.6, -0.8, 0.0])))]
+    sphere = [
+        Collider("sphere", radius=0.03, transform=_at(cheek + 0.022 * np.array([0.6, -0.8, 0.0])))
+    ]
     eq = solver.solve(a0, jaw, x0=x0, colliders=sphere, tol=TIGHT)
     assert eq.converged
     p = rig.skin.apply(eq.x)
@@ -97,15 +104,21 @@ def test_contact_adjoint_with_a_sphere_pressed_into_the_cheek(face):
     grad = solver.adjoint(eq.x, dLdx, colliders=sphere)
     d = np.random.default_rng(3).normal(size=a0.shape) * 0.1
     vals = [
-        _loss(rig, solver, solver.solve(a0 + s * 1e-4 * d, jaw, x0=eq.x, colliders=sphere,
-                                        tol=TIGHT).x, target)[0]
+        _loss(
+            rig,
+            solver,
+            solver.solve(a0 + s * 1e-4 * d, jaw, x0=eq.x, colliders=sphere, tol=TIGHT).x,
+            target,
+        )[0]
         for s in (1, -1)
     ]
     fd = (vals[0] - vals[1]) / 2e-4
     rel = abs((grad * d).sum() - fd) / abs(fd)
-    print(f"\nsphere in the cheek: skin pushed {pushed * 1000:.2f} mm, deepest penetration "
-          f"{-phi.min() * 1000:.3f} mm, adjoint vs FD relative {rel:.2e}, residual "
-          f"{eq.residual:.1e}")
+    print(
+        f"\nsphere in the cheek: skin pushed {pushed * 1000:.2f} mm, deepest penetration "
+        f"{-phi.min() * 1000:.3f} mm, adjoint vs FD relative {rel:.2e}, residual "
+        f"{eq.residual:.1e}"
+    )
     assert pushed > 0.003 and -phi.min() < 0.002
     assert rel < 1e-5
 

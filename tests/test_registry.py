@@ -18,7 +18,9 @@ from neural_rom.core.simulator import Simulator
 K = Setting("k", "int", None, "Modes", "basis size", minimum=1, maximum=50, auto=True)
 TOL = Setting("tolerance", "float", 0.01, "Tolerance", "error", unit="m", minimum=0.0)
 HIDDEN = Setting("hidden", "int_list", [8, 8], "Hidden", "widths", minimum=1, maximum=64)
-ACT = Setting("activation", "enum", "elu", "Act", "act", items=(("elu", "ELU", ""), ("tanh", "Tanh", "")))
+ACT = Setting(
+    "activation", "enum", "elu", "Act", "act", items=(("elu", "ELU", ""), ("tanh", "Tanh", ""))
+)
 FLAG = Setting("rollout", "bool", True, "Rollout", "replay")
 
 
@@ -68,7 +70,9 @@ def test_validate_fills_defaults_and_names_unknown_fields():
     v = lin.validate({"k": 8, "seed": 3})
     assert v["k"] == 8 and v["seed"] == 3 and v["max_cubature"] == 500 and v["tolerance"] is None
     assert set(v) == {s.name for s in lin.settings}
-    with pytest.raises(NeuralRomError, match=r"latent_dim: not a setting of the Linear.*k, tolerance"):
+    with pytest.raises(
+        NeuralRomError, match=r"latent_dim: not a setting of the Linear.*k, tolerance"
+    ):
         lin.validate({"latent_dim": 2})
     with pytest.raises(NeuralRomError, match=r"k = -3 is not valid: between 1 and 2000"):
         lin.validate({"k": -3})
@@ -78,8 +82,15 @@ def test_validate_fills_defaults_and_names_unknown_fields():
 
 
 def _toy(name="toy", settings=(K,), **kw):
-    return Method(name=name, label="Toy", description="a toy", settings=settings,
-                  load=lambda model, **_: None, trainer="tests.nowhere:train", **kw)
+    return Method(
+        name=name,
+        label="Toy",
+        description="a toy",
+        settings=settings,
+        load=lambda model, **_: None,
+        trainer="tests.nowhere:train",
+        **kw,
+    )
 
 
 def test_register_refuses_one_name_for_two_concepts_and_unregisters():
@@ -92,7 +103,10 @@ def test_register_refuses_one_name_for_two_concepts_and_unregisters():
     try:
         rec = registry.register(_toy())
         assert rec.origin.endswith("test_registry.py")
-        assert registry.names()[-1] == "toy" and registry.job_fields(rec)["method_origin"] == rec.origin
+        assert (
+            registry.names()[-1] == "toy"
+            and registry.job_fields(rec)["method_origin"] == rec.origin
+        )
         assert registry.job_fields(registry.get("linear")) == {"method": "linear"}
     finally:
         registry.unregister("toy")
@@ -130,8 +144,16 @@ def _linear_model(tmp_path):
     sub = modal_basis(TetFEM(X, T, mat), mass, pinned, 4)
     cub = Cubature(np.arange(len(T)), np.ones(len(T)), {})
     verts = np.arange(len(X))
-    path = save_linear(tmp_path / "m.nrmodel", mesh_hash="h", T=T, subspace=sub, cubature=cub,
-                       contact=(verts, mass), material=mat, settings=SimSettings())
+    path = save_linear(
+        tmp_path / "m.nrmodel",
+        mesh_hash="h",
+        T=T,
+        subspace=sub,
+        cubature=cub,
+        contact=(verts, mass),
+        material=mat,
+        settings=SimSettings(),
+    )
     return path, X
 
 
@@ -150,12 +172,14 @@ def test_load_simulator_by_the_method_the_file_names(tmp_path):
     sim.start_from(x, np.zeros_like(x))
     np.testing.assert_allclose(sim.positions(), x, atol=1e-12)
 
-    other = save_model(tmp_path / "o.nrmodel", method="telepathy", mesh_hash="h",
-                       arrays={"X": X}, metadata={})
+    other = save_model(
+        tmp_path / "o.nrmodel", method="telepathy", mesh_hash="h", arrays={"X": X}, metadata={}
+    )
     with pytest.raises(CacheError, match=r"'telepathy' model.*knows linear, autoencoder.*update"):
         registry.load_simulator(other)
-    broken = save_model(tmp_path / "b.nrmodel", method="linear", mesh_hash="h",
-                        arrays={"X": X}, metadata={})
+    broken = save_model(
+        tmp_path / "b.nrmodel", method="linear", mesh_hash="h", arrays={"X": X}, metadata={}
+    )
     with pytest.raises(CacheError, match="lacks .*retrain"):
         registry.load_simulator(broken)
 
@@ -166,6 +190,14 @@ def test_every_builtin_runtime_follows_the_protocol():
         assert cls is not None, m.name
         mod = __import__(m.load.__module__, fromlist=[cls])
         runtime = getattr(mod, cls)
-        for attr in ("rest_positions", "positions", "reset", "step", "get_state", "set_state",
-                     "start_from", "closest_shape"):
+        for attr in (
+            "rest_positions",
+            "positions",
+            "reset",
+            "step",
+            "get_state",
+            "set_state",
+            "start_from",
+            "closest_shape",
+        ):
             assert callable(getattr(runtime, attr, None)), (m.name, attr)

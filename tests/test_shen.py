@@ -62,8 +62,9 @@ def setup():
 def make(setup, **kw):
     X, T, pinned, sub, dec = setup
     s = kw.pop("settings", SimSettings(dt=1 / 24, substeps=1, newton_tol=1e-10))
-    return ShenSimulation(X, T, MAT, sub.U, kw.pop("n_p", 4), kw.pop("decoder", dec), s,
-                          pinned=pinned, **kw)
+    return ShenSimulation(
+        X, T, MAT, sub.U, kw.pop("n_p", 4), kw.pop("decoder", dec), s, pinned=pinned, **kw
+    )
 
 
 def moving_state(sim, seed=1):
@@ -84,7 +85,11 @@ def test_newton_matrix_matches_finite_differences_of_phi(setup):
         f = sim.project_forces(pokes(sim.X, 1)[0])
         res = sim.residual_function(f_ext=f)
         rng = np.random.default_rng(2)
-        r = sim.r + sim.settings.dt * sim.rdot + 0.1 * np.abs(sim.rdot).max() * rng.normal(size=sim.n) / 24
+        r = (
+            sim.r
+            + sim.settings.dt * sim.rdot
+            + 0.1 * np.abs(sim.rdot).max() * rng.normal(size=sim.n) / 24
+        )
         phi, A = res(r)
         eps = 1e-6
         fd = np.stack(
@@ -141,8 +146,10 @@ def test_step_converges_and_returns_to_rest(setup):
     for _ in range(150):
         sim.step(FrameInputs(forces=np.zeros_like(sim.X)))
     back = float(np.abs(sim.positions() - sim.X).max())
-    print(f"Newton iterations per step {iters}; moved {moved * 1000:.1f} mm, "
-          f"after 150 free frames {back * 1000:.3f} mm")
+    print(
+        f"Newton iterations per step {iters}; moved {moved * 1000:.1f} mm, "
+        f"after 150 free frames {back * 1000:.3f} mm"
+    )
     assert moved > 0.01 and back < 1e-3 * moved and max(iters) <= 8
 
 
@@ -160,9 +167,11 @@ def test_undamped_free_vibration_does_not_gain_energy(setup):
             e.append(sim.energy())
             iters.append(rep.newton_iters)
         e = np.array(e)
-        print(f"fictitious={fict}: energy {e[0]:.4f} J -> {e[-1]:.4f} J after 200 steps, largest "
-              f"rise between steps {np.max(np.diff(e)) / e[0]:.1e} of the start; Newton "
-              f"iterations mean {np.mean(iters):.2f}, max {max(iters)}")
+        print(
+            f"fictitious={fict}: energy {e[0]:.4f} J -> {e[-1]:.4f} J after 200 steps, largest "
+            f"rise between steps {np.max(np.diff(e)) / e[0]:.1e} of the start; Newton "
+            f"iterations mean {np.mean(iters):.2f}, max {max(iters)}"
+        )
         assert np.all(np.diff(e) <= 1e-9 * e[0])
         assert e[-1] < 0.5 * e[0]
 
@@ -171,8 +180,7 @@ def test_without_nonlinear_coordinates_it_is_the_linear_model(setup):
     """decoder None (n_z = 0): the linear reduced model on the first n_p modes; a linear
     decoder onto the next modes: the linear model on n_p + n_z modes (H = S = 0)."""
     X, T, pinned, sub, _ = setup
-    s = SimSettings(dt=1 / 24, substeps=2, newton_tol=1e-12, damping_alpha=0.5,
-                    damping_beta=0.002)
+    s = SimSettings(dt=1 / 24, substeps=2, newton_tol=1e-12, damping_alpha=0.5, damping_beta=0.002)
     els = np.arange(0, len(T), 2)
     cub = (els, np.full(len(els), 2.0))
     E = np.zeros((sub.k, 3))
@@ -180,15 +188,18 @@ def test_without_nonlinear_coordinates_it_is_the_linear_model(setup):
     cases = [(None, sub.U[:, :4]), (MLP([E], [np.zeros(sub.k)], ["identity"]), sub.U[:, :7])]
     for (dec, Ulin), variational in [(c, v) for c in cases for v in (False, True)]:
         red = ReducedSimulation(X, T, MAT, Ulin, s, pinned=pinned, cubature=cub)
-        she = ShenSimulation(X, T, MAT, sub.U, 4, dec, s, pinned=pinned, cubature=cub,
-                             variational=variational)
+        she = ShenSimulation(
+            X, T, MAT, sub.U, 4, dec, s, pinned=pinned, cubature=cub, variational=variational
+        )
         worst = 0.0
         for f in pokes(X, 6):
             red.step(FrameInputs(forces=f))
             assert she.step(FrameInputs(forces=f)).converged
             worst = max(worst, float(np.abs(she.positions() - red.positions()).max()))
-        print(f"n_z = {she.n_z}, variational={variational}: largest distance from the linear "
-              f"model {worst:.2e} m")
+        print(
+            f"n_z = {she.n_z}, variational={variational}: largest distance from the linear "
+            f"model {worst:.2e} m"
+        )
         assert worst < 1e-9
         assert np.abs(red.positions() - X).max() > 0.01
 
@@ -214,9 +225,17 @@ def test_state_round_trip_and_model_file(setup, tmp_path):
     cub = Cubature(np.arange(len(T)), np.ones(len(T)), {})
     surf = np.unique(T.ravel())[:20]
     path = save_shen_model(
-        tmp_path / "m.nrmodel", mesh_hash=mesh_hash(X, T), T=T, subspace=sub, n_p=4,
-        cubature=cub, contact=ContactPoints.at_vertices(surf, np.ones(len(surf))),
-        material=MAT, settings=SimSettings(dt=1 / 24), decoder=dec, encoder=None,
+        tmp_path / "m.nrmodel",
+        mesh_hash=mesh_hash(X, T),
+        T=T,
+        subspace=sub,
+        n_p=4,
+        cubature=cub,
+        contact=ContactPoints.at_vertices(surf, np.ones(len(surf))),
+        material=MAT,
+        settings=SimSettings(dt=1 / 24),
+        decoder=dec,
+        encoder=None,
     )
     loaded, model = load_simulator(path, expect_mesh_hash=mesh_hash(X, T))
     assert isinstance(loaded, ShenSimulation) and model.method == "shen"

@@ -43,9 +43,18 @@ def test_shen_against_pca_at_equal_dofs_on_the_swung_arm(paths, tmp_path):
     nothing; without the weighting and no warm-up: 323 / 24.3 mm (379 without the force).
     At 3 + 2 (bench/shen.py) Shen is 220 / 18.0 mm against PCA-5's 215 / 18.0 mm: level
     with PCA, not better (with the weighting 410 / 25.4)."""
-    r = bench_shen.compare(paths, tmp_path, 3, 1, epochs=300, patience=100, fulton=False,
-                           max_cubature=40, closest_every=3,
-                           variational=False)
+    r = bench_shen.compare(
+        paths,
+        tmp_path,
+        3,
+        1,
+        epochs=300,
+        patience=100,
+        fulton=False,
+        max_cubature=40,
+        closest_every=3,
+        variational=False,
+    )
     print(bench_shen.report("swung arm (240 tets)", r))
     shen, pca, nofict = r["shen"], r["pca"], r["shen_nofict"]
     assert shen["err"] <= 0.75 * pca["err"], "replay error not below PCA's at equal DOFs"

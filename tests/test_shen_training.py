@@ -17,8 +17,18 @@ from neural_rom.core.registry import load_simulator
 from neural_rom.core.sim import FrameInputs
 from neural_rom.training.shen import ShenSettings, sin_mlp, train_shen
 
-TINY = dict(k=8, n_p=3, latent_dim=2, hidden=[16] * 6, epochs=60, patience=1000,
-            checkpoint_every=20, max_cubature=40, cubature_poses=30, rollout=False)
+TINY = dict(
+    k=8,
+    n_p=3,
+    latent_dim=2,
+    hidden=[16] * 6,
+    epochs=60,
+    patience=1000,
+    checkpoint_every=20,
+    max_cubature=40,
+    cubature_poses=30,
+    rollout=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +51,32 @@ def bakes(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(bakes, tmp_path_factory):
     d = tmp_path_factory.mktemp("ref")
-    res = train_shen(bakes.paths, d / "ref.nrmodel", ShenSettings(**TINY),
-                     checkpoint_dir=d / "ckpt", device="cpu")
+    res = train_shen(
+        bakes.paths,
+        d / "ref.nrmodel",
+        ShenSettings(**TINY),
+        checkpoint_dir=d / "ckpt",
+        device="cpu",
+    )
     return SimpleNamespace(res=res, path=d / "ref.nrmodel", model=load_model(d / "ref.nrmodel"))
 
 
 def test_model_file_filter_and_shapes(bakes, reference):
     res, model = reference.res, reference.model
-    print({k: res[k] for k in ("n_p", "latent_dim", "max_error_val_m",
-                               "pca_same_dofs_max_error_val_m", "pca_np_max_error_val_m",
-                               "cubature_elements", "train_seconds")})
+    print(
+        {
+            k: res[k]
+            for k in (
+                "n_p",
+                "latent_dim",
+                "max_error_val_m",
+                "pca_same_dofs_max_error_val_m",
+                "pca_np_max_error_val_m",
+                "cubature_elements",
+                "train_seconds",
+            )
+        }
+    )
     assert model.method == "shen" and res["dofs"] == 5
     sim, _ = load_simulator(reference.path)
     # the filter: the nonlinear part has no component along the first n_p PCA modes,
@@ -94,10 +120,21 @@ def test_cancel_then_resume_gives_the_uninterrupted_weights(bakes, reference, tm
         return calls["n"] > 40  # mid-way through the network's epochs
 
     with pytest.raises(JobCancelled):
-        train_shen(bakes.paths, tmp_path / "m.nrmodel", ShenSettings(**TINY),
-                   checkpoint_dir=tmp_path / "ckpt", should_cancel=cancel, device="cpu")
-    res = train_shen(bakes.paths, tmp_path / "m.nrmodel", ShenSettings(**TINY),
-                     checkpoint_dir=tmp_path / "ckpt", device="cpu")
+        train_shen(
+            bakes.paths,
+            tmp_path / "m.nrmodel",
+            ShenSettings(**TINY),
+            checkpoint_dir=tmp_path / "ckpt",
+            should_cancel=cancel,
+            device="cpu",
+        )
+    res = train_shen(
+        bakes.paths,
+        tmp_path / "m.nrmodel",
+        ShenSettings(**TINY),
+        checkpoint_dir=tmp_path / "ckpt",
+        device="cpu",
+    )
     assert res["epochs_run"] < TINY["epochs"]
     a, b = load_model(tmp_path / "m.nrmodel").arrays, reference.model.arrays
     for k in a:
@@ -174,19 +211,23 @@ def test_neural_cubature_starts_at_the_greedy_rule_and_fits_no_worse():
     cub = optimized_cubature(fem, sub.U, poses[:40], target=1e-9, max_elements=8)
     A, b, keep = _normalized(fem, sub.U, poses, cub.elements)
     c = _coords(fem, sub.U, mass, poses)[keep]
-    net, info = train_weight_net(A[:40], b[:40], c[:40], A[40:], b[40:], c[40:], cub.weights,
-                                 epochs=0)
+    net, info = train_weight_net(
+        A[:40], b[:40], c[:40], A[40:], b[40:], c[40:], cub.weights, epochs=0
+    )
     with torch.no_grad():
         w = net(torch.as_tensor(c)).numpy()
     np.testing.assert_allclose(w, np.broadcast_to(cub.weights, w.shape), rtol=1e-12)
-    net, info = train_weight_net(A[:40], b[:40], c[:40], A[40:], b[40:], c[40:], cub.weights,
-                                 epochs=60)
+    net, info = train_weight_net(
+        A[:40], b[:40], c[:40], A[40:], b[40:], c[40:], cub.weights, epochs=60
+    )
     with torch.no_grad():
         w = net(torch.as_tensor(c)).numpy()
     g, n = relative_error(A[:40], b[:40], cub.weights), relative_error(A[:40], b[:40], w[:40])
-    print(f"8 elements: greedy {g:.4f}, neural {n:.4f} on the fitted poses; held out "
-          f"{relative_error(A[40:], b[40:], cub.weights):.4f} / "
-          f"{relative_error(A[40:], b[40:], w[40:]):.4f}")
+    print(
+        f"8 elements: greedy {g:.4f}, neural {n:.4f} on the fitted poses; held out "
+        f"{relative_error(A[40:], b[40:], cub.weights):.4f} / "
+        f"{relative_error(A[40:], b[40:], w[40:]):.4f}"
+    )
     assert np.all(w >= 0) and n <= g * (1 + 1e-9)
 
 
@@ -195,12 +236,19 @@ def test_latent_size_from_a_tolerance(bakes, tmp_path):
     tolerance nothing meets tries every size up to the cap and keeps the most accurate, with
     a warning."""
     base = {**TINY, "latent_dim": None, "epochs": 20}
-    easy = train_shen(bakes.paths, tmp_path / "a.nrmodel",
-                      ShenSettings(**base, latent_tolerance=1.0), device="cpu")
+    easy = train_shen(
+        bakes.paths,
+        tmp_path / "a.nrmodel",
+        ShenSettings(**base, latent_tolerance=1.0),
+        device="cpu",
+    )
     assert [s["latent_dim"] for s in easy["latent_search"]] == [1] and easy["latent_dim"] == 1
-    hard = train_shen(bakes.paths, tmp_path / "b.nrmodel",
-                      ShenSettings(**base, latent_tolerance=1e-6, max_latent_dim=3),
-                      device="cpu")
+    hard = train_shen(
+        bakes.paths,
+        tmp_path / "b.nrmodel",
+        ShenSettings(**base, latent_tolerance=1e-6, max_latent_dim=3),
+        device="cpu",
+    )
     tried = [s["latent_dim"] for s in hard["latent_search"]]
     errs = {s["latent_dim"]: s["max_error_val_m"] for s in hard["latent_search"]}
     print("tried", tried, "errors mm", {k: round(v * 1000, 2) for k, v in errs.items()})

@@ -64,8 +64,10 @@ def _open(face) -> tuple[FaceRig, ShapeKeys]:
     elif isinstance(face, tuple) and len(face) == 2 and isinstance(face[0], FaceRig):
         rig, keys = face
     else:
-        raise NeuralRomError("The active-face method fits one face file (or a rig and its "
-                             "shape keys); export the face first.")
+        raise NeuralRomError(
+            "The active-face method fits one face file (or a rig and its "
+            "shape keys); export the face first."
+        )
     if keys is None or len(keys) == 0:
         raise NeuralRomError("The face has no shape keys to fit: add sculpted shape keys.")
     check_shape_keys(rig, keys)
@@ -97,12 +99,20 @@ def skin_error(rig: FaceRig, x: np.ndarray, t: np.ndarray) -> float:
 
 class _Checkpoint:
     def __init__(self, directory, rig, keys, settings):
-        key = hashlib.sha256(json.dumps(
-            {"X": hashlib.sha256(rig.X.tobytes()).hexdigest(),
-             "keys": hashlib.sha256(np.ascontiguousarray(keys.positions).tobytes()).hexdigest(),
-             # more epochs continue a run: the epoch count is not part of its identity
-             "settings": {k: v for k, v in settings.items() if k != "epochs"}},
-            sort_keys=True, default=str).encode()).hexdigest()[:16]
+        key = hashlib.sha256(
+            json.dumps(
+                {
+                    "X": hashlib.sha256(rig.X.tobytes()).hexdigest(),
+                    "keys": hashlib.sha256(
+                        np.ascontiguousarray(keys.positions).tobytes()
+                    ).hexdigest(),
+                    # more epochs continue a run: the epoch count is not part of its identity
+                    "settings": {k: v for k, v in settings.items() if k != "epochs"},
+                },
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()[:16]
         self.dir = Path(directory) if directory else None
         self.key = key
         if self.dir:
@@ -197,17 +207,20 @@ def fit(
         codes = torch.tensor(z0, dtype=torch.float64, device=dev, requires_grad=True)
         with torch.no_grad():
             net[-1].bias.copy_(torch.tensor(mean, dtype=torch.float64))
-        opt = torch.optim.Adam([{"params": net.parameters(), "lr": 1e-2},
-                                {"params": [codes], "lr": 1e-2}])
+        opt = torch.optim.Adam(
+            [{"params": net.parameters(), "lr": 1e-2}, {"params": [codes], "lr": 1e-2}]
+        )
         with torch_threads(dev, 2):
             for ep in range(s["warm_epochs"]):
                 opt.zero_grad()
-                loss = ((net(codes) - Af) ** 2).mean() + 1e-6 * (codes ** 2).mean()
+                loss = ((net(codes) - Af) ** 2).mean() + 1e-6 * (codes**2).mean()
                 loss.backward()
                 opt.step()
                 if ep % 50 == 0:
-                    say(0.1 + 0.1 * ep / max(s["warm_epochs"], 1),
-                        f"warm start epoch {ep}: action error {loss.item() ** 0.5:.3g}")
+                    say(
+                        0.1 + 0.1 * ep / max(s["warm_epochs"], 1),
+                        f"warm start epoch {ep}: action error {loss.item() ** 0.5:.3g}",
+                    )
                     if cancel():
                         raise JobCancelled("Training cancelled during the warm start.")
         ck.save("warm", {**_net_arrays(net), "codes": codes.detach().cpu().numpy()})
@@ -232,8 +245,12 @@ def fit(
         start_epoch = int(st["epoch"])
         warm_err = float(st["warm_err"])
         resumed.append(f"e2e@{start_epoch}")
-    opt = torch.optim.Adam([{"params": net.parameters(), "lr": 3e-4, "weight_decay": 0.0},
-                            {"params": [codes], "lr": 3e-3}])
+    opt = torch.optim.Adam(
+        [
+            {"params": net.parameters(), "lr": 3e-4, "weight_decay": 0.0},
+            {"params": [codes], "lr": 3e-3},
+        ]
+    )
     if st is not None:
         _set_adam(opt, st)
     history = []
@@ -247,7 +264,7 @@ def fit(
             order = np.random.default_rng([s["seed"], ep]).permutation(N)  # same on resume
             errs = np.zeros(N)
             for b0 in range(0, N, batch):
-                idx = order[b0:b0 + batch]
+                idx = order[b0 : b0 + batch]
                 opt.zero_grad()
                 a = net(codes[idx])
                 grads = np.zeros((len(idx), m6))
@@ -272,12 +289,22 @@ def fit(
             if ep < s["epochs"]:
                 t_epochs.append(time.perf_counter() - t0)
             emit({"epoch": ep, "skin_error_m": mean_err})
-            say(0.2 + 0.7 * ep / max(s["epochs"], 1),
-                f"end-to-end epoch {ep}: mean skin error {mean_err * 1000:.3g} mm")
+            say(
+                0.2 + 0.7 * ep / max(s["epochs"], 1),
+                f"end-to-end epoch {ep}: mean skin error {mean_err * 1000:.3g} mm",
+            )
             if ep < s["epochs"]:
-                ck.save("e2e", {**_net_arrays(net), **_adam_arrays(opt), "x": x_cache,
-                                "codes": codes.detach().cpu().numpy(), "epoch": np.array(ep + 1),
-                                "warm_err": np.array(warm_err)})
+                ck.save(
+                    "e2e",
+                    {
+                        **_net_arrays(net),
+                        **_adam_arrays(opt),
+                        "x": x_cache,
+                        "codes": codes.detach().cpu().numpy(),
+                        "epoch": np.array(ep + 1),
+                        "warm_err": np.array(warm_err),
+                    },
+                )
             if cancel() and ep < s["epochs"]:
                 raise JobCancelled(f"Training cancelled after epoch {ep} (checkpointed).")
 
@@ -286,25 +313,52 @@ def fit(
     z_all = codes.detach().cpu().numpy()
     say(0.92, "reduced basis")
     lift = jaw_lift(TetFEM(rig.X, rig.T, rig.material), rig.constrained, rig.jaw_nodes)
-    model = ActiveModel(X=rig.X, T=rig.T, material=rig.material, fixed=rig.fixed,
-                        jaw_nodes=rig.jaw_nodes, jaw_pivot=rig.jaw_pivot, jaw_axis=rig.jaw_axis,
-                        skin=rig.skin, decoder=dec, codes=z_all, lift=lift,
-                        U=np.zeros((len(qs.free), 1)))
+    model = ActiveModel(
+        X=rig.X,
+        T=rig.T,
+        material=rig.material,
+        fixed=rig.fixed,
+        jaw_nodes=rig.jaw_nodes,
+        jaw_pivot=rig.jaw_pivot,
+        jaw_axis=rig.jaw_axis,
+        skin=rig.skin,
+        decoder=dec,
+        codes=z_all,
+        lift=lift,
+        U=np.zeros((len(qs.free), 1)),
+    )
     model.U = reduced_basis(model, z_all, jaws, x_cache, s["basis"])
     say(0.96, "cubature")
-    model.cub_elements, model.cub_weights, cub_err = fit_cubature(model, z_all, x_cache,
-                                                                  seed=s["seed"])
-    meta = {"settings": s, "train_error_m": history[-1] if history else None,
-            "warm_error_m": warm_err, "n_train": int(N), "n_held_out": int(keys.held_out.sum()),
-            "cubature_elements": int(len(model.cub_elements)), "cubature_error": cub_err}
+    model.cub_elements, model.cub_weights, cub_err = fit_cubature(
+        model, z_all, x_cache, seed=s["seed"]
+    )
+    meta = {
+        "settings": s,
+        "train_error_m": history[-1] if history else None,
+        "warm_error_m": warm_err,
+        "n_train": int(N),
+        "n_held_out": int(keys.held_out.sum()),
+        "cubature_elements": int(len(model.cub_elements)),
+        "cubature_error": cub_err,
+    }
     path = save(out, model, meta)
     say(1.0, f"done: mean training skin error {history[-1] * 1000:.3g} mm")
     return {
-        "out": str(path), "train_error_m": history[-1], "warm_error_m": warm_err,
-        "history_m": history, "key_errors_m": errs.tolist(), "seconds_per_epoch": float(np.mean(t_epochs)) if t_epochs else 0.0,
-        "seconds": time.perf_counter() - t_start, "epochs_done": len(t_epochs) + start_epoch,
-        "resumed": resumed, "warm_decoder": warm_dec, "warm_codes": warm_codes, "model": model,
-        "k": int(model.U.shape[1]), "dofs": int(d), "cubature_elements": len(model.cub_elements),
+        "out": str(path),
+        "train_error_m": history[-1],
+        "warm_error_m": warm_err,
+        "history_m": history,
+        "key_errors_m": errs.tolist(),
+        "seconds_per_epoch": float(np.mean(t_epochs)) if t_epochs else 0.0,
+        "seconds": time.perf_counter() - t_start,
+        "epochs_done": len(t_epochs) + start_epoch,
+        "resumed": resumed,
+        "warm_decoder": warm_dec,
+        "warm_codes": warm_codes,
+        "model": model,
+        "k": int(model.U.shape[1]),
+        "dofs": int(d),
+        "cubature_elements": len(model.cub_elements),
         "cubature_error": cub_err,
     }
 

@@ -41,8 +41,9 @@ from ..core.cubature import optimized_cubature, reduced_element_forces, reduced_
 class WeightNet(nn.Module):
     """``c (k) -> w (c_el)``: sin MLP, squared output around the greedy weights."""
 
-    def __init__(self, k: int, w0: np.ndarray, width: int = 64, layers: int = 4,
-                 scale: float = 1.0) -> None:
+    def __init__(
+        self, k: int, w0: np.ndarray, width: int = 64, layers: int = 4, scale: float = 1.0
+    ) -> None:
         super().__init__()
         sizes = [k] + [width] * layers + [len(w0)]
         mods: list[nn.Module] = []
@@ -85,8 +86,20 @@ def relative_error(A: np.ndarray, b: np.ndarray, w: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.sum((pred - b) ** 2, axis=1))))
 
 
-def train_weight_net(A, b, c, A_val, b_val, c_val, w0, *, epochs: int = 400, lr: float = 1e-3,
-                     seed: int = 0, patience: int = 100) -> tuple[WeightNet, dict]:
+def train_weight_net(
+    A,
+    b,
+    c,
+    A_val,
+    b_val,
+    c_val,
+    w0,
+    *,
+    epochs: int = 400,
+    lr: float = 1e-3,
+    seed: int = 0,
+    patience: int = 100,
+) -> tuple[WeightNet, dict]:
     """Fit a :class:`WeightNet` on normalized systems ``A`` (P, k, e), ``b`` (P, k) with pose
     coordinates ``c`` (P, k); early stopping on the validation systems. float64, CPU, one
     thread (a network this small only loses from more)."""
@@ -102,8 +115,9 @@ def _train_weight_net(A, b, c, A_val, b_val, c_val, w0, epochs, lr, seed, patien
     torch.manual_seed(seed)
     scale = float(np.sqrt(np.mean(np.sum(c**2, axis=1)))) or 1.0
     net = WeightNet(c.shape[1], w0, scale=scale).to(torch.float64)
-    t = {n: torch.as_tensor(v) for n, v in
-         dict(A=A, b=b, c=c, Av=A_val, bv=b_val, cv=c_val).items()}
+    t = {
+        n: torch.as_tensor(v) for n, v in dict(A=A, b=b, c=c, Av=A_val, bv=b_val, cv=c_val).items()
+    }
     opt = torch.optim.Adam(net.parameters(), lr=lr)
 
     def loss(Ax, bx, cx):
@@ -132,10 +146,18 @@ def _train_weight_net(A, b, c, A_val, b_val, c_val, w0, epochs, lr, seed, patien
     return net, {"best_epoch": best_epoch, "val_rel_error": math.sqrt(best)}
 
 
-def compare_cubatures(fem, V: np.ndarray, mass: np.ndarray, train_poses: np.ndarray,
-                      train_groups: np.ndarray, held_poses: np.ndarray,
-                      counts=(20, 50, 100, 200), *, epochs: int = 400,
-                      seed: int = 0) -> list[dict]:
+def compare_cubatures(
+    fem,
+    V: np.ndarray,
+    mass: np.ndarray,
+    train_poses: np.ndarray,
+    train_groups: np.ndarray,
+    held_poses: np.ndarray,
+    counts=(20, 50, 100, 200),
+    *,
+    epochs: int = 400,
+    seed: int = 0,
+) -> list[dict]:
     """Relative reduced-force error on ``held_poses`` of the greedy cubature and of the neural
     weights on its elements, at each element count.
 
@@ -162,27 +184,31 @@ def compare_cubatures(fem, V: np.ndarray, mass: np.ndarray, train_poses: np.ndar
         is_val = np.isin(train_groups, val_g)
         out = []
         for count in counts:
-            cub = optimized_cubature(fem, V, train_poses, target=1e-9, max_elements=count,
-                                     seed=seed, groups=train_groups)
+            cub = optimized_cubature(
+                fem, V, train_poses, target=1e-9, max_elements=count, seed=seed, groups=train_groups
+            )
             el, w0 = cub.elements, cub.weights
             A, b, keep = _normalized(fem, V, train_poses, el)
             Ah, bh, keep_h = _normalized(fem, V, held_poses, el)
             c_all = _coords(fem, V, mass, train_poses)[keep]
             c_h = _coords(fem, V, mass, held_poses)[keep_h]
             v = is_val[keep]
-            net, info = train_weight_net(A[~v], b[~v], c_all[~v], A[v], b[v], c_all[v], w0,
-                                         epochs=epochs, seed=seed)
+            net, info = train_weight_net(
+                A[~v], b[~v], c_all[~v], A[v], b[v], c_all[v], w0, epochs=epochs, seed=seed
+            )
             with torch.no_grad():
                 w_h = net(torch.as_tensor(c_h)).numpy()
                 w_t = net(torch.as_tensor(c_all)).numpy()
-            out.append({
-                "elements": len(el),
-                "greedy": relative_error(Ah, bh, w0),
-                "neural": relative_error(Ah, bh, w_h),
-                "greedy_train": relative_error(A, b, w0),
-                "neural_train": relative_error(A, b, w_t),
-                **info,
-            })
+            out.append(
+                {
+                    "elements": len(el),
+                    "greedy": relative_error(Ah, bh, w0),
+                    "neural": relative_error(Ah, bh, w_h),
+                    "greedy_train": relative_error(A, b, w0),
+                    "neural_train": relative_error(A, b, w_t),
+                    **info,
+                }
+            )
         return out
     finally:
         torch.set_num_threads(torch_threads)

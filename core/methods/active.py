@@ -106,8 +106,11 @@ class ActiveModel:
 
     def boundary(self, jaw=None) -> np.ndarray:
         """Constrained positions (c, 3) for a jaw 4x4 transform or angle (None: closed)."""
-        M = np.eye(4) if jaw is None else (
-            self.jaw_matrix(float(jaw)) if np.ndim(jaw) == 0 else np.asarray(jaw, float))
+        M = (
+            np.eye(4)
+            if jaw is None
+            else (self.jaw_matrix(float(jaw)) if np.ndim(jaw) == 0 else np.asarray(jaw, float))
+        )
         J = self.X[self.jaw_nodes] @ M[:3, :3].T + M[:3, 3]
         return np.concatenate([self.X[self.fixed], J])
 
@@ -130,8 +133,9 @@ def jaw_lift(fem: TetFEM, constrained: np.ndarray, jaw_nodes: np.ndarray) -> np.
     return -spla.splu(Kff).solve(Kfj)
 
 
-def fit_cubature(model: ActiveModel, codes, xs, *, candidates: int = 1500, poses: int = 16,
-                 seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+def fit_cubature(
+    model: ActiveModel, codes, xs, *, candidates: int = 1500, poses: int = 16, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Cubature of the reduced solve (An et al. 2008, by NNLS): elements and weights whose
     weighted reduced forces ``sum_e w_e U_e^T g_e`` match every element's on poses around the
     training equilibria ``xs`` (each perturbed in the subspace by half the spread of the
@@ -166,8 +170,14 @@ def fit_cubature(model: ActiveModel, codes, xs, *, candidates: int = 1500, poses
     el, wt = cand[keep], w[keep]
     val = rows[half:] or rows[:half]
     bv = tot[half:] or tot[:half]
-    err = float(np.mean([np.linalg.norm(r[:, el] @ wt - b) / np.linalg.norm(b)
-                         for r, b in zip(val, bv, strict=True)]))
+    err = float(
+        np.mean(
+            [
+                np.linalg.norm(r[:, el] @ wt - b) / np.linalg.norm(b)
+                for r, b in zip(val, bv, strict=True)
+            ]
+        )
+    )
     return el, wt, err
 
 
@@ -175,10 +185,18 @@ def save(path: str | Path, model: ActiveModel, metadata: dict | None = None) -> 
     """Write an active-face model file (torch-free)."""
     dec_arrays, dec_meta = model.decoder.to_arrays("decoder.")
     arrays = {
-        "X": model.X, "T": model.T, "fixed": model.fixed, "jaw_nodes": model.jaw_nodes,
-        "jaw_pivot": model.jaw_pivot, "jaw_axis": model.jaw_axis, "codes": model.codes,
-        "lift": model.lift, "U": model.U, "cub_elements": model.cub_elements,
-        "cub_weights": model.cub_weights, **dec_arrays,
+        "X": model.X,
+        "T": model.T,
+        "fixed": model.fixed,
+        "jaw_nodes": model.jaw_nodes,
+        "jaw_pivot": model.jaw_pivot,
+        "jaw_axis": model.jaw_axis,
+        "codes": model.codes,
+        "lift": model.lift,
+        "U": model.U,
+        "cub_elements": model.cub_elements,
+        "cub_weights": model.cub_weights,
+        **dec_arrays,
         **{f"skin.{k}": v for k, v in model.skin.to_arrays().items()},
     }
     meta = {"material": model.material.to_dict(), "decoder": dec_meta, **(metadata or {})}
@@ -189,16 +207,33 @@ def model_from_file(model) -> ActiveModel:
     """The :class:`ActiveModel` of an opened model file (:class:`core.modelfile.Model`)."""
     a, meta = model.arrays, model.metadata
     return ActiveModel(
-        X=a["X"], T=a["T"], material=Material.from_dict(meta["material"]), fixed=a["fixed"],
-        jaw_nodes=a["jaw_nodes"], jaw_pivot=a["jaw_pivot"], jaw_axis=a["jaw_axis"],
+        X=a["X"],
+        T=a["T"],
+        material=Material.from_dict(meta["material"]),
+        fixed=a["fixed"],
+        jaw_nodes=a["jaw_nodes"],
+        jaw_pivot=a["jaw_pivot"],
+        jaw_axis=a["jaw_axis"],
         skin=Embedding.from_arrays({k[5:]: v for k, v in a.items() if k.startswith("skin.")}),
-        decoder=MLP.from_arrays(a, meta["decoder"]), codes=a["codes"], lift=a["lift"],
-        U=a["U"], cub_elements=a["cub_elements"], cub_weights=a["cub_weights"],
+        decoder=MLP.from_arrays(a, meta["decoder"]),
+        codes=a["codes"],
+        lift=a["lift"],
+        U=a["U"],
+        cub_elements=a["cub_elements"],
+        cub_weights=a["cub_weights"],
     )
 
 
-def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float = 1e-3,
-                        tol: float = 1e-10, rtol: float = 1e-3, J0=None):
+def levenberg_marquardt(
+    residual_jacobian,
+    z0,
+    *,
+    iters: int = 6,
+    damping: float = 1e-3,
+    tol: float = 1e-10,
+    rtol: float = 1e-3,
+    J0=None,
+):
     """Minimize ``||r(z)||^2`` from ``z0``; ``residual_jacobian(z) -> (r, jacobian)`` with
     ``jacobian()`` computing ``J`` (only called at accepted points).
 
@@ -226,8 +261,11 @@ def levenberg_marquardt(residual_jacobian, z0, *, iters: int = 6, damping: float
         if np.abs(g).max() <= tol * max(cost, 1e-300) ** 0.5:
             break
         for _ in range(8):
-            step = -sla.solve(A + lam * (np.diag(np.diag(A)) + 1e-12 * np.trace(A) * np.eye(len(z))),
-                              g, assume_a="pos")
+            step = -sla.solve(
+                A + lam * (np.diag(np.diag(A)) + 1e-12 * np.trace(A) * np.eye(len(z))),
+                g,
+                assume_a="pos",
+            )
             r2, jac2 = residual_jacobian(z + step)
             c2 = float(r2 @ r2)
             if not exact:  # the secant condition J step = r2 - r, whatever the outcome
@@ -269,9 +307,18 @@ class ActiveFace(SimulatorBase):
         only after a rejected step) or "exact" (at every accepted step)
     """
 
-    def __init__(self, model: ActiveModel, *, solve: str = "reduced", tol: float = 1e-6,
-                 colliders=None, marker_pull: float = 1e-8, marker_iters: int = 3,
-                 marker_rtol: float = 1e-2, marker_jacobian: str = "broyden") -> None:
+    def __init__(
+        self,
+        model: ActiveModel,
+        *,
+        solve: str = "reduced",
+        tol: float = 1e-6,
+        colliders=None,
+        marker_pull: float = 1e-8,
+        marker_iters: int = 3,
+        marker_rtol: float = 1e-2,
+        marker_jacobian: str = "broyden",
+    ) -> None:
         if solve not in ("reduced", "full"):
             raise SimulationError(f"solve must be 'reduced' or 'full', not {solve!r}")
         self.model = model
@@ -281,8 +328,9 @@ class ActiveFace(SimulatorBase):
         self.marker_iters = marker_iters
         self.marker_rtol = marker_rtol
         if marker_jacobian not in ("broyden", "exact"):
-            raise SimulationError(f"marker_jacobian must be 'broyden' or 'exact', not "
-                                  f"{marker_jacobian!r}")
+            raise SimulationError(
+                f"marker_jacobian must be 'broyden' or 'exact', not {marker_jacobian!r}"
+            )
         self.marker_jacobian = marker_jacobian
         self._marker_J = None
         self.fem = TetFEM(model.X, model.T, model.material)
@@ -306,8 +354,9 @@ class ActiveFace(SimulatorBase):
             self.sub = TetFEM(m.X, m.T[e], m.material)
             self.w = np.asarray(m.cub_weights, float)
             rows = (6 * e[:, None] + np.arange(6)).ravel()
-            self.sub_decoder = MLP(dec.W[:-1] + [dec.W[-1][rows]], dec.b[:-1] + [dec.b[-1][rows]],
-                                   dec.activations)
+            self.sub_decoder = MLP(
+                dec.W[:-1] + [dec.W[-1][rows]], dec.b[:-1] + [dec.b[-1][rows]], dec.activations
+            )
         else:
             e = np.arange(len(m.T))
             self.sub, self.w, self.sub_decoder = self.fem, np.ones(len(e)), dec
@@ -319,14 +368,14 @@ class ActiveFace(SimulatorBase):
     def reduced_terms(self, x, colliders, need_hess: bool):
         """Reduced energy (J), gradient (r,) and Hessian (r, r) (exact; cubature when the
         model has one) at positions ``x`` with the current actions."""
-        E, ge, He = self.sub.element_terms(x, weights=self.w, hessians=need_hess,
-                                           project=False)
+        E, ge, He = self.sub.element_terms(x, weights=self.w, hessians=need_hess, project=False)
         Uf = self.Uflat  # (12 k, r): one GEMM each instead of k small products
         gr = ge.reshape(-1) @ Uf
         Hr = Uf.T @ np.matmul(He, self.Ue).reshape(Uf.shape) if need_hess else None
         if colliders:
-            Ec, gp, Hp = self.qs.surface_terms(self.model.skin.matrix @ x, colliders, None,
-                                               need_hess)
+            Ec, gp, Hp = self.qs.surface_terms(
+                self.model.skin.matrix @ x, colliders, None, need_hess
+            )
             E += Ec
             gr += np.einsum("sar,sa->r", self.SU, gp)
             if need_hess:
@@ -363,8 +412,13 @@ class ActiveFace(SimulatorBase):
         self._marker_J = None
 
     def get_state(self) -> dict:
-        return {"frame": self.frame, "z": self.z.copy(), "jaw": self.jaw.copy(),
-                "q": self.q.copy(), "x": self.x.copy()}
+        return {
+            "frame": self.frame,
+            "z": self.z.copy(),
+            "jaw": self.jaw.copy(),
+            "q": self.q.copy(),
+            "x": self.x.copy(),
+        }
 
     def set_state(self, state: dict) -> None:
         self.frame = int(state["frame"])
@@ -382,10 +436,13 @@ class ActiveFace(SimulatorBase):
 
     def solve_full(self, z, jaw, x0=None, colliders=None):
         """Full quasistatic solve for code ``z`` and jaw transform/angle ``jaw``."""
-        return self.qs.solve(self.model.actions(z), self.model.boundary(jaw),
-                             x0=self.x if x0 is None else x0,
-                             colliders=self.colliders if colliders is None else colliders,
-                             tol=self.tol)
+        return self.qs.solve(
+            self.model.actions(z),
+            self.model.boundary(jaw),
+            x0=self.x if x0 is None else x0,
+            colliders=self.colliders if colliders is None else colliders,
+            tol=self.tol,
+        )
 
     def solve_reduced(self, z, jaw, q0=None, colliders=None, max_iters: int = 20):
         """Reduced quasistatic solve: ``(x, q, iterations, reduced residual)``."""
@@ -452,8 +509,18 @@ class ActiveFace(SimulatorBase):
 
     # ------------------------------------------------------------------ inverse control
 
-    def fit_latent(self, targets, *, vertices=None, weights=None, jaw=None, mode=None,
-                   z0=None, pull=None, iters=None):
+    def fit_latent(
+        self,
+        targets,
+        *,
+        vertices=None,
+        weights=None,
+        jaw=None,
+        mode=None,
+        z0=None,
+        pull=None,
+        iters=None,
+    ):
         """Eq. (17): the code whose equilibrium's skin best matches ``targets``.
 
         Parameters
@@ -492,29 +559,42 @@ class ActiveFace(SimulatorBase):
                 else:
                     Jx = (self.Ufull @ self.reduced_jacobian(x, z)).reshape(len(x), 3, -1)
                 Jp = (S @ Jx.reshape(len(x), -1)).reshape(S.shape[0], 3, -1)
-                return np.concatenate([(sw[:, :, None] * Jp).reshape(-1, len(z)),
-                                       np.sqrt(rho) * np.eye(len(z))])
+                return np.concatenate(
+                    [(sw[:, :, None] * Jp).reshape(-1, len(z)), np.sqrt(rho) * np.eye(len(z))]
+                )
 
             return r, jacobian
 
         # marker frames reuse the previous frame's Jacobian (Broyden-updated) when the
         # markers are the same vertices with the same weights
-        key = (mode, S.shape[0], hash(np.asarray(vertices).tobytes()) if vertices is not None
-               else None, hash(w.tobytes()), rho)
+        key = (
+            mode,
+            S.shape[0],
+            hash(np.asarray(vertices).tobytes()) if vertices is not None else None,
+            hash(w.tobytes()),
+            rho,
+        )
         J0 = None
-        if iters is None and self.marker_jacobian == "broyden" and self._marker_J is not None \
-                and self._marker_J[0] == key:
+        if (
+            iters is None
+            and self.marker_jacobian == "broyden"
+            and self._marker_J is not None
+            and self._marker_J[0] == key
+        ):
             J0 = self._marker_J[1]
-        z, cost, it, J = levenberg_marquardt(rj, z0, iters=iters or self.marker_iters,
-                                             rtol=self.marker_rtol if iters is None else 1e-6,
-                                             J0=J0)
+        z, cost, it, J = levenberg_marquardt(
+            rj,
+            z0,
+            iters=iters or self.marker_iters,
+            rtol=self.marker_rtol if iters is None else 1e-6,
+            J0=J0,
+        )
         self._marker_J = (key, J)
         if not np.array_equal(state["z"], z):  # the last trial was a rejected step
             if mode == "full":
                 state["x"] = self.solve_full(z, jaw, x0=state["x"]).x
             else:
-                state["x"], state["q"], _, state["res"] = self.solve_reduced(z, jaw,
-                                                                             q0=state["q"])
+                state["x"], state["q"], _, state["res"] = self.solve_reduced(z, jaw, q0=state["q"])
         if mode != "full":
             self.q = state["q"]
             self._fit_res = state["res"]
@@ -535,7 +615,8 @@ class ActiveFace(SimulatorBase):
         if inputs.markers is not None:
             mk: Markers = inputs.markers
             self.z, x, _, rep.newton_iters = self.fit_latent(
-                mk.positions, vertices=mk.vertices, weights=mk.weights, jaw=self.jaw)
+                mk.positions, vertices=mk.vertices, weights=mk.weights, jaw=self.jaw
+            )
         elif inputs.sliders is not None:
             z = np.zeros(self.model.latent_dim)
             s = np.asarray(inputs.sliders, float).reshape(-1)[: len(z)]
@@ -620,19 +701,65 @@ METHOD = Method(
     "shape keys through a differentiable quasistatic simulation; driven by latent sliders or "
     "by markers (Levenberg-Marquardt), with the jaw and colliders as inputs.",
     settings=(
-        Setting("latent_dim", "int", 12, "Latent Size", "Latent codes per expression (one "
-                "slider each)", minimum=1, maximum=256, soft_maximum=64),
-        Setting("hidden", "int_list", [64], "Hidden Layers", "Widths of the decoder's hidden "
-                "layers", minimum=1, maximum=8192, advanced=True),
-        Setting("warm_epochs", "int", 400, "Warm-Start Epochs", "Epochs fitting the decoder "
-                "to the approximate target actions (sec. 5.1)", minimum=0, maximum=100_000,
-                soft_maximum=5000),
-        Setting("epochs", "int", 30, "Epochs", "End-to-end epochs through the quasistatic "
-                "simulation (sec. 5.2)", minimum=0, maximum=100_000, soft_maximum=500),
-        Setting("basis", "int", 40, "Reduced Basis", "Size of the reduced quasistatic basis",
-                minimum=1, maximum=2000, soft_maximum=200),
-        Setting("seed", "int", 0, "Seed", "Seed of every random choice of the training (the "
-                "same seed gives the same model)", minimum=0, maximum=2**31 - 1),
+        Setting(
+            "latent_dim",
+            "int",
+            12,
+            "Latent Size",
+            "Latent codes per expression (one slider each)",
+            minimum=1,
+            maximum=256,
+            soft_maximum=64,
+        ),
+        Setting(
+            "hidden",
+            "int_list",
+            [64],
+            "Hidden Layers",
+            "Widths of the decoder's hidden layers",
+            minimum=1,
+            maximum=8192,
+            advanced=True,
+        ),
+        Setting(
+            "warm_epochs",
+            "int",
+            400,
+            "Warm-Start Epochs",
+            "Epochs fitting the decoder to the approximate target actions (sec. 5.1)",
+            minimum=0,
+            maximum=100_000,
+            soft_maximum=5000,
+        ),
+        Setting(
+            "epochs",
+            "int",
+            30,
+            "Epochs",
+            "End-to-end epochs through the quasistatic simulation (sec. 5.2)",
+            minimum=0,
+            maximum=100_000,
+            soft_maximum=500,
+        ),
+        Setting(
+            "basis",
+            "int",
+            40,
+            "Reduced Basis",
+            "Size of the reduced quasistatic basis",
+            minimum=1,
+            maximum=2000,
+            soft_maximum=200,
+        ),
+        Setting(
+            "seed",
+            "int",
+            0,
+            "Seed",
+            "Seed of every random choice of the training (the same seed gives the same model)",
+            minimum=0,
+            maximum=2**31 - 1,
+        ),
     ),
     load=load,
     trainer="training.active:train",

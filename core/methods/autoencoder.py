@@ -646,65 +646,212 @@ def load(model, *, settings: SimSettings | None = None, colliders=None) -> Laten
 ACTIVATIONS = ("elu", "tanh", "softplus", "relu")
 
 SETTINGS = SUBSPACE_SETTINGS[:3] + (
-    Setting("latent_dim", "int", None, "Latent Size", "Latent coordinates r; 0 searches the "
-            "smallest size that meets Latent Tolerance (sizes doubled, then bisected)",
-            minimum=1, maximum=1000, soft_maximum=64, auto=True),
-    Setting("latent_tolerance", "float", None, "Latent Tolerance", "Largest vertex error the "
-            "autoencoder may leave on held-out bakes when Latent Size is 0; 0 uses twice the "
-            "basis Tolerance (Fulton's 3 mm PCA / 6 mm latent)", unit="m", minimum=0.0,
-            soft_maximum=0.1, auto=True),
-    Setting("latent_start", "int", 1, "Latent Start", "First latent size the search tries "
-            "(then doubles)", minimum=1, maximum=1000, advanced=True),
-    Setting("max_latent_dim", "int", None, "Max Latent Size", "Largest latent size the "
-            "search tries; 0 uses the basis size", minimum=1, maximum=1000, auto=True,
-            advanced=True),
-    Setting("hidden", "int_list", [100, 100], "Hidden Layers", "Widths of the hidden layers "
-            "of the encoder (the decoder mirrors them), e.g. 100, 100", minimum=1,
-            maximum=4096),
-    Setting("activation", "enum", "elu", "Activation", "Hidden activation (Fulton 2019 uses "
-            "ELU); output layers are linear",
-            items=tuple((a, a.upper() if a != "softplus" else "Softplus", "") for a in ACTIVATIONS),
-            advanced=True),
-    Setting("epochs", "int", 2000, "Epochs", "Most passes over the training frames for the "
-            "final network (early stopping or the time budget may end it sooner)", minimum=1,
-            maximum=1_000_000, soft_maximum=20000),
-    Setting("search_epochs", "int", None, "Search Epochs", "Most passes each network of the "
-            "latent size search gets; 0: as many as the time budget allows, up to Epochs (the "
-            "chosen network is then kept as it is)", minimum=1, maximum=1_000_000,
-            soft_maximum=5000, auto=True, advanced=True),
-    Setting("patience", "int", 200, "Patience", "Early stopping: a network stops after this "
-            "many passes without a lower error on held-out bakes, keeping its best weights",
-            minimum=1, maximum=1_000_000, soft_maximum=5000, advanced=True),
-    Setting("time_budget", "float", 300.0, "Time Budget", "Most seconds the network training "
-            "may take (latent size search and final network): the time is estimated first and "
-            "the passes are cut to fit, with a warning; cubature and the rollout come on top",
-            unit="s", minimum=1.0, maximum=1e7, soft_maximum=7200.0),
-    Setting("batch_size", "int", 256, "Batch Size", "Frames per Adam step", minimum=1,
-            maximum=1_000_000, soft_maximum=4096),
-    Setting("learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7,
-            maximum=1.0),
-    Setting("weight_decay", "float", 0.0, "Weight Decay", "Adam weight decay", minimum=0.0,
-            maximum=1.0, advanced=True),
-    Setting("lr_schedule", "enum", "cosine", "Schedule", "Learning rate schedule: constant "
-            "(Fulton's plain Adam) or cosine decay to 1% over the epochs",
-            items=(("constant", "Constant", ""), ("cosine", "Cosine", "")), advanced=True),
-    Setting("checkpoint_every", "int", 100, "Checkpoint Every", "Epochs between "
-            "checkpoints (a cancelled or killed run resumes from the last)", minimum=1,
-            maximum=1_000_000, advanced=True),
-    Setting("pca_fallback", "bool", True, "PCA Fallback", "When the trained network is less "
-            "accurate on held-out bakes than PCA with as many coordinates, save those PCA "
-            "modes instead (with a warning either way)", advanced=True),
+    Setting(
+        "latent_dim",
+        "int",
+        None,
+        "Latent Size",
+        "Latent coordinates r; 0 searches the "
+        "smallest size that meets Latent Tolerance (sizes doubled, then bisected)",
+        minimum=1,
+        maximum=1000,
+        soft_maximum=64,
+        auto=True,
+    ),
+    Setting(
+        "latent_tolerance",
+        "float",
+        None,
+        "Latent Tolerance",
+        "Largest vertex error the "
+        "autoencoder may leave on held-out bakes when Latent Size is 0; 0 uses twice the "
+        "basis Tolerance (Fulton's 3 mm PCA / 6 mm latent)",
+        unit="m",
+        minimum=0.0,
+        soft_maximum=0.1,
+        auto=True,
+    ),
+    Setting(
+        "latent_start",
+        "int",
+        1,
+        "Latent Start",
+        "First latent size the search tries (then doubles)",
+        minimum=1,
+        maximum=1000,
+        advanced=True,
+    ),
+    Setting(
+        "max_latent_dim",
+        "int",
+        None,
+        "Max Latent Size",
+        "Largest latent size the search tries; 0 uses the basis size",
+        minimum=1,
+        maximum=1000,
+        auto=True,
+        advanced=True,
+    ),
+    Setting(
+        "hidden",
+        "int_list",
+        [100, 100],
+        "Hidden Layers",
+        "Widths of the hidden layers of the encoder (the decoder mirrors them), e.g. 100, 100",
+        minimum=1,
+        maximum=4096,
+    ),
+    Setting(
+        "activation",
+        "enum",
+        "elu",
+        "Activation",
+        "Hidden activation (Fulton 2019 uses ELU); output layers are linear",
+        items=tuple((a, a.upper() if a != "softplus" else "Softplus", "") for a in ACTIVATIONS),
+        advanced=True,
+    ),
+    Setting(
+        "epochs",
+        "int",
+        2000,
+        "Epochs",
+        "Most passes over the training frames for the "
+        "final network (early stopping or the time budget may end it sooner)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=20000,
+    ),
+    Setting(
+        "search_epochs",
+        "int",
+        None,
+        "Search Epochs",
+        "Most passes each network of the "
+        "latent size search gets; 0: as many as the time budget allows, up to Epochs (the "
+        "chosen network is then kept as it is)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=5000,
+        auto=True,
+        advanced=True,
+    ),
+    Setting(
+        "patience",
+        "int",
+        200,
+        "Patience",
+        "Early stopping: a network stops after this "
+        "many passes without a lower error on held-out bakes, keeping its best weights",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=5000,
+        advanced=True,
+    ),
+    Setting(
+        "time_budget",
+        "float",
+        300.0,
+        "Time Budget",
+        "Most seconds the network training "
+        "may take (latent size search and final network): the time is estimated first and "
+        "the passes are cut to fit, with a warning; cubature and the rollout come on top",
+        unit="s",
+        minimum=1.0,
+        maximum=1e7,
+        soft_maximum=7200.0,
+    ),
+    Setting(
+        "batch_size",
+        "int",
+        256,
+        "Batch Size",
+        "Frames per Adam step",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=4096,
+    ),
+    Setting(
+        "learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7, maximum=1.0
+    ),
+    Setting(
+        "weight_decay",
+        "float",
+        0.0,
+        "Weight Decay",
+        "Adam weight decay",
+        minimum=0.0,
+        maximum=1.0,
+        advanced=True,
+    ),
+    Setting(
+        "lr_schedule",
+        "enum",
+        "cosine",
+        "Schedule",
+        "Learning rate schedule: constant "
+        "(Fulton's plain Adam) or cosine decay to 1% over the epochs",
+        items=(("constant", "Constant", ""), ("cosine", "Cosine", "")),
+        advanced=True,
+    ),
+    Setting(
+        "checkpoint_every",
+        "int",
+        100,
+        "Checkpoint Every",
+        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
+        minimum=1,
+        maximum=1_000_000,
+        advanced=True,
+    ),
+    Setting(
+        "pca_fallback",
+        "bool",
+        True,
+        "PCA Fallback",
+        "When the trained network is less "
+        "accurate on held-out bakes than PCA with as many coordinates, save those PCA "
+        "modes instead (with a warning either way)",
+        advanced=True,
+    ),
     *SUBSPACE_SETTINGS[3:],
-    Setting("lbfgs_window", "int", DEFAULT_LBFGS_WINDOW, "L-BFGS Window", "Correction pairs "
-            "the runtime's L-BFGS keeps (Fulton 2019 sec. 5.2: 8)", minimum=1, maximum=100,
-            advanced=True),
-    Setting("lbfgs_tolerance", "float", 1e-8, "L-BFGS Tolerance", "Convergence test "
-            "|dE/dz| < eps max(|z|, 1) of the runtime", minimum=1e-16, maximum=1.0,
-            advanced=True),
-    Setting("lbfgs_max_iters", "int", DEFAULT_MAX_ITERS, "L-BFGS Iterations", "Most L-BFGS "
-            "iterations per time step", minimum=1, maximum=100_000, advanced=True),
-    Setting("rollout", "bool", True, "Held-out Rollout", "Replay a held-out bake with the "
-            "model after training and report its error", advanced=True),
+    Setting(
+        "lbfgs_window",
+        "int",
+        DEFAULT_LBFGS_WINDOW,
+        "L-BFGS Window",
+        "Correction pairs the runtime's L-BFGS keeps (Fulton 2019 sec. 5.2: 8)",
+        minimum=1,
+        maximum=100,
+        advanced=True,
+    ),
+    Setting(
+        "lbfgs_tolerance",
+        "float",
+        1e-8,
+        "L-BFGS Tolerance",
+        "Convergence test |dE/dz| < eps max(|z|, 1) of the runtime",
+        minimum=1e-16,
+        maximum=1.0,
+        advanced=True,
+    ),
+    Setting(
+        "lbfgs_max_iters",
+        "int",
+        DEFAULT_MAX_ITERS,
+        "L-BFGS Iterations",
+        "Most L-BFGS iterations per time step",
+        minimum=1,
+        maximum=100_000,
+        advanced=True,
+    ),
+    Setting(
+        "rollout",
+        "bool",
+        True,
+        "Held-out Rollout",
+        "Replay a held-out bake with the model after training and report its error",
+        advanced=True,
+    ),
 )
 
 METHOD = Method(

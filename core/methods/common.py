@@ -29,40 +29,118 @@ from ..subspace import Subspace
 #: Training settings of every method with a PCA/POD basis and cubature (one name per concept:
 #: ``k`` is the basis size wherever it appears).
 SUBSPACE_SETTINGS = (
-    Setting("k", "int", None, "Modes", "Size of the PCA/POD basis; 0 grows it until the "
-            "largest vertex error on the bakes is under Tolerance (Fulton 2019, sec. 4.3)",
-            minimum=1, maximum=2000, soft_maximum=200, auto=True),
-    Setting("tolerance", "float", None, "Tolerance", "Largest vertex error the basis may "
-            "leave on the bakes when Modes is 0; 0 uses 1% of the bounding-box diagonal",
-            unit="m", minimum=0.0, soft_maximum=0.1, auto=True),
-    Setting("max_k", "int", 60, "Max Modes", "Upper bound on the basis size when it is "
-            "chosen by Tolerance", minimum=1, maximum=2000, soft_maximum=200),
-    Setting("cubature_target", "float", 0.05, "Cubature Target", "Relative reduced-force "
-            "error the cubature may make on held-out poses (An et al. 2008)",
-            minimum=1e-4, maximum=1.0),
-    Setting("max_cubature", "int", 500, "Max Cubature", "At most this many cubature "
-            "elements", minimum=1, maximum=1_000_000, soft_maximum=5000),
-    Setting("cubature_poses", "int", 200, "Cubature Poses", "Training poses the cubature "
-            "is fitted on, evenly spaced over the training frames", minimum=1,
-            maximum=100_000, soft_maximum=2000, advanced=True),
-    Setting("cubature_validation", "float", 0.2, "Cubature Validation", "Share of the "
-            "training trajectories left out of the cubature fit to check it",
-            minimum=0.0, maximum=0.9, advanced=True),
-    Setting("max_frames", "int", 2000, "Max Frames", "Frames used for training (sampled "
-            "evenly when the bakes have more)", minimum=1, maximum=10_000_000,
-            soft_maximum=20000, advanced=True),
-    Setting("validation_fraction", "float", 0.2, "Validation", "Share of whole bakes held "
-            "out to measure the model on data it never saw", minimum=0.0, maximum=0.9),
-    Setting("seed", "int", 0, "Seed", "Seed of every random choice of the training (the "
-            "same seed gives the same model)", minimum=0, maximum=2**31 - 1),
+    Setting(
+        "k",
+        "int",
+        None,
+        "Modes",
+        "Size of the PCA/POD basis; 0 grows it until the "
+        "largest vertex error on the bakes is under Tolerance (Fulton 2019, sec. 4.3)",
+        minimum=1,
+        maximum=2000,
+        soft_maximum=200,
+        auto=True,
+    ),
+    Setting(
+        "tolerance",
+        "float",
+        None,
+        "Tolerance",
+        "Largest vertex error the basis may "
+        "leave on the bakes when Modes is 0; 0 uses 1% of the bounding-box diagonal",
+        unit="m",
+        minimum=0.0,
+        soft_maximum=0.1,
+        auto=True,
+    ),
+    Setting(
+        "max_k",
+        "int",
+        60,
+        "Max Modes",
+        "Upper bound on the basis size when it is chosen by Tolerance",
+        minimum=1,
+        maximum=2000,
+        soft_maximum=200,
+    ),
+    Setting(
+        "cubature_target",
+        "float",
+        0.05,
+        "Cubature Target",
+        "Relative reduced-force error the cubature may make on held-out poses (An et al. 2008)",
+        minimum=1e-4,
+        maximum=1.0,
+    ),
+    Setting(
+        "max_cubature",
+        "int",
+        500,
+        "Max Cubature",
+        "At most this many cubature elements",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=5000,
+    ),
+    Setting(
+        "cubature_poses",
+        "int",
+        200,
+        "Cubature Poses",
+        "Training poses the cubature is fitted on, evenly spaced over the training frames",
+        minimum=1,
+        maximum=100_000,
+        soft_maximum=2000,
+        advanced=True,
+    ),
+    Setting(
+        "cubature_validation",
+        "float",
+        0.2,
+        "Cubature Validation",
+        "Share of the training trajectories left out of the cubature fit to check it",
+        minimum=0.0,
+        maximum=0.9,
+        advanced=True,
+    ),
+    Setting(
+        "max_frames",
+        "int",
+        2000,
+        "Max Frames",
+        "Frames used for training (sampled evenly when the bakes have more)",
+        minimum=1,
+        maximum=10_000_000,
+        soft_maximum=20000,
+        advanced=True,
+    ),
+    Setting(
+        "validation_fraction",
+        "float",
+        0.2,
+        "Validation",
+        "Share of whole bakes held out to measure the model on data it never saw",
+        minimum=0.0,
+        maximum=0.9,
+    ),
+    Setting(
+        "seed",
+        "int",
+        0,
+        "Seed",
+        "Seed of every random choice of the training (the same seed gives the same model)",
+        minimum=0,
+        maximum=2**31 - 1,
+    ),
 )
 
 #: Frame inputs every subspace runtime takes.
 SUBSPACE_INPUTS = frozenset({"forces", "pin_targets", "colliders"})
 
 
-def subspace_payload(T, subspace: Subspace, cubature: Cubature, contact, material,
-                     settings: SimSettings) -> tuple[dict, dict]:
+def subspace_payload(
+    T, subspace: Subspace, cubature: Cubature, contact, material, settings: SimSettings
+) -> tuple[dict, dict]:
     """Arrays and metadata every subspace model file has: basis, cubature, contact, physics.
 
     Parameters

@@ -131,8 +131,12 @@ class Field:
     @classmethod
     def from_arrays(cls, arrays: dict, meta: dict) -> Field:
         s = np.asarray(arrays["field_scale"], dtype=np.float64)
-        return cls(MLP.from_arrays(arrays, meta), np.asarray(arrays["field_center"]), float(s[0]),
-                   float(s[1]))
+        return cls(
+            MLP.from_arrays(arrays, meta),
+            np.asarray(arrays["field_center"]),
+            float(s[0]),
+            float(s[1]),
+        )
 
 
 @dataclass
@@ -173,8 +177,9 @@ class Domain:
     tolerance: float
 
     @classmethod
-    def of_meshes(cls, meshes, count: int = DOMAIN_SAMPLES, seed: int = 0,
-                  avoid: tuple[int, ...] = ()) -> Domain:
+    def of_meshes(
+        cls, meshes, count: int = DOMAIN_SAMPLES, seed: int = 0, avoid: tuple[int, ...] = ()
+    ) -> Domain:
         """Sample ``count`` points uniformly in the union of the tet meshes ``[(X, T), ...]``
         (each point in a random tet chosen by volume, at random barycentric coordinates);
         ``count`` is bumped past any size in ``avoid`` (the meshes' node counts) so that no
@@ -395,8 +400,15 @@ class LicromSimulation(ReducedSimulation):
         if after > before:
             self.qdot = self.qdot * math.sqrt(before / after) if after > 0 else self.qdot
             after = self.kinetic_energy()
-        return SwapReport(time.perf_counter() - t0, before, after, len(self.X), len(self.T),
-                          len(self.elements), self.domain_report)
+        return SwapReport(
+            time.perf_counter() - t0,
+            before,
+            after,
+            len(self.X),
+            len(self.T),
+            len(self.elements),
+            self.domain_report,
+        )
 
     # ------------------------------------------------------------------------- solvers
     def step(self, inputs: FrameInputs | None = None) -> StepReport:
@@ -536,8 +548,13 @@ def load_on_mesh(
     )
 
 
-def load(model: Model, *, settings: SimSettings | None = None, colliders=None,
-         mesh: tuple[np.ndarray, np.ndarray] | None = None) -> LicromSimulation:
+def load(
+    model: Model,
+    *,
+    settings: SimSettings | None = None,
+    colliders=None,
+    mesh: tuple[np.ndarray, np.ndarray] | None = None,
+) -> LicromSimulation:
     """The runtime of an opened LiCROM model on ``mesh`` ``(X, T)``; without one, on the mesh
     of the bake the model records (``mesh_bake``: the bake its training replayed)."""
     if mesh is None:
@@ -556,62 +573,197 @@ def load(model: Model, *, settings: SimSettings | None = None, colliders=None,
 
 
 SETTINGS = (
-    Setting("latent_dim", "int", 20, "Latent Size", "Latent coordinates r: the number of "
-            "displacement fields (Chang 2023 uses 20)", minimum=1, maximum=1000, soft_maximum=64),
-    Setting("hidden", "int_list", [60, 60, 60, 256], "Hidden Layers", "Widths of the field "
-            "network's hidden layers (the paper: 4 of width 60; the last is widened to 256 here, "
-            "for the closed-form last layer picks the modes from its span)",
-            minimum=1, maximum=4096),
-    Setting("activation", "enum", "elu", "Activation", "Hidden activation of the field and "
-            "the encoder (the paper: ELU)",
-            items=tuple((a, a.upper() if a != "softplus" else "Softplus", "") for a in ACTIVATIONS),
-            advanced=True),
-    Setting("epochs", "int", 1500, "Epochs", "Passes over the training frames (the learning "
-            "rate drops 5x after a third, 10x more after two thirds, as the paper)",
-            minimum=1, maximum=1_000_000, soft_maximum=20000),
-    Setting("time_budget", "float", 600.0, "Time Budget", "Most seconds the network training "
-            "may take; the epochs are cut to fit, with a warning", unit="s", minimum=1.0,
-            maximum=1e7, soft_maximum=7200.0),
-    Setting("batch_size", "int", 16, "Batch Size", "Frames per Adam step (the paper: 16)",
-            minimum=1, maximum=1_000_000, soft_maximum=4096),
-    Setting("learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7,
-            maximum=1.0),
-    Setting("points_per_frame", "int", 1024, "Points per Frame", "Points of each frame the "
-            "loss sees (drawn by lumped mass, so by volume, whatever the mesh)", minimum=8,
-            maximum=1_000_000, soft_maximum=10000, advanced=True),
-    Setting("volume_share", "float", 1.0, "Volume Share", "Share of each frame's points "
-            "drawn inside the elements (displacement interpolated linearly, as the "
-            "finite-element field is) rather than at the nodes: the field is then fitted "
-            "between the nodes too, so a finer mesh's basis has no stray wiggles",
-            minimum=0.0, maximum=1.0, advanced=True),
-    Setting("encoder_points", "int", 512, "Encoder Points", "Of those, how many the PointNet "
-            "encoder sees (the paper: 2500)", minimum=8, maximum=1_000_000,
-            soft_maximum=10000, advanced=True),
-    Setting("projection_epochs", "int", 0, "Projection Epochs", "Final passes where the "
-            "encoder's code is replaced by the least-squares code the runtime uses (0: the "
-            "paper's training alone)", minimum=0, maximum=1_000_000, soft_maximum=5000,
-            advanced=True),
-    Setting("checkpoint_every", "int", 100, "Checkpoint Every", "Epochs between "
-            "checkpoints (a cancelled or killed run resumes from the last)", minimum=1,
-            maximum=1_000_000, advanced=True),
-    Setting("cubature_vertices", "int", 200, "Cubature Vertices", "Random vertices whose "
-            "elements make the cubature on each mesh (0: every element)", minimum=0,
-            maximum=1_000_000, soft_maximum=5000),
-    Setting("solver", "enum", "newton", "Solver", "Newton on the reduced Hessian, converged "
-            "(default), or the paper's few gradient steps per frame",
-            items=(("newton", "Newton", ""), ("gradient", "Gradient (paper)", ""))),
-    Setting("gradient_iterations", "int", 10, "Gradient Steps", "Steps per frame of the "
-            "gradient solver", minimum=1, maximum=10_000, advanced=True),
-    Setting("max_frames", "int", 2000, "Max Frames", "Frames used for training (sampled "
-            "evenly when the bakes have more)", minimum=1, maximum=10_000_000,
-            soft_maximum=20000, advanced=True),
-    Setting("validation_fraction", "float", 0.2, "Validation", "Share of whole bakes held "
-            "out to measure the model on data it never saw", minimum=0.0, maximum=0.9),
-    Setting("seed", "int", 0, "Seed", "Seed of every random choice of the training and of "
-            "the runtime's cubature (the same seed gives the same model)", minimum=0,
-            maximum=2**31 - 1),
-    Setting("rollout", "bool", True, "Held-out Rollout", "Replay a held-out bake with the "
-            "model after training and report its error", advanced=True),
+    Setting(
+        "latent_dim",
+        "int",
+        20,
+        "Latent Size",
+        "Latent coordinates r: the number of displacement fields (Chang 2023 uses 20)",
+        minimum=1,
+        maximum=1000,
+        soft_maximum=64,
+    ),
+    Setting(
+        "hidden",
+        "int_list",
+        [60, 60, 60, 256],
+        "Hidden Layers",
+        "Widths of the field "
+        "network's hidden layers (the paper: 4 of width 60; the last is widened to 256 here, "
+        "for the closed-form last layer picks the modes from its span)",
+        minimum=1,
+        maximum=4096,
+    ),
+    Setting(
+        "activation",
+        "enum",
+        "elu",
+        "Activation",
+        "Hidden activation of the field and the encoder (the paper: ELU)",
+        items=tuple((a, a.upper() if a != "softplus" else "Softplus", "") for a in ACTIVATIONS),
+        advanced=True,
+    ),
+    Setting(
+        "epochs",
+        "int",
+        1500,
+        "Epochs",
+        "Passes over the training frames (the learning "
+        "rate drops 5x after a third, 10x more after two thirds, as the paper)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=20000,
+    ),
+    Setting(
+        "time_budget",
+        "float",
+        600.0,
+        "Time Budget",
+        "Most seconds the network training may take; the epochs are cut to fit, with a warning",
+        unit="s",
+        minimum=1.0,
+        maximum=1e7,
+        soft_maximum=7200.0,
+    ),
+    Setting(
+        "batch_size",
+        "int",
+        16,
+        "Batch Size",
+        "Frames per Adam step (the paper: 16)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=4096,
+    ),
+    Setting(
+        "learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7, maximum=1.0
+    ),
+    Setting(
+        "points_per_frame",
+        "int",
+        1024,
+        "Points per Frame",
+        "Points of each frame the "
+        "loss sees (drawn by lumped mass, so by volume, whatever the mesh)",
+        minimum=8,
+        maximum=1_000_000,
+        soft_maximum=10000,
+        advanced=True,
+    ),
+    Setting(
+        "volume_share",
+        "float",
+        1.0,
+        "Volume Share",
+        "Share of each frame's points "
+        "drawn inside the elements (displacement interpolated linearly, as the "
+        "finite-element field is) rather than at the nodes: the field is then fitted "
+        "between the nodes too, so a finer mesh's basis has no stray wiggles",
+        minimum=0.0,
+        maximum=1.0,
+        advanced=True,
+    ),
+    Setting(
+        "encoder_points",
+        "int",
+        512,
+        "Encoder Points",
+        "Of those, how many the PointNet encoder sees (the paper: 2500)",
+        minimum=8,
+        maximum=1_000_000,
+        soft_maximum=10000,
+        advanced=True,
+    ),
+    Setting(
+        "projection_epochs",
+        "int",
+        0,
+        "Projection Epochs",
+        "Final passes where the "
+        "encoder's code is replaced by the least-squares code the runtime uses (0: the "
+        "paper's training alone)",
+        minimum=0,
+        maximum=1_000_000,
+        soft_maximum=5000,
+        advanced=True,
+    ),
+    Setting(
+        "checkpoint_every",
+        "int",
+        100,
+        "Checkpoint Every",
+        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
+        minimum=1,
+        maximum=1_000_000,
+        advanced=True,
+    ),
+    Setting(
+        "cubature_vertices",
+        "int",
+        200,
+        "Cubature Vertices",
+        "Random vertices whose elements make the cubature on each mesh (0: every element)",
+        minimum=0,
+        maximum=1_000_000,
+        soft_maximum=5000,
+    ),
+    Setting(
+        "solver",
+        "enum",
+        "newton",
+        "Solver",
+        "Newton on the reduced Hessian, converged "
+        "(default), or the paper's few gradient steps per frame",
+        items=(("newton", "Newton", ""), ("gradient", "Gradient (paper)", "")),
+    ),
+    Setting(
+        "gradient_iterations",
+        "int",
+        10,
+        "Gradient Steps",
+        "Steps per frame of the gradient solver",
+        minimum=1,
+        maximum=10_000,
+        advanced=True,
+    ),
+    Setting(
+        "max_frames",
+        "int",
+        2000,
+        "Max Frames",
+        "Frames used for training (sampled evenly when the bakes have more)",
+        minimum=1,
+        maximum=10_000_000,
+        soft_maximum=20000,
+        advanced=True,
+    ),
+    Setting(
+        "validation_fraction",
+        "float",
+        0.2,
+        "Validation",
+        "Share of whole bakes held out to measure the model on data it never saw",
+        minimum=0.0,
+        maximum=0.9,
+    ),
+    Setting(
+        "seed",
+        "int",
+        0,
+        "Seed",
+        "Seed of every random choice of the training and of "
+        "the runtime's cubature (the same seed gives the same model)",
+        minimum=0,
+        maximum=2**31 - 1,
+    ),
+    Setting(
+        "rollout",
+        "bool",
+        True,
+        "Held-out Rollout",
+        "Replay a held-out bake with the model after training and report its error",
+        advanced=True,
+    ),
 )
 
 METHOD = Method(

@@ -308,8 +308,10 @@ class ShenSimulation(SubspaceModel):
         p = q[: self.n_p]
         if not self.n_z:
             return p.copy()
-        z = self.encoder.forward(q) if self.encoder is not None else (
-            getattr(self, "z_rest", np.zeros(self.n_z)).copy()
+        z = (
+            self.encoder.forward(q)
+            if self.encoder is not None
+            else (getattr(self, "z_rest", np.zeros(self.n_z)).copy())
         )
         if refine or self.encoder is None:
             z = self._fit(q, z)
@@ -367,15 +369,20 @@ class ShenSimulation(SubspaceModel):
         K = self._U_elem_flat.T @ (He @ self.U_elem).reshape(-1, self.k)
         return e, g, K
 
-    def residual_function(self, h: float | None = None, f_ext: np.ndarray | None = None,
-                          colliders: list[Collider] | None = None):
+    def residual_function(
+        self,
+        h: float | None = None,
+        f_ext: np.ndarray | None = None,
+        colliders: list[Collider] | None = None,
+    ):
         """``r -> (phi (n,), dphi/dr (n, n))`` of one step of ``h`` s from the current state
         (the tests' handle on the Newton system)."""
         s = self.settings
         h = s.dt / int(s.substeps) if h is None else float(h)
         f_ext = self.f_ext if f_ext is None else np.asarray(f_ext, dtype=float)
-        system = self._system(h, f_ext + self.f_gravity,
-                              self.colliders if colliders is None else list(colliders))
+        system = self._system(
+            h, f_ext + self.f_gravity, self.colliders if colliders is None else list(colliders)
+        )
         return lambda r: system(np.asarray(r, dtype=float), True)[:2]
 
     def _system(self, h: float, f: np.ndarray, cols):
@@ -403,8 +410,13 @@ class ShenSimulation(SubspaceModel):
             if self.n_z:
                 z = r[n_p:]
                 v = a[n_p:] + (2.0 * dz if fict else 0.0)
-                jt = jet(dec, z, dz if fict else None, v if jacobian else None,
-                         third=third and fict and jacobian)
+                jt = jet(
+                    dec,
+                    z,
+                    dz if fict else None,
+                    v if jacobian else None,
+                    third=third and fict and jacobian,
+                )
                 self.evaluations += 1
                 c += jt.y
                 Jt[:, n_p:] = jt.J
@@ -687,8 +699,16 @@ def save(
     if encoder is not None:
         enc_arrays, enc_meta = encoder.to_arrays(prefix="enc_")
         arrays.update(enc_arrays)
-    meta.update({"decoder": dec_meta, "encoder": enc_meta, "n_p": int(n_p),
-                 "n_z": int(decoder.in_dim), "k": int(subspace.k), **(metadata or {})})
+    meta.update(
+        {
+            "decoder": dec_meta,
+            "encoder": enc_meta,
+            "n_p": int(n_p),
+            "n_z": int(decoder.in_dim),
+            "k": int(subspace.k),
+            **(metadata or {}),
+        }
+    )
     return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
 
 
@@ -699,56 +719,186 @@ def load(model, *, settings: SimSettings | None = None, colliders=None) -> ShenS
     encoder = MLP.from_arrays(a, meta["encoder"]) if meta.get("encoder") else None
     args = subspace_arguments(model, settings, colliders)
     return ShenSimulation(
-        args.pop("X"), args.pop("T"), args.pop("material"), args.pop("U"), int(meta["n_p"]),
-        decoder, args.pop("settings"), encoder=encoder,
-        fictitious=bool(meta.get("fictitious", True)), **args,
+        args.pop("X"),
+        args.pop("T"),
+        args.pop("material"),
+        args.pop("U"),
+        int(meta["n_p"]),
+        decoder,
+        args.pop("settings"),
+        encoder=encoder,
+        fictitious=bool(meta.get("fictitious", True)),
+        **args,
     )
 
 
 SETTINGS = SUBSPACE_SETTINGS[:3] + (
-    Setting("n_p", "int", None, "Linear Coordinates", "PCA modes simulated as they are (the "
-            "paper's n_p); 0 uses 10, or half the PCA modes when there are fewer than 20",
-            minimum=1, maximum=1000, soft_maximum=64, auto=True),
-    Setting("latent_dim", "int", None, "Latent Size", "Nonlinear coordinates n_q of the "
-            "decoder in the PCA complement; 0 searches the smallest that meets Latent "
-            "Tolerance", minimum=1, maximum=1000, soft_maximum=64, auto=True),
-    Setting("latent_tolerance", "float", None, "Latent Tolerance", "Largest vertex error "
-            "the model may leave on held-out bakes when Latent Size is 0; 0 uses twice the "
-            "basis Tolerance", unit="m", minimum=0.0, soft_maximum=0.1, auto=True),
-    Setting("max_latent_dim", "int", None, "Max Latent Size", "Largest latent size the "
-            "search tries; 0: the PCA modes beyond n_p", minimum=1, maximum=1000, auto=True,
-            advanced=True),
-    Setting("hidden", "int_list", [32] * 6, "Hidden Layers", "Widths of the hidden sin "
-            "layers of the decoder (the encoder mirrors them); the paper uses 6-10 layers",
-            minimum=1, maximum=4096),
-    Setting("omega", "float", 1.0, "Sin Frequency", "omega of the sin activations, "
-            "folded into the weights: larger fits wilder poses but wiggles between them "
-            "(the paper's Fig. 2)", minimum=0.01, maximum=30.0, advanced=True),
-    Setting("pose_weighting", "bool", False, "Pose Weighting", "Weight each training "
-            "pose's loss by the inverse of its elastic energy (Shen 2021 sec. 6.1): poses "
-            "near rest are fitted best, the largest poses worst (off: every pose alike, "
-            "the more accurate model on held-out bakes)", advanced=True),
-    Setting("linear_warmup", "int", 100, "Linear Warm-up", "Epochs fitting the network to "
-            "PCA at equal DOFs before the training proper, so it starts from the linear "
-            "subspace (0: none)", minimum=0, maximum=1_000_000, advanced=True),
-    Setting("epochs", "int", 2000, "Epochs", "Most passes over the training frames (early "
-            "stopping or the time budget may end it sooner)", minimum=1, maximum=1_000_000,
-            soft_maximum=20000),
-    Setting("patience", "int", 300, "Patience", "Early stopping: stop after this many "
-            "passes without a lower error on held-out bakes, keeping the best weights",
-            minimum=1, maximum=1_000_000, soft_maximum=5000, advanced=True),
-    Setting("time_budget", "float", 300.0, "Time Budget", "Most seconds the network "
-            "training may take", unit="s", minimum=1.0, maximum=1e7, soft_maximum=7200.0),
-    Setting("batch_size", "int", 256, "Batch Size", "Frames per Adam step", minimum=1,
-            maximum=1_000_000, soft_maximum=4096),
-    Setting("learning_rate", "float", 1e-3, "Learning Rate", "Adam step size (the paper: "
-            "1e-3, cut by 20% after 300 and 3,000 epochs)", minimum=1e-7, maximum=1.0),
-    Setting("checkpoint_every", "int", 100, "Checkpoint Every", "Epochs between "
-            "checkpoints (a cancelled or killed run resumes from the last)", minimum=1,
-            maximum=1_000_000, advanced=True),
+    Setting(
+        "n_p",
+        "int",
+        None,
+        "Linear Coordinates",
+        "PCA modes simulated as they are (the "
+        "paper's n_p); 0 uses 10, or half the PCA modes when there are fewer than 20",
+        minimum=1,
+        maximum=1000,
+        soft_maximum=64,
+        auto=True,
+    ),
+    Setting(
+        "latent_dim",
+        "int",
+        None,
+        "Latent Size",
+        "Nonlinear coordinates n_q of the "
+        "decoder in the PCA complement; 0 searches the smallest that meets Latent "
+        "Tolerance",
+        minimum=1,
+        maximum=1000,
+        soft_maximum=64,
+        auto=True,
+    ),
+    Setting(
+        "latent_tolerance",
+        "float",
+        None,
+        "Latent Tolerance",
+        "Largest vertex error "
+        "the model may leave on held-out bakes when Latent Size is 0; 0 uses twice the "
+        "basis Tolerance",
+        unit="m",
+        minimum=0.0,
+        soft_maximum=0.1,
+        auto=True,
+    ),
+    Setting(
+        "max_latent_dim",
+        "int",
+        None,
+        "Max Latent Size",
+        "Largest latent size the search tries; 0: the PCA modes beyond n_p",
+        minimum=1,
+        maximum=1000,
+        auto=True,
+        advanced=True,
+    ),
+    Setting(
+        "hidden",
+        "int_list",
+        [32] * 6,
+        "Hidden Layers",
+        "Widths of the hidden sin "
+        "layers of the decoder (the encoder mirrors them); the paper uses 6-10 layers",
+        minimum=1,
+        maximum=4096,
+    ),
+    Setting(
+        "omega",
+        "float",
+        1.0,
+        "Sin Frequency",
+        "omega of the sin activations, "
+        "folded into the weights: larger fits wilder poses but wiggles between them "
+        "(the paper's Fig. 2)",
+        minimum=0.01,
+        maximum=30.0,
+        advanced=True,
+    ),
+    Setting(
+        "pose_weighting",
+        "bool",
+        False,
+        "Pose Weighting",
+        "Weight each training "
+        "pose's loss by the inverse of its elastic energy (Shen 2021 sec. 6.1): poses "
+        "near rest are fitted best, the largest poses worst (off: every pose alike, "
+        "the more accurate model on held-out bakes)",
+        advanced=True,
+    ),
+    Setting(
+        "linear_warmup",
+        "int",
+        100,
+        "Linear Warm-up",
+        "Epochs fitting the network to "
+        "PCA at equal DOFs before the training proper, so it starts from the linear "
+        "subspace (0: none)",
+        minimum=0,
+        maximum=1_000_000,
+        advanced=True,
+    ),
+    Setting(
+        "epochs",
+        "int",
+        2000,
+        "Epochs",
+        "Most passes over the training frames (early "
+        "stopping or the time budget may end it sooner)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=20000,
+    ),
+    Setting(
+        "patience",
+        "int",
+        300,
+        "Patience",
+        "Early stopping: stop after this many "
+        "passes without a lower error on held-out bakes, keeping the best weights",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=5000,
+        advanced=True,
+    ),
+    Setting(
+        "time_budget",
+        "float",
+        300.0,
+        "Time Budget",
+        "Most seconds the network training may take",
+        unit="s",
+        minimum=1.0,
+        maximum=1e7,
+        soft_maximum=7200.0,
+    ),
+    Setting(
+        "batch_size",
+        "int",
+        256,
+        "Batch Size",
+        "Frames per Adam step",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=4096,
+    ),
+    Setting(
+        "learning_rate",
+        "float",
+        1e-3,
+        "Learning Rate",
+        "Adam step size (the paper: 1e-3, cut by 20% after 300 and 3,000 epochs)",
+        minimum=1e-7,
+        maximum=1.0,
+    ),
+    Setting(
+        "checkpoint_every",
+        "int",
+        100,
+        "Checkpoint Every",
+        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
+        minimum=1,
+        maximum=1_000_000,
+        advanced=True,
+    ),
     *SUBSPACE_SETTINGS[3:],
-    Setting("rollout", "bool", True, "Held-out Rollout", "Replay a held-out bake with the "
-            "model after training and report its error", advanced=True),
+    Setting(
+        "rollout",
+        "bool",
+        True,
+        "Held-out Rollout",
+        "Replay a held-out bake with the model after training and report its error",
+        advanced=True,
+    ),
 )
 
 METHOD = Method(
