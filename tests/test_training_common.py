@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from neural_rom.core.errors import NeuralRomError
-from neural_rom.training.common import torch_device
+from neural_rom.training.common import load_torch_checkpoint, save_torch_checkpoint, torch_device
 
 
 def test_the_training_device_is_chosen_or_refused_with_what_to_do():
@@ -32,3 +32,25 @@ def test_torch_threads_are_set_on_the_cpu_and_restored():
     with pytest.raises(RuntimeError), torch_threads(torch.device("cpu"), 1):
         raise RuntimeError("a failing epoch")
     assert torch.get_num_threads() == before
+
+
+class _NotWeights:
+    """An arbitrary object: a checkpoint holding one must not be unpickled."""
+
+
+def test_checkpoints_round_trip_and_never_unpickle_objects(tmp_path):
+    f = tmp_path / "net.pt"
+    assert load_torch_checkpoint(f, "cpu") is None
+    assert load_torch_checkpoint(None, "cpu") is None
+    w = torch.randn(3, 4, dtype=torch.float64)
+    save_torch_checkpoint(f, {"w": w, "epoch": 7, "losses": [0.5, 0.25], "stopped": ""})
+    st = load_torch_checkpoint(f, "cpu")
+    assert torch.equal(st["w"], w) and st["epoch"] == 7 and st["losses"] == [0.5, 0.25]
+    # overwriting goes through a temporary: no stray files beside the checkpoint
+    save_torch_checkpoint(f, {"w": 2 * w})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.pt"]
+    assert torch.equal(load_torch_checkpoint(f, "cpu")["w"], 2 * w)
+    evil = tmp_path / "evil.pt"
+    torch.save({"obj": _NotWeights()}, evil)
+    with pytest.raises(Exception, match="[Ww]eights only|weights_only|Unsupported global"):
+        load_torch_checkpoint(evil, "cpu")

@@ -72,7 +72,6 @@ from torch import nn
 
 from ..core import registry
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import atomic_path
 from ..core.methods.autoencoder import NAME
 from ..core.methods.autoencoder import save as save_autoencoder_model
 from ..core.nnet import MLP
@@ -83,7 +82,9 @@ from .common import (
     TrainingRun,
     even_indices,
     fit_cubature,
+    load_torch_checkpoint,
     pod_basis,
+    save_torch_checkpoint,
     torch_device,
     torch_threads,
 )
@@ -980,8 +981,8 @@ class _Trainer:
         try:
             model, opt = self._fresh(r)
             f = self.checkpoints.file("ae" if phase == "final" else f"ae_{phase}", f"_r{r:03d}.pt")
-            if f is not None and f.exists():
-                st = torch.load(f, map_location=dev, weights_only=True)
+            st = load_torch_checkpoint(f, dev)
+            if st is not None:
                 model.load_state_dict(st["model"])
                 opt.load_state_dict(st["optimizer"])
                 state = {k: st[k] for k in _STATE_KEYS}
@@ -1045,7 +1046,7 @@ class _Trainer:
                     state["stopped"] = "time budget"
             end = done == epochs or bool(state["stopped"])
             if f is not None and (done % s.checkpoint_every == 0 or end):
-                _torch_save(
+                save_torch_checkpoint(
                     f, {"model": model.state_dict(), "optimizer": opt.state_dict(), **state}
                 )
             now = time.perf_counter()
@@ -1087,11 +1088,6 @@ def _learning_rate(s: AutoencoderSettings, epoch: int, epochs: int) -> float:
         return s.learning_rate
     t = epoch / max(epochs - 1, 1)
     return s.learning_rate * (0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * t)))
-
-
-def _torch_save(path: Path, obj) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
 
 
 def _export(model: _AE, activation: str, scale: float, q_train: np.ndarray) -> tuple[MLP, MLP]:

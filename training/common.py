@@ -72,7 +72,7 @@ from ..core.colliders import ContactPoints
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import ensure_writable_dir, temporary_path, write_npz
+from ..core.files import atomic_path, ensure_writable_dir, temporary_path, write_npz
 from ..core.frame import to_pin_frame
 from ..core.methods.common import surface_sample
 from ..core.sim import SimSettings
@@ -650,6 +650,27 @@ def torch_device(name: str | None):
     if name != "cpu" and not name.startswith("cuda"):
         raise NeuralRomError(f"Unknown training device {name!r}: use auto, cpu or cuda.")
     return torch.device(name)
+
+
+def save_torch_checkpoint(path: Path, obj: dict) -> None:
+    """Write a training checkpoint (tensors, numbers, strings, lists and dicts of them) with
+    ``torch.save`` through :func:`core.files.atomic_path`: a cancel or a crash mid-write leaves
+    the previous checkpoint, never a truncated one."""
+    import torch
+
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def load_torch_checkpoint(path: Path | None, device) -> dict | None:
+    """A checkpoint written by :func:`save_torch_checkpoint`, its tensors on ``device``, or
+    None when ``path`` is None or missing. Read with ``weights_only=True``: nothing in the
+    file is unpickled beyond tensors and plain containers."""
+    if path is None or not Path(path).exists():
+        return None
+    import torch
+
+    return torch.load(path, map_location=device, weights_only=True)
 
 
 @contextlib.contextmanager

@@ -69,7 +69,7 @@ from ..core import fem as _fem
 from ..core import registry
 from ..core.cache import BAKE_SUFFIX, BakeCache, BakeDataset
 from ..core.errors import CacheError, NeuralRomError
-from ..core.files import atomic_path, ensure_writable_dir
+from ..core.files import ensure_writable_dir
 from ..core.frame import to_pin_frame
 from ..core.methods.licrom import (
     NAME,
@@ -87,7 +87,9 @@ from .common import (
     TrainingBakes,
     TrainingRun,
     even_indices,
+    load_torch_checkpoint,
     physics_of,
+    save_torch_checkpoint,
     torch_device,
     torch_threads,
 )
@@ -224,14 +226,27 @@ class _Data:
     points inside the elements the tets, their volume shares and a fixed volume sample (the
     refit's)."""
 
-    def __init__(self, meshes, frames_by_mesh, center, scale, u_scale, dev,
-                 volume_share: float = 0.0, pool: int = 4096, seed: int = 0) -> None:
-        self.X = [torch.tensor((m.X - center) / scale, dtype=torch.float32, device=dev)
-                  for m in meshes]
-        self.p = [torch.tensor(m.mass / m.mass.sum(), dtype=torch.float32, device=dev)
-                  for m in meshes]
-        self.U = [torch.tensor(f / u_scale, dtype=torch.float32, device=dev)
-                  for f in frames_by_mesh]
+    def __init__(
+        self,
+        meshes,
+        frames_by_mesh,
+        center,
+        scale,
+        u_scale,
+        dev,
+        volume_share: float = 0.0,
+        pool: int = 4096,
+        seed: int = 0,
+    ) -> None:
+        self.X = [
+            torch.tensor((m.X - center) / scale, dtype=torch.float32, device=dev) for m in meshes
+        ]
+        self.p = [
+            torch.tensor(m.mass / m.mass.sum(), dtype=torch.float32, device=dev) for m in meshes
+        ]
+        self.U = [
+            torch.tensor(f / u_scale, dtype=torch.float32, device=dev) for f in frames_by_mesh
+        ]
         self.index = np.array(
             [(mi, j) for mi, f in enumerate(frames_by_mesh) for j in range(len(f))], np.int64
         ).reshape(-1, 2)
@@ -244,12 +259,13 @@ class _Data:
         # a fixed volume sample per mesh (tets by volume, uniform barycentric coordinates)
         rng = np.random.default_rng([seed, 7])
         self.pool = []
-        for mi, m in enumerate(meshes):
+        for mi in range(len(meshes)):
             v = self.vol[mi].double().cpu().numpy()
             t = rng.choice(len(v), size=pool, p=v / v.sum())
             b = rng.dirichlet(np.ones(4), size=pool)
-            self.pool.append((torch.tensor(t, device=dev),
-                              torch.tensor(b, dtype=torch.float32, device=dev)))
+            self.pool.append(
+                (torch.tensor(t, device=dev), torch.tensor(b, dtype=torch.float32, device=dev))
+            )
 
     def _inside(self, mi: int, t: torch.Tensor, b: torch.Tensor, frames=None):
         """Points at tets ``t`` (s,) and barycentric coordinates ``b`` (s, 4) of mesh ``mi``:
@@ -271,8 +287,11 @@ class _Data:
         wv = torch.full((len(Xv),), v / len(Xv), device=Xv.device)
         if v >= 1.0:
             return Xv, wv, Uv
-        return (torch.cat([self.X[mi], Xv]), torch.cat([(1 - v) * self.p[mi], wv]),
-                torch.cat([self.U[mi], Uv], dim=1))
+        return (
+            torch.cat([self.X[mi], Xv]),
+            torch.cat([(1 - v) * self.p[mi], wv]),
+            torch.cat([self.U[mi], Uv], dim=1),
+        )
 
     def batch(self, rows: np.ndarray, points: int, gen: torch.Generator):
         """``(X (B, P, 3), u (B, P, 3), w (B, P))`` of frames ``rows`` of :attr:`index`. A
@@ -317,11 +336,6 @@ class _Data:
         return torch.stack(Xs), torch.stack(us), torch.stack(ws)
 
 
-def _torch_save(path: Path, obj) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
-
-
 def _ls_codes(W: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Weighted least-squares codes (B, r) of displacements u (B, P, 3) on field values
     W (B, P, 3, r) with point weights w (B, P): what the runtime's ``latent_of`` computes."""
@@ -349,12 +363,12 @@ def refit_head(field: nn.Sequential, data: _Data, r: int) -> float:
             if len(data.U[mi]) == 0:
                 continue
             Xm, wm, Um = data.points(mi)
-            Phi = torch.cat([body(Xm), torch.ones(len(Xm), 1, device=Xm.device)],
-                            dim=1).double()  # (n, h+1)
+            Phi = torch.cat(
+                [body(Xm), torch.ones(len(Xm), 1, device=Xm.device)], dim=1
+            ).double()  # (n, h+1)
             m = wm.double()[:, None]
             G = Phi.T @ (m * Phi)
-            G = G + 1e-10 * G.diagonal().mean() * torch.eye(len(G), dtype=G.dtype,
-                                                             device=G.device)
+            G = G + 1e-10 * G.diagonal().mean() * torch.eye(len(G), dtype=G.dtype, device=G.device)
             U = Um.double()  # (F, n, 3)
             rhs = torch.einsum("nh,fna->fha", m * Phi, U)
             C = torch.linalg.solve(G, rhs)  # (F, h+1, 3)
@@ -370,8 +384,9 @@ def refit_head(field: nn.Sequential, data: _Data, r: int) -> float:
         Y = torch.einsum("hk,fha->fak", L, C).reshape(len(C), -1)  # whitened, (F, 3(h+1))
         V = torch.linalg.svd(Y.T, full_matrices=False)[0][:, :r]  # (3(h+1), r)
         V = V.reshape(3, -1, r)  # (a, k, j)
-        A = torch.linalg.solve_triangular(L.T, V.permute(1, 0, 2).reshape(len(G), -1),
-                                          upper=True).reshape(len(G), 3, r)  # (h+1, a, j)
+        A = torch.linalg.solve_triangular(
+            L.T, V.permute(1, 0, 2).reshape(len(G), -1), upper=True
+        ).reshape(len(G), 3, r)  # (h+1, a, j)
         A = A * (float(torch.linalg.svd(Y, full_matrices=False)[1][0]) / math.sqrt(len(C)))
         head.weight.copy_(A[:-1].permute(1, 2, 0).reshape(3 * r, -1).to(head.weight.dtype))
         head.bias.copy_(A[-1].reshape(3 * r).to(head.bias.dtype))
@@ -488,8 +503,13 @@ def train(
         np.concatenate(f) if f else np.zeros((0, len(m.X), 3))
         for f, m in zip(frames_by_mesh, meshes)
     ]
-    val_frames = [(mesh_of[g], meshes[mesh_of[g]].displacements(
-        caches[g], even_indices(caches[g].n_frames, per_bake))) for g in val_i]
+    val_frames = [
+        (
+            mesh_of[g],
+            meshes[mesh_of[g]].displacements(caches[g], even_indices(caches[g].n_frames, per_bake)),
+        )
+        for g in val_i
+    ]
     allX = np.concatenate([m.X for m in meshes])
     lo, hi = allX.min(0), allX.max(0)
     center, scale = (lo + hi) / 2, float((hi - lo).max() / 2) or 1.0
@@ -505,16 +525,25 @@ def train(
     with torch_threads(dev, 1):
         field = build_mlp([3, *values["hidden"], 3 * r], act).to(dev)
         encoder = PointNet(r, act).to(dev)
-        data = _Data(meshes, frames_by_mesh, center, scale, u_scale, dev,
-                     volume_share=float(values["volume_share"]), seed=seed)
-        opt = torch.optim.Adam([*field.parameters(), *encoder.parameters()],
-                               lr=values["learning_rate"])
+        data = _Data(
+            meshes,
+            frames_by_mesh,
+            center,
+            scale,
+            u_scale,
+            dev,
+            volume_share=float(values["volume_share"]),
+            seed=seed,
+        )
+        opt = torch.optim.Adam(
+            [*field.parameters(), *encoder.parameters()], lr=values["learning_rate"]
+        )
         epochs, proj_epochs = int(values["epochs"]), int(values["projection_epochs"])
         total = epochs + proj_epochs
         state = {"epoch": 0, "train_loss": float("nan")}
         f = run.checkpoints.file("licrom", ".pt")
-        if f is not None and f.exists():
-            st = torch.load(f, map_location=dev, weights_only=True)
+        st = load_torch_checkpoint(f, dev)
+        if st is not None:
             field.load_state_dict(st["field"])
             encoder.load_state_dict(st["encoder"])
             if int(st["epoch"]) > epochs:  # in the least-squares phase: the field's optimizer
@@ -566,17 +595,31 @@ def train(
                 stopped = "time budget"
             end = done == total or stopped is not None or run.should_cancel()
             if f is not None and (done % values["checkpoint_every"] == 0 or end):
-                _torch_save(f, {"field": field.state_dict(), "encoder": encoder.state_dict(),
-                                "optimizer": opt.state_dict(), "generator": gen.get_state(),
-                                **{k: torch.tensor(v) for k, v in state.items()}})
+                save_torch_checkpoint(
+                    f,
+                    {
+                        "field": field.state_dict(),
+                        "encoder": encoder.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "generator": gen.get_state(),
+                        **{k: torch.tensor(v) for k, v in state.items()},
+                    },
+                )
             now = time.perf_counter()
             if now - last >= _THROTTLE_S or end:
                 last = now
-                run.emit({"epoch": done, "train_loss": state["train_loss"],
-                          "train_rms_m": math.sqrt(state["train_loss"]) * u_scale})
-                run.say(0.05 + 0.7 * done / total,
-                        f"epoch {done}/{total}{' (least-squares codes)' if projection else ''}: "
-                        f"rms {math.sqrt(state['train_loss']) * u_scale * 1000:.3g} mm")
+                run.emit(
+                    {
+                        "epoch": done,
+                        "train_loss": state["train_loss"],
+                        "train_rms_m": math.sqrt(state["train_loss"]) * u_scale,
+                    }
+                )
+                run.say(
+                    0.05 + 0.7 * done / total,
+                    f"epoch {done}/{total}{' (least-squares codes)' if projection else ''}: "
+                    f"rms {math.sqrt(state['train_loss']) * u_scale * 1000:.3g} mm",
+                )
             run.check_cancel(f"Training cancelled at epoch {done} (checkpointed).")
             if stopped:
                 run.warnings.append(
@@ -602,15 +645,21 @@ def train(
         export_error = float(np.abs(net.forward(test.numpy()) - ref).max())
     fld = Field(net, center, scale, u_scale)
     pins = PinRegion.of_pins([(m.X, m.pinned) for m in meshes], PIN_TOLERANCE * diag)
-    domain = Domain.of_meshes([(m.X, m.T) for m in meshes], seed=seed,
-                              avoid=tuple(len(m.X) for m in meshes))
+    domain = Domain.of_meshes(
+        [(m.X, m.T) for m in meshes], seed=seed, avoid=tuple(len(m.X) for m in meshes)
+    )
 
     # ---- metrics: projection vs POD on the primary mesh, held-out projection error
     run.say(0.78, "measuring the field's basis against POD")
-    metrics = {"meshes": len(meshes), "epochs_done": state["epoch"],
-               "train_loss": state["train_loss"], "network_seconds": train_seconds,
-               "export_max_abs_error": export_error, "latent_dim": r,
-               "feature_span_residual": span_residual}
+    metrics = {
+        "meshes": len(meshes),
+        "epochs_done": state["epoch"],
+        "train_loss": state["train_loss"],
+        "network_seconds": train_seconds,
+        "export_max_abs_error": export_error,
+        "latent_dim": r,
+        "feature_span_residual": span_residual,
+    }
 
     def basis_of(m: Mesh) -> np.ndarray:
         U = fld.basis(m.X)
@@ -628,15 +677,21 @@ def train(
         pod_sq, pod_max = projection_errors(pod.U, u_p, pm.mass)
     except NeuralRomError:  # the frames span fewer than r directions: POD is exact
         pod_sq = pod_max = None
-    metrics.update(field_error_sq=field_sq, pod_error_sq=pod_sq,
-                   projection_ratio_to_pod=field_sq / pod_sq if pod_sq else None,
-                   field_max_error_train_m=field_max, pod_max_error_train_m=pod_max)
+    metrics.update(
+        field_error_sq=field_sq,
+        pod_error_sq=pod_sq,
+        projection_ratio_to_pod=field_sq / pod_sq if pod_sq else None,
+        field_max_error_train_m=field_max,
+        pod_max_error_train_m=pod_max,
+    )
     val_max = field_max
     if val_frames:
-        val_max = max(projection_errors(basis_of(meshes[mi]), u, meshes[mi].mass)[1]
-                      for mi, u in val_frames)
-    run.emit({"projection_ratio_to_pod": metrics["projection_ratio_to_pod"],
-              "max_error_val_m": val_max})
+        val_max = max(
+            projection_errors(basis_of(meshes[mi]), u, meshes[mi].mass)[1] for mi, u in val_frames
+        )
+    run.emit(
+        {"projection_ratio_to_pod": metrics["projection_ratio_to_pod"], "max_error_val_m": val_max}
+    )
 
     b = run.bakes
     mesh_bake = b.heldout_bake() or b.ds[0]
@@ -648,10 +703,12 @@ def train(
         dofs=r,
         max_error_val_m=val_max,
         metrics=metrics,
-        metadata={"mesh_bake": str(Path(mesh_bake.path).resolve()),
-                  "bakes": [str(c.path) for c in caches],
-                  "train_trajectories": [int(i) for i in train_i],
-                  "validation_trajectories": [int(i) for i in val_i]},
+        metadata={
+            "mesh_bake": str(Path(mesh_bake.path).resolve()),
+            "bakes": [str(c.path) for c in caches],
+            "train_trajectories": [int(i) for i in train_i],
+            "validation_trajectories": [int(i) for i in val_i],
+        },
         rollout=bool(values["rollout"]),
         at=0.85,
     )

@@ -83,7 +83,6 @@ from torch import nn
 from ..core import fem as _fem
 from ..core import registry
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import atomic_path
 from ..core.methods.shen import NAME
 from ..core.methods.shen import save as save_shen_model
 from ..core.nnet import MLP
@@ -91,7 +90,9 @@ from .common import (
     Report,
     TrainingRun,
     fit_cubature,
+    load_torch_checkpoint,
     pod_basis,
+    save_torch_checkpoint,
     torch_device,
     torch_threads,
 )
@@ -178,8 +179,15 @@ class _DAE(nn.Module):
         return self.decoder(self.encoder(c))
 
 
-def to_numpy(net: nn.Sequential, omega: float, *, in_scale: float = 1.0,
-             out_scale: float = 1.0, pad_in: int = 0, pad_out: int = 0) -> MLP:
+def to_numpy(
+    net: nn.Sequential,
+    omega: float,
+    *,
+    in_scale: float = 1.0,
+    out_scale: float = 1.0,
+    pad_in: int = 0,
+    pad_out: int = 0,
+) -> MLP:
     """A float64 :class:`core.nnet.MLP` of a :func:`sin_mlp`: ``omega`` folded into the layers
     before each sin, the input divided by ``in_scale``, the output times ``out_scale``, and
     ``pad_in`` zero input columns / ``pad_out`` zero output rows in front (the PCA filter)."""
@@ -233,8 +241,14 @@ def train(
     """
     dev = torch_device(device)
     run = TrainingRun.start(
-        NAME, bakes, settings, device=str(dev), expect_mesh_hash=expect_mesh_hash,
-        checkpoint_dir=checkpoint_dir, progress=progress, should_cancel=should_cancel,
+        NAME,
+        bakes,
+        settings,
+        device=str(dev),
+        expect_mesh_hash=expect_mesh_hash,
+        checkpoint_dir=checkpoint_dir,
+        progress=progress,
+        should_cancel=should_cancel,
         metric=metric,
     )
     s = ShenSettings(**run.settings)
@@ -273,8 +287,9 @@ def train(
     best = None
     with torch_threads(dev, _CPU_THREADS):
         for i, n_z in enumerate(sizes):
-            model, hist = trainer.fit(n_z, deadline, (0.1 + 0.6 * i / len(sizes),
-                                                      0.1 + 0.6 * (i + 1) / len(sizes)))
+            model, hist = trainer.fit(
+                n_z, deadline, (0.1 + 0.6 * i / len(sizes), 0.1 + 0.6 * (i + 1) / len(sizes))
+            )
             enc, dec = trainer.export(model, n_p)
             err = _shape_error(sub, check_x, c_check, n_p, enc, dec)
             searched.append({"latent_dim": n_z, "max_error_val_m": err, **hist})
@@ -285,8 +300,10 @@ def train(
                 best = (err, n_z, enc, dec, hist)
                 break
             if hist["stopped"] == "time budget":
-                run.warnings.append("The time budget ended the network training; raise Time "
-                                    "Budget for a more accurate model.")
+                run.warnings.append(
+                    "The time budget ended the network training; raise Time "
+                    "Budget for a more accurate model."
+                )
                 break
     err, n_z, encoder, decoder, hist = best
     if target is not None and err > target:
@@ -296,8 +313,11 @@ def train(
         )
     pca_same = sub.truncated(min(n_p + n_z, k)).reconstruction_error(check_x)
     pca_np = sub.truncated(n_p).reconstruction_error(check_x)
-    run.say(0.7, f"n_p = {n_p}, n_z = {n_z}: max vertex error {err * 1000:.3g} mm held out "
-                 f"(PCA with {n_p + n_z} modes {pca_same * 1000:.3g} mm)")
+    run.say(
+        0.7,
+        f"n_p = {n_p}, n_z = {n_z}: max vertex error {err * 1000:.3g} mm held out "
+        f"(PCA with {n_p + n_z} modes {pca_same * 1000:.3g} mm)",
+    )
     if err > pca_same:
         run.warnings.append(
             f"The nonlinear model's shapes ({err * 1000:.3g} mm) are less accurate than PCA "
@@ -309,17 +329,29 @@ def train(
     # cubature on the shapes this model makes of the training poses
     c_hat = _reconstruct(c_train, n_p, encoder, decoder)
     shapes = sub.decode(c_hat)
-    val_shapes = (sub.decode(_reconstruct(sub.encode(val_x), n_p, encoder, decoder))
-                  if len(val_x) else val_x)
+    val_shapes = (
+        sub.decode(_reconstruct(sub.encode(val_x), n_p, encoder, decoder)) if len(val_x) else val_x
+    )
     cub = fit_cubature(run, sub, shapes, groups, val_shapes, project=False, span=(0.7, 0.85))
 
     save = functools.partial(
-        save_shen_model, subspace=sub, n_p=n_p, cubature=cub, contact=run.contact_sample(),
-        decoder=decoder, encoder=encoder,
+        save_shen_model,
+        subspace=sub,
+        n_p=n_p,
+        cubature=cub,
+        contact=run.contact_sample(),
+        decoder=decoder,
+        encoder=encoder,
     )
     return run.finish(
-        out, save, k=k, dofs=n_p + n_z, max_error_val_m=err, cubature=cub,
-        rollout=s.rollout, at=0.85,
+        out,
+        save,
+        k=k,
+        dofs=n_p + n_z,
+        max_error_val_m=err,
+        cubature=cub,
+        rollout=s.rollout,
+        at=0.85,
         metrics={
             "n_p": n_p,
             "latent_dim": n_z,
@@ -391,8 +423,9 @@ class _Trainer:
 
     def _lr(self, epoch: int) -> float:
         """Sec. 6.1: 20% less after 300 epochs and another 20% after 3,000."""
-        return self.s.learning_rate * (0.8 if epoch >= 300 else 1.0) * (
-            0.8 if epoch >= 3000 else 1.0)
+        return (
+            self.s.learning_rate * (0.8 if epoch >= 300 else 1.0) * (0.8 if epoch >= 3000 else 1.0)
+        )
 
     def _warmup(self, model, n_z: int):
         """``linear_warmup`` epochs fitting the network to PCA at ``n_p + n_z`` modes (the
@@ -406,8 +439,9 @@ class _Trainer:
         N = len(self.c_train)
         model.train()
         for epoch in range(s.linear_warmup):
-            perm = torch.as_tensor(np.random.default_rng([s.seed, n_z, epoch, 1]).permutation(N),
-                                   device=self.device)
+            perm = torch.as_tensor(
+                np.random.default_rng([s.seed, n_z, epoch, 1]).permutation(N), device=self.device
+            )
             for i in range(0, N, s.batch_size):
                 idx = perm[i : i + s.batch_size]
                 loss = ((model(self.c_train[idx]) - target[idx]) ** 2).sum(1).mean()
@@ -429,8 +463,8 @@ class _Trainer:
         try:
             model, opt = self._fresh(n_z)
             f = run.checkpoints.file("shen_net", f"_nz{n_z:03d}.pt")
-            if f is not None and f.exists():
-                st = torch.load(f, map_location=self.device, weights_only=True)
+            st = load_torch_checkpoint(f, self.device)
+            if st is not None:
                 model.load_state_dict(st["model"])
                 opt.load_state_dict(st["optimizer"])
                 state = {k: st[k] for k in _STATE_KEYS}
@@ -438,20 +472,28 @@ class _Trainer:
                 if s.linear_warmup:
                     opt = self._warmup(model, n_z)
                 loss = self.check_loss(model)
-                state = {"epoch": 0, "best": _clone(model), "best_loss": loss, "best_epoch": 0,
-                         "train_loss": math.nan, "stopped": ""}
+                state = {
+                    "epoch": 0,
+                    "best": _clone(model),
+                    "best_loss": loss,
+                    "best_epoch": 0,
+                    "train_loss": math.nan,
+                    "stopped": "",
+                }
             N = len(self.c_train)
             last = time.perf_counter()
             for epoch in range(state["epoch"], s.epochs if not state["stopped"] else 0):
                 if run.should_cancel():
-                    raise JobCancelled(f"Training cancelled at epoch {epoch} of latent size "
-                                       f"{n_z}" + (" (resumes from the last checkpoint)."
-                                                   if f else "."))
+                    raise JobCancelled(
+                        f"Training cancelled at epoch {epoch} of latent size "
+                        f"{n_z}" + (" (resumes from the last checkpoint)." if f else ".")
+                    )
                 for g in opt.param_groups:
                     g["lr"] = self._lr(epoch)
                 model.train()
-                perm = torch.as_tensor(np.random.default_rng([s.seed, n_z, epoch]).permutation(N),
-                                       device=self.device)
+                perm = torch.as_tensor(
+                    np.random.default_rng([s.seed, n_z, epoch]).permutation(N), device=self.device
+                )
                 total = 0.0
                 for i in range(0, N, s.batch_size):
                     idx = perm[i : i + s.batch_size]
@@ -476,17 +518,24 @@ class _Trainer:
                         state["stopped"] = "time budget"
                 end = done == s.epochs or bool(state["stopped"])
                 if f is not None and (done % s.checkpoint_every == 0 or end):
-                    with atomic_path(f) as tmp:
-                        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                    **state}, tmp)
+                    save_torch_checkpoint(
+                        f, {"model": model.state_dict(), "optimizer": opt.state_dict(), **state}
+                    )
                 now = time.perf_counter()
                 if now - last >= _THROTTLE_S or end:
                     last = now
-                    run.emit({"latent_dim": n_z, "epoch": done,
-                              "train_loss": state["train_loss"] * self.scale**2,
-                              "best_val_loss": state["best_loss"] * self.scale**2})
-                    run.say(span[0] + (span[1] - span[0]) * done / s.epochs,
-                            f"latent {n_z}: epoch {done}/{s.epochs}")
+                    run.emit(
+                        {
+                            "latent_dim": n_z,
+                            "epoch": done,
+                            "train_loss": state["train_loss"] * self.scale**2,
+                            "best_val_loss": state["best_loss"] * self.scale**2,
+                        }
+                    )
+                    run.say(
+                        span[0] + (span[1] - span[0]) * done / s.epochs,
+                        f"latent {n_z}: epoch {done}/{s.epochs}",
+                    )
                 if state["stopped"]:
                     break
             model.load_state_dict(state["best"])
@@ -506,22 +555,28 @@ class _Trainer:
         om = self.s.omega
         enc = to_numpy(model.encoder, om, in_scale=self.scale, pad_in=n_p)
         dec = to_numpy(model.decoder, om, out_scale=self.scale, pad_out=n_p)
-        c = self.c_check[: 256].to("cpu", torch.float64)
+        c = self.c_check[:256].to("cpu", torch.float64)
         with torch.no_grad():
             m64 = _DAE(self.m, enc.out_dim, self.s.hidden, om).to(torch.float64)
-            m64.load_state_dict({k: v.to("cpu", torch.float64)
-                                 for k, v in model.state_dict().items()})
+            m64.load_state_dict(
+                {k: v.to("cpu", torch.float64) for k, v in model.state_dict().items()}
+            )
             z_t = m64.encoder(c).numpy()
             y_t = m64.decoder(torch.as_tensor(z_t)).numpy() * self.scale
         full = np.concatenate([np.zeros((len(c), n_p)), c.numpy() * self.scale], axis=1)
-        for name, a, ref in (("encoder", enc.forward(full), z_t),
-                             ("decoder", dec.forward(z_t)[:, n_p:], y_t)):
+        for name, a, ref in (
+            ("encoder", enc.forward(full), z_t),
+            ("decoder", dec.forward(z_t)[:, n_p:], y_t),
+        ):
             err = float(np.max(np.abs(a - ref), initial=0.0)) / (
-                1.0 + float(np.max(np.abs(ref), initial=0.0)))
+                1.0 + float(np.max(np.abs(ref), initial=0.0))
+            )
             if not err <= _VERIFY_TOL:
-                raise NeuralRomError(f"The exported {name} differs from the trained network by "
-                                     f"{err:.3g} (relative): the export is broken; report this "
-                                     "as a bug.")
+                raise NeuralRomError(
+                    f"The exported {name} differs from the trained network by "
+                    f"{err:.3g} (relative): the export is broken; report this "
+                    "as a bug."
+                )
         z0 = enc.forward(np.zeros(enc.in_dim))
         dec.b[-1] = dec.b[-1] - dec.forward(z0)
         return enc, dec

@@ -87,7 +87,7 @@ from ..core.cache import BakeDataset
 from ..core.clothbake import is_cloth_bake, rigid, triangulate
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.fem import Material
-from ..core.files import atomic_path, ensure_writable_dir
+from ..core.files import ensure_writable_dir
 from ..core.frame import IDENTITY, Pose
 from ..core.methods.snp import (
     CONSTANT_FEATURE,
@@ -105,6 +105,8 @@ from .common import (
     Report,
     TrainingBakes,
     TrainingRun,
+    load_torch_checkpoint,
+    save_torch_checkpoint,
     torch_device,
     torch_threads,
 )
@@ -553,8 +555,8 @@ class _NetTrainer:
         )
         f = self.checkpoints.file("snp_net", ".pt")
         state = {"epoch": 0, "losses": [], "stopped": ""}
-        if f is not None and f.exists():
-            st = torch.load(f, map_location=self.device, weights_only=True)
+        st = load_torch_checkpoint(f, self.device)
+        if st is not None:
             net.load_state_dict(st["model"])
             opt.load_state_dict(st["optimizer"])
             state = {
@@ -580,10 +582,9 @@ class _NetTrainer:
                     state["stopped"] = "time budget"
                 end = done == s.epochs or bool(state["stopped"])
                 if f is not None and (done % s.checkpoint_every == 0 or end):
-                    with atomic_path(f) as tmp:
-                        torch.save(
-                            {"model": net.state_dict(), "optimizer": opt.state_dict(), **state}, tmp
-                        )
+                    save_torch_checkpoint(
+                        f, {"model": net.state_dict(), "optimizer": opt.state_dict(), **state}
+                    )
                 now = time.perf_counter()
                 if now - last >= _THROTTLE_S or end:
                     last = now
