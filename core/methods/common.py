@@ -134,6 +134,9 @@ SUBSPACE_SETTINGS = (
     ),
 )
 
+#: The settings of :data:`SUBSPACE_SETTINGS` by name, for a method that takes some of them.
+SUBSPACE_SETTING = {s.name: s for s in SUBSPACE_SETTINGS}
+
 #: Frame inputs every subspace runtime takes.
 SUBSPACE_INPUTS = frozenset({"forces", "pin_targets", "colliders"})
 

@@ -65,7 +65,7 @@ from ..modelfile import Model, load_model, save_model
 from ..nnet import MLP
 from ..registry import Method, Setting
 from ..sim import FrameInputs, SimSettings, StepReport
-from .common import run_frame
+from .common import SUBSPACE_SETTING, run_frame
 from .linear import ReducedSimulation
 
 NAME = "licrom"
@@ -726,26 +726,8 @@ SETTINGS = (
         maximum=10_000,
         advanced=True,
     ),
-    Setting(
-        "max_frames",
-        "int",
-        2000,
-        "Max Frames",
-        "Frames used for training (sampled evenly when the bakes have more)",
-        minimum=1,
-        maximum=10_000_000,
-        soft_maximum=20000,
-        advanced=True,
-    ),
-    Setting(
-        "validation_fraction",
-        "float",
-        0.2,
-        "Validation",
-        "Share of whole bakes held out to measure the model on data it never saw",
-        minimum=0.0,
-        maximum=0.9,
-    ),
+    SUBSPACE_SETTING["max_frames"],
+    SUBSPACE_SETTING["validation_fraction"],
     Setting(
         "seed",
         "int",

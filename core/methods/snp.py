@@ -80,7 +80,7 @@ from ..nnet import MLP
 from ..registry import Method, Setting
 from ..sim import FrameInputs, SimSettings, StepReport
 from ..simulator import SimulatorBase
-from .common import SUBSPACE_SETTINGS
+from .common import SUBSPACE_SETTING, SUBSPACE_SETTINGS
 
 NAME = "snp"
 
@@ -1002,8 +1002,8 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         maximum=1_000_000,
         advanced=True,
     ),
-    SUBSPACE_SETTINGS[8],  # validation_fraction
-    SUBSPACE_SETTINGS[9],  # seed
+    SUBSPACE_SETTING["validation_fraction"],
+    SUBSPACE_SETTING["seed"],
     Setting(
         "rollout",
         "bool",
