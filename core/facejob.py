@@ -165,7 +165,7 @@ def demo_face(spec: dict, *, progress: Callable[[int, str], None] | None = None)
     Spec keys: ``out``, ``size`` ("small" or "bench"), ``keys``, ``held_out``, ``seed``.
     Returns :func:`face_stats` and ``path``, ``seconds``.
     """
-    from .face import demo_head, make_shape_keys
+    from .face import SPACING, demo_head, make_shape_keys
 
     t0 = time.perf_counter()
     say = progress or (lambda done, message: None)
@@ -179,7 +179,12 @@ def demo_face(spec: dict, *, progress: Callable[[int, str], None] | None = None)
     say(2, f"simulating {count} expressions")
     keys = make_shape_keys(rig, count, held_out=held, seed=int(spec.get("seed", 0)))
     path = _save_face_atomic(Path(spec["out"]), rig, keys)
-    return {**face_stats(rig, keys), "path": str(path), "seconds": time.perf_counter() - t0}
+    return {
+        **face_stats(rig, keys),
+        "path": str(path),
+        "spacing": float(SPACING[str(spec.get("size", "small"))]),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def simulate_face_to_pc2(
