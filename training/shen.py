@@ -54,6 +54,17 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    full early stopping on the held-out bakes' loss (the best weights are kept).
 5. The latent size ``n_z``: given, or the smallest of 1, 2, 4, ... (at most
    ``max_latent_dim``) whose held-out largest vertex error is under ``latent_tolerance``.
+   With ``k`` not given (the defaults, :func:`_room`): the basis the tolerance sizes has
+   the linear model's ``k_tol`` modes; it is widened to ``2 k_tol`` so the decoder has room
+   beyond the modes it replaces, ``n_p`` is the fewest modes within twice the tolerance (a
+   free body's rigid and near-rigid motion: the first PCA modes of a drop are its
+   translations), and ``n_z`` meets the tolerance itself within ``k_tol - n_p``: no more
+   DOFs than the linear model. Before (``n_p`` half the tolerance basis, ``n_z`` to twice
+   the tolerance in it), the demo's ball (``scripts/demo.py``, 4 drops, 1 held out) took
+   3 + 2 DOFs of a 7-mode basis with shapes worse than PCA-5 (32.9 against 28.7 mm) and a
+   held-out replay of 65 mm (render mesh; the linear model 23 mm at 7 DOFs); now 5 + 2 of 14
+   modes, shapes 22.2 mm against PCA-7's 23.6, replay 15.6 mm
+   (``tests/test_shen_contact.py`` checks the same on a small dropped cube).
 6. Cubature (:func:`.common.fit_cubature`) fitted to the forces of this subspace: on the
    training poses as the model reproduces them (``X + V c(r)``), reduced by ``V`` (the
    columns of ``J~`` lie in span ``V``).
