@@ -806,7 +806,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         "Latent Size",
         "Nonlinear coordinates n_q of the "
         "decoder in the PCA complement; 0 searches the smallest that meets Latent "
-        "Tolerance",
+        "Tolerance, or without one and with Modes 0 takes the linear model's DOFs less n_p",
         minimum=1,
         maximum=1000,
         soft_maximum=64,
@@ -818,8 +818,8 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         None,
         "Latent Tolerance",
         "Largest vertex error "
-        "the model may leave on held-out bakes when Latent Size is 0; 0: with Modes 0 the "
-        "basis Tolerance (the linear model's accuracy), else twice the PCA basis's error",
+        "the model may leave on held-out bakes when Latent Size is 0; 0: with Modes 0 no "
+        "search (see Latent Size), else twice the PCA basis's error",
         unit="m",
         minimum=0.0,
         soft_maximum=0.1,
