@@ -136,6 +136,39 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
     mesh_hash: StringProperty(description="Hash of the world-space tet mesh that was baked")
     tets_hash: StringProperty(description="Hash of the object's tet mesh when it was baked")
     source_hash: StringProperty(description="Hash of the object's mesh when it was baked")
+    kind: StringProperty(
+        name="Kind",
+        default="fem",
+        description="The training data it is (core.registry.BAKE_KINDS): fem or cloth",
+    )
+
+
+class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
+    """Settings of an object's Cloth Bake (Blender's own cloth solver, :mod:`.cloth`)."""
+
+    frames: IntProperty(
+        name="Frames",
+        default=120,
+        min=2,
+        soft_max=2000,
+        description="Frames per bake after the first",
+    )
+    variants: IntProperty(
+        name="Variants",
+        default=4,
+        min=1,
+        soft_max=64,
+        description="Bakes, each with its own random collider and owner motion",
+    )
+    seed: IntProperty(name="Seed", default=0, min=0, description="Seed of the first variant")
+    owner: StringProperty(
+        name="Owner",
+        description="The object the cloth hangs from, which the bakes move at random (empty: "
+        "its top-most parent, or the cloth itself; '-': nothing moves)",
+    )
+    colliders: StringProperty(
+        description="JSON [[name, kind], ...]: the colliders its cloth bakes recorded, in order"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -155,15 +188,28 @@ _METHOD_ITEMS: list = []
 
 
 def method_items(self=None, context=None) -> list:
-    """The Train menu: one item per registered method, in menu order."""
-    from ..core import registry
-
+    """The Train menu: one item per method the object can train (:func:`offered_methods`),
+    in menu order."""
     # Blender keeps only the strings of the latest call alive: keep our own reference.
     global _METHOD_ITEMS
     _METHOD_ITEMS = [
-        (m.name, m.label, m.description, _enum_number(m.name)) for m in registry.methods()
+        (m.name, m.label, m.description, _enum_number(m.name)) for m in offered_methods(self)
     ]
     return _METHOD_ITEMS
+
+
+def offered_methods(settings=None) -> list:
+    """The methods the Train menu offers an object (``settings``: its ``neural_rom``): those
+    that train on the kind of data it has (``registry.methods_for``); every method when
+    there are none or no object is given."""
+    from ..core import registry
+
+    obj = getattr(settings, "id_data", None)
+    if isinstance(obj, bpy.types.Object):
+        from .training import data_kind
+
+        return registry.methods_for(data_kind(obj)) or registry.methods()
+    return registry.methods()
 
 
 def _get_method(self) -> int:
@@ -178,12 +224,11 @@ def _set_method(self, value: int) -> None:
 
 
 def chosen_method(settings):
-    """The registry record of the method the object's panel says (the first method when the
-    stored one is not registered)."""
-    from ..core import registry
-
+    """The registry record of the method the object's panel says (the first method the
+    object can train, :func:`offered_methods`, when the stored one is not registered or does
+    not train on the object's data)."""
     name = settings.model_method_name
-    known = registry.methods()
+    known = offered_methods(settings)
     return next((m for m in known if m.name == name), known[0])
 
 
@@ -334,6 +379,9 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     tets_hash: StringProperty(description="Hash of the object's tet mesh when it was trained")
     source_hash: StringProperty(description="Hash of the object's mesh when it was trained")
     bakes: IntProperty(name="Bakes", description="Bakes it was trained on")
+    kind: StringProperty(
+        default="fem", description="The training data it learnt from: fem or cloth bakes"
+    )
 
 
 def _material_update(self, context) -> None:
@@ -500,6 +548,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     active_bake: IntProperty(name="Active Bake")
     pending_bake: StringProperty(description="JSON record of the bake job in flight")
     pending_train: StringProperty(description="JSON record of the training job in flight")
+    cloth: PointerProperty(type=NEURAL_ROM_PG_cloth)
 
     # ---- reduced model: training settings (generated from the method registry)
     model_method: EnumProperty(
@@ -618,6 +667,7 @@ class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
 CLASSES = (
     NEURAL_ROM_PG_scenario_param,
     NEURAL_ROM_PG_bake,
+    NEURAL_ROM_PG_cloth,
     NEURAL_ROM_PG_model,
     NEURAL_ROM_PG_method_settings,
     NEURAL_ROM_PG_object,

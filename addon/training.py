@@ -36,6 +36,14 @@ def training_settings(obj: bpy.types.Object, method, overrides: dict | None = No
         raise NeuralRomError(f"Cannot train '{obj.name}' with {method.label}: {e}") from None
 
 
+def data_kind(obj: bpy.types.Object) -> str:
+    """The kind of training data ``obj`` has (a key of :data:`core.registry.BAKE_KINDS`):
+    :func:`.cloth.data_kind`. The Train menu offers ``registry.methods_for`` it."""
+    from .cloth import data_kind as kind_of
+
+    return kind_of(obj)
+
+
 def job_needs(method) -> list[str]:
     """What the job interpreter must import to train ``method``: numpy and scipy, and torch
     only for a method whose training needs it."""
@@ -72,8 +80,9 @@ def make_train_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     record = registry.get(method) if method else s.method()  # unknown: names the known ones
+    kind = data_kind(obj)  # what its bakes are: FEM bakes, or Blender's cloth
     try:
-        record.check_trains_on("fem")  # an object's bakes are FEM bakes
+        record.check_trains_on(kind)
     except NeuralRomError as e:
         raise NeuralRomError(f"Cannot train '{obj.name}': {e}") from None
     values = training_settings(obj, record, settings)
@@ -82,10 +91,14 @@ def make_train_job(
     if device not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
     if not len(s.bakes):
-        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run Bake first.")
-    load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+        first = "Cloth Bake" if kind == "cloth" else "Bake"
+        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
+    if kind == "fem":
+        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
     paths, hashes = [], set()
     for rec in s.bakes:
+        if (rec.kind or "fem") != kind:
+            continue  # bakes of the other kind (FEM bakes of a cloth object): not this model's
         cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
         paths.append(str(load_path(rec.path).resolve()))
         hashes.add(cache.mesh_hash)
@@ -106,6 +119,7 @@ def make_train_job(
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
             "bakes": len(paths),
+            "kind": kind,
         }
     )
     return {
@@ -148,6 +162,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.tets_hash = str(pending.get("tets_hash", s.tets_hash))
     m.source_hash = str(pending.get("source_hash", s.source_hash))
     m.bakes = int(pending.get("bakes", 0))
+    m.kind = str(pending.get("kind", "fem"))
     _forget_drivers(obj.name)
     return True
 
