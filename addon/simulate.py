@@ -422,7 +422,11 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     bm.store_rest(obj.data)
     obj.neural_rom.simulate = True
     cloth.hold(obj)  # a cloth object's Cloth modifier is muted while the model drives it
-    apply_frame(obj, scene)
+    try:
+        apply_frame(obj, scene)
+    except BaseException:  # nothing left half on: the rest shape and the cloth come back
+        stop_simulation(obj)
+        raise
     return d
 
 

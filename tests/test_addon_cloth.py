@@ -185,6 +185,33 @@ def test_cloth_bakes_are_the_objects_bakes(scene):
     assert _cloth(scene).show_viewport and "nrom_cloth_muted" not in scene.sheet.keys()
 
 
+def test_play_bake_shows_a_cloth_bake_with_the_cloth_muted(scene):
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import cloth
+    from neural_rom.addon.paths import load_path
+    from neural_rom.core.cache import BakeCache
+
+    bpy, sheet, mod = scene.bpy, scene.sheet, _cloth(scene)
+    s = sheet.neural_rom
+    s.active_bake = 1
+    rec = s.bakes[1]
+    x = BakeCache.open(load_path(rec.path)).channel("positions")
+    bpy.context.scene.frame_set(1)
+    rest = bm.get_positions(sheet.data)
+    assert bpy.ops.neural_rom.playback(action="START") == {"FINISHED"}
+    assert not mod.show_viewport and cloth.MUTED in sheet.keys()
+    bpy.context.scene.frame_set(rec.frame_start + 10)
+    M = np.array(sheet.matrix_world)
+    want = (x[10] - M[:3, 3]) @ np.linalg.inv(M[:3, :3]).T
+    err = float(np.abs(bm.get_positions(sheet.data) - want).max())
+    print(f"Play Bake, frame 10 of {rec.name}: {err:.1e} m from the bake")
+    assert err < 1e-5
+    assert bpy.ops.neural_rom.playback(action="STOP") == {"FINISHED"}
+    assert mod.show_viewport and cloth.MUTED not in sheet.keys()
+    assert np.array_equal(bm.get_positions(sheet.data), rest)
+    bpy.context.scene.frame_set(1)
+
+
 def test_refusals_change_nothing(scene, capsys):
     from neural_rom.addon import cli, clothbake, training
     from neural_rom.core.errors import NeuralRomError
