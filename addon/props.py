@@ -23,6 +23,8 @@ from bpy.props import (
     StringProperty,
 )
 
+from .face_props import NEURAL_ROM_PG_face
+
 # Paths may be "//"-relative to the .blend; Blender 4.5+ warns unless the property says so.
 _REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
@@ -188,28 +190,23 @@ _METHOD_ITEMS: list = []
 
 
 def method_items(self=None, context=None) -> list:
-    """The Train menu: one item per method the object can train (:func:`offered_methods`),
-    in menu order."""
+    """The Train menu: one item per registered method that trains on what the object has
+    (:meth:`NEURAL_ROM_PG_object.training_data_kind`; every method without an object), in
+    menu order."""
+    from ..core import registry
+
+    known = registry.methods() if self is None else _methods_for(self)
     # Blender keeps only the strings of the latest call alive: keep our own reference.
     global _METHOD_ITEMS
-    _METHOD_ITEMS = [
-        (m.name, m.label, m.description, _enum_number(m.name)) for m in offered_methods(self)
-    ]
+    _METHOD_ITEMS = [(m.name, m.label, m.description, _enum_number(m.name)) for m in known]
     return _METHOD_ITEMS
 
 
-def offered_methods(settings=None) -> list:
-    """The methods the Train menu offers an object (``settings``: its ``neural_rom``): those
-    that train on the kind of data it has (``registry.methods_for``); every method when
-    there are none or no object is given."""
+def _methods_for(settings) -> list:
+    """The methods that train on the object's data (every method when none does)."""
     from ..core import registry
 
-    obj = getattr(settings, "id_data", None)
-    if isinstance(obj, bpy.types.Object):
-        from .training import data_kind
-
-        return registry.methods_for(data_kind(obj)) or registry.methods()
-    return registry.methods()
+    return registry.methods_for(settings.training_data_kind()) or registry.methods()
 
 
 def _get_method(self) -> int:
@@ -224,11 +221,14 @@ def _set_method(self, value: int) -> None:
 
 
 def chosen_method(settings):
-    """The registry record of the method the object's panel says (the first method the
-    object can train, :func:`offered_methods`, when the stored one is not registered or does
-    not train on the object's data)."""
+    """The registry record of the method the object's panel says (the first method that
+    trains on the object's data when the stored one is not registered or does not)."""
+    from ..core import registry
+
     name = settings.model_method_name
-    known = offered_methods(settings)
+    known = (
+        _methods_for(settings) if hasattr(settings, "training_data_kind") else registry.methods()
+    )
     return next((m for m in known if m.name == name), known[0])
 
 
@@ -561,6 +561,9 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     model_method_name: StringProperty(description="The chosen method, by name")
     method_settings: PointerProperty(type=NEURAL_ROM_PG_method_settings)
 
+    # ---- face set-up (addon/face.py): a skin with shape keys over a skull and a jaw
+    face: PointerProperty(type=NEURAL_ROM_PG_face)
+
     # ---- reduced model: result and simulation
     model: PointerProperty(type=NEURAL_ROM_PG_model)
     simulate: BoolProperty(
@@ -597,6 +600,16 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
                 if p.name in d:
                     d[p.name] = p.get()
         return d
+
+    def training_data_kind(self) -> str:
+        """What the object trains on (a key of :data:`core.registry.BAKE_KINDS`): "face" once
+        Set Up Face recorded a face, "cloth" for a mesh whose bakes are (or will be) Blender's
+        cloth (:func:`.cloth.data_kind`), else "fem" (its bakes)."""
+        if self.face.path:
+            return "face"
+        from .cloth import data_kind  # "cloth": a mesh whose data is Blender's cloth
+
+        return data_kind(self.id_data)
 
     def method(self):
         """The registry record of the chosen method."""
@@ -665,6 +678,7 @@ class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
 
 
 CLASSES = (
+    NEURAL_ROM_PG_face,
     NEURAL_ROM_PG_scenario_param,
     NEURAL_ROM_PG_bake,
     NEURAL_ROM_PG_cloth,

@@ -36,14 +36,6 @@ def training_settings(obj: bpy.types.Object, method, overrides: dict | None = No
         raise NeuralRomError(f"Cannot train '{obj.name}' with {method.label}: {e}") from None
 
 
-def data_kind(obj: bpy.types.Object) -> str:
-    """The kind of training data ``obj`` has (a key of :data:`core.registry.BAKE_KINDS`):
-    :func:`.cloth.data_kind`. The Train menu offers ``registry.methods_for`` it."""
-    from .cloth import data_kind as kind_of
-
-    return kind_of(obj)
-
-
 def job_needs(method) -> list[str]:
     """What the job interpreter must import to train ``method``: numpy and scipy, and torch
     only for a method whose training needs it."""
@@ -58,21 +50,23 @@ def make_train_job(
     settings: dict | None = None,
     device: str | None = None,
 ) -> dict:
-    """The worker job that trains a reduced model of ``obj`` on all its bakes (JSON-able).
+    """The worker job that trains a reduced model of ``obj`` on all its bakes, or on its face
+    file once Set Up Face recorded one (:meth:`..addon.props.NEURAL_ROM_PG_object.training_data_kind`;
+    the method must train on that kind of data), JSON-able.
 
-    ``method`` (a registered method's name) overrides the panel's choice; the settings are
-    that method's property group on the object, overridden by ``settings`` and validated by
-    the method (a bad or unknown field is refused with its name and range).
-    ``device`` (auto, cpu, cuda) overrides the add-on preference. Every setting and bake is
-    checked (fresh, same world mesh) before anything is written; what is being trained is
-    recorded on the object (``pending_train``) for :func:`on_train_done`.
+        ``method`` (a registered method's name) overrides the panel's choice; the settings are
+        that method's property group on the object, overridden by ``settings`` and validated by
+        the method (a bad or unknown field is refused with its name and range).
+        ``device`` (auto, cpu, cuda) overrides the add-on preference. Every setting and bake is
+        checked (fresh, same world mesh) before anything is written; what is being trained is
+        recorded on the object (``pending_train``) for :func:`on_train_done`.
 
-    Returns
-    -------
-    dict: ``kind`` "train", :func:`core.registry.job_fields` (``method``, and
-    ``method_origin`` for a method registered outside the package), ``needs`` (what the job
-    interpreter must import), ``bakes`` (abs paths), ``out`` (abs .nrmodel), ``settings``,
-    ``device``, ``mesh_hash``, ``log_dir``.
+        Returns
+        -------
+        dict: ``kind`` "train", :func:`core.registry.job_fields` (``method``, and
+        ``method_origin`` for a method registered outside the package), ``needs`` (what the job
+        interpreter must import), ``bakes`` (abs paths), ``out`` (abs .nrmodel), ``settings``,
+        ``device``, ``mesh_hash``, ``log_dir``.
     """
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -80,7 +74,7 @@ def make_train_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     record = registry.get(method) if method else s.method()  # unknown: names the known ones
-    kind = data_kind(obj)  # what its bakes are: FEM bakes, or Blender's cloth
+    kind = s.training_data_kind()  # "fem", "cloth": its bakes; "face": its face file
     try:
         record.check_trains_on(kind)
     except NeuralRomError as e:
@@ -90,18 +84,23 @@ def make_train_job(
         device = str(get_preferences().device).lower()
     if device not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
-    if not len(s.bakes):
+    if kind == "face":  # missing, or the skin edited since Set Up Face: refused here
+        from .face import check_face
+
+        paths, hashes = [str(check_face(obj))], {s.face.mesh_hash}
+    elif not any((rec.kind or "fem") == kind for rec in s.bakes):
         first = "Cloth Bake" if kind == "cloth" else "Bake"
         raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
-    if kind == "fem":
-        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
-    paths, hashes = [], set()
-    for rec in s.bakes:
-        if (rec.kind or "fem") != kind:
-            continue  # bakes of the other kind (FEM bakes of a cloth object): not this model's
-        cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
-        paths.append(str(load_path(rec.path).resolve()))
-        hashes.add(cache.mesh_hash)
+    else:
+        if kind == "fem":
+            load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+        paths, hashes = [], set()
+        for rec in s.bakes:
+            if (rec.kind or "fem") != kind:
+                continue  # bakes of the other kind (FEM bakes of a cloth object)
+            cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
+            paths.append(str(load_path(rec.path).resolve()))
+            hashes.add(cache.mesh_hash)
     if len(hashes) > 1:
         raise NeuralRomError(
             f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
@@ -118,7 +117,7 @@ def make_train_job(
             "mesh_hash": mesh_hash,
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
-            "bakes": len(paths),
+            "bakes": len(paths) if kind != "face" else 0,
             "kind": kind,
         }
     )
@@ -164,6 +163,11 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.bakes = int(pending.get("bakes", 0))
     m.kind = str(pending.get("kind", "fem"))
     _forget_drivers(obj.name)
+    record = next((r for r in registry.methods() if r.name == m.method), None)
+    if record is not None and "sliders" in record.inputs:  # one keyable slider per latent
+        from .face import make_sliders
+
+        make_sliders(obj, path, result)
     return True
 
 

@@ -173,11 +173,11 @@ def test_cloth_bakes_are_the_objects_bakes(scene):
     assert all(r.frames == FRAMES + 1 and r.status == "complete" for r in recs)
     h = cloth.surface_hash(scene.sheet)
     assert h.startswith("surface:") and all(r.mesh_hash == h for r in recs)
-    assert cloth.data_kind(scene.sheet) == "cloth"
+    assert cloth.data_kind(scene.sheet) == "cloth" == s.training_data_kind()
     assert json.loads(s.cloth.colliders) == [["Ball", "sphere"]]
     assert open_bake(scene.sheet, recs[0]).n_frames == FRAMES + 1
     # the Train menu offers only the methods that learn from cloth bakes
-    offered = [m.name for m in props.offered_methods(s)]
+    offered = [item[0] for item in props.method_items(s)]
     assert offered == [m.name for m in registry.methods_for("cloth")] and "snp" in offered
     assert s.method().name in offered
     # the user's file and animation are as they were (the job baked a copy)
