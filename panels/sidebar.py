@@ -54,8 +54,7 @@ class _FemSub(_DeformableSub):
     def poll(cls, context):
         from ..addon.cloth import is_cloth
 
-        obj = _deformable(context)
-        return obj is not None and not is_cloth(obj)
+        return super().poll(context) and not is_cloth(_deformable(context))
 
 
 class NEURAL_ROM_UL_bakes(bpy.types.UIList):
@@ -282,7 +281,7 @@ class NEURAL_ROM_PT_cloth_bake(_DeformableSub, bpy.types.Panel):
         from ..addon.cloth import cloth_modifier, is_cloth
 
         obj = _deformable(context)
-        return obj is not None and is_cloth(obj) and cloth_modifier(obj) is not None
+        return super().poll(context) and is_cloth(obj) and cloth_modifier(obj) is not None
 
     def draw(self, context):
         from .cloth import draw_cloth_bake

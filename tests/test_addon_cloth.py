@@ -180,6 +180,15 @@ def test_cloth_bakes_are_the_objects_bakes(scene):
     offered = [item[0] for item in props.method_items(s)]
     assert offered == [m.name for m in registry.methods_for("cloth")] and "snp" in offered
     assert s.method().name in offered
+    # the sidebar of a cloth: its Cloth Bake box, the model; none of the FEM boxes
+    from .test_addon_ui import draw_all, panels, texts
+
+    log = draw_all(scene.bpy, scene.sheet)
+    shown = panels(log)
+    print("panels:", sorted(shown))
+    assert {"NEURAL_ROM_PT_cloth_bake", "NEURAL_ROM_PT_model"} <= shown
+    assert not shown & {"NEURAL_ROM_PT_tets", "NEURAL_ROM_PT_bake", "NEURAL_ROM_PT_scenario"}
+    assert "Colliders: Ball" in texts(log)
     # the user's file and animation are as they were (the job baked a copy)
     assert scene.bpy.data.objects["Ball"].animation_data.action is not None
     assert _cloth(scene).show_viewport and "nrom_cloth_muted" not in scene.sheet.keys()
