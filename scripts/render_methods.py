@@ -35,6 +35,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import math  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import textwrap  # noqa: E402
@@ -122,10 +123,14 @@ def snp_data(work: Path, quick: bool) -> dict:
     y0 = tc.replay(initial, held)
     C = np.asarray(held.channel("colliders"))
     ball = held.meta["colliders"][0]
-    # the frame shown: the ball deepest in the cloth's rest plane (the strongest poke)
+    # the frame shown: the strongest poke of the ball in contact (within 5 cm) with the middle
+    # of the sheet (its centre over the middle 60% of the sheet's width and height)
     centre = C[:, 0, :3, 3]
     dist = np.linalg.norm(x - centre[:, None], axis=-1).min(1)
-    contact = dist < ball["radius"] + 0.03
+    lo, hi = held.X.min(0), held.X.max(0)
+    xz = [0, 2]  # the sheet hangs in the x-z plane
+    mid = np.all(np.abs(centre - 0.5 * (lo + hi))[:, xz] <= 0.3 * (hi - lo)[xz], axis=1)
+    contact = (dist < ball["radius"] + 0.05) & mid
     push = np.linalg.norm(x - held.X, axis=-1).max(1)
     frame = int(np.argmax(np.where(contact, push, -1.0))) if contact.any() else len(x) // 2
     mean_err = np.linalg.norm(y[1:] - x[1:], axis=-1).mean()
@@ -472,6 +477,7 @@ class Part:
     F: np.ndarray
     rgba: tuple | np.ndarray = GREY
     smooth: bool = False
+    subdivide: int = 0  # levels of a Subdivision modifier (a coarse cloth, drawn smooth)
 
 
 @dataclass
@@ -493,11 +499,12 @@ def view(azimuth_deg: float, elevation_deg: float) -> np.ndarray:
 
 
 def nice_max(e: float) -> float:
-    """The legend's top: the error rounded up to 1, 2 or 5 times a power of ten (m)."""
+    """The legend's top: the error rounded up to a round number (1, 1.5, 2, 2.5, 3, 4, 5, 6
+    or 8 times a power of ten), m."""
     if e <= 0:
         return 1e-3
     p = 10.0 ** math.floor(math.log10(e))
-    return next(p * m for m in (1, 2, 5, 10) if p * m >= e * (1 - 1e-9))
+    return next(p * m for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if p * m >= e * (1 - 1e-9))
 
 
 def sphere(centre, radius: float, subdivisions: int = 3) -> tuple[np.ndarray, np.ndarray]:
@@ -507,10 +514,10 @@ def sphere(centre, radius: float, subdivisions: int = 3) -> tuple[np.ndarray, np
     return V + np.asarray(centre), F
 
 
-def error_part(P, F, err, vmax, smooth=False) -> Part:
+def error_part(P, F, err, vmax, smooth=False, subdivide=0) -> Part:
     from neural_rom.addon.compare import error_colors
 
-    return Part(P, F, error_colors(err, vmax), smooth)
+    return Part(P, F, error_colors(err, vmax), smooth, subdivide)
 
 
 def compose(bpy, panels: list[Panel], path: Path, caption: list[str], vmax: float, legend: str):
@@ -534,7 +541,10 @@ def compose(bpy, panels: list[Panel], path: Path, caption: list[str], vmax: floa
         cx = x + 0.5 * width[i]
         shift = np.array([cx - 0.5 * (lo[0] + hi[0]), 0.0, 0.0])
         for k, part in enumerate(p.parts):
-            rr.colored_object(bpy, f"{i}_{k}", part.V + shift, part.F, part.rgba, part.smooth)
+            obj = rr.colored_object(bpy, f"{i}_{k}", part.V + shift, part.F, part.rgba, part.smooth)
+            if part.subdivide:
+                mod = obj.modifiers.new("Subdivision", "SUBSURF")
+                mod.levels = mod.render_levels = part.subdivide
         y = -2.0 * u
         rr.label(bpy, p.title, (cx, y, zhi + 0.27 * u), 0.085 * u, WHITE)
         if p.subtitle:
@@ -560,8 +570,11 @@ def compose(bpy, panels: list[Panel], path: Path, caption: list[str], vmax: floa
     print(f"wrote {path} ({time.perf_counter() - t0:.1f} s)")
 
 
+SNP_VIEW = tuple(float(v) for v in os.environ.get("SNP_VIEW", "145,12").split(","))
+
+
 def snp_picture(bpy, d: dict, path: Path) -> None:
-    R = view(150.0, 12.0)  # from behind the sheet, a little above: the poke bulges out
+    R = view(*SNP_VIEW)
     F = d["F"]
     ball = sphere(d["ball"][:3, 3], float(d["ball_radius"]))
     bp = Part(ball[0] @ R.T, ball[1], DARK, True)
@@ -573,20 +586,20 @@ def snp_picture(bpy, d: dict, path: Path) -> None:
         Panel(
             "Blender's cloth",
             f"held-out bake, frame {frame} of {frames}",
-            parts=[Part(d["blender"] @ R.T, F, GREY, True), bp],
+            parts=[Part(d["blender"] @ R.T, F, GREY, True, 2), bp],
         ),
         Panel(
             "Subspace Neural Physics",
             f"{int(d['k'])} modes + network",
             f"max {_mm(err.max())} mm, mean {_mm(err.mean())} mm",
-            [error_part(d["ours"] @ R.T, F, err, vmax, True), bp],
+            [error_part(d["ours"] @ R.T, F, err, vmax, True, 2), bp],
             True,
         ),
         Panel(
             "Alpha/beta model alone",
             "the same modes, no network",
             f"max {_mm(err0.max())} mm, mean {_mm(err0.mean())} mm",
-            [error_part(d["alpha_beta"] @ R.T, F, err0, vmax, True), bp],
+            [error_part(d["alpha_beta"] @ R.T, F, err0, vmax, True, 2), bp],
             True,
         ),
     ]
@@ -737,14 +750,15 @@ PICTURE["licrom"] = licrom_picture
 
 
 def motion_colors(D: np.ndarray) -> np.ndarray:
-    """(n, 4) grey -> amber by the length of each row of ``D`` (n, 3), amber at the largest."""
+    """(n, 4) grey -> amber by the length of each row of ``D`` (n, 3), amber at the largest
+    (a power 0.7 ramp: motion of a few millimetres shows too)."""
     t = np.linalg.norm(D, axis=1)
-    t = (t / max(t.max(), 1e-12))[:, None]
+    t = (t / max(t.max(), 1e-12))[:, None] ** 0.7
     return (1 - t) * np.array(GREY) + t * np.array([0.95, 0.62, 0.18, 1.0])
 
 
 def face_picture(bpy, d: dict, path: Path) -> None:
-    R = view(-28.0, 6.0)
+    R = view(-35.0, 6.0)
     F = d["F"]
     ek = np.linalg.norm(d["fit"] - d["key"], axis=1)
     eh = np.linalg.norm(d["held_fit"] - d["held"], axis=1)
@@ -788,9 +802,9 @@ def face_picture(bpy, d: dict, path: Path) -> None:
         f"The demo head ({int(d['tets']):,} tets, {float(size) * 100:.0f} cm tall), "
         f"{int(d['keys']) - int(d['held_out'])} training keys and {int(d['held_out'])} held out, "
         f"latent {int(d['latent'])}, fitted in {float(d['fit_s']) / 60:.0f} min on the CPU. "
-        "Errors: distance to the key's skin."
+        "Errors: distance to the shape key's skin (mean over the skin, and the largest)."
     ]
-    compose(bpy, panels, path, caption, vmax, "distance to the sculpted key")
+    compose(bpy, panels, path, caption, vmax, "distance to the shape key")
 
 
 PICTURE["face"] = face_picture
@@ -809,7 +823,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     group.add_argument(
         "--render-only", action="store_true", help="render from the .npz a previous run wrote"
     )
-    ap.add_argument("--work", default=None, help="keep the bakes and models here (default: temp)")
+    ap.add_argument(
+        "--work", default=None, help="keep the bakes and models in WORK/<method> (emptied first)"
+    )
     return ap.parse_args(argv)
 
 
@@ -822,6 +838,8 @@ def main(argv=None) -> int:
         if not args.render_only:
             with tempfile.TemporaryDirectory(prefix=f"neural_rom_{name}_") as tmp:
                 work = Path(args.work) / name if args.work else Path(tmp)
+                if args.work:  # a fresh start: the bakes of an earlier run are not reused
+                    shutil.rmtree(work, ignore_errors=True)
                 work.mkdir(parents=True, exist_ok=True)
                 t0 = time.perf_counter()
                 data = DATA[name](work, args.quick)
