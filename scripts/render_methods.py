@@ -65,6 +65,10 @@ def _torch_one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
 def _mm(e: float) -> str:
     return f"{1000 * e:.1f}" if e >= 1e-3 else f"{1000 * e:.2f}"
 
@@ -123,8 +127,9 @@ def snp_data(work: Path, quick: bool) -> dict:
     y0 = tc.replay(initial, held)
     C = np.asarray(held.channel("colliders"))
     ball = held.meta["colliders"][0]
-    # the frame shown: the strongest poke of the ball in contact (within 5 cm) with the middle
-    # of the sheet (its centre over the middle 60% of the sheet's width and height)
+    # the frame shown: the first poke at the sheet's middle: the deepest frame of the first
+    # run of frames where the ball is in contact (within 5 cm) with the middle of the sheet
+    # (its centre over the middle 60% of the sheet's width and height)
     centre = C[:, 0, :3, 3]
     dist = np.linalg.norm(x - centre[:, None], axis=-1).min(1)
     lo, hi = held.X.min(0), held.X.max(0)
@@ -132,7 +137,12 @@ def snp_data(work: Path, quick: bool) -> dict:
     mid = np.all(np.abs(centre - 0.5 * (lo + hi))[:, xz] <= 0.3 * (hi - lo)[xz], axis=1)
     contact = (dist < ball["radius"] + 0.05) & mid
     push = np.linalg.norm(x - held.X, axis=-1).max(1)
-    frame = int(np.argmax(np.where(contact, push, -1.0))) if contact.any() else len(x) // 2
+    if contact.any():
+        first = int(np.argmax(contact))
+        end = first + (int(np.argmin(contact[first:])) or len(x) - first)
+        frame = first + int(np.argmax(push[first:end]))
+    else:
+        frame = len(x) // 2
     mean_err = np.linalg.norm(y[1:] - x[1:], axis=-1).mean()
     mean_err0 = np.linalg.norm(y0[1:] - x[1:], axis=-1).mean()
     print(
@@ -570,7 +580,9 @@ def compose(bpy, panels: list[Panel], path: Path, caption: list[str], vmax: floa
     print(f"wrote {path} ({time.perf_counter() - t0:.1f} s)")
 
 
-SNP_VIEW = tuple(float(v) for v in os.environ.get("SNP_VIEW", "145,12").split(","))
+#: azimuth, elevation (degrees): from the ball's side, across the sheet: the ball, and the
+#: sheet pushed back and swinging, in one view
+SNP_VIEW = (-60.0, 15.0)
 
 
 def snp_picture(bpy, d: dict, path: Path) -> None:
@@ -605,7 +617,8 @@ def snp_picture(bpy, d: dict, path: Path) -> None:
     ]
     caption = [
         f"A {len(d['X'])}-vertex sheet poked by a keyframed ball; trained on {int(d['bakes'])} "
-        f"Blender cloth bakes of {int(d['bake_frames']) + 1} frames ({d['train_s']:.0f} s on the CPU). "
+        f"Blender cloth bakes of {int(d['bake_frames']) + 1} frames (trained in "
+        f"{_duration(float(d['train_s']))} on 2 shared CPU cores). "
         f"Held-out rollout of {frames} frames: mean error {_mm(float(d['mean_err']))} mm "
         f"(alpha/beta alone {_mm(float(d['mean_err_alpha_beta']))} mm)."
     ]
@@ -668,9 +681,9 @@ def shen_picture(bpy, d: dict, path: Path) -> None:
     caption = [
         f"A whip (a 1 m bar, 4 cm thick) pulled at its tip and released, a bake held out of "
         f"training: frame {frame} of {int(d['frames'])} ({frame * dt:.2f} s). White line: the "
-        "full-space centre line. Shen trained in "
-        f"{float(d['shen_train_s']):.0f} s, Fulton in {float(d['fulton_train_s']):.0f} s (CPU). "
-        f"Closest shapes on the held-out frames: Shen {_mm(float(d['shen_closest']))} mm, PCA "
+        f"full-space centre line. Shen trained in {_duration(float(d['shen_train_s']))}, Fulton "
+        f"in {_duration(float(d['fulton_train_s']))} (2 shared CPU cores). "
+        f"Closest shapes (every third held-out frame): Shen {_mm(float(d['shen_closest']))} mm, PCA "
         f"{_mm(float(d['pca_closest']))} mm, Fulton {_mm(float(d['fulton_closest']))} mm."
     ]
     compose(bpy, panels, path, caption, vmax, "distance to full space")
@@ -803,7 +816,7 @@ def face_picture(bpy, d: dict, path: Path) -> None:
     caption = [
         f"The demo head ({int(d['tets']):,} tets, {float(size) * 100:.0f} cm tall), "
         f"{int(d['keys']) - int(d['held_out'])} training keys and {int(d['held_out'])} held out, "
-        f"latent {int(d['latent'])}, fitted in {float(d['fit_s']) / 60:.0f} min on the CPU. "
+        f"latent {int(d['latent'])}, fitted in {_duration(float(d['fit_s']))} on 2 shared CPU cores. "
         "Errors: distance to the shape key's skin (mean over the skin, and the largest)."
     ]
     compose(bpy, panels, path, caption, vmax, "distance to the shape key")
