@@ -360,3 +360,42 @@ def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):
     )
     assert pc2.shape == (8, len(skin.data.vertices), 3)
     assert gap < 1e-6 and gap_m < 1e-6
+
+
+def test_a_sphere_collider_pressed_into_the_cheek_pushes_the_skin(env):
+    from neural_rom.addon import face
+
+    bpy, skin = _open(env)
+    scene = bpy.context.scene
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    V = face.shown_positions(skin)  # the face at its sliders, no collider
+    c = V.mean(0)
+    side = np.flatnonzero(np.abs(V[:, 2] - c[2]) < 0.02)
+    v = side[np.argmax(V[side, 0])]  # the side of the face
+    n = (V[v] - c) / np.linalg.norm(V[v] - c)
+    radius, depth = 0.02, 0.005
+    ball = bpy.data.objects.new("Ball", None)
+    ball.empty_display_type = "SPHERE"
+    ball.empty_display_size = radius
+    ball.location = V[v] + n * (radius - depth)
+    scene.collection.objects.link(ball)
+    ball.neural_rom.role = "COLLIDER"
+    ball.neural_rom.collider_shape = "sphere"
+
+    def inside(P):
+        return max(0.0, radius - np.linalg.norm(P - np.array(ball.location), axis=1).min())
+
+    scene.frame_set(scene.frame_current)  # a new collider: the frame is solved again
+    reduced = face.shown_positions(skin)
+    skin.neural_rom.face.solve = "FULL"  # the reference solve, on every flesh node
+    scene.frame_set(scene.frame_current)
+    pressed = face.shown_positions(skin)
+    moved = np.linalg.norm(pressed - V, axis=1).max()
+    print(
+        f"\nsphere r = {radius * 1000:.0f} mm pressed {depth * 1000:.0f} mm into the cheek: "
+        f"the skin inside it {inside(pressed) * 1000:.2f} mm with the full solve, "
+        f"{inside(reduced) * 1000:.2f} mm with the reduced one (without the sphere "
+        f"{inside(V) * 1000:.2f} mm); largest skin motion {moved * 1000:.2f} mm"
+    )
+    assert inside(V) > 0.9 * depth and inside(pressed) < 0.1 * depth and moved > 0.5 * depth
+    assert inside(reduced) < inside(V)  # the reduced solve pushes too, less deep
