@@ -76,6 +76,7 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
         obj = _active(context)
         if obj is None:
             layout.label(text="Select an object", icon="INFO")
+            layout.operator("neural_rom.add_demo_head", icon="MONKEY")  # an active face to try
             return
         s = obj.neural_rom
         if s.preview_of:
