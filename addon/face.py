@@ -539,6 +539,13 @@ def gather_track(
     return tr
 
 
+def set_solve(sim, solve: str) -> None:
+    """Switch a face runtime between its reduced and full solve ("REDUCED", "FULL"; the
+    ``mode`` of :class:`..core.methods.active.ActiveFace`)."""
+    if hasattr(sim, "mode"):
+        sim.mode = solve.lower()
+
+
 def _signature(track: Track) -> bytes:
     return b"".join(np.ascontiguousarray(a).tobytes() for a in track.to_arrays().values())
 
@@ -595,7 +602,9 @@ class FaceDriver:
         track = gather_track(
             obj, scene, n_sliders=self.n_sliders, read_colliders=self.read_colliders
         )
-        sig = _signature(track)
+        solve = obj.neural_rom.face.solve
+        set_solve(self.sim, solve)
+        sig = _signature(track) + solve.encode()
         hit = self.cache.get(int(frame))
         if hit is not None and hit[0] == sig:
             return hit[1]
@@ -720,6 +729,7 @@ def make_face_simulation_job(
     return {
         "kind": "face_simulate",
         "name": obj.name,
+        "solve": s.face.solve.lower(),
         "model": str(model),
         "expect_mesh_hash": s.face.mesh_hash,
         **fields,

@@ -64,6 +64,24 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
         description="Edge of the flesh lattice's cells (m); 0 picks the skin's tallest side / 12",
     )
     drive: EnumProperty(name="Drive", items=DRIVE_ITEMS, default="SLIDERS")
+    solve: EnumProperty(
+        name="Solve",
+        items=(
+            (
+                "REDUCED",
+                "Reduced",
+                "In the subspace of the training equilibria: interactive, but it cannot dent "
+                "the skin where no expression does (a collider's dent is shallower)",
+            ),
+            (
+                "FULL",
+                "Full",
+                "On every flesh node: the reference, for final bakes and colliders "
+                "(seconds per frame on a big face)",
+            ),
+        ),
+        default="REDUCED",
+    )
 
     # ---- what Set Up Face recorded
     path: StringProperty(name="Face", subtype="FILE_PATH", options=_REL)

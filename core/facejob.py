@@ -198,7 +198,8 @@ def simulate_face_to_pc2(
     Spec keys: ``name``, ``model``, ``expect_mesh_hash`` (the face's flesh), ``method`` /
     ``method_origin``, ``inputs`` (:func:`core.simjob.write_track`: sliders or markers, the
     jaw as ``reference_frame`` and colliders, all in the skin's local space), ``out``,
-    ``frame_start`` .. ``frame_end``. Each frame is solved with the frame's inputs, from the
+    ``frame_start`` .. ``frame_end``, ``solve`` ("reduced", the default, or "full": the
+    runtime's ``mode``). Each frame is solved with the frame's inputs, from the
     previous frame's state, as the viewport does. The PC2 is renamed into place once complete.
 
     Returns ``path``, ``frames``, ``frame_start``, ``step_ms``.
@@ -218,6 +219,8 @@ def simulate_face_to_pc2(
     sim, _ = load_model_for(spec)
     if not hasattr(sim, "skin_positions"):
         raise NeuralRomError(f"The model of '{name}' is not a face model: train it on the face.")
+    if spec.get("solve") and hasattr(sim, "mode"):
+        sim.mode = str(spec["solve"])
     out = Path(spec["out"])
     sim.reset()
     seconds = []

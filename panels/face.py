@@ -45,6 +45,7 @@ def draw_face(layout, obj, scene) -> None:
         return
     col = layout.column()
     col.prop(f, "drive", expand=True)
+    col.prop(f, "solve", expand=True)
     if f.drive == "SLIDERS":
         names = [k for k in obj.keys() if k.startswith(face.SLIDER_PREFIX)]
         for name in sorted(names, key=lambda n: int(n[len(face.SLIDER_PREFIX) :])):

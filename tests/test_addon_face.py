@@ -167,15 +167,16 @@ def test_set_up_refusals_change_nothing(env):
     before = (f.path, f.tets, f.mesh_hash)
     skull, jaw = f.skull, f.jaw
     # a skull that pokes through the skin
+    skull_at, jaw_at = skull.location.copy(), jaw.location.copy()
     skull.location.z += 0.06
     with pytest.raises(RuntimeError, match="skull pokes through the skin"):
         bpy.ops.neural_rom.set_up_face()
-    skull.location.z -= 0.06
+    skull.location = skull_at
     # a jaw that does not touch the flesh (moved out of the head)
     jaw.location.y -= 0.5
     with pytest.raises(RuntimeError, match="jaw does not touch the flesh"):
         bpy.ops.neural_rom.set_up_face()
-    jaw.location.y += 0.5
+    jaw.location = jaw_at
     # no skull picked; the skin as its own jaw
     f.skull = None
     with pytest.raises(RuntimeError, match="Pick the skull"):
@@ -186,7 +187,16 @@ def test_set_up_refusals_change_nothing(env):
     with pytest.raises(RuntimeError, match="Apply the scale"):
         bpy.ops.neural_rom.set_up_face()
     skin.scale = (1, 1, 1)
+    bpy.context.view_layer.update()  # matrix_world (the command line runs no operator)
     assert (f.path, f.tets, f.mesh_hash) == before
+    # the command line: a skull that is not a mesh of the file is refused, changing nothing;
+    # the same set-up as the panel's otherwise
+    from neural_rom.addon import cli
+
+    args = ["face-setup", "--object", "Face", "--jaw", "Face Jaw"]  # the object's spacing
+    assert cli.main([*args, "--skull", "Nope"]) == 2 and f.skull == skull
+    assert cli.main([*args, "--skull", "Face Skull"]) == 0
+    assert (f.tets, f.mesh_hash) == before[1:]  # the same lattice: the model still fits
     # a skin edited after set-up (its shape keys no longer the face's vertices): Train says
     skin.data.vertices.add(1)
     skin.data.shape_keys.key_blocks[0].data[-1].co = (0, 0, 0)
@@ -360,3 +370,42 @@ def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):
     )
     assert pc2.shape == (8, len(skin.data.vertices), 3)
     assert gap < 1e-6 and gap_m < 1e-6
+
+
+def test_a_sphere_collider_pressed_into_the_cheek_pushes_the_skin(env):
+    from neural_rom.addon import face
+
+    bpy, skin = _open(env)
+    scene = bpy.context.scene
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    V = face.shown_positions(skin)  # the face at its sliders, no collider
+    c = V.mean(0)
+    side = np.flatnonzero(np.abs(V[:, 2] - c[2]) < 0.02)
+    v = side[np.argmax(V[side, 0])]  # the side of the face
+    n = (V[v] - c) / np.linalg.norm(V[v] - c)
+    radius, depth = 0.02, 0.005
+    ball = bpy.data.objects.new("Ball", None)
+    ball.empty_display_type = "SPHERE"
+    ball.empty_display_size = radius
+    ball.location = V[v] + n * (radius - depth)
+    scene.collection.objects.link(ball)
+    ball.neural_rom.role = "COLLIDER"
+    ball.neural_rom.collider_shape = "sphere"
+
+    def inside(P):
+        return max(0.0, radius - np.linalg.norm(P - np.array(ball.location), axis=1).min())
+
+    scene.frame_set(scene.frame_current)  # a new collider: the frame is solved again
+    reduced = face.shown_positions(skin)
+    skin.neural_rom.face.solve = "FULL"  # the reference solve, on every flesh node
+    scene.frame_set(scene.frame_current)
+    pressed = face.shown_positions(skin)
+    moved = np.linalg.norm(pressed - V, axis=1).max()
+    print(
+        f"\nsphere r = {radius * 1000:.0f} mm pressed {depth * 1000:.0f} mm into the cheek: "
+        f"the skin inside it {inside(pressed) * 1000:.2f} mm with the full solve, "
+        f"{inside(reduced) * 1000:.2f} mm with the reduced one (without the sphere "
+        f"{inside(V) * 1000:.2f} mm); largest skin motion {moved * 1000:.2f} mm"
+    )
+    assert inside(V) > 0.9 * depth and inside(pressed) < 0.1 * depth and moved > 0.5 * depth
+    assert inside(reduced) < inside(V)  # the reduced solve pushes too, less deep
