@@ -1,7 +1,7 @@
 """bpy Operators (``neural_rom.<verb>``): thin wrappers over the stages in
 :mod:`..addon` (tets, bakes, export, training, simulate, compare)."""
 
-from . import bake, compare, interpreter, model, playback, poke, tets
+from . import bake, compare, face, interpreter, model, playback, poke, tets
 
 CLASSES = (
     *interpreter.CLASSES,
@@ -11,4 +11,5 @@ CLASSES = (
     *model.CLASSES,
     *compare.CLASSES,
     *poke.CLASSES,
+    *face.CLASSES,
 )
