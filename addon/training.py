@@ -74,7 +74,7 @@ def make_train_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     record = registry.get(method) if method else s.method()  # unknown: names the known ones
-    kind = s.training_data_kind()  # "fem": its bakes; "face": its face file
+    kind = s.training_data_kind()  # "fem", "cloth": its bakes; "face": its face file
     try:
         record.check_trains_on(kind)
     except NeuralRomError as e:
@@ -88,12 +88,16 @@ def make_train_job(
         from .face import check_face
 
         paths, hashes = [str(check_face(obj))], {s.face.mesh_hash}
-    elif not len(s.bakes):
-        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run Bake first.")
+    elif not any((rec.kind or "fem") == kind for rec in s.bakes):
+        first = "Cloth Bake" if kind == "cloth" else "Bake"
+        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
     else:
-        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+        if kind == "fem":
+            load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
         paths, hashes = [], set()
         for rec in s.bakes:
+            if (rec.kind or "fem") != kind:
+                continue  # bakes of the other kind (FEM bakes of a cloth object)
             cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
             paths.append(str(load_path(rec.path).resolve()))
             hashes.add(cache.mesh_hash)
@@ -114,6 +118,7 @@ def make_train_job(
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
             "bakes": len(paths) if kind != "face" else 0,
+            "kind": kind,
         }
     )
     return {
@@ -156,6 +161,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.tets_hash = str(pending.get("tets_hash", s.tets_hash))
     m.source_hash = str(pending.get("source_hash", s.source_hash))
     m.bakes = int(pending.get("bakes", 0))
+    m.kind = str(pending.get("kind", "fem"))
     _forget_drivers(obj.name)
     record = next((r for r in registry.methods() if r.name == m.method), None)
     if record is not None and "sliders" in record.inputs:  # one keyable slider per latent
