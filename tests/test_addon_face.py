@@ -438,5 +438,6 @@ def test_a_sphere_collider_pressed_into_the_cheek_pushes_the_skin(env):
         f"{inside(reduced) * 1000:.2f} mm with the reduced one (without the sphere "
         f"{inside(V) * 1000:.2f} mm); largest skin motion {moved * 1000:.2f} mm"
     )
-    assert inside(V) > 0.9 * depth and inside(pressed) < 0.1 * depth and moved > 0.5 * depth
-    assert inside(reduced) < inside(V)  # the reduced solve pushes too, less deep
+    assert inside(V) > 0.9 * depth and moved > 0.5 * depth
+    # the reduced solve finishes a frame in contact with the full one: the same dent
+    assert inside(pressed) < 0.1 * depth and inside(reduced) < 0.1 * depth
