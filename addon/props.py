@@ -334,6 +334,17 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     tets_hash: StringProperty(description="Hash of the object's tet mesh when it was trained")
     source_hash: StringProperty(description="Hash of the object's mesh when it was trained")
     bakes: IntProperty(name="Bakes", description="Bakes it was trained on")
+    # a model that runs on other meshes of its family (addon/family.py)
+    family: StringProperty(description="The other objects whose bakes it was trained on")
+    applied_from: StringProperty(
+        description="The object (or file) whose model this object uses (empty: its own)"
+    )
+    domain_outside: FloatProperty(
+        description="Share of the tet nodes outside the model's training domain (-1: unknown)",
+        default=-1.0,
+    )
+    domain_distance: FloatProperty(description="Largest distance outside the domain, metres")
+    domain_warning: StringProperty(description="The out-of-domain warning, if any")
 
 
 def _material_update(self, context) -> None:

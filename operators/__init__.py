@@ -1,7 +1,7 @@
 """bpy Operators (``neural_rom.<verb>``): thin wrappers over the stages in
 :mod:`..addon` (tets, bakes, export, training, simulate, compare)."""
 
-from . import bake, compare, interpreter, model, playback, poke, tets
+from . import bake, compare, family, interpreter, model, playback, poke, tets
 
 CLASSES = (
     *interpreter.CLASSES,
@@ -9,6 +9,7 @@ CLASSES = (
     *bake.CLASSES,
     *playback.CLASSES,
     *model.CLASSES,
+    *family.CLASSES,
     *compare.CLASSES,
     *poke.CLASSES,
 )

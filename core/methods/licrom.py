@@ -388,6 +388,14 @@ class LicromSimulation(ReducedSimulation):
         self._setup(X, T, self.material, U, settings, pinned, cub, None, colliders)
         self._gd = None
 
+    def set_state(self, state: dict) -> None:
+        """:meth:`ReducedSimulation.set_state`; the pins' targets of a state saved on another
+        mesh of the object (another pinned count) are those of this mesh's pinned nodes in
+        the state's frame."""
+        super().set_state(state)
+        if len(self.pin_targets) != len(self.pinned):
+            self.pin_targets = self.pose.apply(self.X[self.pinned])
+
     # ---------------------------------------------------------------------- mesh swaps
     def kinetic_energy(self) -> float:
         """``1/2 qdot^T M~ qdot`` (J) on the current mesh."""
