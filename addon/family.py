@@ -26,6 +26,7 @@ it without deleting the owner's file.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import bpy
@@ -199,7 +200,9 @@ def apply_model(
         raise NeuralRomError(f"The model file {path} does not exist; train it first.")
     tets = load_tets(obj)  # none or stale: "tetrahedralize"
     try:
-        sim, model = registry.load_simulator(path, mesh=world_mesh(obj, scene, tets))
+        with warnings.catch_warnings():  # the domain report is shown below, not printed
+            warnings.simplefilter("ignore")
+            sim, model = registry.load_simulator(path, mesh=world_mesh(obj, scene, tets))
     except CacheError as e:  # a method that runs only on its own mesh, or a bad file
         raise NeuralRomError(f"Cannot use it on '{obj.name}': {e}") from None
     record = registry.get(model.method)
@@ -213,7 +216,7 @@ def apply_model(
     m.path = store_path(obj, path)
     m.method = record.name
     m.k = int(getattr(sim, "k", 0) or model.metadata.get("latent_dim", 0) or 0)
-    m.cubature = len(getattr(sim, "elements", ()) or ())
+    m.cubature = len(getattr(sim, "elements", ()))
     m.val_error = float(model.metadata.get("max_error_val_m") or 0.0)
     m.mesh_hash = world_mesh_hash(obj, scene)
     m.tets_hash = s.tets_hash
@@ -293,6 +296,9 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
             f"'{obj.name}' has not been edited since it was tetrahedralized: nothing to apply."
         )
     bm.store_rest(obj.data)  # an edit that dropped the rest positions: the shape as shown
+    # the rest shape shown while the worker meshes it: Blender splits quads and n-gons by the
+    # current positions, so the surface (and its hash) is the rest one only at rest
+    bm.set_positions(obj.data, bm.rest_positions(obj.data))
     frame = int(scene.frame_current)
     job = make_tet_job(obj)
     name, info = obj.name, {}

@@ -69,7 +69,7 @@ class NEURAL_ROM_OT_train_family(bpy.types.Operator):
 
 def _source_items(self, context):
     """Objects whose model runs on other meshes (an enum callback: Blender keeps the list)."""
-    items = [("", "Model File", "Use the model file given as File Path")]
+    items = [("FILE", "Model File", "Use the model file given as File Path")]
     obj = active_deformable(context) if context is not None else None
     for o in bpy.data.objects:
         m = o.neural_rom.model
@@ -101,8 +101,9 @@ class NEURAL_ROM_OT_use_model(bpy.types.Operator):
         obj = active_deformable(context)
         if obj is None:
             return fail(self, "The active object is not Deformable.")
-        source = bpy.data.objects.get(self.source) if self.source else None
-        if self.source and source is None:
+        by_file = self.source in ("", "FILE")
+        source = None if by_file else bpy.data.objects.get(self.source)
+        if not by_file and source is None:
             return fail(self, f"There is no object '{self.source}'.")
         try:
             info = family.apply_model(obj, context.scene, self.filepath or None, source=source)
