@@ -3,17 +3,8 @@
 objects' bakes at once, putting a trained model on another object, and carrying a running
 simulation across an edit of its mesh.
 
-The reference space. Bakes simulate in world space (:mod:`.bakes`). A model of such a method
-learns a field over a reference space shared by every mesh of its family, so that three
-variants of a prop placed side by side in a scene are one family: each object's meshes
-enter that space relative to its own origin (``matrix_world``'s translation at the scene's
-start frame, where its bakes start: :func:`reference_origin`). Axes and scale stay the
-world's, so gravity and the colliders mean the same for every member, and a member scaled
-by 2 is a bigger shape (reported outside the training domain), not the same shape.
-Every train job of such a method sends each bake with its object's origin
-(:func:`bake_entries`); every load puts the model on the object's own tets placed at the
-start frame, with that origin (:func:`load_arguments`, :func:`job_fields`), whether the
-object is the one it was trained on or not.
+All of them see the meshes in the model's reference space, each object's relative to its
+own origin (:mod:`.reference`).
 
 Where the model is recorded. Training with other objects records the model on the active
 object only (its cache directory holds the file; the others are listed in
@@ -36,61 +27,13 @@ from ..core import registry
 from ..core.errors import CacheError, NeuralRomError
 from . import blender_mesh as bm
 from .paths import load_path, scene_of, store_path
-from .tets import load_tets, start_matrix, world_mesh_hash
-
-
-def reference_origin(obj: bpy.types.Object, scene: bpy.types.Scene) -> np.ndarray:
-    """(3,) world position of ``obj``'s origin at the scene's start frame, metres: where the
-    model's reference space has its origin for this object's meshes."""
-    return np.asarray(start_matrix(obj, scene)[:3, 3], dtype=np.float64)
-
-
-def bake_entries(obj: bpy.types.Object, scene: bpy.types.Scene, paths: list[str]) -> list[dict]:
-    """The train job's entries of ``obj``'s bakes ``paths``: ``{"path", "origin"}``."""
-    origin = [float(v) for v in reference_origin(obj, scene)]
-    return [{"path": str(p), "origin": origin} for p in paths]
-
-
-def model_record(obj: bpy.types.Object):
-    """The registry record of the method of ``obj``'s model (None when unknown here)."""
-    try:
-        return registry.get(obj.neural_rom.model.method)
-    except NeuralRomError:
-        return None
-
-
-def runs_on_other_meshes(obj: bpy.types.Object) -> bool:
-    """Whether ``obj``'s model is of a method that runs on other meshes."""
-    rec = model_record(obj)
-    return rec is not None and rec.other_mesh
-
-
-def world_mesh(obj: bpy.types.Object, scene: bpy.types.Scene, tets=None) -> tuple:
-    """``(X, T, origin)``: ``obj``'s tets placed at the scene's start frame (world, metres)
-    and its reference origin, as :func:`..core.registry.load_simulator` takes a mesh."""
-    tets = tets or load_tets(obj)
-    M = start_matrix(obj, scene)
-    X = bm.to_world(np.asarray(tets.mesh.X, dtype=np.float64), M)
-    return X, np.asarray(tets.mesh.T, dtype=np.int64), np.asarray(M[:3, 3], dtype=np.float64)
-
-
-def load_arguments(obj: bpy.types.Object, scene: bpy.types.Scene, tets, mesh_hash: str) -> dict:
-    """Keywords of :func:`..core.registry.load_simulator` for ``obj``'s model: its own
-    tets (``mesh``) for a method that runs on other meshes, else the mesh hash the model
-    must have been trained on."""
-    if runs_on_other_meshes(obj):
-        return {"mesh": world_mesh(obj, scene, tets)}
-    return {"expect_mesh_hash": mesh_hash}
-
-
-def job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
-    """What a worker job spec needs to put ``obj``'s model on its tets
-    (:func:`..core.simjob.load_model_for`): ``mesh_matrix``, the start-frame matrix
-    placing the job's ``tets`` in the world, for a method that runs on other meshes."""
-    if not runs_on_other_meshes(obj):
-        return {}
-    return {"mesh_matrix": start_matrix(obj, scene).tolist()}
-
+from .reference import (
+    bake_entries,
+    mesh_edit_pending,
+    model_record,
+    world_mesh,
+)
+from .tets import load_tets, world_mesh_hash
 
 # ------------------------------------------------------------------------------------------
 # Training on several objects
@@ -377,14 +320,8 @@ def swap_text(name: str, info: dict) -> str:
 
 
 def edit_pending(obj: bpy.types.Object) -> bool:
-    """Whether ``obj`` simulates a model that runs on other meshes and its mesh was edited
-    (another vertex count than the running simulation's render mesh): the frame handler
-    then leaves it alone until :func:`apply_mesh_edit` swaps to the new mesh."""
+    """Whether ``obj``'s running simulation waits for :func:`apply_mesh_edit`
+    (:func:`.reference.mesh_edit_pending`)."""
     from . import simulate
 
-    d = simulate._drivers.get(obj.name)
-    if d is None or not runs_on_other_meshes(obj):
-        return False
-    t = d.tets
-    n = int(t.embedding.n_points) if t.embedding is not None else int(t.mesh.n_surface_inputs)
-    return n != len(obj.data.vertices)
+    return mesh_edit_pending(obj, simulate._drivers.get(obj.name))

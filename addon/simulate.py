@@ -33,9 +33,9 @@ from ..core.framecache import Timeline
 from ..core.poke import Poke
 from ..core.sim import FrameInputs
 from ..core.simjob import Track, render_local
-from . import bakes, family, paths, tets
+from . import bakes, paths, reference, tets
 from . import blender_mesh as bm
-from .family import runs_on_other_meshes
+from .reference import runs_on_other_meshes
 
 # Set while a driver samples other frames (scene.frame_set re-enters the handlers).
 _busy = False
@@ -167,7 +167,7 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
         fields.update(registry.job_fields(registry.get(s.model.method)))
     except NeuralRomError:
         pass  # unknown here: the worker says which methods it knows
-    fields.update(family.job_fields(obj, scene))
+    fields.update(reference.job_fields(obj, scene))
     return fields
 
 
@@ -210,7 +210,7 @@ class Driver:
         path, mesh_hash, self.tets = check_model(obj, scene)
         try:
             self.sim, self.model = load_simulator(
-                path, **family.load_arguments(obj, scene, self.tets, mesh_hash)
+                path, **reference.load_arguments(obj, scene, self.tets, mesh_hash)
             )
         except CacheError as e:
             raise CacheError(
@@ -473,7 +473,7 @@ def on_frame_change(scene: bpy.types.Scene) -> None:
         s = getattr(obj, "neural_rom", None)
         if s is None or not s.simulate or obj.type != "MESH" or obj.mode == "EDIT":
             continue
-        if family.edit_pending(obj):
+        if reference.mesh_edit_pending(obj, _drivers.get(obj.name)):
             continue  # an edited mesh waits for Apply Mesh Edit (addon/family.py)
         try:
             apply_frame(obj, scene)

@@ -84,7 +84,7 @@ def make_train_job(
     paths, mesh_hash = object_bakes(obj, scene)
     bakes = paths
     if record.other_mesh:  # a field over a reference space shared with other objects
-        from .family import bake_entries
+        from .reference import bake_entries
 
         bakes = bake_entries(obj, scene, paths)
     folder = cache_dir(obj) / MODELS_DIR

@@ -9,7 +9,7 @@ import functools
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from ..addon import family, training
+from ..addon import family, reference, training
 from ..core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job
 
@@ -73,7 +73,7 @@ def _source_items(self, context):
     obj = active_deformable(context) if context is not None else None
     for o in bpy.data.objects:
         m = o.neural_rom.model
-        if o is not obj and m.path and not m.applied_from and family.runs_on_other_meshes(o):
+        if o is not obj and m.path and not m.applied_from and reference.runs_on_other_meshes(o):
             items.append((o.name, o.name, f"Use the model of '{o.name}'"))
     _source_items.keep = items  # Blender needs the strings to outlive the call
     return items

@@ -31,9 +31,9 @@ def draw_family_model(box, obj) -> None:
 
 def draw_family_simulate(col, obj) -> None:
     """Apply Mesh Edit while a model that runs on other meshes simulates."""
-    from ..addon import family
+    from ..addon import family, reference
 
-    if not (obj.neural_rom.simulate and family.runs_on_other_meshes(obj)):
+    if not (obj.neural_rom.simulate and reference.runs_on_other_meshes(obj)):
         return
     if family.edit_pending(obj):
         col.label(text="Mesh edited: apply it to continue on it", icon="INFO")

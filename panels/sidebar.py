@@ -6,7 +6,7 @@ import textwrap
 
 import bpy
 
-from ..addon.family import runs_on_other_meshes
+from ..addon.reference import runs_on_other_meshes
 from .family import draw_family_model, draw_family_simulate, draw_family_train
 
 
