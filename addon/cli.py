@@ -6,7 +6,7 @@ tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "
 "3", "--save"])`` returns the exit code.
 
 Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``cloth-bake``, ``export-pc2``, ``train``,
-``simulate``, ``compare``; ``--help`` on each.
+``simulate``, ``compare``, ``face-setup``, ``face-demo`` (:mod:`.face_cli`); ``--help`` on each.
 Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
 the cancel is kept and recorded).
@@ -49,6 +49,8 @@ examples:
   {PROG} train --object PropA --with PropB --with PropC --method licrom --save
   {PROG} simulate --object PropD --model-of PropA --out //cache/propd.pc2 --save
   {PROG} compare --object Body --bake all --json //cache/body_compare.json
+  {PROG} face-setup --object Skin --skull Skull --jaw Jaw --save
+  {PROG} simulate --object Skin --drive markers --out //cache/skin.pc2 --save
 """
 
 
@@ -373,6 +375,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="simulate with the model of this object (as --model)",
     )
+    sim.add_argument(
+        "--drive",
+        choices=("sliders", "markers"),
+        help="what drives a face: its latent sliders' animation or its markers' (default: "
+        "the object's Drive setting)",
+    )
+
+    from . import face_cli
+
+    face_cli.add_parsers(sub, common)
 
     cmp = sub.add_parser(
         "compare",
@@ -848,6 +860,10 @@ def cmd_simulate(args) -> int:
             if info["warning"]:
                 print(f"neural_rom: warning: {obj.name}: {info['warning']}", file=sys.stderr)
     for obj in objects:
+        if args.drive:
+            if not obj.neural_rom.face.path:
+                raise UserError(f"--drive: '{obj.name}' is not a face (run face-setup)")
+            obj.neural_rom.face.drive = args.drive.upper()
         if out is None:
             path = None
         elif out.suffix.lower() == ".pc2":
@@ -948,6 +964,15 @@ def cmd_compare(args) -> int:
     return EXIT_OK
 
 
+def cmd_face(args) -> int:
+    from types import SimpleNamespace
+
+    from . import face_cli
+
+    helpers = SimpleNamespace(select_objects=select_objects, say=_out, UserError=UserError)
+    return face_cli.run(args, helpers)
+
+
 COMMANDS = {
     "info": cmd_info,
     "tetrahedralize": cmd_tetrahedralize,
@@ -957,6 +982,8 @@ COMMANDS = {
     "train": cmd_train,
     "simulate": cmd_simulate,
     "compare": cmd_compare,
+    "face-setup": cmd_face,
+    "face-demo": cmd_face,
 }
 
 

@@ -130,8 +130,23 @@ def make_simulation_job(
     ``folder`` (the job folder) and ``log_dir``.
     """
     from ..core.simjob import TRACK_FILE, write_track
+    from . import face
 
     scene = scene or scene_of(obj)
+    if face.is_face(obj):  # the skin of a face model, from its sliders or markers
+        out = Path(bpy.path.abspath(os.fspath(path))) if path else default_sim_pc2_path(obj)
+        out = out if out.suffix.lower() == ".pc2" else out.with_suffix(".pc2")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return face.make_face_simulation_job(
+            obj,
+            scene,
+            out,
+            cache_dir(obj) / SIM_JOB_DIR,
+            frame_start=frame_start,
+            frame_end=frame_end,
+            read_colliders=simulate.collider_inputs,
+            paused=simulate.handlers_paused,
+        )
     start = int(scene.frame_start if frame_start is None else frame_start)
     end = int(scene.frame_end if frame_end is None else frame_end)
     if end < start:

@@ -23,6 +23,8 @@ from bpy.props import (
     StringProperty,
 )
 
+from .face_props import NEURAL_ROM_PG_face
+
 # Paths may be "//"-relative to the .blend; Blender 4.5+ warns unless the property says so.
 _REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
@@ -155,15 +157,23 @@ _METHOD_ITEMS: list = []
 
 
 def method_items(self=None, context=None) -> list:
-    """The Train menu: one item per registered method, in menu order."""
+    """The Train menu: one item per registered method that trains on what the object has
+    (:meth:`NEURAL_ROM_PG_object.training_data_kind`; every method without an object), in
+    menu order."""
     from ..core import registry
 
+    known = registry.methods() if self is None else _methods_for(self)
     # Blender keeps only the strings of the latest call alive: keep our own reference.
     global _METHOD_ITEMS
-    _METHOD_ITEMS = [
-        (m.name, m.label, m.description, _enum_number(m.name)) for m in registry.methods()
-    ]
+    _METHOD_ITEMS = [(m.name, m.label, m.description, _enum_number(m.name)) for m in known]
     return _METHOD_ITEMS
+
+
+def _methods_for(settings) -> list:
+    """The methods that train on the object's data (every method when none does)."""
+    from ..core import registry
+
+    return registry.methods_for(settings.training_data_kind()) or registry.methods()
 
 
 def _get_method(self) -> int:
@@ -178,12 +188,14 @@ def _set_method(self, value: int) -> None:
 
 
 def chosen_method(settings):
-    """The registry record of the method the object's panel says (the first method when the
-    stored one is not registered)."""
+    """The registry record of the method the object's panel says (the first method that
+    trains on the object's data when the stored one is not registered or does not)."""
     from ..core import registry
 
     name = settings.model_method_name
-    known = registry.methods()
+    known = (
+        _methods_for(settings) if hasattr(settings, "training_data_kind") else registry.methods()
+    )
     return next((m for m in known if m.name == name), known[0])
 
 
@@ -523,6 +535,9 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     model_method_name: StringProperty(description="The chosen method, by name")
     method_settings: PointerProperty(type=NEURAL_ROM_PG_method_settings)
 
+    # ---- face set-up (addon/face.py): a skin with shape keys over a skull and a jaw
+    face: PointerProperty(type=NEURAL_ROM_PG_face)
+
     # ---- reduced model: result and simulation
     model: PointerProperty(type=NEURAL_ROM_PG_model)
     simulate: BoolProperty(
@@ -559,6 +574,11 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
                 if p.name in d:
                     d[p.name] = p.get()
         return d
+
+    def training_data_kind(self) -> str:
+        """What the object trains on (a key of :data:`core.registry.BAKE_KINDS`): "face" once
+        Set Up Face recorded a face, else "fem" (its bakes)."""
+        return "face" if self.face.path else "fem"
 
     def method(self):
         """The registry record of the chosen method."""
@@ -627,6 +647,7 @@ class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
 
 
 CLASSES = (
+    NEURAL_ROM_PG_face,
     NEURAL_ROM_PG_scenario_param,
     NEURAL_ROM_PG_bake,
     NEURAL_ROM_PG_model,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import bpy
 import numpy as np
@@ -58,6 +59,18 @@ def set_poke(name: str, idx, w, target, stiffness: float, max_force: float | Non
 
 def clear_poke(name: str) -> None:
     _pokes.pop(name, None)
+
+
+@contextmanager
+def handlers_paused():
+    """Keep the frame handlers out while the caller sets other frames (``scene.frame_set``
+    re-enters them)."""
+    global _busy
+    _busy, was = True, _busy
+    try:
+        yield
+    finally:
+        _busy = was
 
 
 def sample_matrices(scene: bpy.types.Scene, objs: list, frames: range) -> np.ndarray:
@@ -188,6 +201,7 @@ def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) ->
         stamp,
         s.tets_hash,
         s.model.mesh_hash,
+        s.face.mesh_hash,
         int(scene.frame_start),
         bakes.scene_dt(scene),
         tuple(sorted(s.material_values().items())),
@@ -306,6 +320,10 @@ class Driver:
         t = self.tets
         return render_local(P, matrix_world, int(t.mesh.n_surface_inputs), t.embedding)
 
+    def write(self, obj, P: np.ndarray) -> None:
+        """Write the frame's (n, 3) world tet-node positions ``P`` into the mesh."""
+        bm.set_positions(obj.data, self.local(P, bm.matrix(obj)))
+
 
 _drivers: dict[str, Driver] = {}
 
@@ -340,7 +358,14 @@ def driver(obj: bpy.types.Object, scene: bpy.types.Scene, colliders: list | None
     if d is not None and d.key == driver_key(obj, scene, colliders):
         return d
     _let_go_of_stopped()
-    d = Driver(obj, scene)
+    from . import face
+
+    if face.is_face(obj):
+        d = face.FaceDriver(
+            obj, scene, key=driver_key(obj, scene, colliders), read_colliders=collider_inputs
+        )
+    else:
+        d = Driver(obj, scene)
     _drivers[obj.name] = d
     return d
 
@@ -354,7 +379,7 @@ def apply_frame(
     d = driver(obj, scene, colliders)
     frame = scene.frame_current if frame is None else frame
     P = d.positions_at(frame, obj, scene, colliders=colliders)
-    bm.set_positions(obj.data, d.local(P, bm.matrix(obj)))
+    d.write(obj, P)
     return P
 
 
@@ -363,10 +388,12 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
 
     Validates the model first, then saves the rest shape and shows the current frame.
     """
+    from . import face
+
     scene = scene or paths.scene_of(obj)
     if obj.type != "MESH":
         raise NeuralRomError(f"'{obj.name}' is not a mesh.")
-    if obj.data.shape_keys is not None:
+    if obj.data.shape_keys is not None and not face.is_face(obj):
         raise NeuralRomError(
             f"'{obj.name}' has shape keys, which override the vertex positions the simulation "
             "writes; use Bake Simulation instead (its Mesh Cache modifier plays over shape keys)."
@@ -376,7 +403,10 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     d = driver(obj, scene)  # raises before anything changes
     if obj.neural_rom.playback:
         bakes.stop_playback(obj)
-    bm.store_rest(obj.data)
+    if face.is_face(obj):  # shown by a modifier: the shape keys stay as they are
+        face.show_simulation(obj)
+    else:
+        bm.store_rest(obj.data)
     obj.neural_rom.simulate = True
     apply_frame(obj, scene)
     return d
@@ -387,7 +417,11 @@ def stop_simulation(obj: bpy.types.Object) -> None:
     obj.neural_rom.simulate = False
     clear_poke(obj.name)
     _drivers.pop(obj.name, None)
-    if obj.type == "MESH":
+    from . import face
+
+    if face.is_face(obj):
+        face.hide_simulation(obj)
+    elif obj.type == "MESH":
         bm.restore_rest(obj.data)
 
 

@@ -50,21 +50,23 @@ def make_train_job(
     settings: dict | None = None,
     device: str | None = None,
 ) -> dict:
-    """The worker job that trains a reduced model of ``obj`` on all its bakes (JSON-able).
+    """The worker job that trains a reduced model of ``obj`` on all its bakes, or on its face
+    file once Set Up Face recorded one (:meth:`..addon.props.NEURAL_ROM_PG_object.training_data_kind`;
+    the method must train on that kind of data), JSON-able.
 
-    ``method`` (a registered method's name) overrides the panel's choice; the settings are
-    that method's property group on the object, overridden by ``settings`` and validated by
-    the method (a bad or unknown field is refused with its name and range).
-    ``device`` (auto, cpu, cuda) overrides the add-on preference. Every setting and bake is
-    checked (fresh, same world mesh) before anything is written; what is being trained is
-    recorded on the object (``pending_train``) for :func:`on_train_done`.
+        ``method`` (a registered method's name) overrides the panel's choice; the settings are
+        that method's property group on the object, overridden by ``settings`` and validated by
+        the method (a bad or unknown field is refused with its name and range).
+        ``device`` (auto, cpu, cuda) overrides the add-on preference. Every setting and bake is
+        checked (fresh, same world mesh) before anything is written; what is being trained is
+        recorded on the object (``pending_train``) for :func:`on_train_done`.
 
-    Returns
-    -------
-    dict: ``kind`` "train", :func:`core.registry.job_fields` (``method``, and
-    ``method_origin`` for a method registered outside the package), ``needs`` (what the job
-    interpreter must import), ``bakes`` (abs paths), ``out`` (abs .nrmodel), ``settings``,
-    ``device``, ``mesh_hash``, ``log_dir``.
+        Returns
+        -------
+        dict: ``kind`` "train", :func:`core.registry.job_fields` (``method``, and
+        ``method_origin`` for a method registered outside the package), ``needs`` (what the job
+        interpreter must import), ``bakes`` (abs paths), ``out`` (abs .nrmodel), ``settings``,
+        ``device``, ``mesh_hash``, ``log_dir``.
     """
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -72,8 +74,9 @@ def make_train_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     record = registry.get(method) if method else s.method()  # unknown: names the known ones
+    kind = s.training_data_kind()  # "fem": its bakes; "face": its face file
     try:
-        record.check_trains_on("fem")  # an object's bakes are FEM bakes
+        record.check_trains_on(kind)
     except NeuralRomError as e:
         raise NeuralRomError(f"Cannot train '{obj.name}': {e}") from None
     values = training_settings(obj, record, settings)
@@ -81,9 +84,14 @@ def make_train_job(
         device = str(get_preferences().device).lower()
     if device not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
-    paths, mesh_hash = object_bakes(obj, scene)
+    if kind == "face":  # missing, or the skin edited since Set Up Face: refused here
+        from .face import check_face
+
+        paths, mesh_hash = [str(check_face(obj))], s.face.mesh_hash
+    else:
+        paths, mesh_hash = object_bakes(obj, scene)
     bakes = paths
-    if record.other_mesh:  # a field over a reference space shared with other objects
+    if record.other_mesh and kind == "fem":  # a field over a space shared with other objects
         from .reference import bake_entries
 
         bakes = bake_entries(obj, scene, paths)
@@ -97,7 +105,7 @@ def make_train_job(
             "mesh_hash": mesh_hash,
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
-            "bakes": len(paths),
+            "bakes": len(paths) if kind != "face" else 0,
         }
     )
     return {
@@ -164,6 +172,11 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.source_hash = str(pending.get("source_hash", s.source_hash))
     m.bakes = int(pending.get("bakes", 0))
     _forget_drivers(obj.name)
+    record = next((r for r in registry.methods() if r.name == m.method), None)
+    if record is not None and "sliders" in record.inputs:  # one keyable slider per latent
+        from .face import make_sliders
+
+        make_sliders(obj, path, result)
     return True
 
 

@@ -1,7 +1,7 @@
 """bpy Operators (``neural_rom.<verb>``): thin wrappers over the stages in
 :mod:`..addon` (tets, bakes, export, training, simulate, compare)."""
 
-from . import bake, compare, family, interpreter, model, playback, poke, tets
+from . import bake, compare, face, family, interpreter, model, playback, poke, tets
 
 CLASSES = (
     *interpreter.CLASSES,
@@ -12,4 +12,5 @@ CLASSES = (
     *family.CLASSES,
     *compare.CLASSES,
     *poke.CLASSES,
+    *face.CLASSES,
 )

@@ -40,10 +40,13 @@ class _Sidebar:
 
 class _DeformableSub(_Sidebar):
     bl_parent_id = "NEURAL_ROM_PT_main"
+    #: Shown for a face too (a face trains on its face file: no tets, bakes or scenario).
+    for_faces = False
 
     @classmethod
     def poll(cls, context):
-        return _deformable(context) is not None
+        obj = _deformable(context)
+        return obj is not None and (cls.for_faces or not obj.neural_rom.face.path)
 
 
 class NEURAL_ROM_UL_bakes(bpy.types.UIList):
@@ -342,6 +345,7 @@ def draw_model_result(box, s) -> None:
 class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
     bl_label = "Reduced Model"
     bl_idname = "NEURAL_ROM_PT_model"
+    for_faces = True
 
     def draw(self, context):
         obj = _deformable(context)
@@ -349,11 +353,12 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         layout = self.layout
         draw_jobs(layout, obj.name, "train")
         draw_method_settings(layout, s)
+        can_train = len(s.bakes) > 0 or bool(s.face.path)  # a face trains on its face file
         row = layout.row(align=True)
-        row.enabled = len(s.bakes) > 0
+        row.enabled = can_train
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
         draw_family_train(layout, obj)
-        if not len(s.bakes):
+        if not can_train:
             layout.label(text="Bake first", icon="INFO")
         if not s.model.path:
             layout.label(text="Model: not trained yet", icon="INFO")

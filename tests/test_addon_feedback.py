@@ -18,6 +18,8 @@ NO_UNDO = {
     "neural_rom.compare_bake",
     "neural_rom.check_interpreter",
     "neural_rom.reset_simulation",
+    "neural_rom.set_up_face",  # a job: the face is recorded when it ends
+    "neural_rom.add_demo_head",  # a job: the objects are made when it ends
 }
 
 

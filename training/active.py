@@ -366,7 +366,9 @@ def fit(
 def train(bakes, out: str | Path, settings: dict | None = None, **job) -> dict:
     """The registry's trainer entry point: :func:`fit`, its JSON-able results."""
     res = fit(bakes, out, settings, **job)
-    return {k: v for k, v in res.items() if k not in ("model", "warm_decoder", "warm_codes")}
+    record = {k: v for k, v in res.items() if k not in ("model", "warm_decoder", "warm_codes")}
+    # the common keys of a trainer's result (training.common), which the add-on records
+    return {**record, "model": res["out"], "train_seconds": res["seconds"]}
 
 
 def reduced_basis(model: ActiveModel, codes, jaws, xs, size: int) -> np.ndarray:

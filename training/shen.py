@@ -86,6 +86,7 @@ from ..core.errors import JobCancelled, NeuralRomError
 from ..core.methods.shen import NAME
 from ..core.methods.shen import save as save_shen_model
 from ..core.nnet import MLP
+from ..core.subspace import mass_weighted_pod
 from .common import (
     Report,
     TrainingRun,
@@ -258,8 +259,16 @@ def train(
     run.check_cancel("Training cancelled before the PCA basis was computed.")
 
     sub, pca_tol = pod_basis(run, train_x, val_x, label="PCA", span=(0.05, 0.1))
+    budget = None  # the DOFs the linear method takes at the tolerance (k not given)
+    if s.k is None:
+        sub, budget, n_p_tol = _room(sub, pca_tol, train_x, val_x, b, s.max_k)
     k = sub.k
-    n_p = s.n_p if s.n_p is not None else min(_DEFAULT_NP, k // 2)
+    if s.n_p is not None:
+        n_p = s.n_p
+    elif budget is not None:
+        n_p = n_p_tol
+    else:
+        n_p = min(_DEFAULT_NP, k // 2)
     if not 1 <= n_p < k:
         raise NeuralRomError(
             f"Linear Coordinates n_p = {n_p} needs a PCA basis with more modes (it has {k}): "
@@ -273,8 +282,10 @@ def train(
     w = pose_weights(fem, train_x) if s.pose_weighting else np.ones(len(train_x))
     target = s.latent_tolerance
     if target is None and s.latent_dim is None:
-        target = 2.0 * (pca_tol if pca_tol is not None else sub.reconstruction_error(check_x))
-    hi = min(s.max_latent_dim or m, m)
+        # the basis tolerance when it sized the DOFs (the linear model's accuracy), else
+        # twice the PCA basis's error
+        target = pca_tol if budget is not None else 2.0 * sub.reconstruction_error(check_x)
+    hi = min(s.max_latent_dim or (max(budget - n_p, 1) if budget is not None else m), m)
     sizes = [s.latent_dim] if s.latent_dim is not None else _doubling(hi)
     if s.latent_dim is not None and s.latent_dim > m:
         raise NeuralRomError(
@@ -371,6 +382,38 @@ def train(
 def train_shen(bakes, out: str | Path, settings: ShenSettings | None = None, **job) -> dict:
     """:func:`train` with typed settings (scripts, tests, benchmarks)."""
     return train(bakes, out, asdict(settings or ShenSettings()), **job)
+
+
+def _room(sub, tol: float, train_x, val_x, b, max_k: int):
+    """The PCA basis of a model sized by a tolerance (``k`` not given), with the room the
+    nonlinear part needs, the DOF budget and ``n_p``.
+
+    ``sub`` is the basis the tolerance sized (the linear method's, ``k_tol`` modes). The
+    decoder's output needs room beyond the modes it replaces, so the basis is widened to
+    ``min(2 k_tol, max_k)`` modes (at most the training frames). ``n_p``: the fewest modes
+    whose largest vertex error on the training and held-out frames is within twice the
+    tolerance, at most ``k_tol - 1``: the rigid and near-rigid motion of a free body (its
+    first PCA modes) stays linear, the rest of the tolerance is the decoder's.
+
+    Returns ``(basis, k_tol, n_p)``.
+    """
+    k_tol = sub.k
+    k_room = min(2 * k_tol, int(max_k), len(train_x))
+    if k_room > k_tol:
+        try:
+            sub = mass_weighted_pod(
+                train_x - b.X, b.mass, b.pinned, k=k_room, X=b.X, max_k=int(max_k)
+            )
+        except NeuralRomError:  # fewer independent frames than that: keep the basis
+            pass
+    ks = range(1, min(k_tol, sub.k) + 1)
+    err = sub.error_curve(train_x, ks)
+    if len(val_x):
+        err = np.maximum(err, sub.error_curve(val_x, ks))
+    within = np.flatnonzero(err <= 2.0 * tol)
+    n_p = int(ks[within[0]]) if len(within) else k_tol
+    n_p = max(1, min(n_p, k_tol - 1, sub.k - 1))
+    return sub, k_tol, n_p
 
 
 def _doubling(hi: int) -> list[int]:
