@@ -254,37 +254,36 @@ def build_parser() -> argparse.ArgumentParser:
             "keyframes the scene's colliders (objects with a Collision modifier) and the "
             "object the cloth hangs from (its top-most parent, or itself) to random positions "
             "at random times, seeded, and commits every frame; a cancel keeps what was "
-            "committed. Your file is not changed: the job bakes a copy.",
+            "committed. Your file is not changed (the job bakes a copy); the bakes are "
+            "recorded on the object (--save keeps that), as the panel's Cloth Bake does, and "
+            "train, simulate and compare take them.",
             80,
         ),
     )
     cloth.add_argument(
         "--frames",
         type=_positive_int,
-        default=120,
         metavar="N",
-        help="frames per variant after the first (default 120)",
+        help="frames per variant after the first (default: the object's Cloth Bake "
+        "setting, 120 on a new object)",
     )
     cloth.add_argument(
         "--variants",
         type=_positive_int,
-        default=4,
         metavar="N",
-        help="bakes, each with its own random motion (default 4)",
+        help="bakes, each with its own random motion (default: the object's, 4)",
     )
     cloth.add_argument(
         "--seed",
         type=_non_negative_int,
-        default=0,
         metavar="INT",
-        help="seed of the first variant (default 0)",
+        help="seed of the first variant (default: the object's, 0)",
     )
     cloth.add_argument(
         "--owner",
-        default="",
         metavar="NAME",
-        help="the object the cloth hangs from, which the bake moves "
-        "(default: its top-most parent, or itself; '-' moves nothing)",
+        help="the object the cloth hangs from, which the bake moves (default: the object's "
+        "setting; empty there: its top-most parent, or itself; '-' moves nothing)",
     )
     cloth.add_argument(
         "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"
@@ -729,31 +728,38 @@ def cmd_bake(args) -> int:
 
 
 def cmd_cloth_bake(args) -> int:
-    from . import clothbake, jobs
-    from .paths import cache_dir
+    from . import cloth, clothbake, jobs
 
     scene = bpy.context.scene
-    for obj in select_objects(args.objects):
-        out = _abspath(args.out) if args.out else cache_dir(obj) / "cloth_bakes"
-        spec = clothbake.make_job(
+    objects = select_objects(args.objects)
+    for obj in objects:  # every object checked before any job starts
+        if cloth.cloth_modifier(obj) is None:
+            raise UserError(
+                f"'{obj.name}' has no Cloth modifier: add one (Physics > Cloth), or bake it "
+                "with the bake command instead"
+            )
+    for obj in objects:
+        spec = clothbake.make_cloth_bake_job(
             obj,
             scene,
-            out,
-            name=obj.name.replace(" ", "_"),
             frames=args.frames,
             variants=args.variants,
             seed=args.seed,
             owner=args.owner,
+            out_dir=_abspath(args.out) if args.out else None,
             overwrite=args.overwrite,
         )
         _out(
-            f"cloth-baking {obj.name}: {args.variants} variants of {args.frames} frames, "
-            f"seed {args.seed} -> {spec['out_dir']}"
+            f"cloth-baking {obj.name}: {spec['variants']} variants of {spec['frames']} frames, "
+            f"seed {spec['seed']} -> {spec['out_dir']}"
         )
 
         def on_done(result: dict, name: str = obj.name) -> None:
             for path in result.get("paths") or []:
                 _out(f"{name}: {Path(path).name} ({result['frames'][path]} frames)")
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                clothbake.on_cloth_bake_done(target, result)
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK

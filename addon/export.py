@@ -21,7 +21,7 @@ import numpy as np
 from ..core.errors import NeuralRomError
 from . import blender_mesh as bm
 from . import simulate
-from .bakes import RenderMap, find_bake, scene_colliders, stop_playback
+from .bakes import RenderMap, find_bake, stop_playback
 from .paths import cache_dir, scene_of, store_path
 
 MODIFIER_NAME = "Neural ROM Cache"
@@ -168,7 +168,7 @@ def make_simulation_job(
         raise NeuralRomError(
             f"Cannot create {path.parent} ({e.strerror or e}); pick another path."
         ) from e
-    cols = scene_colliders(obj, scene)
+    cols = simulate.frame_colliders(obj, scene)
     f0 = int(scene.frame_start)
     if bm.is_animated(obj) or any(bm.is_animated(c) for c in cols):
         mats = simulate.sample_matrices(scene, [obj, *cols], range(f0, end + 1))
@@ -177,7 +177,12 @@ def make_simulation_job(
             np.stack([bm.matrix(o) for o in [obj, *cols]]), (end + 1 - f0, 1 + len(cols), 4, 4)
         )
     folder = cache_dir(obj) / SIM_JOB_DIR
-    inputs = write_track(folder / TRACK_FILE, simulate.gather_inputs(cols, mats, f0))
+    if obj.neural_rom.model.kind == "cloth":  # its colliders as baked, its own reference frame
+        from .cloth import track
+
+        inputs = write_track(folder / TRACK_FILE, track(obj, cols, mats, f0))
+    else:
+        inputs = write_track(folder / TRACK_FILE, simulate.gather_inputs(cols, mats, f0))
     return {
         "kind": "simulate",
         **fields,
@@ -209,6 +214,9 @@ def on_simulation_done(obj: bpy.types.Object, result: dict) -> dict | None:
     if obj.neural_rom.playback:
         stop_playback(obj)
     wire_mesh_cache(obj, Path(result["path"]), int(result["frame_start"]), SIM_MODIFIER_NAME)
+    from .cloth import place_after_cloth
+
+    place_after_cloth(obj, SIM_MODIFIER_NAME)  # a cloth's frames show over its Cloth modifier
     return result
 
 

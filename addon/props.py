@@ -138,6 +138,39 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
     mesh_hash: StringProperty(description="Hash of the world-space tet mesh that was baked")
     tets_hash: StringProperty(description="Hash of the object's tet mesh when it was baked")
     source_hash: StringProperty(description="Hash of the object's mesh when it was baked")
+    kind: StringProperty(
+        name="Kind",
+        default="fem",
+        description="The training data it is (core.registry.BAKE_KINDS): fem or cloth",
+    )
+
+
+class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
+    """Settings of an object's Cloth Bake (Blender's own cloth solver, :mod:`.cloth`)."""
+
+    frames: IntProperty(
+        name="Frames",
+        default=120,
+        min=2,
+        soft_max=2000,
+        description="Frames per bake after the first",
+    )
+    variants: IntProperty(
+        name="Variants",
+        default=4,
+        min=1,
+        soft_max=64,
+        description="Bakes, each with its own random collider and owner motion",
+    )
+    seed: IntProperty(name="Seed", default=0, min=0, description="Seed of the first variant")
+    owner: StringProperty(
+        name="Owner",
+        description="The object the cloth hangs from, which the bakes move at random (empty: "
+        "its top-most parent, or the cloth itself; '-': nothing moves)",
+    )
+    colliders: StringProperty(
+        description="JSON [[name, kind], ...]: the colliders its cloth bakes recorded, in order"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -346,6 +379,9 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     tets_hash: StringProperty(description="Hash of the object's tet mesh when it was trained")
     source_hash: StringProperty(description="Hash of the object's mesh when it was trained")
     bakes: IntProperty(name="Bakes", description="Bakes it was trained on")
+    kind: StringProperty(
+        default="fem", description="The training data it learnt from: fem or cloth bakes"
+    )
     # a model that runs on other meshes of its family (addon/family.py)
     family: StringProperty(description="The other objects whose bakes it was trained on")
     applied_from: StringProperty(
@@ -523,6 +559,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     active_bake: IntProperty(name="Active Bake")
     pending_bake: StringProperty(description="JSON record of the bake job in flight")
     pending_train: StringProperty(description="JSON record of the training job in flight")
+    cloth: PointerProperty(type=NEURAL_ROM_PG_cloth)
 
     # ---- reduced model: training settings (generated from the method registry)
     model_method: EnumProperty(
@@ -577,8 +614,13 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
 
     def training_data_kind(self) -> str:
         """What the object trains on (a key of :data:`core.registry.BAKE_KINDS`): "face" once
-        Set Up Face recorded a face, else "fem" (its bakes)."""
-        return "face" if self.face.path else "fem"
+        Set Up Face recorded a face, "cloth" for a mesh whose bakes are (or will be) Blender's
+        cloth (:func:`.cloth.data_kind`), else "fem" (its bakes)."""
+        if self.face.path:
+            return "face"
+        from .cloth import data_kind  # "cloth": a mesh whose data is Blender's cloth
+
+        return data_kind(self.id_data)
 
     def method(self):
         """The registry record of the chosen method."""
@@ -650,6 +692,7 @@ CLASSES = (
     NEURAL_ROM_PG_face,
     NEURAL_ROM_PG_scenario_param,
     NEURAL_ROM_PG_bake,
+    NEURAL_ROM_PG_cloth,
     NEURAL_ROM_PG_model,
     NEURAL_ROM_PG_method_settings,
     NEURAL_ROM_PG_object,

@@ -34,7 +34,7 @@ from ..core.framecache import Timeline
 from ..core.poke import Poke
 from ..core.sim import FrameInputs
 from ..core.simjob import Track, render_local
-from . import bakes, paths, reference, tets
+from . import bakes, cloth, paths, reference, tets
 from . import blender_mesh as bm
 from .reference import runs_on_other_meshes
 
@@ -137,6 +137,8 @@ def check_model(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
     object has no model, the model is missing, or the mesh or its tets changed.
     """
     s = obj.neural_rom
+    if s.model.kind == "cloth":  # the mesh's own vertices: no tets
+        return (*cloth.check_model(obj), None)
     if not s.model.path:
         raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
     t = tets.load_tets(obj)  # missing or edited: re-tetrahedralize
@@ -167,14 +169,17 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
     :func:`check_model`."""
     from ..core import registry
 
-    path, mesh_hash, _ = check_model(obj, scene)
+    path, mesh_hash, t = check_model(obj, scene)
     s = obj.neural_rom
     fields = {
         "name": obj.name,
         "model": str(path),
         "expect_mesh_hash": mesh_hash,
-        "tets": str(paths.load_path(s.tets_path)),
-        "embedding": str(paths.load_path(s.embedding_path)) if s.tets_embedded else "",
+        # none: the model's vertices are the mesh's (a cloth model)
+        "tets": str(paths.load_path(s.tets_path)) if t is not None else "",
+        "embedding": str(paths.load_path(s.embedding_path))
+        if t is not None and s.tets_embedded
+        else "",
     }
     try:  # a method registered outside the package: the worker imports its file
         fields.update(registry.job_fields(registry.get(s.model.method)))
@@ -182,6 +187,14 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
         pass  # unknown here: the worker says which methods it knows
     fields.update(reference.job_fields(obj, scene))
     return fields
+
+
+def frame_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
+    """The collider objects that are the model's inputs: the scene's colliders, or for a
+    cloth model the ones its cloth bakes recorded (:func:`.cloth.colliders`)."""
+    if obj.neural_rom.model.kind == "cloth":
+        return cloth.colliders(obj)
+    return bakes.scene_colliders(obj, scene)
 
 
 def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) -> tuple:
@@ -195,7 +208,7 @@ def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) ->
     except OSError:
         stamp = None
     if colliders is None:
-        colliders = bakes.scene_colliders(obj, scene)
+        colliders = frame_colliders(obj, scene)
     return (
         str(path),
         stamp,
@@ -291,7 +304,7 @@ class Driver:
         """
         frame = int(frame)
         if colliders is None:
-            colliders = bakes.scene_colliders(obj, scene)
+            colliders = frame_colliders(obj, scene)
         if pokes is None:
             pokes = (_pokes[self.name],) if self.name in _pokes else ()
         now = self.inputs(obj, colliders, None if sample is None else sample(frame, frame)[0])
@@ -323,6 +336,41 @@ class Driver:
     def write(self, obj, P: np.ndarray) -> None:
         """Write the frame's (n, 3) world tet-node positions ``P`` into the mesh."""
         bm.set_positions(obj.data, self.local(P, bm.matrix(obj)))
+
+
+class ClothDriver(Driver):
+    """:class:`.simulate.Driver` of a cloth model: the mesh's own vertices (no tets), the
+    colliders its bakes recorded, its world matrix as the reference frame."""
+
+    def __init__(self, obj: bpy.types.Object, scene: bpy.types.Scene):
+        from ..core.registry import load_simulator
+
+        self.name = obj.name
+        path, mesh_hash = cloth.check_model(obj)
+        try:
+            self.sim, self.model = load_simulator(path, expect_mesh_hash=mesh_hash)
+        except CacheError as e:
+            raise CacheError(f"The model of '{obj.name}' cannot drive it: {e}.") from e
+        self.n_nodes = len(self.sim.rest_positions())
+        if self.n_nodes != len(obj.data.vertices):
+            raise CacheError(
+                f"The model of '{obj.name}' has {self.n_nodes} vertices but the mesh "
+                f"{len(obj.data.vertices)}; cloth-bake it again and re-train."
+            )
+        self.tets = None
+        self.pins_local = None
+        self.ground_z = None
+        self.frame_start = int(scene.frame_start)
+        self.key = driver_key(obj, scene)
+        self.timeline = Timeline(self.sim, self.frame_start)
+
+    def inputs(self, obj, colliders: list, mats: np.ndarray | None = None):
+        if mats is None:
+            mats = np.stack([bm.matrix(o) for o in (obj, *colliders)])
+        return cloth.track(obj, colliders, np.asarray(mats)[None]).inputs(0)
+
+    def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:
+        return bm.to_local(np.asarray(P, dtype=np.float64), matrix_world)
 
 
 _drivers: dict[str, Driver] = {}
@@ -364,6 +412,8 @@ def driver(obj: bpy.types.Object, scene: bpy.types.Scene, colliders: list | None
         d = face.FaceDriver(
             obj, scene, key=driver_key(obj, scene, colliders), read_colliders=collider_inputs
         )
+    elif obj.neural_rom.model.kind == "cloth":
+        d = ClothDriver(obj, scene)
     else:
         d = Driver(obj, scene)
     _drivers[obj.name] = d
@@ -375,7 +425,7 @@ def apply_frame(
 ) -> np.ndarray:
     """Write the simulated frame (default: the current one) into the mesh; returns the
     (n, 3) world tet-node positions."""
-    colliders = bakes.scene_colliders(obj, scene)
+    colliders = frame_colliders(obj, scene)
     d = driver(obj, scene, colliders)
     frame = scene.frame_current if frame is None else frame
     P = d.positions_at(frame, obj, scene, colliders=colliders)
@@ -408,7 +458,12 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     else:
         bm.store_rest(obj.data)
     obj.neural_rom.simulate = True
-    apply_frame(obj, scene)
+    cloth.hold(obj)  # a cloth object's Cloth modifier is muted while the model drives it
+    try:
+        apply_frame(obj, scene)
+    except BaseException:  # nothing left half on: the rest shape and the cloth come back
+        stop_simulation(obj)
+        raise
     return d
 
 
@@ -423,6 +478,7 @@ def stop_simulation(obj: bpy.types.Object) -> None:
         face.hide_simulation(obj)
     elif obj.type == "MESH":
         bm.restore_rest(obj.data)
+    cloth.release(obj)
 
 
 def reset_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) -> None:

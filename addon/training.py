@@ -74,7 +74,7 @@ def make_train_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     record = registry.get(method) if method else s.method()  # unknown: names the known ones
-    kind = s.training_data_kind()  # "fem": its bakes; "face": its face file
+    kind = s.training_data_kind()  # "fem", "cloth": its bakes; "face": its face file
     try:
         record.check_trains_on(kind)
     except NeuralRomError as e:
@@ -89,7 +89,7 @@ def make_train_job(
 
         paths, mesh_hash = [str(check_face(obj))], s.face.mesh_hash
     else:
-        paths, mesh_hash = object_bakes(obj, scene)
+        paths, mesh_hash = object_bakes(obj, scene, kind)
     bakes = paths
     if record.other_mesh and kind == "fem":  # a field over a space shared with other objects
         from .reference import bake_entries
@@ -106,6 +106,7 @@ def make_train_job(
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
             "bakes": len(paths) if kind != "face" else 0,
+            "kind": kind,
         }
     )
     return {
@@ -121,16 +122,22 @@ def make_train_job(
     }
 
 
-def object_bakes(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple[list[str], str]:
-    """``(paths, mesh_hash)``: the absolute paths of ``obj``'s bakes and the hash of the
-    world mesh they simulate, each bake checked (tets fresh; bakes fresh, not empty, all of
-    one placement of the object), refused with what to do."""
+def object_bakes(
+    obj: bpy.types.Object, scene: bpy.types.Scene, kind: str = "fem"
+) -> tuple[list[str], str]:
+    """``(paths, mesh_hash)``: the absolute paths of ``obj``'s bakes of ``kind`` ("fem" or
+    "cloth") and the hash of the world mesh they simulate, each bake checked (tets fresh;
+    bakes fresh, not empty, all of one placement of the object), refused with what to do."""
     s = obj.neural_rom
-    if not len(s.bakes):
-        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run Bake first.")
-    load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+    if not any((rec.kind or "fem") == kind for rec in s.bakes):
+        first = "Cloth Bake" if kind == "cloth" else "Bake"
+        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
+    if kind == "fem":
+        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
     paths, hashes = [], set()
     for rec in s.bakes:
+        if (rec.kind or "fem") != kind:
+            continue  # bakes of the other kind (FEM bakes of a cloth object)
         cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
         paths.append(str(load_path(rec.path).resolve()))
         hashes.add(cache.mesh_hash)
@@ -171,6 +178,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.tets_hash = str(pending.get("tets_hash", s.tets_hash))
     m.source_hash = str(pending.get("source_hash", s.source_hash))
     m.bakes = int(pending.get("bakes", 0))
+    m.kind = str(pending.get("kind", "fem"))
     _forget_drivers(obj.name)
     record = next((r for r in registry.methods() if r.name == m.method), None)
     if record is not None and "sliders" in record.inputs:  # one keyable slider per latent

@@ -247,12 +247,16 @@ def load_model_for(spec: dict):
         ) from e
 
 
-def read_render_map(spec: dict):
+def read_render_map(spec: dict, n_nodes: int | None = None):
     """``(X_local, n_surface, embedding)`` of a job spec's ``tets`` and ``embedding`` files:
-    the object's local tet nodes and how the render mesh rides on them."""
+    the object's local tet nodes and how the render mesh rides on them. A spec without
+    ``tets`` is of a model whose ``n_nodes`` vertices are the mesh's own (a cloth model):
+    ``(None, n_nodes, None)``."""
     from .embedding import Embedding
     from .meshfile import read_tetmesh
 
+    if not spec.get("tets"):
+        return None, int(n_nodes or 0), None
     mesh = read_tetmesh(spec["tets"])
     emb = None
     if spec.get("embedding"):
@@ -307,14 +311,14 @@ def simulate_to_pc2(
     out = Path(spec["out"])
     ensure_writable_dir(out.parent, "the point cache", "pick another path")
     sim, model = load_model_for(spec)
-    X_local, n_surface, emb = read_render_map(spec)
-    if len(sim.rest_positions()) != len(X_local):
+    X_local, n_surface, emb = read_render_map(spec, len(sim.rest_positions()))
+    if X_local is not None and len(sim.rest_positions()) != len(X_local):
         raise CacheError(
             f"The model of '{name}' has {len(sim.rest_positions())} nodes but its tets "
             f"{len(X_local)}; re-bake and re-train."
         )
     pinned = np.asarray(getattr(sim, "pinned", ()), dtype=np.int64)
-    pins_local = X_local[pinned] if pinned.size else None
+    pins_local = X_local[pinned] if pinned.size and X_local is not None else None
     g = model.metadata.get("ground_z")
     ground_z = None if g is None else float(g)
     n_render = int(emb.n_points) if emb is not None else n_surface

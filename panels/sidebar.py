@@ -49,6 +49,17 @@ class _DeformableSub(_Sidebar):
         return obj is not None and (cls.for_faces or not obj.neural_rom.face.path)
 
 
+class _FemSub(_DeformableSub):
+    """A panel of the FEM pipeline (material, tets, scenario, bake): not for a cloth object,
+    whose data is Blender's own cloth (:class:`NEURAL_ROM_PT_cloth_bake`)."""
+
+    @classmethod
+    def poll(cls, context):
+        from ..addon.cloth import is_cloth
+
+        return super().poll(context) and not is_cloth(_deformable(context))
+
+
 class NEURAL_ROM_UL_bakes(bpy.types.UIList):
     """Bakes of an object: name, frames, status."""
 
@@ -68,6 +79,7 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
         obj = _active(context)
         if obj is None:
             layout.label(text="Select an object", icon="INFO")
+            layout.operator("neural_rom.add_demo_head", icon="MONKEY")  # an active face to try
             return
         s = obj.neural_rom
         if s.preview_of:
@@ -86,7 +98,9 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
                 box.label(text=line, icon="ERROR" if i == 0 else "BLANK1")
         layout.prop(s, "role", expand=True)
         if s.role == "NONE":
-            if obj.type == "MESH":
+            if obj.type == "MESH" and any(m.type == "CLOTH" for m in obj.modifiers):
+                layout.label(text="Make it Deformable to bake its cloth", icon="MOD_CLOTH")
+            elif obj.type == "MESH":
                 layout.label(text="Make it Deformable, or tetrahedralize it:", icon="INFO")
                 layout.operator("neural_rom.tetrahedralize", icon="MESH_ICOSPHERE")
             else:
@@ -119,7 +133,7 @@ def draw_collider(layout, obj) -> None:
     col.label(text="Its animation drives the bakes' colliders.", icon="INFO")
 
 
-class NEURAL_ROM_PT_material(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_material(_FemSub, bpy.types.Panel):
     bl_label = "Material"
     bl_idname = "NEURAL_ROM_PT_material"
 
@@ -143,7 +157,7 @@ class NEURAL_ROM_PT_material(_DeformableSub, bpy.types.Panel):
             box.label(text=f"Density {v['density']:.0f} kg/m³")
 
 
-class NEURAL_ROM_PT_tets(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_tets(_FemSub, bpy.types.Panel):
     bl_label = "Tetrahedralize"
     bl_idname = "NEURAL_ROM_PT_tets"
 
@@ -171,7 +185,7 @@ class NEURAL_ROM_PT_tets(_DeformableSub, bpy.types.Panel):
         row.operator("neural_rom.clear_preview", text="", icon="X")
 
 
-class NEURAL_ROM_PT_simulation(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_simulation(_FemSub, bpy.types.Panel):
     bl_label = "Simulation"
     bl_idname = "NEURAL_ROM_PT_simulation"
 
@@ -196,7 +210,7 @@ class NEURAL_ROM_PT_simulation(_DeformableSub, bpy.types.Panel):
         col.prop(s, "require_pins")
 
 
-class NEURAL_ROM_PT_scenario(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_scenario(_FemSub, bpy.types.Panel):
     bl_label = "Training Scenario"
     bl_idname = "NEURAL_ROM_PT_scenario"
 
@@ -228,7 +242,7 @@ class NEURAL_ROM_PT_scenario(_DeformableSub, bpy.types.Panel):
         box.operator("neural_rom.reset_scenario_params", text="Reset", icon="LOOP_BACK")
 
 
-class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_bake(_FemSub, bpy.types.Panel):
     bl_label = "Bake"
     bl_idname = "NEURAL_ROM_PT_bake"
 
@@ -260,6 +274,23 @@ class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
             row = layout.row(align=True)
             row.operator("neural_rom.clear_bake", text="Clear", icon="TRASH").all_bakes = False
             row.operator("neural_rom.clear_bake", text="Clear All").all_bakes = True
+
+
+class NEURAL_ROM_PT_cloth_bake(_DeformableSub, bpy.types.Panel):
+    bl_label = "Cloth Bake"
+    bl_idname = "NEURAL_ROM_PT_cloth_bake"
+
+    @classmethod
+    def poll(cls, context):
+        from ..addon.cloth import cloth_modifier, is_cloth
+
+        obj = _deformable(context)
+        return super().poll(context) and is_cloth(obj) and cloth_modifier(obj) is not None
+
+    def draw(self, context):
+        from .cloth import draw_cloth_bake
+
+        draw_cloth_bake(self.layout, _deformable(context), context)
 
 
 def draw_jobs(layout, owner: str, kind: str | None = None) -> None:
@@ -477,6 +508,7 @@ CLASSES = (
     NEURAL_ROM_PT_simulation,
     NEURAL_ROM_PT_scenario,
     NEURAL_ROM_PT_bake,
+    NEURAL_ROM_PT_cloth_bake,
     NEURAL_ROM_PT_playback,
     NEURAL_ROM_PT_model,
     NEURAL_ROM_PT_simulate,

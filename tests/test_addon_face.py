@@ -167,15 +167,16 @@ def test_set_up_refusals_change_nothing(env):
     before = (f.path, f.tets, f.mesh_hash)
     skull, jaw = f.skull, f.jaw
     # a skull that pokes through the skin
+    skull_at, jaw_at = skull.location.copy(), jaw.location.copy()
     skull.location.z += 0.06
     with pytest.raises(RuntimeError, match="skull pokes through the skin"):
         bpy.ops.neural_rom.set_up_face()
-    skull.location.z -= 0.06
+    skull.location = skull_at
     # a jaw that does not touch the flesh (moved out of the head)
     jaw.location.y -= 0.5
     with pytest.raises(RuntimeError, match="jaw does not touch the flesh"):
         bpy.ops.neural_rom.set_up_face()
-    jaw.location.y += 0.5
+    jaw.location = jaw_at
     # no skull picked; the skin as its own jaw
     f.skull = None
     with pytest.raises(RuntimeError, match="Pick the skull"):
@@ -186,7 +187,16 @@ def test_set_up_refusals_change_nothing(env):
     with pytest.raises(RuntimeError, match="Apply the scale"):
         bpy.ops.neural_rom.set_up_face()
     skin.scale = (1, 1, 1)
+    bpy.context.view_layer.update()  # matrix_world (the command line runs no operator)
     assert (f.path, f.tets, f.mesh_hash) == before
+    # the command line: a skull that is not a mesh of the file is refused, changing nothing;
+    # the same set-up as the panel's otherwise
+    from neural_rom.addon import cli
+
+    args = ["face-setup", "--object", "Face", "--jaw", "Face Jaw"]  # the object's spacing
+    assert cli.main([*args, "--skull", "Nope"]) == 2 and f.skull == skull
+    assert cli.main([*args, "--skull", "Face Skull"]) == 0
+    assert (f.tets, f.mesh_hash) == before[1:]  # the same lattice: the model still fits
     # a skin edited after set-up (its shape keys no longer the face's vertices): Train says
     skin.data.vertices.add(1)
     skin.data.shape_keys.key_blocks[0].data[-1].co = (0, 0, 0)

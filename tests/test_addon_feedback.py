@@ -13,6 +13,7 @@ from .blender_fixtures import addon  # noqa: F401 (pytest fixture)
 # undone), forgetting in-memory frames.
 NO_UNDO = {
     "neural_rom.bake",
+    "neural_rom.cloth_bake",
     "neural_rom.train",
     "neural_rom.bake_simulation",
     "neural_rom.compare_bake",
