@@ -638,6 +638,13 @@ def _describe(obj) -> list[str]:
         if value in ("", None):
             continue
         lines.append(f"{key}: {value}")
+    face = getattr(settings, "face", None)
+    if face is not None and face.path:
+        lines.append(
+            f"face: {face.path}, {face.tets} tets, skull {getattr(face.skull, 'name', '-')}, "
+            f"jaw {getattr(face.jaw, 'name', '-')}, {face.keys} shape keys ({face.held_out} held "
+            f"out), drive {face.drive.lower()}, solve {face.solve.lower()}"
+        )
     if hasattr(settings, "method"):
         method = settings.method()
         values = settings.method_values(method)
