@@ -94,6 +94,18 @@ space more), 3.2 Newton iterations per step; the decoder work of one iteration (
 then ``g^T H``) takes 205-223 us at best, 0.7 ms per step (in-step means under the shared
 machine's load: 1.5-5.7 ms).
 
+In contact. A step where the collider penalty acts (at the start or at the warm start) takes
+:meth:`_variational_step` instead (``contact_variational``, the default): Newton on ``phi``
+with the ``|phi|^2`` merit squares the stiff penalty and cycles between contact sets (on the
+demo's dropped ball, ``scripts/demo.py``: 1,609 system evaluations in 30 steps, 10 iterations
+a step, 45 at most, 2 fallbacks, replay 104 mm on the tet nodes), while the potential of the
+variational step has a minimizer and Armijo on it copes with the penalty as the linear
+runtime's does (5.2 iterations a step, 11 at most, no fallback, replay 22 mm against the
+linear model's 31 mm at the same 7 DOFs). Its Newton matrix is the exact Hessian where that
+is positive definite, else the Gauss-Newton one with PSD-projected element Hessians (a ridge
+on the exact one took 8.3 iterations a step, 26 at most, on the ball). Steps without contact
+(the whip, the swung arm) are Shen's eq. (10) as above.
+
 Pins stay where they were trained: animated pins (a moving pin frame) would add the frame's
 fictitious forces to a curved subspace, which is not derived here, so they are refused with a
 message. Colliders, pokes, gravity and damping are as in the other subspace runtimes.
@@ -163,6 +175,9 @@ class ShenSimulation(SubspaceModel):
         Step every frame with the position-based incremental potential of
         :meth:`_variational_step` (the stall fallback) instead of eq. (10): the comparison
         of ``bench/shen.py`` (module docstring, "Measured").
+    contact_variational : bool
+        Take the variational step in the steps where the collider penalty acts (module
+        docstring, "In contact").
 
     Attributes
     ----------
@@ -170,6 +185,8 @@ class ShenSimulation(SubspaceModel):
         coordinates ``c(r)`` and ``J~ rdot`` (the other subspace runtimes' ``q``)
     evaluations : decoder jets so far (each is one Newton iteration's derivative work)
     fallbacks : steps Newton on ``phi`` stalled in and the variational step was taken
+    variational_steps : steps taken by the variational step from the start (in contact, or
+        every step with ``variational``)
     """
 
     def __init__(
@@ -588,14 +605,16 @@ class ShenSimulation(SubspaceModel):
         return False
 
     def _variational_step(self, h: float, f: np.ndarray, cols, tol: float):
-        """The fallback: minimize the implicit Euler incremental potential over ``r``,
+        """The fallback and the contact step: minimize the implicit Euler incremental
+        potential over ``r``,
 
         ``E(r) = |c(r) - c_n - h qdot_n|^2_{M~} / (2 h^2) + V(c) - f.c + C(c)
         + (c - c_n)^T D~ (c - c_n) / (2h)``
 
         (Fulton 2019's step, without the fictitious force), by Newton with the exact Hessian
-        ``J~^T (M~/h^2 + K) J~ + diag(0, g^T H^)`` (a growing ridge where it is not positive
-        definite) and Armijo backtracking, at most three times ``max_newton_iters`` iterations.
+        ``J~^T (M~/h^2 + K) J~ + diag(0, g^T H^)`` (the Gauss-Newton matrix with
+        PSD-projected element Hessians where it is not positive definite:
+        :func:`_newton_direction`) and Armijo backtracking, at most three times ``max_newton_iters`` iterations.
         E is bounded below, so this always makes progress: a step that runs out of
         iterations with E lowered is usable (as the linear runtime's Newton at its limit).
 
@@ -773,7 +792,8 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         None,
         "Linear Coordinates",
         "PCA modes simulated as they are (the "
-        "paper's n_p); 0 uses 10, or half the PCA modes when there are fewer than 20",
+        "paper's n_p); 0: with Modes 0, the fewest PCA modes within twice Tolerance (a free "
+        "body's rigid and near-rigid motion), else 10 or half the Modes when fewer than 20",
         minimum=1,
         maximum=1000,
         soft_maximum=64,
@@ -786,7 +806,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         "Latent Size",
         "Nonlinear coordinates n_q of the "
         "decoder in the PCA complement; 0 searches the smallest that meets Latent "
-        "Tolerance",
+        "Tolerance, or without one and with Modes 0 takes the linear model's DOFs less n_p",
         minimum=1,
         maximum=1000,
         soft_maximum=64,
@@ -798,8 +818,8 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         None,
         "Latent Tolerance",
         "Largest vertex error "
-        "the model may leave on held-out bakes when Latent Size is 0; 0 uses twice the "
-        "basis Tolerance",
+        "the model may leave on held-out bakes when Latent Size is 0; 0: with Modes 0 no "
+        "search (see Latent Size), else twice the PCA basis's error",
         unit="m",
         minimum=0.0,
         soft_maximum=0.1,
@@ -810,7 +830,8 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         "int",
         None,
         "Max Latent Size",
-        "Largest latent size the search tries; 0: the PCA modes beyond n_p",
+        "Largest latent size the search tries; 0: with Modes 0 the modes the linear "
+        "model would take beyond n_p (no more DOFs than it), else the PCA modes beyond n_p",
         minimum=1,
         maximum=1000,
         auto=True,
