@@ -392,7 +392,8 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
         draw_family_train(layout, obj)
         if not can_train:
-            layout.label(text="Bake first", icon="INFO")
+            first = "Cloth Bake" if s.training_data_kind() == "cloth" else "Bake"
+            layout.label(text=f"{first} first", icon="INFO")
         if not s.model.path:
             layout.label(text="Model: not trained yet", icon="INFO")
             return
