@@ -540,6 +540,19 @@ def test_reduced_contact_equals_the_straightforward_formula(embedded):
     rel_fd = np.abs(fd - g_c).max() / np.abs(g_c).max()
     print(f"gradient against central differences: {rel_fd:.1e}")
     assert rel_fd < 1e-6
+    # asked again at the same point (kept): the same numbers; a collider moved in place or
+    # another stiffness: the new contact, not the kept one
+    e3, g3, H3 = red._contact(q, cols)
+    assert e3 == e_c and np.array_equal(g3, g_c) and np.array_equal(H3, H_c)
+    cols[0].transform[2, 3] += 0.01
+    E4, g4, _ = points.energy(cols, x, s.contact_stiffness, s.contact_offset)
+    e4, g4_red, _ = red._contact(q, cols)
+    assert e4 > 1.1 * e_c and abs(e4 - E4) < 1e-12 * E4
+    np.testing.assert_allclose(g4_red, U.T @ g4.ravel(), rtol=0, atol=1e-12 * np.abs(g4).max())
+    red.kappa *= 2.0
+    assert abs(red._contact(q, cols)[0] - 2 * e4) < 1e-12 * e4
+    red.kappa /= 2.0
+    cols[0].transform[2, 3] -= 0.01
     # nothing touches: zero energy, gradient and Hessian (not None: colliders are there)
     far = np.zeros(k)
     far[0] = 1.0  # a metre up

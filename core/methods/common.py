@@ -427,6 +427,24 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         """
         if not colliders:
             return 0.0, None, None
+        # a Newton loop asks again at the point it has just evaluated (the linear runtime's
+        # Hessian after a chord step, a trial point accepted): one result is kept, keyed by
+        # everything it depends on (the colliders by value: they may be changed in place)
+        key = (
+            q.tobytes(),
+            self.kappa,
+            self.settings.contact_offset,
+            tuple((c.kind, c.radius, c.half_length, c.transform.tobytes()) for c in colliders),
+        )
+        memo = getattr(self, "_contact_memo", None)
+        if memo is not None and memo[0] == key and (memo[3] is not None or not hessian):
+            return memo[1], memo[2].copy(), (memo[3].copy() if hessian else None)
+        e, g_red, H_red = self._contact_terms(q, colliders, hessian)
+        self._contact_memo = (key, e, g_red.copy(), None if H_red is None else H_red.copy())
+        return e, g_red, H_red
+
+    def _contact_terms(self, q: np.ndarray, colliders, hessian: bool):
+        """:meth:`_contact`'s sums over the touching points (colliders given)."""
         k = self.k
         Uc = self.U_contact  # (p, 3, k)
         xs = self.contact_rest + (self._U_contact_flat @ q).reshape(-1, 3)
