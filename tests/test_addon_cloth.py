@@ -275,6 +275,12 @@ def test_simulate_mutes_the_cloth_and_follows_the_runtime(trained):
         bpy.context.scene.frame_set(f)
         got.append(bm.get_positions(sheet.data))
     assert sheet.get("nrom_frame_error") is None
+    # the pin group's vertices hang from the owner as Blender's cloth holds them: at rest in
+    # the object's space, whatever the network predicts
+    pins = [v.index for v in sheet.data.vertices if v.groups]
+    pin_err = float(np.abs(np.array(got)[:, pins] - rest[pins]).max())
+    print(f"{len(pins)} pinned vertices: {pin_err:.1e} m from rest (object space)")
+    assert len(pins) == SHEET and pin_err < 1e-5
     err = float(np.abs(np.array(got) - want).max())
     swing = float(np.linalg.norm(want - want[0], axis=-1).max())
     print(
@@ -402,3 +408,51 @@ def test_a_changed_mesh_refuses_its_bakes_and_model(trained):
         assert cli.main(["simulate", "--object", "Sheet"]) == cli.EXIT_USER_ERROR
     finally:
         sheet.data.vertices[5].co = co
+
+
+def test_a_file_reopened_while_simulating_mutes_its_cloth_again(trained):
+    """Last: it opens the copy saved mid-simulation (test_a_saved_file_...) in place of the
+    module's file."""
+    from neural_rom.addon import cloth, simulate
+
+    bpy = trained.bpy
+    bpy.ops.wm.open_mainfile(filepath=str(trained.tmp / "saved_while_simulating.blend"))
+    sheet = bpy.data.objects["Sheet"]
+    mod = sheet.modifiers["Cloth"]
+    assert sheet.neural_rom.simulate and not mod.show_viewport and cloth.MUTED in sheet.keys()
+    bpy.context.scene.frame_set(3)  # the model drives it again
+    assert sheet.get("nrom_frame_error") is None
+    simulate.stop_simulation(sheet)
+    assert mod.show_viewport and not mod.show_render  # as the user had it
+    assert cloth.MUTED not in sheet.keys()
+
+
+def test_a_cancelled_cloth_bake_records_its_committed_frames(trained):
+    """Esc on a cloth bake: what was committed is recorded (status "cancelled")."""
+    import threading
+
+    from neural_rom.addon import jobs
+
+    bpy = trained.bpy
+    sheet = bpy.data.objects["Sheet"]  # the file the test before opened
+    _select(bpy, sheet)
+    s = sheet.neural_rom
+    s.cloth.frames, s.cloth.variants, s.cloth.seed = 3000, 1, 7
+
+    def cancel_when_going():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for entry in list(jobs._JOBS.values()):
+                if not entry.job.finished and entry.job.done_units >= 5:
+                    entry.job.cancel()
+                    return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=cancel_when_going, daemon=True)
+    watcher.start()
+    assert bpy.ops.neural_rom.cloth_bake() == {"FINISHED"}  # a cancel is a warning
+    watcher.join()
+    rec = next(r for r in s.bakes if r.name == "cloth_s7_000")
+    print(f"cancelled cloth bake: {rec.frames} frames recorded, status {rec.status}")
+    assert rec.kind == "cloth" and rec.status == "cancelled" and 5 <= rec.frames < 3001
+    assert not s.pending_bake

@@ -324,6 +324,21 @@ def test_markers_at_a_training_key_recover_it(env):
     rig, keys = _face_file(bpy, skin)
     train = np.flatnonzero(~keys.held_out)
     i = int(np.argmax(jaw))
+    # the selected skin vertices get a marker each, at the vertex; none selected: spread
+    sel = np.zeros(len(skin.data.vertices), dtype=bool)
+    sel[[3, 50, 400]] = True
+    skin.data.vertices.foreach_set("select", sel)
+    assert bpy.ops.neural_rom.add_markers() == {"FINISHED"}
+    picked = face.markers_of(skin, scene)
+    assert sorted(int(m[face.MARKER_VERTEX]) for m in picked) == [3, 50, 400]
+    np.testing.assert_allclose(
+        [m.location[:] for m in picked],
+        [skin.data.vertices[int(m[face.MARKER_VERTEX])].co[:] for m in picked],
+        atol=1e-6,
+    )
+    for m in picked:
+        bpy.data.objects.remove(m)
+    skin.data.vertices.foreach_set("select", np.zeros(len(sel), dtype=bool))
     assert bpy.ops.neural_rom.add_markers(count=30, seed=1) == {"FINISHED"}
     markers = face.markers_of(skin, scene)
     assert len(markers) == 30
