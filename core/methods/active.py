@@ -13,11 +13,15 @@ Each frame (:class:`ActiveFace.step`):
   face from drifting). We solve it by **Levenberg-Marquardt** on the reduced problem: the
   Jacobian ``dp/dz = -P U (U^T H U)^-1 U^T (d2E/dx da) (da/dz)`` comes from the implicit
   function theorem (eq. 10-11) at the current equilibrium, so each iteration is one reduced
-  solve and one small dense system. On the bench head (8.3K tets, 30 markers) LM reaches in
+  solve and one small dense system. By default a frame first tries the joint iteration on
+  the code and the equilibrium (:meth:`ActiveFace.fit_markers_sqp`: one element pass per
+  iteration instead of a converged reduced solve per trial), LM when it does not converge. On the bench head (8.3K tets, 30 markers) LM reaches in
   3 iterations (0.26 s) a cost that the paper's Adam (lr 0.1) needs 144 iterations (7.2 s)
   to come within 5% of (``bench/active.py``);
 * the **jaw** is ``reference_frame``, its 4x4 transform relative to rest (identity: closed);
-* **colliders** press the embedded skin (penalty, :mod:`core.quasistatic`).
+* **colliders** press the embedded skin (penalty, :mod:`core.quasistatic`); the reduced
+  subspace (expressions) cannot dent a cheek, so a reduced frame that touches a collider is
+  finished by the full solve (``contact="full"``).
 
 Two solves: the **full** quasistatic solve (Newton on every free node: the reference and
 for final bakes; the paper's runtime) and the **reduced** one, ``x = X + G u_jaw + U q``:
