@@ -36,8 +36,11 @@ pessimistic):
 * sliders reduced 34.7 fps (28.8 ms), within 0.039 mm of the full solve (1.6 fps);
 * markers reduced: the joint code-and-equilibrium iteration (SQP, default) 19.4 fps (51 ms,
   3.6 iterations, error 0.1187 mm) vs Levenberg-Marquardt 12.2 fps (82 ms, 2.2 iterations,
-  0.1198 mm), same run; full solve 0.30 fps. CPU time per frame in one process (48 frames,
-  2 rounds, load ~10): LM 57-83 ms, SQP 26-31 ms (element passes a frame 14.3 -> 6.2);
+  0.1198 mm), same run (wall clock at load 8-10); full solve 0.30 fps. Interleaved A/B in
+  one process, CPU time per frame (48 frames between held-out keys, 3 rounds, load ~9):
+  LM 30.9 ms (32 fps) -> SQP 14.3 ms (70 fps), 2.2x, error 0.1194 vs 0.1192 mm, element
+  passes a frame 14.8 -> 5.6 (with Hessians 9.7 -> 4.4, line-search energies 4.1 -> 0.1,
+  mixed 1.0 -> 1.1; a pass is 2 ms on the 339 cubature elements);
 * contact: the reduced subspace cannot dent a cheek (a 3 cm sphere 2.2 cm into it: skin
   4.3 mm from the full solve's on average, 6.3 mm inside the sphere); such frames are
   finished by the full solve (``contact="full"``, tests/test_active.py).

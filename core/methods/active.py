@@ -585,10 +585,10 @@ class ActiveFace(SimulatorBase):
         still solved by exact Newton, the code's step uses a slightly stale sensitivity). It
         stops at an equilibrium (reduced residual below ``tol``) whose last code step
         changed the linearized cost by less than ``marker_rtol`` of it. On the small head
-        (30 markers, 48 frames between held-out keys) 6.2 element passes a frame (5.0 with
-        Hessians, 1.1 mixed) instead of Levenberg-Marquardt's 14.3 (9.6 with Hessians, 4.0
-        energies of the line search, 0.8 mixed), CPU time per frame 57-83 -> 26-31 ms
-        under load, skin error 0.1340 vs 0.1344 mm.
+        (linear decoder, 30 markers, 48 frames between held-out keys) 5.6 element passes a
+        frame (4.4 with Hessians, 1.1 mixed) instead of Levenberg-Marquardt's 14.8 (9.7
+        with Hessians, 4.1 line-search energies, 1.0 mixed): CPU time per frame 30.9 ->
+        14.3 ms, skin error 0.1194 vs 0.1192 mm (``bench/active.py``).
 
         Returns ``(z, x, q, cost, iterations, reduced residual, converged)``; not converged
         (a far jump, an indefinite reduced Hessian): the caller falls back to
