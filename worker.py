@@ -521,6 +521,12 @@ def run_face_simulate(spec: dict) -> dict:
     return _frames_job(_sub("core.facejob").simulate_face_to_pc2, spec, "simulated")
 
 
+def run_face_fit_key(spec: dict) -> dict:
+    """``kind: "face_fit_key"``: a face model's latent code fitted to a sculpted key
+    (:func:`core.facejob.fit_key`); writes nothing."""
+    return _sub("core.facejob").fit_key(spec)
+
+
 #: Job kind -> handler. Import heavy modules inside the handler, never here.
 HANDLERS = {
     "bake": run_bake,
@@ -532,6 +538,7 @@ HANDLERS = {
     "face_setup": run_face_setup,
     "face_demo": run_face_demo,
     "face_simulate": run_face_simulate,
+    "face_fit_key": run_face_fit_key,
     "selftest": run_selftest,
 }
 

@@ -46,6 +46,8 @@ examples:
   {PROG} export-pc2 --object Body --out //cache/body.pc2
   {PROG} train --object Body --k 20 --device cuda --save
   {PROG} simulate --object Body --frames 1:250 --out //cache/body_reduced.pc2 --save
+  {PROG} train --object PropA --with PropB --with PropC --method licrom --save
+  {PROG} simulate --object PropD --model-of PropA --out //cache/propd.pc2 --save
   {PROG} compare --object Body --bake all --json //cache/body_compare.json
   {PROG} face-setup --object Skin --skull Skull --jaw Jaw --save
   {PROG} simulate --object Skin --drive markers --out //cache/skin.pc2 --save
@@ -329,6 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=str.lower,
         help="training device (overrides the add-on preference)",
     )
+    train.add_argument(
+        "--with",
+        dest="family",
+        action="append",
+        metavar="NAME",
+        help="also train on this object's bakes (repeat for several): one model of the --object "
+        "and these variants of it, recorded on the --object; only for a method that runs on "
+        "other meshes",
+    )
     _add_setting_options(train)
 
     sim = sub.add_parser(
@@ -350,6 +361,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="PC2 file (one object) or folder (<object>_reduced.pc2 each); default: the "
         "object's cache directory",
+    )
+    use = sim.add_mutually_exclusive_group()
+    use.add_argument(
+        "--model",
+        metavar="PATH",
+        help="simulate with this model file instead of the object's own (a model that runs on "
+        "other meshes, put on the object's tets without retraining; recorded with --save)",
+    )
+    use.add_argument(
+        "--model-of",
+        metavar="NAME",
+        help="simulate with the model of this object (as --model)",
     )
     sim.add_argument(
         "--drive",
@@ -775,14 +798,34 @@ def cmd_train(args) -> int:
 
     given = given_settings(args)
     objects = select_objects(args.objects)
+    others = []
+    if args.family:
+        if len(objects) != 1:
+            raise UserError(
+                "--with trains one model of one object with others' bakes: name that object "
+                "with one --object"
+            )
+        others = select_objects(args.family)
     for obj in objects:  # every object's method and settings checked before any job starts
         method = registry.get(args.method) if args.method else obj.neural_rom.method()
         check_settings_of(method, given, obj.name)
         training.training_settings(obj, method, given)
     for obj in objects:
-        spec = training.make_train_job(
-            obj, bpy.context.scene, method=args.method, settings=given, device=args.device
-        )
+        if others:
+            from .family import make_family_train_job
+
+            spec = make_family_train_job(
+                obj,
+                bpy.context.scene,
+                others,
+                method=args.method,
+                settings=given,
+                device=args.device,
+            )
+        else:
+            spec = training.make_train_job(
+                obj, bpy.context.scene, method=args.method, settings=given, device=args.device
+            )
         _out(
             f"training {obj.name}: {spec['method']} on {len(spec['bakes'])} bake(s) -> {spec['out']}"
         )
@@ -812,6 +855,23 @@ def cmd_simulate(args) -> int:
             "--out names one .pc2 file but several objects are simulated: pass a folder"
         )
     start, end = args.frames if args.frames else (None, None)
+    if args.model or args.model_of:
+        from . import family
+
+        source = select_objects([args.model_of])[0] if args.model_of else None
+        for obj in objects:  # every object gets the model before any is simulated
+            if obj is source:
+                continue
+            info = family.apply_model(
+                obj,
+                bpy.context.scene,
+                _abspath(args.model) if args.model else None,
+                source=source,
+            )
+            where = family.domain_text(obj.neural_rom.model)
+            _out(f"{obj.name}: uses {info['path']}" + (f", {where}" if where else ""))
+            if info["warning"]:
+                print(f"neural_rom: warning: {obj.name}: {info['warning']}", file=sys.stderr)
     for obj in objects:
         if args.drive:
             if not obj.neural_rom.face.path:

@@ -18,7 +18,9 @@ What differs from the FEM pipeline, and lives here:
 * **Simulate** (:class:`.simulate.ClothDriver`): no tets: the model's vertices are the mesh's; the
   frame's inputs are the colliders the bakes recorded (by name, with the shapes they were
   baked as, :func:`colliders`) and the object's own world matrix as the reference frame
-  (its owner's motion, a parent's or a bone's, is in it), as the bake recorded them.
+  (its owner's motion, a parent's or a bone's, is in it), as the bake recorded them. The
+  pinned vertices the bakes recorded (the Cloth modifier's pin group, those Blender holds
+  fixed) hang rigidly from that frame (:meth:`core.methods.snp.SNPSimulation.positions`).
 * **The Cloth modifier is muted while the model drives the mesh** (simulation, playback of a
   bake, a comparison) and restored as it was when the last of them stops (:func:`hold`,
   :func:`release`: the modifier's own viewport and render switches, recorded on the object
@@ -228,7 +230,7 @@ def hold(obj: bpy.types.Object) -> None:
     if MUTED in obj.keys():
         _mute(obj)  # ours already (the user may have switched it back on meanwhile)
         return
-    if not is_cloth(obj):
+    if not (is_cloth(obj) or is_cloth_model(obj)):
         return
     mod = cloth_modifier(obj)
     if mod is None:

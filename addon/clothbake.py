@@ -198,7 +198,7 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
     fv, fs = bm.polygons(obj.data)
     pin_group = cloth.settings.vertex_group_mass
     pinned = (
-        bm.vertex_group_indices(obj, pin_group, min_weight=1e-6)
+        bm.vertex_group_indices(obj, pin_group, min_weight=cb.PIN_WEIGHT)
         if pin_group and obj.vertex_groups.get(pin_group) is not None
         else np.zeros(0, np.int64)
     )

@@ -373,6 +373,83 @@ def pose_from_key(obj: bpy.types.Object, index: int) -> str:
     return names[index]
 
 
+def key_jaw_matrix(obj: bpy.types.Object, angle: float) -> np.ndarray:
+    """The jaw's reference frame (skin-local, relative to rest) when it is open ``angle`` rad
+    about its hinge: what :meth:`..core.methods.active.ActiveModel.boundary` takes."""
+    c, s = np.cos(angle), np.sin(angle)
+    Rx = np.array([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1.0]])
+    rest = np.array(obj.neural_rom.face.jaw_rest, dtype=np.float64).reshape(4, 4)
+    return rest @ Rx @ np.linalg.inv(rest)
+
+
+def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -> dict:
+    """The worker job that fits the sliders to a shape key (default: the active one), held
+    out of training or not (:func:`..core.facejob.fit_key`); the object is not changed."""
+    from ..core import registry
+    from ..core.files import write_npz
+
+    s = obj.neural_rom
+    check_face(obj)
+    model = load_path(s.model.path) if s.model.path else None
+    if model is None or not model.is_file():
+        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    keys = obj.data.shape_keys
+    name = key_name or (obj.active_shape_key.name if obj.active_shape_key else "")
+    kb = keys.key_blocks.get(name) if keys is not None else None
+    if kb is None or kb == keys.reference_key:
+        raise NeuralRomError(
+            f"Pick a shape key of '{obj.name}' to fit (not the Basis): make it the active one "
+            "in Object Data > Shape Keys."
+        )
+    co = np.empty(3 * len(kb.data), dtype=np.float32)
+    kb.data.foreach_get("co", co)
+    angle = facejob.key_jaw_angle(name)
+    folder = cache_dir(obj) / JOB_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = folder / "fit_key.npz"
+    write_npz(
+        inputs,
+        {"targets": co.reshape(-1, 3).astype(np.float64), "jaw": key_jaw_matrix(obj, angle)},
+    )
+    fields = {}
+    try:
+        fields = registry.job_fields(registry.get(s.model.method))
+    except NeuralRomError:
+        pass  # unknown here: the worker says which methods it knows
+    return {
+        "kind": "face_fit_key",
+        "name": obj.name,
+        "model": str(model),
+        "expect_mesh_hash": s.face.mesh_hash,
+        **fields,
+        "inputs": str(inputs),
+        "key": name,
+        "jaw_angle": angle,
+        "folder": str(folder),
+        "log_dir": str(cache_dir(obj) / "logs"),
+    }
+
+
+#: The last key the sliders were fitted to, on the skin: name, mean and max error (mm).
+FIT_KEY_PROP = "nrom_face_fit_key"
+
+
+def on_fit_key_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | None:
+    """Set the sliders to the fitted code and the jaw to the key's angle."""
+    if not result or result.get("cancelled") or "z" not in result:
+        return None
+    z = np.asarray(result["z"], float)
+    for name, v in zip(slider_names(len(z)), z, strict=True):
+        obj[name] = float(v)
+    set_jaw_angle(obj, float(job["jaw_angle"]))
+    obj[FIT_KEY_PROP] = {
+        "key": job["key"],
+        "mean_mm": 1000.0 * float(result["mean_error_m"]),
+        "max_mm": 1000.0 * float(result["max_error_m"]),
+    }
+    return result
+
+
 # --------------------------------------------------------------------------------------
 # Markers
 

@@ -70,14 +70,14 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
             (
                 "REDUCED",
                 "Reduced",
-                "In the subspace of the training equilibria: interactive, but it cannot dent "
-                "the skin where no expression does (a collider's dent is shallower)",
+                "In the subspace of the training equilibria: interactive (a frame whose skin "
+                "touches a collider is finished by the full solve)",
             ),
             (
                 "FULL",
                 "Full",
-                "On every flesh node: the reference, for final bakes and colliders "
-                "(seconds per frame on a big face)",
+                "On every flesh node, every frame: the reference, for final bakes (seconds "
+                "per frame on a big face)",
             ),
         ),
         default="REDUCED",

@@ -382,6 +382,17 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     kind: StringProperty(
         default="fem", description="The training data it learnt from: fem or cloth bakes"
     )
+    # a model that runs on other meshes of its family (addon/family.py)
+    family: StringProperty(description="The other objects whose bakes it was trained on")
+    applied_from: StringProperty(
+        description="The object (or file) whose model this object uses (empty: its own)"
+    )
+    domain_outside: FloatProperty(
+        description="Share of the tet nodes outside the model's training domain (-1: unknown)",
+        default=-1.0,
+    )
+    domain_distance: FloatProperty(description="Largest distance outside the domain, metres")
+    domain_warning: StringProperty(description="The out-of-domain warning, if any")
 
 
 def _material_update(self, context) -> None:

@@ -34,8 +34,9 @@ from ..core.framecache import Timeline
 from ..core.poke import Poke
 from ..core.sim import FrameInputs
 from ..core.simjob import Track, render_local
-from . import bakes, cloth, paths, tets
+from . import bakes, cloth, paths, reference, tets
 from . import blender_mesh as bm
+from .reference import runs_on_other_meshes
 
 # Set while a driver samples other frames (scene.frame_set re-enters the handlers).
 _busy = False
@@ -141,7 +142,8 @@ def check_model(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
     if not s.model.path:
         raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
     t = tets.load_tets(obj)  # missing or edited: re-tetrahedralize
-    if s.model.tets_hash and s.model.tets_hash != s.tets_hash:
+    # a model that runs on other meshes runs on any tets of the object (addon/family.py)
+    if s.model.tets_hash and s.model.tets_hash != s.tets_hash and not runs_on_other_meshes(obj):
         raise CacheError(
             f"'{obj.name}' was re-tetrahedralized after its model was trained; re-bake and "
             "re-train."
@@ -183,6 +185,7 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
         fields.update(registry.job_fields(registry.get(s.model.method)))
     except NeuralRomError:
         pass  # unknown here: the worker says which methods it knows
+    fields.update(reference.job_fields(obj, scene))
     return fields
 
 
@@ -233,7 +236,9 @@ class Driver:
         self.name = obj.name
         path, mesh_hash, self.tets = check_model(obj, scene)
         try:
-            self.sim, self.model = load_simulator(path, expect_mesh_hash=mesh_hash)
+            self.sim, self.model = load_simulator(
+                path, **reference.load_arguments(obj, scene, self.tets, mesh_hash)
+            )
         except CacheError as e:
             raise CacheError(
                 f"The model of '{obj.name}' cannot drive it: {e}. (Moving the object after "
@@ -558,6 +563,8 @@ def on_frame_change(scene: bpy.types.Scene) -> None:
         s = getattr(obj, "neural_rom", None)
         if s is None or not s.simulate or obj.type != "MESH" or obj.mode == "EDIT":
             continue
+        if reference.mesh_edit_pending(obj, _drivers.get(obj.name)):
+            continue  # an edited mesh waits for Apply Mesh Edit (addon/family.py)
         try:
             apply_frame(obj, scene)
         except Exception as e:  # noqa: BLE001 (one object's failure must not stop the others)

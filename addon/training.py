@@ -87,29 +87,17 @@ def make_train_job(
     if kind == "face":  # missing, or the skin edited since Set Up Face: refused here
         from .face import check_face
 
-        paths, hashes = [str(check_face(obj))], {s.face.mesh_hash}
-    elif not any((rec.kind or "fem") == kind for rec in s.bakes):
-        first = "Cloth Bake" if kind == "cloth" else "Bake"
-        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
+        paths, mesh_hash = [str(check_face(obj))], s.face.mesh_hash
     else:
-        if kind == "fem":
-            load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
-        paths, hashes = [], set()
-        for rec in s.bakes:
-            if (rec.kind or "fem") != kind:
-                continue  # bakes of the other kind (FEM bakes of a cloth object)
-            cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
-            paths.append(str(load_path(rec.path).resolve()))
-            hashes.add(cache.mesh_hash)
-    if len(hashes) > 1:
-        raise NeuralRomError(
-            f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
-            "between bakes); clear the old bakes or re-bake them all, then train."
-        )
+        paths, mesh_hash = object_bakes(obj, scene, kind)
+    bakes = paths
+    if record.other_mesh and kind == "fem":  # a field over a space shared with other objects
+        from .reference import bake_entries
+
+        bakes = bake_entries(obj, scene, paths)
     folder = cache_dir(obj) / MODELS_DIR
     folder.mkdir(exist_ok=True)
     out = folder / f"{record.name}.nrmodel"
-    mesh_hash = hashes.pop()
     s.pending_train = json.dumps(
         {
             "out": str(out),
@@ -125,13 +113,40 @@ def make_train_job(
         "kind": "train",
         **registry.job_fields(record),
         "needs": job_needs(record),
-        "bakes": paths,
+        "bakes": bakes,
         "out": str(out),
         "settings": values,
         "device": device,
         "mesh_hash": mesh_hash,
         "log_dir": str(folder / "logs"),
     }
+
+
+def object_bakes(
+    obj: bpy.types.Object, scene: bpy.types.Scene, kind: str = "fem"
+) -> tuple[list[str], str]:
+    """``(paths, mesh_hash)``: the absolute paths of ``obj``'s bakes of ``kind`` ("fem" or
+    "cloth") and the hash of the world mesh they simulate, each bake checked (tets fresh;
+    bakes fresh, not empty, all of one placement of the object), refused with what to do."""
+    s = obj.neural_rom
+    if not any((rec.kind or "fem") == kind for rec in s.bakes):
+        first = "Cloth Bake" if kind == "cloth" else "Bake"
+        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
+    if kind == "fem":
+        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+    paths, hashes = [], set()
+    for rec in s.bakes:
+        if (rec.kind or "fem") != kind:
+            continue  # bakes of the other kind (FEM bakes of a cloth object)
+        cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
+        paths.append(str(load_path(rec.path).resolve()))
+        hashes.add(cache.mesh_hash)
+    if len(hashes) > 1:
+        raise NeuralRomError(
+            f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
+            "between bakes); clear the old bakes or re-bake them all, then train."
+        )
+    return paths, hashes.pop()
 
 
 def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
@@ -145,8 +160,10 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     if not path or result.get("cancelled") or not Path(path).is_file():
         return False
     rollout = result.get("rollout") or {}
+    clear_model_record(obj)
     m = s.model
     m.path = store_path(obj, path)
+    m.family = ", ".join(pending.get("family", []))
     m.method = str(result.get("method", pending.get("method", "")))
     m.k = result_dofs(result)
     # a value a method does not have (no cubature, no rollout) may be missing or None
@@ -214,12 +231,19 @@ def clear_model(obj: bpy.types.Object, *, delete_file: bool = True) -> None:
 
         simulate.stop_simulation(obj)
     path = load_path(s.model.path)
-    for prop in s.model.bl_rna.properties:
-        if prop.identifier not in ("rna_type", "name"):
-            s.model.property_unset(prop.identifier)
+    applied = bool(s.model.applied_from)  # another object's file: not this one's to delete
+    clear_model_record(obj)
     _forget_drivers(obj.name)
-    if delete_file and path.suffix == ".nrmodel" and path.is_file():
+    if delete_file and not applied and path.suffix == ".nrmodel" and path.is_file():
         path.unlink()
         ckpt = path.parent / (path.stem + ".checkpoints")
         if ckpt.is_dir():
             shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def clear_model_record(obj: bpy.types.Object) -> None:
+    """Forget what ``obj`` records of its model (every property back to its default)."""
+    m = obj.neural_rom.model
+    for prop in m.bl_rna.properties:
+        if prop.identifier not in ("rna_type", "name"):
+            m.property_unset(prop.identifier)

@@ -29,6 +29,9 @@ the same mesh placed elsewhere is the same mesh. Channels, per frame:
     The rigid world transform of the cloth object (its parent's motion included): the
     frame its pinned vertices hang from.
 
+The extra array ``pinned`` lists the vertices the Cloth modifier's pin group holds fixed
+(weight >= :data:`PIN_WEIGHT`): they follow ``reference_frame`` rigidly.
+
 The metadata (``source: "blender_cloth"``) records the time step, gravity (the scene's,
 times the cloth's gravity weight), each collider's name, kind and size, the cloth
 object's and its owner's names, the seed and the motion plan, and the point cache range the
@@ -60,6 +63,11 @@ __all__ = [
 
 #: ``metadata["source"]`` of a bake made by Blender's cloth solver.
 SOURCE = "blender_cloth"
+#: Pin-group weight from which Blender's cloth holds a vertex fixed to the object (its goal
+#: is the weight to the 4th power, pinned from 0.999, ``SOFTGOALSNAP``); a bake's
+#: ``pinned`` extra array lists these vertices: they move rigidly with the object (2e-7 m in
+#: a test bake), those below are goal springs that sag.
+PIN_WEIGHT = 0.999**0.25
 
 
 class ClothBakeError(NeuralRomError):

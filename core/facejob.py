@@ -253,9 +253,42 @@ __all__ = [
     "auto_spacing",
     "demo_face",
     "face_stats",
+    "fit_key",
     "key_held_out",
     "key_jaw_angle",
     "key_name",
     "setup_face",
     "simulate_face_to_pc2",
 ]
+
+
+def fit_key(spec: dict) -> dict:
+    """Fit a face model's latent code to a sculpted key's whole skin (eq. 17 with every skin
+    vertex a marker; Levenberg-Marquardt from the zero code, full solve): what the sliders
+    must be to show that key, held out of training or not.
+
+    Spec keys: ``model``, ``expect_mesh_hash``, ``method`` / ``method_origin``, ``inputs``
+    (npz: ``targets`` (s, 3) skin positions, ``jaw`` (4, 4) the key's jaw transform, both in
+    the skin's local space), ``iterations`` (default 30).
+
+    Returns ``z`` (the code), ``mean_error_m`` and ``max_error_m`` (the fitted skin against
+    the key), ``iterations``.
+    """
+    from .simjob import load_model_for
+
+    sim, _ = load_model_for(spec)
+    if not hasattr(sim, "fit_latent"):
+        raise NeuralRomError("This model cannot fit a latent code to a shape: train a face model.")
+    with np.load(spec["inputs"], allow_pickle=False) as z:
+        targets, jaw = z["targets"], z["jaw"]
+    sim.reset()
+    code, x, _, it = sim.fit_latent(
+        targets, jaw=jaw, mode="full", pull=0.0, iters=int(spec.get("iterations", 30))
+    )
+    d = np.linalg.norm(sim.model.skin.apply(x) - targets, axis=1)
+    return {
+        "z": np.asarray(code, float).tolist(),
+        "mean_error_m": float(d.mean()),
+        "max_error_m": float(d.max()),
+        "iterations": int(it),
+    }

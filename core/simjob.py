@@ -213,7 +213,9 @@ def render_local(
 def load_model_for(spec: dict):
     """The simulator and model of a job spec's ``model`` (its method found through the
     registry, from ``method_origin`` for a method registered outside the package), refused
-    with what to do when it is not the model of the mesh ``expect_mesh_hash``.
+    with what to do when it is not the model of the mesh ``expect_mesh_hash``. With
+    ``mesh_matrix`` (a model that runs on other meshes) it is put on the job's ``tets``
+    placed in the world by that (4, 4) matrix, with its translation as the object's origin.
 
     Returns (simulator, model).
     """
@@ -228,8 +230,16 @@ def load_model_for(spec: dict):
             f"The model of '{name}' is missing ({path}); train again (or check that the cache "
             "folder moved with the .blend)."
         )
+    if spec.get("mesh_matrix") is not None:  # a model put on the object's own tets
+        from .meshfile import read_tetmesh
+
+        M = np.asarray(spec["mesh_matrix"], dtype=np.float64).reshape(4, 4)
+        tm = read_tetmesh(spec["tets"])
+        where = {"mesh": (to_world(np.asarray(tm.X, np.float64), M), tm.T, M[:3, 3])}
+    else:
+        where = {"expect_mesh_hash": spec.get("expect_mesh_hash")}
     try:
-        return registry.load_simulator(path, expect_mesh_hash=spec.get("expect_mesh_hash"))
+        return registry.load_simulator(path, **where)
     except CacheError as e:
         raise CacheError(
             f"The model of '{name}' cannot drive it: {e}. (Moving the object after baking also "

@@ -151,9 +151,55 @@ class NEURAL_ROM_OT_pose_from_key(bpy.types.Operator):
         return {"FINISHED"}
 
 
+class NEURAL_ROM_OT_fit_key(bpy.types.Operator):
+    """Fit the latent sliders (and put the jaw) to a shape key, held out of training or not,
+    in a background process: the face the model makes closest to that sculpt"""
+
+    bl_idname = "neural_rom.fit_key"
+    bl_label = "Fit Sliders to Key"
+    bl_options = {"REGISTER"}  # a job: the sliders are set when it ends
+
+    key_name: StringProperty(name="Shape Key", default="", description="Empty: the active one")
+
+    @classmethod
+    def poll(cls, context):
+        obj = _face_skin(context)
+        return obj is not None and bool(obj.neural_rom.model.path)
+
+    def execute(self, context):
+        fitted: dict = {}
+
+        def make(obj, scene):
+            job = face.make_fit_key_job(obj, scene, key_name=self.key_name)
+            fitted["job"] = job
+            return job
+
+        def done(obj, result):
+            fitted["result"] = face.on_fit_key_done(obj, fitted["job"], result)
+
+        def summary(obj):
+            info = obj.get(face.FIT_KEY_PROP) or {}
+            return (
+                f"Sliders of '{obj.name}' fitted to '{info.get('key', '?')}': mean skin error "
+                f"{info.get('mean_mm', 0.0):.3g} mm, max {info.get('max_mm', 0.0):.3g} mm"
+            )
+
+        return launch_job(
+            self,
+            context,
+            noun="Fit Sliders to Key",
+            gerund="Fitting the sliders of",
+            make_job=make,
+            on_done=done,
+            discard=lambda job: None,
+            summary=summary,
+        )
+
+
 CLASSES = (
     NEURAL_ROM_OT_set_up_face,
     NEURAL_ROM_OT_add_demo_head,
     NEURAL_ROM_OT_add_markers,
     NEURAL_ROM_OT_pose_from_key,
+    NEURAL_ROM_OT_fit_key,
 )

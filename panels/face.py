@@ -51,6 +51,10 @@ def draw_face(layout, obj, scene) -> None:
         for name in sorted(names, key=lambda n: int(n[len(face.SLIDER_PREFIX) :])):
             col.prop(obj, f'["{name}"]', text=f"Latent {name[len(face.SLIDER_PREFIX) :]}")
         col.operator("neural_rom.pose_from_key", icon="SHAPEKEY_DATA")
+        col.operator("neural_rom.fit_key", text="Fit Sliders to Active Key", icon="SHAPEKEY_DATA")
+        fitted = obj.get(face.FIT_KEY_PROP)
+        if fitted:
+            col.label(text=f"'{fitted['key']}': {fitted['mean_mm']:.3g} mm mean error")
     else:
         markers = face.markers_of(obj, scene)
         col.label(text=f"{len(markers)} markers", icon="EMPTY_AXIS")

@@ -6,6 +6,9 @@ import textwrap
 
 import bpy
 
+from ..addon.reference import runs_on_other_meshes
+from .family import draw_family_model, draw_family_simulate, draw_family_train
+
 
 def _active(context):
     obj = getattr(context, "object", None)
@@ -363,7 +366,10 @@ def draw_model_result(box, s) -> None:
             if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
                 box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
     box.label(text=f"Trained on {m.bakes} bake(s) in {m.train_seconds:.1f} s ({m.device})")
-    if m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
+    draw_family_model(box, s.id_data)
+    if runs_on_other_meshes(s.id_data):
+        pass  # runs on any tets of the object: never stale
+    elif m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
         box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
 
 
@@ -382,6 +388,7 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         row = layout.row(align=True)
         row.enabled = can_train
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
+        draw_family_train(layout, obj)
         if not can_train:
             layout.label(text="Bake first", icon="INFO")
         if not s.model.path:
@@ -420,6 +427,7 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
             col.label(text=f"{len(d.cache)} frames cached, {ms:.2f} ms/step")
             if d.ground_z is not None and not bakes.scene_colliders(obj, context.scene):
                 col.label(text=f"Ground plane of the bakes at z = {d.ground_z:.3f} m", icon="INFO")
+        draw_family_simulate(col, obj)
         draw_jobs(col, obj.name, "simulate")
         col.operator("neural_rom.bake_simulation", icon="EXPORT")
 

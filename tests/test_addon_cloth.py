@@ -275,6 +275,12 @@ def test_simulate_mutes_the_cloth_and_follows_the_runtime(trained):
         bpy.context.scene.frame_set(f)
         got.append(bm.get_positions(sheet.data))
     assert sheet.get("nrom_frame_error") is None
+    # the pin group's vertices hang from the owner as Blender's cloth holds them: at rest in
+    # the object's space, whatever the network predicts
+    pins = [v.index for v in sheet.data.vertices if v.groups]
+    pin_err = float(np.abs(np.array(got)[:, pins] - rest[pins]).max())
+    print(f"{len(pins)} pinned vertices: {pin_err:.1e} m from rest (object space)")
+    assert len(pins) == SHEET and pin_err < 1e-5
     err = float(np.abs(np.array(got) - want).max())
     swing = float(np.linalg.norm(want - want[0], axis=-1).max())
     print(
@@ -402,3 +408,20 @@ def test_a_changed_mesh_refuses_its_bakes_and_model(trained):
         assert cli.main(["simulate", "--object", "Sheet"]) == cli.EXIT_USER_ERROR
     finally:
         sheet.data.vertices[5].co = co
+
+
+def test_a_file_reopened_while_simulating_mutes_its_cloth_again(trained):
+    """Last: it opens the copy saved mid-simulation (test_a_saved_file_...) in place of the
+    module's file."""
+    from neural_rom.addon import cloth, simulate
+
+    bpy = trained.bpy
+    bpy.ops.wm.open_mainfile(filepath=str(trained.tmp / "saved_while_simulating.blend"))
+    sheet = bpy.data.objects["Sheet"]
+    mod = sheet.modifiers["Cloth"]
+    assert sheet.neural_rom.simulate and not mod.show_viewport and cloth.MUTED in sheet.keys()
+    bpy.context.scene.frame_set(3)  # the model drives it again
+    assert sheet.get("nrom_frame_error") is None
+    simulate.stop_simulation(sheet)
+    assert mod.show_viewport and not mod.show_render  # as the user had it
+    assert cloth.MUTED not in sheet.keys()

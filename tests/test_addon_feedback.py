@@ -21,6 +21,7 @@ NO_UNDO = {
     "neural_rom.reset_simulation",
     "neural_rom.set_up_face",  # a job: the face is recorded when it ends
     "neural_rom.add_demo_head",  # a job: the objects are made when it ends
+    "neural_rom.fit_key",  # a job: the sliders are set when it ends
 }
 
 

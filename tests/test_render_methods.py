@@ -26,6 +26,16 @@ def _load():
 rm = _load()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def torch_threads_restored():
+    """The script runs torch on one thread; the tests after these keep their setting."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def test_arguments_and_a_picture_for_every_method():
     a = rm.parse_args(["--only", "shen", "--only", "face", "--quick", "--data-only"])
     assert a.only == ["shen", "face"] and a.quick and a.data_only and not a.render_only

@@ -58,20 +58,23 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    the linear model's ``k_tol`` modes; it is widened to ``2 k_tol`` so the decoder has room
    beyond the modes it replaces, ``n_p`` is the fewest modes within twice the tolerance (a
    free body's rigid and near-rigid motion: the first PCA modes of a drop are its
-   translations), and ``n_z = k_tol - n_p`` (or the smallest of 1, 2, 4, ... that meets
-   ``latent_tolerance`` when it is given, up to that): the linear model's DOFs. Before (``n_p`` half the tolerance basis, ``n_z`` to twice
-   the tolerance in it), the demo's ball (``scripts/demo.py``, 4 drops, 1 held out) took
-   3 + 2 DOFs of a 7-mode basis with shapes worse than PCA-5 (32.9 against 28.7 mm) and a
-   held-out replay of 65 mm (render mesh; the linear model 23 mm at 7 DOFs); now 5 + 2 of 14
-   modes, shapes 22.2 mm against PCA-7's 23.6, replay 15.6 mm
-   (``tests/test_shen_contact.py`` checks the same on a small dropped cube). That is one
-   split of the four drops (seed 0 holds out drop 2); the two others measured hold out
-   drops 0 and 3 (seeds 1, 2), where 5 + 2 replays 23.5 and 18.1 mm against the linear
-   model's 18.1 and 14.3 mm at 7 DOFs (shapes 8.0 and 8.3 mm against PCA-7's ~21): better
-   shapes, worse motion after the bounce (the mean error drifts to ~10 mm in flight, the
-   linear model's stays under 4 mm). With 5 + 1 (the smallest latent size within the
-   tolerance, 6 DOFs) they were 29.7 and 19.3 mm; a finer cubature (1%, 86 elements) or omega 0.5 did not help
-   (21.6, 19.1 mm on drop 3).
+   translations), and ``n_z = k_tol - n_p`` (or, when ``latent_tolerance`` is given, the
+   smallest of 1, 2, 4, ... up to that which meets it): the linear model's DOFs. Before
+   (``n_p`` half the tolerance basis, ``n_z`` to twice the tolerance in it), the demo's
+   ball (``scripts/demo.py``, 4 drops, 1 held out) took 3 + 2 DOFs of a 7-mode basis with
+   shapes worse than PCA-5 (32.9 against 28.7 mm) and a held-out replay of 65 mm (render
+   mesh; the linear model 23 mm at 7 DOFs); now 5 + 2 of 14 modes, shapes 22.2 mm against
+   PCA-7's 23.6, replay 15.6 mm (``tests/test_shen_contact.py`` checks the same on a small
+   dropped cube). That is one split of the four drops (seed 0 holds out drop 2); the two
+   others measured hold out drops 0 and 3 (seeds 1, 2), where 5 + 2 replays 23.5 and
+   18.1 mm against the linear model's 18.1 and 14.3 mm at 7 DOFs (shapes 8.0 and 8.3 mm
+   against PCA-7's ~21): better shapes, worse motion after the bounce (the mean error
+   drifts to ~10 mm in flight, the linear model's stays under 4 mm). With 5 + 1 (the
+   smallest latent size within the tolerance, 6 DOFs) they were 29.7 and 19.3 mm; a finer
+   cubature (1%, 86 elements) or omega 0.5 did not help (21.6, 19.1 mm on drop 3). The
+   variational step's problem has several minima there: the Newton matrix alone (exact if
+   positive definite else Gauss-Newton; eigenvalues clamped; their absolute values) moves
+   the drop-3 replay between 28 and 44 mm.
 6. Cubature (:func:`.common.fit_cubature`) fitted to the forces of this subspace: on the
    training poses as the model reproduces them (``X + V c(r)``), reduced by ``V`` (the
    columns of ``J~`` lie in span ``V``).

@@ -614,9 +614,10 @@ class ShenSimulation(SubspaceModel):
         (Fulton 2019's step, without the fictitious force), by Newton with the exact Hessian
         ``J~^T (M~/h^2 + K) J~ + diag(0, g^T H^)`` (the Gauss-Newton matrix with
         PSD-projected element Hessians where it is not positive definite:
-        :func:`_newton_direction`) and Armijo backtracking, at most three times ``max_newton_iters`` iterations.
-        E is bounded below, so this always makes progress: a step that runs out of
-        iterations with E lowered is usable (as the linear runtime's Newton at its limit).
+        :func:`_newton_direction`) and Armijo backtracking, at most three times
+        ``max_newton_iters`` iterations. E is bounded below, so this always makes progress:
+        a step that runs out of iterations with E lowered is usable (as the linear runtime's
+        Newton at its limit).
 
         Returns ``(r, c(r), converged, usable, iterations, last step (m))``.
         """
