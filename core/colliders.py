@@ -190,11 +190,16 @@ class Collider:
             idx = np.flatnonzero(phi < d_hat)
             return idx, d_hat - phi[idx], n[idx]
         # a plane: one dot product a point, no (k, 3) normal array
-        a = self.transform[:3, 2]
-        normal = a / max(math.sqrt(np.add.reduce(a * a)), 1e-300)  # as signed_distance's
+        normal = self.plane_normal()
         phi = (p - self.transform[:3, 3]) @ normal
         idx = np.flatnonzero(phi < d_hat)
         return idx, d_hat - phi[idx], np.repeat(normal[None], len(idx), axis=0)
+
+    def plane_normal(self) -> np.ndarray:
+        """A plane's unit normal (3,), world space (the solid is on its negative side):
+        ``phi(p) = (p - t) . normal`` with ``t`` the transform's translation."""
+        a = self.transform[:3, 2]
+        return a / max(math.sqrt(np.add.reduce(a * a)), 1e-300)  # as signed_distance's
 
     def to_dict(self) -> dict:
         return {

@@ -552,7 +552,18 @@ def test_reduced_contact_equals_the_straightforward_formula(embedded):
     red.kappa *= 2.0
     assert abs(red._contact(q, cols)[0] - 2 * e4) < 1e-12 * e4
     red.kappa /= 2.0
-    cols[0].transform[2, 3] -= 0.01
+    saved = cols[0].transform.copy()
+    for turn in range(6):  # a floor that turns: each normal its own kept rows n^T U_j
+        a = 0.05 * (turn + 1)
+        R = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+        cols[0].transform[:3, :3] = R @ saved[:3, :3]
+        E5, g5, H5 = points.energy(cols, x, s.contact_stiffness, s.contact_offset)
+        e5, g5_red, H5_red = red._contact(q, cols)
+        assert abs(e5 - E5) < 1e-12 * E5
+        np.testing.assert_allclose(g5_red, U.T @ g5.ravel(), rtol=0, atol=1e-12 * np.abs(g5).max())
+        H5_ref = U.T @ _dense_hessian(points, n, H5) @ U
+        np.testing.assert_allclose(H5_red, H5_ref, rtol=0, atol=1e-12 * np.abs(H5_ref).max())
+    cols[0].transform[:] = saved
     # nothing touches: zero energy, gradient and Hessian (not None: colliders are there)
     far = np.zeros(k)
     far[0] = 1.0  # a metre up

@@ -444,27 +444,58 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         return e, g_red, H_red
 
     def _contact_terms(self, q: np.ndarray, colliders, hessian: bool):
-        """:meth:`_contact`'s sums over the touching points (colliders given)."""
+        """:meth:`_contact`'s sums over the touching points (colliders given).
+
+        A plane's distances are linear in ``q``: ``phi = (P0 - t) . n + (n^T U_contact) q``,
+        so with the rows ``n^T U_j`` (p, k) of its normal kept (a floor's normal does not
+        change) it costs a (p, k) product a call and its touching rows are ``B`` as they are;
+        the other colliders take the points' positions (a (3p, k) product, once a call).
+        """
         k = self.k
         Uc = self.U_contact  # (p, 3, k)
-        xs = self.contact_rest + (self._U_contact_flat @ q).reshape(-1, 3)
         d_hat = self.settings.contact_offset
+        xs = None
         e = 0.0
         g_red = np.zeros(k)
         H_red = np.zeros((k, k)) if hessian else None
         for c in colliders:  # a handful of colliders; the per-point work is vectorized
-            act, pen, n = c.touching(xs, d_hat)
-            if not act.size:
-                continue
+            if c.kind == "plane":
+                normal = c.plane_normal()
+                rows, rest = self._plane_rows(normal)
+                phi = rest - float(c.transform[:3, 3] @ normal) + rows @ q
+                act = np.flatnonzero(phi < d_hat)
+                if not act.size:
+                    continue
+                pen = d_hat - phi[act]
+                B = rows[act]  # rows n^T U_j, (a, k)
+            else:
+                if xs is None:
+                    xs = self.contact_rest + (self._U_contact_flat @ q).reshape(-1, 3)
+                act, pen, n = c.touching(xs, d_hat)
+                if not act.size:
+                    continue
+                B = np.einsum("aik,ai->ak", Uc[act], n)  # rows n_j^T U_j, (a, k)
             km = self.kappa * self.contact_mass[act]
             f = km * pen
             e += 0.5 * float(f @ pen)
-            B = np.einsum("aik,ai->ak", Uc[act], n)  # rows n_j^T U_j, (a, k)
             g_red -= f @ B
             if hessian:
                 Bs = np.sqrt(km)[:, None] * B
                 H_red += Bs.T @ Bs  # B^T diag(km) B, symmetric to the last bit (syrk)
         return e, g_red, H_red
+
+    def _plane_rows(self, normal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(n^T U_j (p, k), P0 . n (p,))`` of a plane normal, kept for the last few normals
+        (a floor's is the same every call; a tilting plane's changes every frame)."""
+        cache = self.__dict__.setdefault("_plane_cache", {})
+        key = normal.tobytes()
+        hit = cache.get(key)
+        if hit is None:
+            if len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            rows = np.ascontiguousarray(np.einsum("pik,i->pk", self.U_contact, normal))
+            hit = cache[key] = (rows, self.contact_rest @ normal)
+        return hit
 
 
 def _slice_material(material: _fem.Material, elements: np.ndarray, m: int) -> _fem.Material:
