@@ -834,7 +834,7 @@ def train(
         reference_rest=reference_rest(b.ds),
         triangles=cloth_triangles(b.ds),
     )
-    check = (Z_val or Z)[0], (W_val or W)[0]
+    check = (Z_val or Z)[0], (val_seqs or train_seqs)[0].features
     _verify_export(net_t, params, *check)
     measures = heldout_errors(params, val_seqs, dt) if val_seqs else {}
     run.emit(measures)
@@ -877,13 +877,15 @@ def _max_projection_error(Y: np.ndarray, mean: np.ndarray, U: np.ndarray) -> flo
     return float(np.sqrt(np.max(np.einsum("fvi,fvi->fv", R, R), initial=0.0)))
 
 
-def latent_rollout(sim: SNPSimulation, z0: np.ndarray, z1: np.ndarray, W: np.ndarray):
-    """(L, u) PCA coordinates of a rollout of the runtime's ``predict`` from ``z0, z1`` over
-    the external inputs ``W`` (L, v); the first two rows are ``z0``, ``z1``."""
-    out = np.empty((len(W), len(z0)))
+def latent_rollout(sim: SNPSimulation, z0: np.ndarray, z1: np.ndarray, F: np.ndarray):
+    """(L, u) PCA coordinates of a rollout of the runtime's step (``predict_features``, the
+    arithmetic :meth:`SNPSimulation.step` runs) from ``z0, z1`` over the external features
+    ``F`` (L, e); the first two rows are ``z0``, ``z1``."""
+    out = np.empty((len(F), len(z0)))
     out[0], out[1] = z0, z1
-    for t in range(2, len(W)):
-        out[t] = sim.predict(out[t - 1], out[t - 2], W[t])
+    F = np.asarray(F, dtype=np.float64)
+    for t in range(2, len(F)):
+        out[t] = sim.predict_features(out[None, t - 1], out[None, t - 2], F[None, t])[0]
     return out
 
 
@@ -901,10 +903,9 @@ def heldout_errors(params: SNPParameters, seqs: list[Sequence], dt: float) -> di
     count = 0
     for q in seqs:
         z = (q.y - params.mean).reshape(len(q.y), -1) @ params.U
-        w = params.encoder.encode(q.features)
         target = q.y[2:]
         for key, sim in sims.items():
-            zr = latent_rollout(sim, z[0], z[1], w)[2:]
+            zr = latent_rollout(sim, z[0], z[1], q.features)[2:]
             y = params.mean + (zr @ params.U.T).reshape(target.shape)
             sums[key] += float(np.linalg.norm(y - target, axis=-1).sum())
         proj = params.mean + (z[2:] @ params.U.T).reshape(target.shape)
@@ -913,8 +914,10 @@ def heldout_errors(params: SNPParameters, seqs: list[Sequence], dt: float) -> di
     return {k: v / max(count, 1) for k, v in sums.items()}
 
 
-def _verify_export(net_t, params: SNPParameters, z: np.ndarray, w: np.ndarray) -> None:
-    """The exported network's rollout equals the torch network's in float64 (else a bug)."""
+def _verify_export(net_t, params: SNPParameters, z: np.ndarray, f: np.ndarray) -> None:
+    """The exported runtime's rollout (its folded step) over the features ``f`` equals the
+    torch network's in float64 (else a bug)."""
+    w = params.encoder.encode(f)
     net64 = _copy64(net_t)
     t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
     with torch.no_grad():
@@ -929,7 +932,7 @@ def _verify_export(net_t, params: SNPParameters, z: np.ndarray, w: np.ndarray) -
             t(params.z_lo),
             t(params.z_hi),
         )[0].numpy()
-    got = latent_rollout(SNPSimulation(params), z[0], z[1], w)
+    got = latent_rollout(SNPSimulation(params), z[0], z[1], f)
     err = float(np.abs(got - ref).max(initial=0.0)) / (params.scale + float(np.abs(ref).max()))
     if not err <= _VERIFY_TOL:
         raise NeuralRomError(
