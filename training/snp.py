@@ -75,7 +75,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +95,7 @@ from ..core.methods.snp import (
     ExternalEncoder,
     SNPParameters,
     SNPSimulation,
+    VertexNormals,
     external_features,
     reference_pose,
 )
@@ -379,6 +380,57 @@ def fit_external_encoder(
     else:
         V = np.zeros((0, 0))
     return ExternalEncoder(lo, hi, mean, sd, keep, V)
+
+
+def fit_normal_model(
+    sequences: list[np.ndarray], mean: np.ndarray, U: np.ndarray, triangles: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The linear normal model of Holden 2019, sec. 6.3: ``n_mu`` (3n,) and ``Q`` (3n, u) with
+    ``Q = (N - n_mu) Z^+`` over the training frames, ``N`` their area-weighted vertex normals
+    (:class:`core.methods.snp.VertexNormals`) in the reference frame and ``Z`` their PCA
+    coordinates: the least-squares map from the state to the normals. Accumulated bake by
+    bake (``Z^T Z`` and ``Z^T N``), so the frames' normals are never held all at once.
+
+    Parameters
+    ----------
+    sequences : per training bake (L_i, n, 3) positions in the reference frame
+    mean, U : the PCA (n, 3) mean and (3n, u) basis; triangles : (t, 3) the surface
+    """
+    vn = VertexNormals(triangles, len(mean))
+    u = U.shape[1]
+    G, H, zs, ns, count = np.zeros((u, u)), np.zeros((u, U.shape[0])), np.zeros(u), 0.0, 0
+    for y in sequences:
+        Z = (y - mean).reshape(len(y), -1) @ U
+        N = np.stack([vn(f) for f in y]).reshape(len(y), -1)
+        G += Z.T @ Z
+        H += Z.T @ N
+        zs += Z.sum(0)
+        ns = ns + N.sum(0)
+        count += len(y)
+    z_mu, n_mu = zs / count, ns / count
+    # centred normal equations: (Z - z_mu)^T (Z - z_mu) Q^T = (Z - z_mu)^T (N - n_mu)
+    Gc = G - count * np.outer(z_mu, z_mu)
+    Hc = H - count * np.outer(z_mu, n_mu)
+    Qt = np.linalg.lstsq(Gc, Hc, rcond=None)[0]
+    n_mu = n_mu - z_mu @ Qt  # the intercept at z = 0
+    return n_mu, np.ascontiguousarray(Qt.T)
+
+
+def normal_angles(params: SNPParameters, sequences: list[np.ndarray]) -> np.ndarray:
+    """Angles (degrees, one per vertex and frame) between the linear normal model's normals
+    and the normals recomputed from the decoded positions, of the frames' PCA projections:
+    what showing the linear model's normals changes against recomputing them."""
+    from ..core.methods.snp import linear_normals
+
+    vn = VertexNormals(params.triangles, len(params.X))
+    out = []
+    for y in sequences:
+        Z = (y - params.mean).reshape(len(y), -1) @ params.U
+        lin = linear_normals(params.normal_mean, params.normal_basis, Z, [IDENTITY] * len(Z))
+        for z, a in zip(Z, lin, strict=True):
+            r = vn(params.mean + (params.U @ z).reshape(-1, 3))
+            out.append(np.einsum("ij,ij->i", r, a.astype(np.float64)))
+    return np.degrees(np.arccos(np.clip(np.concatenate(out), -1.0, 1.0)))
 
 
 # ------------------------------------------------------------------------------------------
@@ -837,6 +889,13 @@ def train(
     check = (Z_val or Z)[0], (val_seqs or train_seqs)[0].features
     _verify_export(net_t, params, *check)
     measures = heldout_errors(params, val_seqs, dt) if val_seqs else {}
+    if params.triangles is not None:  # a surface: the linear normal model (sec. 6.3)
+        run.say(0.84, "linear normal model")
+        n_mu, Q = fit_normal_model([q.y for q in train_seqs], mean, U, params.triangles)
+        params = replace(params, normal_mean=n_mu, normal_basis=Q)
+        angles = normal_angles(params, [q.y for q in (val_seqs or train_seqs)])
+        measures["normal_angle_mean_deg"] = float(angles.mean())
+        measures["normal_angle_p95_deg"] = float(np.percentile(angles, 95))
     run.emit(measures)
     if measures and measures["heldout_mean_error_m"] >= measures["initial_model_mean_error_m"]:
         run.warnings.append(
@@ -893,7 +952,6 @@ def heldout_errors(params: SNPParameters, seqs: list[Sequence], dt: float) -> di
     """Mean vertex errors (m) over the held-out sequences' predicted frames (2 onwards, i.e.
     bake frames 1 onwards) of the model, of the initial model alone (eq. 1) and of the PCA
     projection (the floor), each rolled out from the sequence's first two states."""
-    from dataclasses import replace
 
     sims = {
         "heldout_mean_error_m": SNPSimulation(params),
@@ -959,10 +1017,12 @@ __all__ = [
     "Sequence",
     "fit_external_encoder",
     "fit_initial_model",
+    "fit_normal_model",
     "heldout_errors",
     "latent_rollout",
     "load_sequences",
     "mean_centred_pca",
+    "normal_angles",
     "rollout",
     "train",
     "train_snp",

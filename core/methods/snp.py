@@ -250,6 +250,8 @@ class SNPParameters:
         cloth's owner, :mod:`core.clothbake`), or None: the frame is the pins' rigid motion.
         With it the frame of a step is ``M_t M_rest^-1`` for the frame's
         ``FrameInputs.reference_frame`` ``M_t`` (its scale divided out)
+    normal_mean, normal_basis : (3n,), (3n, u) float32: the linear normal model (sec. 6.3),
+        vertex normals in the reference frame ``n_mu + Q z`` before normalizing, or None
     """
 
     X: np.ndarray
@@ -267,6 +269,8 @@ class SNPParameters:
     pinned: np.ndarray
     reference_rest: np.ndarray | None = None
     triangles: np.ndarray | None = None
+    normal_mean: np.ndarray | None = None
+    normal_basis: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float64)
@@ -286,6 +290,17 @@ class SNPParameters:
             self.reference_rest = rigid(np.asarray(self.reference_rest).reshape(4, 4))
         if self.triangles is not None:
             self.triangles = np.asarray(self.triangles, dtype=np.int64).reshape(-1, 3)
+        if (self.normal_mean is None) != (self.normal_basis is None):
+            raise SimulationError("The linear normal model needs both its mean and its basis.")
+        if self.normal_basis is not None:
+            # float32: a product of the basis' size per frame, at half the memory traffic
+            self.normal_mean = np.ascontiguousarray(self.normal_mean, np.float32).reshape(-1)
+            self.normal_basis = np.ascontiguousarray(self.normal_basis, np.float32)
+            if self.normal_basis.shape != self.U.shape or len(self.normal_mean) != 3 * n:
+                raise SimulationError(
+                    f"The linear normal model has shape {self.normal_basis.shape} and "
+                    f"{len(self.normal_mean)} means; the basis is {self.U.shape}."
+                )
         if self.net is not None and (
             self.net.in_dim != 2 * u + self.encoder.size or self.net.out_dim != u
         ):
@@ -327,6 +342,9 @@ class SNPParameters:
             arrays["reference_rest"] = self.reference_rest
         if self.triangles is not None:
             arrays["triangles"] = self.triangles
+        if self.normal_basis is not None:
+            arrays["normal_mean"] = self.normal_mean
+            arrays["normal_basis"] = self.normal_basis
         meta = {"scale": self.scale, "collider_kinds": self.kinds, "network": None}
         if self.net is not None:
             net_arrays, meta["network"] = self.net.to_arrays(prefix="net.")
@@ -352,6 +370,8 @@ class SNPParameters:
             pinned=a["pinned"],
             reference_rest=a.get("reference_rest"),
             triangles=a.get("triangles"),
+            normal_mean=a.get("normal_mean"),
+            normal_basis=a.get("normal_basis"),
         )
 
 
@@ -381,12 +401,13 @@ class FoldedStep:
     def __init__(self, p: SNPParameters) -> None:
         enc = p.encoder
         self.keep = enc.keep
-        self.lo, self.hi = (
-            np.asarray(enc.lo, float)[self.keep],
-            np.asarray(enc.hi, float)[self.keep],
-        )
+        k = self.keep
+        if len(k) and np.array_equal(k, np.arange(k[0], k[0] + len(k))):
+            self.keep = slice(int(k[0]), int(k[0]) + len(k))  # contiguous: a view, not a copy
+        self.lo, self.hi = np.asarray(enc.lo, float)[k], np.asarray(enc.hi, float)[k]
         self.alpha, self.beta, self.z_lo, self.z_hi = p.alpha, p.beta, p.z_lo, p.z_hi
-        self.Wt: list[np.ndarray] = []  # transposed: rows of a batch multiply as h @ W^T
+        self.W: list[np.ndarray] = []
+        self.Wt: list[np.ndarray] = []
         self.b: list[np.ndarray] = []
         self.f: list = []
         if p.net is None:
@@ -398,21 +419,29 @@ class FoldedStep:
         b[0] = b[0] - Ww @ enc._offset
         W[0] = first
         W[-1], b[-1] = s * W[-1], s * b[-1]
-        self.Wt = [np.ascontiguousarray(a.T) for a in W]
+        self.W = [np.ascontiguousarray(a) for a in W]
+        self.Wt = [a.T for a in self.W]  # rows of a batch multiply as h @ W^T
         self.b = b
         self.f = [None if a == "relu" else f for a, f in zip(net.activations, net._f, strict=True)]
         self._zero = {len(a): np.zeros(len(a)) for a in b}
 
     def __call__(self, z1: np.ndarray, z2: np.ndarray, f: np.ndarray) -> np.ndarray:
-        """``z_t`` (B, u) from ``z_{t-1}``, ``z_{t-2}`` (B, u) and features ``f`` (B, e)."""
+        """``z_t`` (B, u) from ``z_{t-1}``, ``z_{t-2}`` (B, u) and features ``f`` (B, e).
+        One instance runs on vectors (matrix-vector products; elementwise operations on
+        (1, m) rows cost about twice those on vectors at these sizes), B on rows."""
+        if len(z1) == 1:
+            return self._step(z1[0], z2[0], f[0], self.W)[None]
+        return self._step(z1, z2, f, self.Wt)
+
+    def _step(self, z1, z2, f, mats):
         z = initial_model(z1, z2, self.alpha, self.beta)
-        if self.Wt:
-            fk = f[:, self.keep]
-            np.maximum(fk, self.lo, out=fk)
-            np.minimum(fk, self.hi, out=fk)
-            h = np.concatenate([z1, z2, fk], axis=1)
-            for Wt, b, act in zip(self.Wt, self.b, self.f, strict=True):
-                h = np.dot(h, Wt)
+        if mats:
+            fk = f[..., self.keep]  # a slice where the kept features are contiguous: a view
+            fk = np.minimum(np.maximum(fk, self.lo), self.hi)
+            h = np.concatenate([z1, z2, fk], axis=-1)
+            one = h.ndim == 1
+            for W, b, act in zip(mats, self.b, self.f, strict=True):
+                h = np.dot(W, h) if one else np.dot(h, W)
                 h += b
                 if act is None:  # relu, in place: 0.4 us, against 0.9 for np.maximum(h, 0.0)
                     np.maximum(h, self._zero[len(b)], out=h)
@@ -457,6 +486,10 @@ class SNPSimulation(SimulatorBase):
         self._driven: dict[bytes, Pose] = {}  # driver matrix -> pose (see driven_poses)
         self._initial_colliders = list(colliders or [])
         self._normals = None
+        #: ``"linear"``: :meth:`normals` by the linear normal model where the model has one
+        #: (sec. 6.3; faster at about the same look, see :func:`linear_normals`);
+        #: ``"recomputed"``: from the triangles of the positions
+        self.normal_model = "linear" if params.normal_basis is not None else "recomputed"
         #: render-time push-out of vertices inside colliders (sec. 6.4) in :meth:`positions`
         self.push_out = True
         self.reset()
@@ -506,16 +539,21 @@ class SNPSimulation(SimulatorBase):
         return push_out(x, self.colliders) if self.push_out else x
 
     def normals(self, x: np.ndarray | None = None) -> np.ndarray:
-        """(n, 3) unit vertex normals of positions ``x`` (default :meth:`positions`),
-        recomputed from the model's triangles (:class:`VertexNormals`); a model without
-        triangles (a FEM model) has none and raises SimulationError."""
+        """(n, 3) unit vertex normals, world. Of the current state by the linear normal model
+        (sec. 6.3, :func:`linear_normals`) when the model has one and :attr:`normal_model` is
+        ``"linear"`` (the default then); else, or for given positions ``x``, recomputed from
+        the model's triangles (:class:`VertexNormals`) of ``x`` (default :meth:`positions`).
+        A model without triangles (a FEM model) has neither and raises SimulationError."""
+        p = self.p
+        if x is None and self.normal_model == "linear" and p.normal_basis is not None:
+            return linear_normals(p.normal_mean, p.normal_basis, self.z1[None], [self.poses[0]])[0]
         if self._normals is None:
-            if self.p.triangles is None:
+            if p.triangles is None:
                 raise SimulationError(
                     "This Subspace Neural Physics model has no surface triangles (a FEM "
                     "model): its normals are the render mesh's, computed by Blender."
                 )
-            self._normals = VertexNormals(self.p.triangles, len(self.p.X))
+            self._normals = VertexNormals(p.triangles, len(p.X))
         return self._normals(self.positions() if x is None else x)
 
     def _frame_of(self, x: np.ndarray) -> Pose:
@@ -785,6 +823,18 @@ class SNPBatch:
                 y[b] = push_out(y[b], self.colliders[b])
         return y
 
+    def normals(self) -> np.ndarray:
+        """(B, n, 3) unit world vertex normals of every instance: one product of the linear
+        normal model for all of them where the model has one (sec. 6.3), else recomputed from
+        the triangles of :meth:`positions` (:meth:`SNPSimulation.normals`)."""
+        m = self.model
+        p = m.p
+        if m.normal_model == "linear" and p.normal_basis is not None:
+            return linear_normals(
+                p.normal_mean, p.normal_basis, self.z1, [ps[0] for ps in self.poses]
+            )
+        return np.array([m.normals(x) for x in self.positions()])
+
 
 def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> np.ndarray:
     """Render-time push-out (Holden 2019, sec. 6.4): every vertex closer than ``margin`` to
@@ -815,6 +865,24 @@ def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> n
                 out = x.copy()
             out[idx[inside]] += (margin - phi[inside])[:, None] * n[inside]
     return out
+
+
+def linear_normals(mean: np.ndarray, Q: np.ndarray, z: np.ndarray, poses: list[Pose]) -> np.ndarray:
+    """(B, n, 3) unit world vertex normals by the linear normal model (Holden 2019, sec. 6.3):
+    ``R (n_mu + Q z)`` normalized, in float32, for B states ``z`` (B, u) in the frames
+    ``poses``. The least-squares map from the PCA state to the training frames' normals
+    (:func:`training.snp.fit_normal_model`); what it costs against recomputing them from the
+    triangles, and how far apart the two are, is measured in bench/snp_cloth.py and
+    tests/test_snp_cloth.py."""
+    z = np.asarray(z, dtype=np.float32)
+    N = (z @ Q.T + mean).reshape(len(z), -1, 3)
+    for b, pose in enumerate(poses):
+        if pose is not IDENTITY and not pose.is_identity:
+            N[b] = N[b] @ pose.R.T.astype(np.float32)
+    length = np.sqrt(np.einsum("bij,bij->bi", N, N))
+    np.maximum(length, np.float32(1e-30), out=length)
+    N /= length[..., None]
+    return N
 
 
 class VertexNormals:
