@@ -72,6 +72,10 @@ def make_train_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     record = registry.get(method) if method else s.method()  # unknown: names the known ones
+    try:
+        record.check_trains_on("fem")  # an object's bakes are FEM bakes
+    except NeuralRomError as e:
+        raise NeuralRomError(f"Cannot train '{obj.name}': {e}") from None
     values = training_settings(obj, record, settings)
     if device is None:
         device = str(get_preferences().device).lower()

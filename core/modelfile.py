@@ -283,6 +283,14 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
         return _read_meta(path, npz)["metadata"]
 
 
+def read_method(path: str | os.PathLike) -> str:
+    """The method a model file names, checked as :func:`read_metadata` checks the file,
+    without reading its arrays."""
+    path = Path(path)
+    with _open(path, check_arrays=False) as npz:
+        return str(_read_meta(path, npz)["method"])
+
+
 def _open(path: Path, *, check_arrays: bool):
     """The model archive opened without pickle, after the checks that need no arrays
     (and, with ``check_arrays``, the refusal of object arrays)."""

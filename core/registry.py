@@ -57,6 +57,15 @@ INPUTS = {
 
 KINDS = ("int", "float", "bool", "enum", "int_list")
 
+#: Training data a method can learn from. A record lists the kinds it takes in ``trains_on``;
+#: the panel offers an object only the methods that train on what it has, and the train job
+#: refuses the others with a message naming what the method needs.
+BAKE_KINDS = {
+    "fem": "full-space FEM bakes of the object's tets (Bake)",
+    "cloth": "bakes of Blender's own cloth solver on a surface mesh (Cloth Bake)",
+    "face": "a face file: skin, skull, jaw and the sculpted shape keys (Face Set-up)",
+}
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -204,6 +213,7 @@ class Method:
     needs_torch : training needs PyTorch in the job interpreter
     inputs : the frame inputs it takes (keys of :data:`INPUTS`); others are ignored
     requires : the frame inputs every frame must carry (a subset of ``inputs``)
+    trains_on : the training data it learns from (keys of :data:`BAKE_KINDS`)
     order : position in menus (built-ins: linear first)
     origin : the file that defined the record (set by :func:`register`)
     """
@@ -217,6 +227,7 @@ class Method:
     needs_torch: bool = False
     inputs: frozenset = frozenset()
     requires: frozenset = frozenset()
+    trains_on: frozenset = frozenset({"fem"})
     order: int = 100
     origin: str = ""
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -228,9 +239,33 @@ class Method:
             raise ValueError(f"method {self.name}: unknown inputs {sorted(unknown)}")
         if not self.requires <= self.inputs:
             raise ValueError(f"method {self.name}: requires inputs it does not take")
+        self.trains_on = frozenset(self.trains_on)
+        if not self.trains_on or not self.trains_on <= set(BAKE_KINDS):
+            raise ValueError(
+                f"method {self.name}: trains_on {sorted(self.trains_on)} is not a non-empty "
+                f"subset of {sorted(BAKE_KINDS)}"
+            )
         self._by_name = {s.name: s for s in self.settings}
         if len(self._by_name) != len(self.settings):
             raise ValueError(f"method {self.name}: two settings share a name")
+
+    @property
+    def other_mesh(self) -> bool:
+        """Whether a model of this method runs on a mesh it was not trained on."""
+        return "other_mesh" in self.inputs
+
+    def check_trains_on(self, kind: str) -> None:
+        """Refuse training data of ``kind`` (a key of :data:`BAKE_KINDS`) that this method
+        does not learn from, saying what it needs and which methods take what there is."""
+        if kind in self.trains_on:
+            return
+        takers = [m.label for m in methods_for(kind)]
+        raise NeuralRomError(
+            f"The {self.label} method trains on "
+            + " or ".join(BAKE_KINDS[k] for k in sorted(self.trains_on))
+            + f", not on {BAKE_KINDS.get(kind, kind)}"
+            + (f"; methods that do: {', '.join(takers)}." if takers else ".")
+        )
 
     def setting(self, name: str) -> Setting:
         return self._by_name[name]
@@ -343,6 +378,14 @@ def methods() -> list[Method]:
     return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
 
 
+def methods_for(kind: str) -> list[Method]:
+    """The methods that train on data of ``kind`` (a key of :data:`BAKE_KINDS`), in menu
+    order."""
+    if kind not in BAKE_KINDS:
+        raise ValueError(f"unknown training data kind {kind!r}; known: {sorted(BAKE_KINDS)}")
+    return [m for m in methods() if kind in m.trains_on]
+
+
 def names() -> list[str]:
     return [m.name for m in methods()]
 
@@ -404,24 +447,40 @@ def load_simulator(
     expect_mesh_hash: str | None = None,
     colliders: list | None = None,
     settings=None,
+    mesh: tuple | None = None,
 ):
     """A simulator for the model file at ``path``, by the method the file names.
 
     Parameters
     ----------
-    expect_mesh_hash : refuse a model of another mesh (:class:`CacheError` says what to do)
+    expect_mesh_hash : refuse a model of another mesh (:class:`CacheError` says what to do);
+        not checked when ``mesh`` is given to a method that runs on other meshes
     colliders : initial colliders (list of :class:`core.colliders.Collider`)
     settings : :class:`core.sim.SimSettings` overriding the time step stored in the model
+    mesh : ``(X, T)``, rest positions (n, 3) and tets (m, 4), of a mesh other than the one the
+        model was trained on, for a method that takes ``"other_mesh"``
+        (:attr:`Method.other_mesh`); a model of another method is refused
 
     Returns
     -------
     (simulator, model) : a :class:`core.simulator.Simulator` and the loaded
     :class:`core.modelfile.Model`
     """
-    from .modelfile import load_model
+    from .modelfile import load_model, read_method
 
-    model = load_model(path, expect_mesh_hash=expect_mesh_hash)
     _load_builtins()
+    if mesh is not None:
+        # the method decides whether the mesh hash matters: read it before the arrays
+        with_mesh = _REGISTRY.get(read_method(path))
+        if with_mesh is not None and not with_mesh.other_mesh:
+            raise CacheError(
+                f"{Path(path).name} holds a {with_mesh.label} model, which runs only on the mesh "
+                "it was trained on: train a model for this object, or use a method that runs on "
+                "other meshes (" + ", ".join(m.label for m in methods() if m.other_mesh) + ")."
+            )
+        if with_mesh is not None:
+            expect_mesh_hash = None
+    model = load_model(path, expect_mesh_hash=expect_mesh_hash)
     record = _REGISTRY.get(model.method)
     if record is None:
         raise CacheError(
@@ -429,8 +488,9 @@ def load_simulator(
             f"cannot run (it knows {', '.join(names())}): update the extension, or retrain the "
             "model with one of those methods."
         )
+    extra = {"mesh": mesh} if mesh is not None else {}
     try:
-        sim = record.load(model, settings=settings, colliders=colliders)
+        sim = record.load(model, settings=settings, colliders=colliders, **extra)
     except KeyError as e:
         raise CacheError(
             f"{Path(path).name} lacks {e.args[0]!r}, which a {record.label} model has; the file "

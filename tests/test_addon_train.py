@@ -289,6 +289,10 @@ def test_train_refuses_without_bakes_and_stale_bakes(addon, blend_file):
     assert obj.neural_rom.pending_train == "" and not obj.neural_rom.model.path
     with pytest.raises(Exception, match="Unknown training device"):
         training.make_train_job(obj, bpy.context.scene, device="tpu")
+    # a method that does not learn from FEM bakes is refused before anything is written
+    with pytest.raises(Exception, match="Cannot train .Ball.: The Active face .* trains on a face"):
+        training.make_train_job(obj, bpy.context.scene, method="active")
+    assert obj.neural_rom.pending_train == ""
 
 
 def test_bake_simulation_to_pc2(addon, blend_file, capsys):

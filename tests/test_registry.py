@@ -81,13 +81,13 @@ def test_validate_fills_defaults_and_names_unknown_fields():
     assert (ae["k"], ae["hidden"], ae["latent_dim"], ae["activation"]) == (4, [16, 16], 2, "elu")
 
 
-def _toy(name="toy", settings=(K,), **kw):
+def _toy(name="toy", settings=(K,), load=lambda model, **_: None, **kw):
     return Method(
         name=name,
         label="Toy",
         description="a toy",
         settings=settings,
-        load=lambda model, **_: None,
+        load=load,
         trainer="tests.nowhere:train",
         **kw,
     )
@@ -201,3 +201,50 @@ def test_every_builtin_runtime_follows_the_protocol():
             "closest_shape",
         ):
             assert callable(getattr(runtime, attr, None)), (m.name, attr)
+
+
+def test_methods_declare_what_they_train_on():
+    with pytest.raises(ValueError, match="trains_on"):
+        _toy(trains_on={"telepathy"})
+    with pytest.raises(ValueError, match="trains_on"):
+        _toy(trains_on=set())
+    assert _toy().trains_on == {"fem"}  # the default: full-space bakes
+    fem = [m.name for m in registry.methods_for("fem")]
+    assert "linear" in fem and "snp" in fem and "active" not in fem
+    assert [m.name for m in registry.methods_for("cloth")] == ["snp"]
+    assert [m.name for m in registry.methods_for("face")] == ["active"]
+    with pytest.raises(ValueError, match="unknown training data kind"):
+        registry.methods_for("clay")
+    registry.get("linear").check_trains_on("fem")  # no error
+    with pytest.raises(NeuralRomError, match=r"trains on a face file.*not on full-space"):
+        registry.get("active").check_trains_on("fem")
+    with pytest.raises(NeuralRomError, match=r"not on bakes of Blender's own cloth.*: Subspace"):
+        registry.get("linear").check_trains_on("cloth")
+
+
+def test_load_simulator_on_another_mesh_only_for_methods_that_run_there(tmp_path):
+    path, X = _linear_model(tmp_path)
+    X2, T2 = grid_tetmesh((0.3, 0.1, 0.1), (6, 2, 2))
+    assert not registry.get("linear").other_mesh and registry.get("licrom").other_mesh
+    with pytest.raises(CacheError, match=r"runs only on the mesh it was trained on.*LiCROM"):
+        registry.load_simulator(path, mesh=(X2, T2))
+    with pytest.raises(CacheError, match="another mesh"):  # the hash still guards the rest
+        registry.load_simulator(path, expect_mesh_hash="not h")
+    seen = {}
+
+    def load(model, *, settings=None, colliders=None, mesh=None):
+        seen["mesh"] = mesh
+        return "sim"
+
+    rec = registry.register(_toy("anymesh", load=load, inputs={"other_mesh"}))
+    try:
+        other = save_model(
+            tmp_path / "a.nrmodel", method="anymesh", mesh_hash="h", arrays={"X": X}, metadata={}
+        )
+        # another mesh: the training mesh's hash is not the target's, and is not asked for
+        sim, model = registry.load_simulator(other, expect_mesh_hash="target", mesh=(X2, T2))
+        assert sim == "sim" and seen["mesh"][0] is X2 and rec.other_mesh
+        with pytest.raises(CacheError, match="another mesh"):  # no mesh: the hash is checked
+            registry.load_simulator(other, expect_mesh_hash="target")
+    finally:
+        registry.unregister("anymesh")

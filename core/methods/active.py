@@ -765,5 +765,6 @@ METHOD = Method(
     trainer="training.active:train",
     needs_torch=True,
     inputs=frozenset({"sliders", "markers", "colliders", "reference_frame"}),
+    trains_on=frozenset({"face"}),
     order=60,
 )

@@ -1185,5 +1185,6 @@ METHOD = Method(
     trainer="training.snp:train",
     needs_torch=True,
     inputs=frozenset({"colliders", "pin_targets", "reference_frame"}),
+    trains_on=frozenset({"fem", "cloth"}),
     order=20,
 )
