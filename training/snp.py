@@ -148,6 +148,7 @@ class SNPSettings:
     validation_fraction: float = 0.2
     seed: int = 0
     rollout: bool = True
+    mode_scaling: bool = False
 
     def __post_init__(self) -> None:
         self.__dict__.update(registry.get(NAME).validate(asdict(self)))
@@ -220,6 +221,12 @@ def driven_poses(cache, rest: np.ndarray) -> list[Pose]:
     ]
 
 
+def frame_origin(X: np.ndarray) -> np.ndarray:
+    """The point whose motion is the reference frame's velocity and acceleration features:
+    the centre of the rest bounding box (:func:`core.methods.snp.frame_features`)."""
+    return 0.5 * (X.min(0) + X.max(0))
+
+
 def load_sequences(run: TrainingRun) -> tuple[list[Sequence], list[str], np.ndarray]:
     """Every bake of the run as a :class:`Sequence` (see the module docstring), and the
     collider slots (kinds, sizes (c, 2)) every bake shares. The reference frame is the
@@ -233,6 +240,7 @@ def load_sequences(run: TrainingRun) -> tuple[list[Sequence], list[str], np.ndar
     dt, g = float(spec.dt), np.asarray(spec.gravity, dtype=float)
     rest_pins = b.X[b.pinned]
     rest = reference_rest(b.ds)
+    origin = frame_origin(b.X)
     kinds, sizes, seqs = None, None, []
     for i, cache in enumerate(b.ds):
         k, sz = collider_slots(cache)
@@ -272,7 +280,7 @@ def load_sequences(run: TrainingRun) -> tuple[list[Sequence], list[str], np.ndar
         for j, p in enumerate(poses):
             y[j] = xs[j] if p.is_identity else (xs[j] - p.c) @ p.R
             hist = (p, poses[max(j - 1, 0)], poses[max(j - 2, 0)])
-            feats.append(external_features(mats[j], sizes, hist, g, dt))
+            feats.append(external_features(mats[j], sizes, hist, g, dt, origin))
         seqs.append(Sequence(y, np.array(feats), poses, i))
     return seqs, kinds or [], sizes if sizes is not None else np.zeros((0, 2))
 
@@ -450,6 +458,7 @@ def rollout(
     z_hi: torch.Tensor,
     *,
     detach: bool = False,
+    in_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Predicted PCA coordinates over a window, the predictions fed back (Algorithm 1): the
     runtime's step (:meth:`core.methods.snp.SNPSimulation.predict`) in torch.
@@ -461,6 +470,7 @@ def rollout(
     w : (B, S, v) the external input of every frame of the window
     alpha, beta, z_lo, z_hi : (u,); scale : ``s`` (m)
     detach : cut the gradient between frames (teacher-forcing-like; tests only)
+    in_scale : (u,) per-mode scales of the network's state inputs (None: ``scale``)
 
     Returns
     -------
@@ -468,10 +478,11 @@ def rollout(
     """
     out = [z0, z1]
     prev2, prev = z0, z1
+    si = scale if in_scale is None else in_scale
     for i in range(2, w.shape[1]):
         z_bar = alpha * prev + beta * (prev - prev2)  # eq. (1)
         if net is not None:
-            x = torch.cat([z_bar / scale, prev / scale, w[:, i]], dim=-1)
+            x = torch.cat([z_bar / si, prev / si, w[:, i]], dim=-1)
             z_bar = z_bar + scale * net(x)  # eq. (3)
         z = torch.minimum(torch.maximum(z_bar, z_lo), z_hi)  # sec. 8.1
         out.append(z)
@@ -524,6 +535,7 @@ class _NetTrainer:
         cancel,
         emit,
         progress,
+        in_scale=None,
     ):
         self.s, self.dt, self.scale = s, float(dt), float(scale)
         self.n_vertices = int(n_vertices)
@@ -540,6 +552,7 @@ class _NetTrainer:
         self.Ww = t(np.stack([W[i][j : j + self.size] for i, j in idx]))
         self.val = [(t(z), t(w)) for z, w in zip(Z_val, W_val)]
         self.alpha, self.beta, self.z_lo, self.z_hi = t(alpha), t(beta), t(z_lo), t(z_hi)
+        self.in_scale = None if in_scale is None else t(in_scale)
         self.u, self.v = Z[0].shape[1], W[0].shape[1]
         self.checkpoints, self.cancel, self.emit, self.progress = (
             checkpoints,
@@ -578,7 +591,14 @@ class _NetTrainer:
                 dtype=self.dtype,
                 device=self.device,
             )
-            pred = rollout(net, z[:, 0] + noise[0], z[:, 1] + noise[1], w, *self._args())
+            pred = rollout(
+                net,
+                z[:, 0] + noise[0],
+                z[:, 1] + noise[1],
+                w,
+                *self._args(),
+                in_scale=self.in_scale,
+            )
             loss = window_loss(pred, z, self.scale, self.dt)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -594,7 +614,9 @@ class _NetTrainer:
             return None
         sq, count = 0.0, 0
         for z, w in self.val:
-            pred = rollout(net, z[None, 0], z[None, 1], w[None], *self._args())[0]
+            pred = rollout(
+                net, z[None, 0], z[None, 1], w[None], *self._args(), in_scale=self.in_scale
+            )[0]
             sq += float(((pred[2:] - z[2:]) ** 2).sum())
             count += len(z) - 2
         return float(np.sqrt(sq / max(count * self.n_vertices, 1)))
@@ -834,6 +856,9 @@ def train(
     z_lo, z_hi = Zc.min(0), Zc.max(0)
     z_lo, z_hi = z_lo - s.clip_margin * (z_hi - z_lo), z_hi + s.clip_margin * (z_hi - z_lo)
     scale = float(Zc[:, 0].std()) or 1.0
+    # per-mode input scales: each mode's standard deviation (floored at 1e-3 s: a mode that
+    # hardly moved is not blown up), so the network sees every mode at O(1)
+    in_scale = np.maximum(Zc.std(0), 1e-3 * scale) if s.mode_scaling else None
     run.emit({"external_modes": encoder.size})
 
     # 5. the network
@@ -858,6 +883,7 @@ def train(
             run.should_cancel,
             run.emit,
             lambda done, total, msg: run.say(0.12 + 0.7 * done / max(total, 1), msg),
+            in_scale=in_scale,
         )
         net_t, state = trainer.fit(deadline=time.perf_counter() + s.time_budget)
     network_seconds = time.perf_counter() - t_net
@@ -885,6 +911,8 @@ def train(
         pinned=b.pinned,
         reference_rest=reference_rest(b.ds),
         triangles=cloth_triangles(b.ds),
+        frame_origin=frame_origin(b.X),
+        input_scale=in_scale,
     )
     check = (Z_val or Z)[0], (val_seqs or train_seqs)[0].features
     _verify_export(net_t, params, *check)
@@ -989,6 +1017,7 @@ def _verify_export(net_t, params: SNPParameters, z: np.ndarray, f: np.ndarray) -
             params.scale,
             t(params.z_lo),
             t(params.z_hi),
+            in_scale=None if params.input_scale is None else t(params.input_scale),
         )[0].numpy()
     got = latent_rollout(SNPSimulation(params), z[0], z[1], f)
     err = float(np.abs(got - ref).max(initial=0.0)) / (params.scale + float(np.abs(ref).max()))

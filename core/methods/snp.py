@@ -38,11 +38,16 @@ Where we depart from the paper, and why:
   ``M_rest`` the one its bakes started from (:meth:`SNPSimulation.driven_pose`).
 * Render-time push-out (sec. 6.4): :meth:`SNPSimulation.positions` moves the vertices a
   collider holds inside it to its surface (:func:`push_out`); the state stays the
-  network's. Normals: a cloth model recomputes area-weighted vertex normals from its
-  triangles (:class:`VertexNormals`) rather than the paper's linear normal model, which
-  would need its own basis (a second product of the basis' size per frame); in Blender the
-  mesh's own normals are recomputed by Blender when the positions are written, so the frame
-  update needs neither (bench/snp_cloth.py times both).
+  network's. Normals: a cloth model has the paper's linear normal model (sec. 6.3,
+  :func:`linear_normals`: ``n = R (n_mu + Q z)`` normalized, ``Q`` fitted by least squares on
+  the training frames' normals), the default of :meth:`SNPSimulation.normals`; recomputing
+  them from the triangles (:class:`VertexNormals`) stays available (``normal_model =
+  "recomputed"``). On the 2,500-vertex cape of bench/snp_cloth.py the linear model, in
+  float32, costs a fraction of the recomputation, and its normals are 1.5 degrees (mean;
+  95th percentile 5.0) from the recomputed ones on held-out frames, while the PCA truncation
+  itself puts the recomputed normals 4.4 degrees from the bake's. In Blender the mesh's own
+  normals are recomputed by Blender when the positions are written, so the frame update
+  needs neither.
 * A collider the frame lacks (fewer colliders than the model was trained with) is put far
   above the object (:data:`FAR_DIAGONALS` bounding-box diagonals), which the input clipping
   turns into the farthest place above it that training saw: "no collider" means "out of
@@ -54,9 +59,14 @@ Where we depart from the paper, and why:
 Many instances of one model (the paper's 256 bunnies, sec. 8) step as one batch:
 :class:`SNPBatch` holds B states and :meth:`SNPSimulation.advance` steps them with one
 network pass of B rows (the single simulator is its B = 1 case, one code path). Only the
-per-instance bookkeeping (reading each instance's colliders and pins) is a Python loop; on
-the block of ``bench/snp.py`` (u = 60) 100 instances step in about 0.7 ms, 10x faster than
-100 single steps.
+per-instance bookkeeping (reading each instance's colliders and pins) is a Python loop.
+
+Speed. The step runs :class:`FoldedStep`: eq. (1), the encoder and ``s`` folded into the
+network's first and last layers, one product per layer (on vectors for one instance); a
+driver matrix seen before gets its pose from a memo. Measured on one core with the machine
+loaded (min of repeated runs): the 2,500-vertex cape's step (u = 64, network 131-96-96-96-64)
+95 -> 30-45 us, the folded map alone 15 us; A/B against the previous step in the same runs
+2-3x (bench/snp_cloth.py).
 
 The trainer is :mod:`training.snp` (torch); this module is numpy only.
 """
@@ -121,7 +131,12 @@ def reference_pose(rest_pins: np.ndarray, targets: np.ndarray | None, guess: Pos
     return fit_pose(rest_pins, targets, guess)[0]
 
 
-def frame_features(poses: tuple[Pose, Pose, Pose], gravity: np.ndarray, dt: float) -> np.ndarray:
+def frame_features(
+    poses: tuple[Pose, Pose, Pose],
+    gravity: np.ndarray,
+    dt: float,
+    origin: np.ndarray | None = None,
+) -> np.ndarray:
     """(15,) features of the reference frame at frame t (:data:`FRAME_FEATURES`).
 
     Parameters
@@ -129,13 +144,21 @@ def frame_features(poses: tuple[Pose, Pose, Pose], gravity: np.ndarray, dt: floa
     poses : the frame's poses at t, t-1, t-2 (world from frame)
     gravity : (3,) m/s^2, world
     dt : seconds per frame
+    origin : (3,) the point of the frame (its rest coordinates) whose velocity and
+        acceleration are the features: a model's :attr:`SNPParameters.frame_origin`, the
+        object's rest centre; None: the frame's origin (the world origin at rest), whose
+        motion mixes the frame's turning with its lever arm to the object
     """
     p0, p1, p2 = poses
     if p0 is IDENTITY and p1 is IDENTITY and p2 is IDENTITY:  # the common case, fast
         return np.concatenate([np.asarray(gravity, float), np.zeros(12)])
     Rt = p0.R.T
-    vel = Rt @ (p0.c - p1.c) / dt
-    acc = Rt @ (p0.c - 2.0 * p1.c + p2.c) / dt**2
+    if origin is None:
+        c0, c1, c2 = p0.c, p1.c, p2.c
+    else:
+        c0, c1, c2 = (p.R @ origin + p.c for p in poses)
+    vel = Rt @ (c0 - c1) / dt
+    acc = Rt @ (c0 - 2.0 * c1 + c2) / dt**2
     w0 = _rotvec(p1.R.T @ p0.R) / dt
     w1 = _rotvec(p2.R.T @ p1.R) / dt
     return np.concatenate([Rt @ np.asarray(gravity, float), vel, acc, w0, (w0 - w1) / dt])
@@ -250,6 +273,11 @@ class SNPParameters:
         cloth's owner, :mod:`core.clothbake`), or None: the frame is the pins' rigid motion.
         With it the frame of a step is ``M_t M_rest^-1`` for the frame's
         ``FrameInputs.reference_frame`` ``M_t`` (its scale divided out)
+    input_scale : (u,) per-mode scales of the network's state inputs (``z / input_scale``;
+        the ``mode_scaling`` setting), or None: ``scale`` for every mode
+    frame_origin : (3,) rest coordinates of the point whose velocity and acceleration are
+        the frame's features (:func:`frame_features`; the rest centre), or None: the frame's
+        origin (models trained before it was added)
     normal_mean, normal_basis : (3n,), (3n, u) float32: the linear normal model (sec. 6.3),
         vertex normals in the reference frame ``n_mu + Q z`` before normalizing, or None
     """
@@ -271,6 +299,8 @@ class SNPParameters:
     triangles: np.ndarray | None = None
     normal_mean: np.ndarray | None = None
     normal_basis: np.ndarray | None = None
+    frame_origin: np.ndarray | None = None
+    input_scale: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float64)
@@ -290,6 +320,10 @@ class SNPParameters:
             self.reference_rest = rigid(np.asarray(self.reference_rest).reshape(4, 4))
         if self.triangles is not None:
             self.triangles = np.asarray(self.triangles, dtype=np.int64).reshape(-1, 3)
+        if self.frame_origin is not None:
+            self.frame_origin = np.asarray(self.frame_origin, dtype=np.float64).reshape(3)
+        if self.input_scale is not None:
+            self.input_scale = np.asarray(self.input_scale, dtype=np.float64).reshape(u)
         if (self.normal_mean is None) != (self.normal_basis is None):
             raise SimulationError("The linear normal model needs both its mean and its basis.")
         if self.normal_basis is not None:
@@ -342,6 +376,10 @@ class SNPParameters:
             arrays["reference_rest"] = self.reference_rest
         if self.triangles is not None:
             arrays["triangles"] = self.triangles
+        if self.frame_origin is not None:
+            arrays["frame_origin"] = self.frame_origin
+        if self.input_scale is not None:
+            arrays["input_scale"] = self.input_scale
         if self.normal_basis is not None:
             arrays["normal_mean"] = self.normal_mean
             arrays["normal_basis"] = self.normal_basis
@@ -372,6 +410,8 @@ class SNPParameters:
             triangles=a.get("triangles"),
             normal_mean=a.get("normal_mean"),
             normal_basis=a.get("normal_basis"),
+            frame_origin=a.get("frame_origin"),
+            input_scale=a.get("input_scale"),
         )
 
 
@@ -415,7 +455,10 @@ class FoldedStep:
         u, s, net = p.u, p.scale, p.net
         W, b = [np.asarray(a, float) for a in net.W], [np.asarray(a, float) for a in net.b]
         Wzb, Wz1, Ww = W[0][:, :u], W[0][:, u : 2 * u], W[0][:, 2 * u :]
-        first = np.hstack([(Wzb * (p.alpha + p.beta) + Wz1) / s, -(Wzb * p.beta) / s, Ww @ enc._Vs])
+        si = s if p.input_scale is None else p.input_scale  # per column of the state inputs
+        first = np.hstack(
+            [(Wzb * (p.alpha + p.beta) + Wz1) / si, -(Wzb * p.beta) / si, Ww @ enc._Vs]
+        )
         b[0] = b[0] - Ww @ enc._offset
         W[0] = first
         W[-1], b[-1] = s * W[-1], s * b[-1]
@@ -660,7 +703,9 @@ class SNPSimulation(SimulatorBase):
         f[:, :3] = self.gravity  # frame_features of a frame that stays the world
         for b, ps in enumerate(poses):
             if not (ps[0] is IDENTITY and ps[1] is IDENTITY and ps[2] is IDENTITY):
-                f[b, :FRAME_FEATURES] = frame_features(ps, self.gravity, self.dt)
+                f[b, :FRAME_FEATURES] = frame_features(
+                    ps, self.gravity, self.dt, self.p.frame_origin
+                )
         f[:, FRAME_FEATURES:] = np.concatenate(
             [mats[:, :, :3, :3].reshape(B, c, 9), mats[:, :, :3, 3], sizes], axis=2
         ).reshape(B, -1)
@@ -677,7 +722,8 @@ class SNPSimulation(SimulatorBase):
         z_bar = initial_model(z1, z2, p.alpha, p.beta)
         if p.net is not None:
             s = p.scale
-            z_bar = z_bar + s * p.net.forward(np.concatenate([z_bar / s, z1 / s, w], axis=-1))
+            si = s if p.input_scale is None else p.input_scale
+            z_bar = z_bar + s * p.net.forward(np.concatenate([z_bar / si, z1 / si, w], axis=-1))
         return np.minimum(np.maximum(z_bar, p.z_lo), p.z_hi)
 
     def predict_features(self, z1: np.ndarray, z2: np.ndarray, f: np.ndarray) -> np.ndarray:
@@ -930,6 +976,7 @@ def external_features(
     poses: tuple[Pose, Pose, Pose],
     gravity: np.ndarray,
     dt: float,
+    origin: np.ndarray | None = None,
 ) -> np.ndarray:
     """The external state ``f`` (15 + 14 c,) of one frame: the reference frame's
     (:func:`frame_features`), then each collider's (:func:`collider_features`), in the frame
@@ -940,10 +987,13 @@ def external_features(
     transforms : (c, 4, 4) collider world transforms at the end of the frame
     sizes : (c, 2) their radius and half length, m
     poses : reference frame at t, t-1, t-2
-    gravity : (3,) m/s^2, world; dt : s
+    gravity : (3,) m/s^2, world; dt : s; origin : see :func:`frame_features`
     """
     return np.concatenate(
-        [frame_features(poses, gravity, dt), collider_features(transforms, sizes, poses[0])]
+        [
+            frame_features(poses, gravity, dt, origin),
+            collider_features(transforms, sizes, poses[0]),
+        ]
     )
 
 
@@ -1170,6 +1220,15 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         True,
         "Held-out Rollout",
         "Replay a held-out bake with the model after training and report its error",
+        advanced=True,
+    ),
+    Setting(
+        "mode_scaling",
+        "bool",
+        False,
+        "Per-mode Scaling",
+        "The network sees each PCA coordinate divided by its own standard deviation over the "
+        "training frames (otherwise all by the first mode's)",
         advanced=True,
     ),
 )
