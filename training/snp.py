@@ -148,7 +148,7 @@ class SNPSettings:
     validation_fraction: float = 0.2
     seed: int = 0
     rollout: bool = True
-    mode_scaling: bool = False
+    mode_scaling: bool = True
 
     def __post_init__(self) -> None:
         self.__dict__.update(registry.get(NAME).validate(asdict(self)))

@@ -1225,10 +1225,11 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     Setting(
         "mode_scaling",
         "bool",
-        False,
+        True,
         "Per-mode Scaling",
         "The network sees each PCA coordinate divided by its own standard deviation over the "
-        "training frames (otherwise all by the first mode's)",
+        "training frames (otherwise all by the first mode's, and the small modes' inputs are "
+        "tiny against the weight decay)",
         advanced=True,
     ),
 )
