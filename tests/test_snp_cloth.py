@@ -132,12 +132,11 @@ def test_cloth_heldout_rollout_beats_the_initial_model(trained):
     diag = float(np.linalg.norm(held.X.max(0) - held.X.min(0)))
     assert np.all(np.isfinite(y)) and np.abs(y - x).max() < diag  # bounded over 1,000 frames
     assert e <= e_raw
-    # The goal is 0.6x. This data (20 bakes of seed 0) gave 0.62x and 0.64x in two
-    # runs (Blender's cloth in contact is not bit-reproducible from run to run on a loaded
-    # machine: 39.8 vs 39.6 mm mean swing); another draw of 20 bakes (10 of seed 0, 10 of
-    # seed 1) gave 0.56x, 10 bakes 0.72x: the ratio moves with the collider paths by about
-    # 0.05, so the bound leaves that margin above 0.64.
-    assert e <= 0.7 * e0
+    # The goal is 0.6x. With per-mode input scaling this data (20 bakes of seed 0)
+    # gave 0.59x in two runs (0.62x and 0.64x before it); Blender's cloth in contact is not
+    # bit-reproducible from run to run (39.6 vs 39.8 mm mean swing), and the ratio moved by
+    # about 0.02 between runs before: the bound leaves that margin and a little more.
+    assert e <= 0.65 * e0
     assert e <= 12.0 * floor
 
 
