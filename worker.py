@@ -495,6 +495,38 @@ def _frames_job(run, spec: dict, what: str) -> dict:
         raise
 
 
+def _face_meter(jobs, steps: int):
+    meter = jobs.Progress(steps)
+    return lambda done, message: meter.update(done, message)
+
+
+def run_face_setup(spec: dict) -> dict:
+    """``kind: "face_setup"``: a face (flesh lattice between skin and skull, the jaw, the
+    shape keys) built from the meshes the add-on gathered and written as a face file
+    (:func:`core.facejob.setup_face`); a failure writes nothing."""
+    jobs = _sub("core.jobs")
+    return _sub("core.facejob").setup_face(spec, progress=_face_meter(jobs, 2))
+
+
+def run_face_demo(spec: dict) -> dict:
+    """``kind: "face_demo"``: the procedural demo head and its simulated expressions written
+    as a face file (:func:`core.facejob.demo_face`)."""
+    jobs = _sub("core.jobs")
+    return _sub("core.facejob").demo_face(spec, progress=_face_meter(jobs, 2))
+
+
+def run_face_simulate(spec: dict) -> dict:
+    """``kind: "face_simulate"``: Bake Simulation of a face, its skin written as a PC2
+    (:func:`core.facejob.simulate_face_to_pc2`); a cancel leaves the previous PC2."""
+    return _frames_job(_sub("core.facejob").simulate_face_to_pc2, spec, "simulated")
+
+
+def run_face_fit_key(spec: dict) -> dict:
+    """``kind: "face_fit_key"``: a face model's latent code fitted to a sculpted key
+    (:func:`core.facejob.fit_key`); writes nothing."""
+    return _sub("core.facejob").fit_key(spec)
+
+
 #: Job kind -> handler. Import heavy modules inside the handler, never here.
 HANDLERS = {
     "bake": run_bake,
@@ -503,6 +535,10 @@ HANDLERS = {
     "train": run_train,
     "simulate": run_simulate,
     "compare": run_compare,
+    "face_setup": run_face_setup,
+    "face_demo": run_face_demo,
+    "face_simulate": run_face_simulate,
+    "face_fit_key": run_face_fit_key,
     "selftest": run_selftest,
 }
 

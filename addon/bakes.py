@@ -279,6 +279,10 @@ def open_bake(obj: bpy.types.Object, rec):
     """Open a recorded bake, refusing with "re-bake" when it no longer fits the mesh."""
     from ..core.cache import BakeCache
 
+    if rec.kind == "cloth":  # a bake of the mesh itself, by Blender's cloth: no tets
+        from .cloth import open_cloth_bake
+
+        return open_cloth_bake(obj, rec)
     s = obj.neural_rom
     if bm.surface_hash(obj) != s.source_hash or rec.source_hash != s.source_hash:
         raise CacheError(
@@ -305,9 +309,12 @@ class RenderMap:
 
     def __init__(self, obj: bpy.types.Object, rec):
         self.cache = open_bake(obj, rec)
-        tets = load_tets(obj)
-        self.embedding = tets.embedding
-        self.n_surface = int(tets.mesh.n_surface_inputs)
+        if rec.kind == "cloth":  # the bake holds the mesh's own vertices
+            self.embedding, self.n_surface = None, len(self.cache.X)
+        else:
+            tets = load_tets(obj)
+            self.embedding = tets.embedding
+            self.n_surface = int(tets.mesh.n_surface_inputs)
         self.frame_start = int(rec.frame_start)
         self.positions = self.cache.channel("positions")
         n_render = self.n_render()
@@ -416,6 +423,9 @@ def start_playback(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) 
     obj.neural_rom.simulate = False
     bm.store_rest(obj.data)
     obj.neural_rom.playback = True
+    from . import cloth  # (imports the simulation, which imports bakes)
+
+    cloth.hold(obj)  # a cloth object's Cloth modifier is muted while the bake drives it
     apply_frame(obj, scene.frame_current, rm)
 
 
@@ -424,6 +434,9 @@ def stop_playback(obj: bpy.types.Object) -> None:
     obj.neural_rom.playback = False
     if obj.type == "MESH":
         bm.restore_rest(obj.data)
+    from . import cloth
+
+    cloth.release(obj)
 
 
 def apply_frame(obj: bpy.types.Object, scene_frame: int, rm: RenderMap | None = None) -> int:

@@ -83,6 +83,17 @@ def rest_positions(mesh: bpy.types.Mesh) -> np.ndarray:
     return get_positions(mesh)
 
 
+def polygons(mesh: bpy.types.Mesh) -> tuple[np.ndarray, np.ndarray]:
+    """The faces as they are: ``(face_vertices, face_sizes)``, int64, the vertex indices of
+    every polygon one after another and its vertex count (what
+    :func:`core.clothbake.surface_hash` and a cloth bake record)."""
+    sizes = np.empty(len(mesh.polygons), dtype=np.int32)
+    mesh.polygons.foreach_get("loop_total", sizes)
+    fv = np.empty(len(mesh.loops), dtype=np.int32)
+    mesh.loops.foreach_get("vertex_index", fv)
+    return fv.astype(np.int64), sizes.astype(np.int64)
+
+
 def triangles(mesh: bpy.types.Mesh) -> np.ndarray:
     """Triangulation of every polygon, (t, 3) int64 vertex indices (Blender's own, so
     n-gons split the way the viewport draws them)."""

@@ -6,7 +6,7 @@ tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "
 "3", "--save"])`` returns the exit code.
 
 Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``cloth-bake``, ``export-pc2``, ``train``,
-``simulate``, ``compare``; ``--help`` on each.
+``simulate``, ``compare``, ``face-setup``, ``face-demo`` (:mod:`.face_cli`); ``--help`` on each.
 Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
 the cancel is kept and recorded).
@@ -46,7 +46,11 @@ examples:
   {PROG} export-pc2 --object Body --out //cache/body.pc2
   {PROG} train --object Body --k 20 --device cuda --save
   {PROG} simulate --object Body --frames 1:250 --out //cache/body_reduced.pc2 --save
+  {PROG} train --object PropA --with PropB --with PropC --method licrom --save
+  {PROG} simulate --object PropD --model-of PropA --out //cache/propd.pc2 --save
   {PROG} compare --object Body --bake all --json //cache/body_compare.json
+  {PROG} face-setup --object Skin --skull Skull --jaw Jaw --save
+  {PROG} simulate --object Skin --drive markers --out //cache/skin.pc2 --save
 """
 
 
@@ -250,37 +254,36 @@ def build_parser() -> argparse.ArgumentParser:
             "keyframes the scene's colliders (objects with a Collision modifier) and the "
             "object the cloth hangs from (its top-most parent, or itself) to random positions "
             "at random times, seeded, and commits every frame; a cancel keeps what was "
-            "committed. Your file is not changed: the job bakes a copy.",
+            "committed. Your file is not changed (the job bakes a copy); the bakes are "
+            "recorded on the object (--save keeps that), as the panel's Cloth Bake does, and "
+            "train, simulate and compare take them.",
             80,
         ),
     )
     cloth.add_argument(
         "--frames",
         type=_positive_int,
-        default=120,
         metavar="N",
-        help="frames per variant after the first (default 120)",
+        help="frames per variant after the first (default: the object's Cloth Bake "
+        "setting, 120 on a new object)",
     )
     cloth.add_argument(
         "--variants",
         type=_positive_int,
-        default=4,
         metavar="N",
-        help="bakes, each with its own random motion (default 4)",
+        help="bakes, each with its own random motion (default: the object's, 4)",
     )
     cloth.add_argument(
         "--seed",
         type=_non_negative_int,
-        default=0,
         metavar="INT",
-        help="seed of the first variant (default 0)",
+        help="seed of the first variant (default: the object's, 0)",
     )
     cloth.add_argument(
         "--owner",
-        default="",
         metavar="NAME",
-        help="the object the cloth hangs from, which the bake moves "
-        "(default: its top-most parent, or itself; '-' moves nothing)",
+        help="the object the cloth hangs from, which the bake moves (default: the object's "
+        "setting; empty there: its top-most parent, or itself; '-' moves nothing)",
     )
     cloth.add_argument(
         "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"
@@ -328,6 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=str.lower,
         help="training device (overrides the add-on preference)",
     )
+    train.add_argument(
+        "--with",
+        dest="family",
+        action="append",
+        metavar="NAME",
+        help="also train on this object's bakes (repeat for several): one model of the --object "
+        "and these variants of it, recorded on the --object; only for a method that runs on "
+        "other meshes",
+    )
     _add_setting_options(train)
 
     sim = sub.add_parser(
@@ -350,6 +362,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="PC2 file (one object) or folder (<object>_reduced.pc2 each); default: the "
         "object's cache directory",
     )
+    use = sim.add_mutually_exclusive_group()
+    use.add_argument(
+        "--model",
+        metavar="PATH",
+        help="simulate with this model file instead of the object's own (a model that runs on "
+        "other meshes, put on the object's tets without retraining; recorded with --save)",
+    )
+    use.add_argument(
+        "--model-of",
+        metavar="NAME",
+        help="simulate with the model of this object (as --model)",
+    )
+    sim.add_argument(
+        "--drive",
+        choices=("sliders", "markers"),
+        help="what drives a face: its latent sliders' animation or its markers' (default: "
+        "the object's Drive setting)",
+    )
+
+    from . import face_cli
+
+    face_cli.add_parsers(sub, common)
 
     cmp = sub.add_parser(
         "compare",
@@ -604,6 +638,13 @@ def _describe(obj) -> list[str]:
         if value in ("", None):
             continue
         lines.append(f"{key}: {value}")
+    face = getattr(settings, "face", None)
+    if face is not None and face.path:
+        lines.append(
+            f"face: {face.path}, {face.tets} tets, skull {getattr(face.skull, 'name', '-')}, "
+            f"jaw {getattr(face.jaw, 'name', '-')}, {face.keys} shape keys ({face.held_out} held "
+            f"out), drive {face.drive.lower()}, solve {face.solve.lower()}"
+        )
     if hasattr(settings, "method"):
         method = settings.method()
         values = settings.method_values(method)
@@ -694,31 +735,38 @@ def cmd_bake(args) -> int:
 
 
 def cmd_cloth_bake(args) -> int:
-    from . import clothbake, jobs
-    from .paths import cache_dir
+    from . import cloth, clothbake, jobs
 
     scene = bpy.context.scene
-    for obj in select_objects(args.objects):
-        out = _abspath(args.out) if args.out else cache_dir(obj) / "cloth_bakes"
-        spec = clothbake.make_job(
+    objects = select_objects(args.objects)
+    for obj in objects:  # every object checked before any job starts
+        if cloth.cloth_modifier(obj) is None:
+            raise UserError(
+                f"'{obj.name}' has no Cloth modifier: add one (Physics > Cloth), or bake it "
+                "with the bake command instead"
+            )
+    for obj in objects:
+        spec = clothbake.make_cloth_bake_job(
             obj,
             scene,
-            out,
-            name=obj.name.replace(" ", "_"),
             frames=args.frames,
             variants=args.variants,
             seed=args.seed,
             owner=args.owner,
+            out_dir=_abspath(args.out) if args.out else None,
             overwrite=args.overwrite,
         )
         _out(
-            f"cloth-baking {obj.name}: {args.variants} variants of {args.frames} frames, "
-            f"seed {args.seed} -> {spec['out_dir']}"
+            f"cloth-baking {obj.name}: {spec['variants']} variants of {spec['frames']} frames, "
+            f"seed {spec['seed']} -> {spec['out_dir']}"
         )
 
         def on_done(result: dict, name: str = obj.name) -> None:
             for path in result.get("paths") or []:
                 _out(f"{name}: {Path(path).name} ({result['frames'][path]} frames)")
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                clothbake.on_cloth_bake_done(target, result)
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK
@@ -750,14 +798,34 @@ def cmd_train(args) -> int:
 
     given = given_settings(args)
     objects = select_objects(args.objects)
+    others = []
+    if args.family:
+        if len(objects) != 1:
+            raise UserError(
+                "--with trains one model of one object with others' bakes: name that object "
+                "with one --object"
+            )
+        others = select_objects(args.family)
     for obj in objects:  # every object's method and settings checked before any job starts
         method = registry.get(args.method) if args.method else obj.neural_rom.method()
         check_settings_of(method, given, obj.name)
         training.training_settings(obj, method, given)
     for obj in objects:
-        spec = training.make_train_job(
-            obj, bpy.context.scene, method=args.method, settings=given, device=args.device
-        )
+        if others:
+            from .family import make_family_train_job
+
+            spec = make_family_train_job(
+                obj,
+                bpy.context.scene,
+                others,
+                method=args.method,
+                settings=given,
+                device=args.device,
+            )
+        else:
+            spec = training.make_train_job(
+                obj, bpy.context.scene, method=args.method, settings=given, device=args.device
+            )
         _out(
             f"training {obj.name}: {spec['method']} on {len(spec['bakes'])} bake(s) -> {spec['out']}"
         )
@@ -787,7 +855,28 @@ def cmd_simulate(args) -> int:
             "--out names one .pc2 file but several objects are simulated: pass a folder"
         )
     start, end = args.frames if args.frames else (None, None)
+    if args.model or args.model_of:
+        from . import family
+
+        source = select_objects([args.model_of])[0] if args.model_of else None
+        for obj in objects:  # every object gets the model before any is simulated
+            if obj is source:
+                continue
+            info = family.apply_model(
+                obj,
+                bpy.context.scene,
+                _abspath(args.model) if args.model else None,
+                source=source,
+            )
+            where = family.domain_text(obj.neural_rom.model)
+            _out(f"{obj.name}: uses {info['path']}" + (f", {where}" if where else ""))
+            if info["warning"]:
+                print(f"neural_rom: warning: {obj.name}: {info['warning']}", file=sys.stderr)
     for obj in objects:
+        if args.drive:
+            if not obj.neural_rom.face.path:
+                raise UserError(f"--drive: '{obj.name}' is not a face (run face-setup)")
+            obj.neural_rom.face.drive = args.drive.upper()
         if out is None:
             path = None
         elif out.suffix.lower() == ".pc2":
@@ -888,6 +977,15 @@ def cmd_compare(args) -> int:
     return EXIT_OK
 
 
+def cmd_face(args) -> int:
+    from types import SimpleNamespace
+
+    from . import face_cli
+
+    helpers = SimpleNamespace(select_objects=select_objects, say=_out, UserError=UserError)
+    return face_cli.run(args, helpers)
+
+
 COMMANDS = {
     "info": cmd_info,
     "tetrahedralize": cmd_tetrahedralize,
@@ -897,6 +995,8 @@ COMMANDS = {
     "train": cmd_train,
     "simulate": cmd_simulate,
     "compare": cmd_compare,
+    "face-setup": cmd_face,
+    "face-demo": cmd_face,
 }
 
 

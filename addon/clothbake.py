@@ -11,6 +11,9 @@ Two halves, both thin (the format and the random motion are :mod:`core.clothbake
 - :func:`make_job`, in Blender: saves a copy of the open file next to the bakes (the job
   reads that copy, so the user's file and scene stay as they are) and returns the job spec
   for :func:`addon.jobs.start_job`, which runs it with Blender's own binary.
+  :func:`make_cloth_bake_job` wraps it with the object's Cloth Bake settings (the panel's
+  button and the ``cloth-bake`` command) and :func:`on_cloth_bake_done` records the bakes
+  the job wrote on the object, as FEM bakes are (:mod:`.cloth`: what a cloth object is).
 
 What it handles, and what it refuses (with what to do):
 
@@ -28,6 +31,7 @@ What it handles, and what it refuses (with what to do):
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -37,7 +41,7 @@ import numpy as np
 from ..core import clothbake as cb
 from ..core import jobs
 from ..core.cache import BakeCache, BakeWriter
-from ..core.errors import JobCancelled, NeuralRomError
+from ..core.errors import CacheError, JobCancelled, NeuralRomError
 from . import blender_mesh as bm
 
 _REFERENCE_CHANNEL = "reference_frame"
@@ -96,14 +100,6 @@ def _evaluated_positions(obj) -> np.ndarray:
     """The cloth's vertices (local) as the depsgraph evaluates them now."""
     ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
     return bm.get_positions(ev.data)
-
-
-def _faces(mesh) -> tuple[np.ndarray, np.ndarray]:
-    sizes = np.empty(len(mesh.polygons), dtype=np.int32)
-    mesh.polygons.foreach_get("loop_total", sizes)
-    fv = np.empty(len(mesh.loops), dtype=np.int32)
-    mesh.loops.foreach_get("vertex_index", fv)
-    return fv.astype(np.int64), sizes.astype(np.int64)
 
 
 def _keyframe(objects: list, plan: dict, owner, start: int) -> None:
@@ -199,10 +195,10 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
     _keyframe([c for c, _ in cols], plan, owner, start)
     pc.frame_start = start  # the keys changed: make sure nothing old is read back
     scene.frame_set(start)  # keying left each keyed object at its last key: evaluate the first
-    fv, fs = _faces(obj.data)
+    fv, fs = bm.polygons(obj.data)
     pin_group = cloth.settings.vertex_group_mass
     pinned = (
-        bm.vertex_group_indices(obj, pin_group, min_weight=1e-6)
+        bm.vertex_group_indices(obj, pin_group, min_weight=cb.PIN_WEIGHT)
         if pin_group and obj.vertex_groups.get(pin_group) is not None
         else np.zeros(0, np.int64)
     )
@@ -366,3 +362,122 @@ def make_job(obj, scene, out_dir: str | Path, **settings) -> dict:
         **spec.to_dict(),
         "log_dir": str(out_dir / "logs"),
     }
+
+
+def make_cloth_bake_job(
+    obj: bpy.types.Object,
+    scene: bpy.types.Scene,
+    *,
+    frames: int | None = None,
+    variants: int | None = None,
+    seed: int | None = None,
+    owner: str | None = None,
+    out_dir: str | Path | None = None,
+    overwrite: bool = True,
+    **extra,
+) -> dict:
+    """The cloth bake job of ``obj`` (:func:`.clothbake.make_job`) with the object's Cloth
+    Bake settings (``obj.neural_rom.cloth``; the arguments override them), recording it on
+    the object (``pending_bake``) for :func:`on_cloth_bake_done`.
+
+    Refuses (NeuralRomError, nothing written) an object that is not a mesh with a Cloth
+    modifier, or one in Edit Mode. ``extra`` are further
+    :class:`core.clothbake.ClothBakeSpec` fields (``collider_box``, ``durable``, ...).
+    """
+    from . import cloth  # Blender's side only: the job process needs none of these
+    from .paths import cache_dir
+
+    if obj.type != "MESH" or cloth.cloth_modifier(obj) is None:
+        raise NeuralRomError(
+            f"'{obj.name}' has no Cloth modifier: add one (Physics > Cloth) to bake its cloth, "
+            "or use Bake (FEM) instead."
+        )
+    if obj.mode == "EDIT":
+        raise NeuralRomError(f"'{obj.name}' is in Edit Mode: leave it, then bake its cloth.")
+    if obj.neural_rom.simulate or obj.neural_rom.playback:
+        raise NeuralRomError(
+            f"'{obj.name}' is driven by its model or a bake: stop Simulate / Play Bake first "
+            "(the bake reads the mesh as it is)."
+        )
+    c = obj.neural_rom.cloth
+    settings = {
+        "frames": int(c.frames if frames is None else frames),
+        "variants": int(c.variants if variants is None else variants),
+        "seed": int(c.seed if seed is None else seed),
+        "owner": str(c.owner if owner is None else owner),
+        "overwrite": bool(overwrite),
+        **extra,
+    }
+    settings["name"] = f"cloth_s{settings['seed']}"
+    try:
+        cb.ClothBakeSpec(blend="-", object=obj.name, out_dir="-", **settings)
+    except TypeError as e:
+        raise NeuralRomError(f"Unknown cloth bake setting: {e}") from None
+    if settings["owner"] not in ("", "-") and bpy.data.objects.get(settings["owner"]) is None:
+        raise NeuralRomError(
+            f"Owner '{settings['owner']}' is not an object of this file: pick the object the "
+            "cloth hangs from, or leave it empty (its top-most parent)."
+        )
+    out = Path(out_dir) if out_dir else cache_dir(obj) / cloth.BAKES_DIR
+    job = make_job(obj, scene, out, **settings)
+    obj.neural_rom.pending_bake = json.dumps(
+        {
+            "kind": cloth.KIND,
+            "out_dir": job["out_dir"],
+            "name": job["name"],
+            "variants": job["variants"],
+            "mesh_hash": cloth.surface_hash(obj),
+        }
+    )
+    return job
+
+
+def on_cloth_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
+    """Record the cloth bakes a finished (or cancelled) job left on disk on ``obj``, like
+    :func:`.bakes.on_bake_done` records FEM bakes (a cancelled bake's committed prefix
+    included). Returns the recorded paths."""
+    from . import cloth
+    from .bakes import forget
+    from .paths import load_path, scene_of, store_path
+
+    s = obj.neural_rom
+    pending = json.loads(s.pending_bake) if s.pending_bake else {}
+    paths = [Path(p) for p in (result or {}).get("paths", [])]
+    if not paths and pending:
+        paths = sorted(Path(pending["out_dir"]).glob(f"{pending['name']}_*.nrbake"))
+    if s.role == "NONE":  # baked headless: its bakes make it an object of the pipeline
+        s.role = "DEFORMABLE"
+    recorded = []
+    for p in paths:
+        try:
+            cache = BakeCache.open(p, expect_mesh_hash=pending.get("mesh_hash") or None)
+        except (CacheError, FileNotFoundError):
+            continue
+        if cache.n_frames == 0 or not cb.is_cloth_bake(cache.meta):
+            continue
+        rec = next((b for b in s.bakes if load_path(b.path).resolve() == p.resolve()), None)
+        if rec is None:
+            rec = s.bakes.add()
+        rec.name = p.stem
+        rec.path = store_path(obj, p)
+        rec.kind = cloth.KIND
+        rec.variant = int(cache.meta.get("variant", 0))
+        rec.frames = cache.n_frames
+        rec.frame_start = int(cache.meta.get("frame_start", scene_of(obj).frame_start))
+        rec.nbytes = float(cache.nbytes)
+        rec.status = cache.status
+        rec.scenario = "cloth"
+        rec.mesh_hash = rec.source_hash = cache.mesh_hash
+        rec.tets_hash = ""
+        s.cloth.colliders = json.dumps(
+            [[c["name"], c["kind"]] for c in cache.meta.get("colliders", [])]
+        )
+        recorded.append(str(p))
+        forget(obj.name)
+    if recorded:
+        first = Path(recorded[0]).resolve()
+        s.active_bake = next(
+            i for i, b in enumerate(s.bakes) if load_path(b.path).resolve() == first
+        )
+    s.pending_bake = ""
+    return recorded

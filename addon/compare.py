@@ -314,6 +314,9 @@ def on_compare_done(obj: bpy.types.Object, job: dict, result: dict) -> Compariso
         bakes.stop_playback(obj)
     bm.store_rest(obj.data)
     ghost = _make_ghost(obj, job["placement"], job["display"])
+    from .cloth import hold
+
+    hold(obj)  # a cloth object's Cloth modifier is muted while the comparison drives it
     st = c.stats
     closest = result.get("closest_max")  # None: a model without closest shapes
     obj[PROP] = {
@@ -502,6 +505,9 @@ def clear_comparison(obj: bpy.types.Object) -> bool:
     if is_comparing(obj):
         del obj[PROP]
     _results.pop(obj.name, None)
+    from .cloth import release
+
+    release(obj)
     return found
 
 

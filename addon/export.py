@@ -21,7 +21,7 @@ import numpy as np
 from ..core.errors import NeuralRomError
 from . import blender_mesh as bm
 from . import simulate
-from .bakes import RenderMap, find_bake, scene_colliders, stop_playback
+from .bakes import RenderMap, find_bake, stop_playback
 from .paths import cache_dir, scene_of, store_path
 
 MODIFIER_NAME = "Neural ROM Cache"
@@ -130,8 +130,23 @@ def make_simulation_job(
     ``folder`` (the job folder) and ``log_dir``.
     """
     from ..core.simjob import TRACK_FILE, write_track
+    from . import face
 
     scene = scene or scene_of(obj)
+    if face.is_face(obj):  # the skin of a face model, from its sliders or markers
+        out = Path(bpy.path.abspath(os.fspath(path))) if path else default_sim_pc2_path(obj)
+        out = out if out.suffix.lower() == ".pc2" else out.with_suffix(".pc2")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return face.make_face_simulation_job(
+            obj,
+            scene,
+            out,
+            cache_dir(obj) / SIM_JOB_DIR,
+            frame_start=frame_start,
+            frame_end=frame_end,
+            read_colliders=simulate.collider_inputs,
+            paused=simulate.handlers_paused,
+        )
     start = int(scene.frame_start if frame_start is None else frame_start)
     end = int(scene.frame_end if frame_end is None else frame_end)
     if end < start:
@@ -153,7 +168,7 @@ def make_simulation_job(
         raise NeuralRomError(
             f"Cannot create {path.parent} ({e.strerror or e}); pick another path."
         ) from e
-    cols = scene_colliders(obj, scene)
+    cols = simulate.frame_colliders(obj, scene)
     f0 = int(scene.frame_start)
     if bm.is_animated(obj) or any(bm.is_animated(c) for c in cols):
         mats = simulate.sample_matrices(scene, [obj, *cols], range(f0, end + 1))
@@ -162,7 +177,12 @@ def make_simulation_job(
             np.stack([bm.matrix(o) for o in [obj, *cols]]), (end + 1 - f0, 1 + len(cols), 4, 4)
         )
     folder = cache_dir(obj) / SIM_JOB_DIR
-    inputs = write_track(folder / TRACK_FILE, simulate.gather_inputs(cols, mats, f0))
+    if obj.neural_rom.model.kind == "cloth":  # its colliders as baked, its own reference frame
+        from .cloth import track
+
+        inputs = write_track(folder / TRACK_FILE, track(obj, cols, mats, f0))
+    else:
+        inputs = write_track(folder / TRACK_FILE, simulate.gather_inputs(cols, mats, f0))
     return {
         "kind": "simulate",
         **fields,
@@ -194,6 +214,9 @@ def on_simulation_done(obj: bpy.types.Object, result: dict) -> dict | None:
     if obj.neural_rom.playback:
         stop_playback(obj)
     wire_mesh_cache(obj, Path(result["path"]), int(result["frame_start"]), SIM_MODIFIER_NAME)
+    from .cloth import place_after_cloth
+
+    place_after_cloth(obj, SIM_MODIFIER_NAME)  # a cloth's frames show over its Cloth modifier
     return result
 
 

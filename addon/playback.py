@@ -14,7 +14,7 @@ from __future__ import annotations
 import bpy
 from bpy.app.handlers import persistent
 
-from . import bakes, compare, simulate
+from . import bakes, cloth, compare, simulate
 
 
 @persistent
@@ -39,6 +39,7 @@ def on_load(_filepath=None) -> None:
     bakes.forget()
     simulate.forget()
     compare.forget()
+    cloth.on_load()  # a Cloth modifier muted by us: again while driven, else given back
 
 
 _HANDLERS = (

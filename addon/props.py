@@ -23,6 +23,8 @@ from bpy.props import (
     StringProperty,
 )
 
+from .face_props import NEURAL_ROM_PG_face
+
 # Paths may be "//"-relative to the .blend; Blender 4.5+ warns unless the property says so.
 _REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
@@ -136,6 +138,39 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
     mesh_hash: StringProperty(description="Hash of the world-space tet mesh that was baked")
     tets_hash: StringProperty(description="Hash of the object's tet mesh when it was baked")
     source_hash: StringProperty(description="Hash of the object's mesh when it was baked")
+    kind: StringProperty(
+        name="Kind",
+        default="fem",
+        description="The training data it is (core.registry.BAKE_KINDS): fem or cloth",
+    )
+
+
+class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
+    """Settings of an object's Cloth Bake (Blender's own cloth solver, :mod:`.cloth`)."""
+
+    frames: IntProperty(
+        name="Frames",
+        default=120,
+        min=2,
+        soft_max=2000,
+        description="Frames per bake after the first",
+    )
+    variants: IntProperty(
+        name="Variants",
+        default=4,
+        min=1,
+        soft_max=64,
+        description="Bakes, each with its own random collider and owner motion",
+    )
+    seed: IntProperty(name="Seed", default=0, min=0, description="Seed of the first variant")
+    owner: StringProperty(
+        name="Owner",
+        description="The object the cloth hangs from, which the bakes move at random (empty: "
+        "its top-most parent, or the cloth itself; '-': nothing moves)",
+    )
+    colliders: StringProperty(
+        description="JSON [[name, kind], ...]: the colliders its cloth bakes recorded, in order"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -155,15 +190,23 @@ _METHOD_ITEMS: list = []
 
 
 def method_items(self=None, context=None) -> list:
-    """The Train menu: one item per registered method, in menu order."""
+    """The Train menu: one item per registered method that trains on what the object has
+    (:meth:`NEURAL_ROM_PG_object.training_data_kind`; every method without an object), in
+    menu order."""
     from ..core import registry
 
+    known = registry.methods() if self is None else _methods_for(self)
     # Blender keeps only the strings of the latest call alive: keep our own reference.
     global _METHOD_ITEMS
-    _METHOD_ITEMS = [
-        (m.name, m.label, m.description, _enum_number(m.name)) for m in registry.methods()
-    ]
+    _METHOD_ITEMS = [(m.name, m.label, m.description, _enum_number(m.name)) for m in known]
     return _METHOD_ITEMS
+
+
+def _methods_for(settings) -> list:
+    """The methods that train on the object's data (every method when none does)."""
+    from ..core import registry
+
+    return registry.methods_for(settings.training_data_kind()) or registry.methods()
 
 
 def _get_method(self) -> int:
@@ -178,12 +221,14 @@ def _set_method(self, value: int) -> None:
 
 
 def chosen_method(settings):
-    """The registry record of the method the object's panel says (the first method when the
-    stored one is not registered)."""
+    """The registry record of the method the object's panel says (the first method that
+    trains on the object's data when the stored one is not registered or does not)."""
     from ..core import registry
 
     name = settings.model_method_name
-    known = registry.methods()
+    known = (
+        _methods_for(settings) if hasattr(settings, "training_data_kind") else registry.methods()
+    )
     return next((m for m in known if m.name == name), known[0])
 
 
@@ -334,6 +379,20 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     tets_hash: StringProperty(description="Hash of the object's tet mesh when it was trained")
     source_hash: StringProperty(description="Hash of the object's mesh when it was trained")
     bakes: IntProperty(name="Bakes", description="Bakes it was trained on")
+    kind: StringProperty(
+        default="fem", description="The training data it learnt from: fem or cloth bakes"
+    )
+    # a model that runs on other meshes of its family (addon/family.py)
+    family: StringProperty(description="The other objects whose bakes it was trained on")
+    applied_from: StringProperty(
+        description="The object (or file) whose model this object uses (empty: its own)"
+    )
+    domain_outside: FloatProperty(
+        description="Share of the tet nodes outside the model's training domain (-1: unknown)",
+        default=-1.0,
+    )
+    domain_distance: FloatProperty(description="Largest distance outside the domain, metres")
+    domain_warning: StringProperty(description="The out-of-domain warning, if any")
 
 
 def _material_update(self, context) -> None:
@@ -500,6 +559,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     active_bake: IntProperty(name="Active Bake")
     pending_bake: StringProperty(description="JSON record of the bake job in flight")
     pending_train: StringProperty(description="JSON record of the training job in flight")
+    cloth: PointerProperty(type=NEURAL_ROM_PG_cloth)
 
     # ---- reduced model: training settings (generated from the method registry)
     model_method: EnumProperty(
@@ -511,6 +571,9 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     )
     model_method_name: StringProperty(description="The chosen method, by name")
     method_settings: PointerProperty(type=NEURAL_ROM_PG_method_settings)
+
+    # ---- face set-up (addon/face.py): a skin with shape keys over a skull and a jaw
+    face: PointerProperty(type=NEURAL_ROM_PG_face)
 
     # ---- reduced model: result and simulation
     model: PointerProperty(type=NEURAL_ROM_PG_model)
@@ -548,6 +611,16 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
                 if p.name in d:
                     d[p.name] = p.get()
         return d
+
+    def training_data_kind(self) -> str:
+        """What the object trains on (a key of :data:`core.registry.BAKE_KINDS`): "face" once
+        Set Up Face recorded a face, "cloth" for a mesh whose bakes are (or will be) Blender's
+        cloth (:func:`.cloth.data_kind`), else "fem" (its bakes)."""
+        if self.face.path:
+            return "face"
+        from .cloth import data_kind  # "cloth": a mesh whose data is Blender's cloth
+
+        return data_kind(self.id_data)
 
     def method(self):
         """The registry record of the chosen method."""
@@ -616,8 +689,10 @@ class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
 
 
 CLASSES = (
+    NEURAL_ROM_PG_face,
     NEURAL_ROM_PG_scenario_param,
     NEURAL_ROM_PG_bake,
+    NEURAL_ROM_PG_cloth,
     NEURAL_ROM_PG_model,
     NEURAL_ROM_PG_method_settings,
     NEURAL_ROM_PG_object,

@@ -2,7 +2,8 @@
 
 Order: preferences, properties (classes, then the ``Object.neural_rom`` /
 ``Scene.neural_rom_scene`` pointers), operators, panels, the job runner (operators and
-status bar), the frame-change handlers, the ``neural_rom`` command-line command.
+status bar), the frame-change handlers, the cloth handlers (a muted Cloth modifier is given
+back on save, load and unregister), the ``neural_rom`` command-line command.
 :func:`unregister` undoes exactly what :func:`register` did, in reverse, so both can run
 any number of times. A failure while registering undoes the steps already done and is
 raised, never swallowed: a half-registered add-on is worse than a clear error.
@@ -59,7 +60,7 @@ def _steps():
     """The registration steps; modules are imported here so a fresh register() sees
     reloaded modules."""
     from .. import operators, panels
-    from . import cli, jobs, playback, prefs, props
+    from . import cli, cloth, jobs, playback, prefs, props
 
     def register_cli() -> None:
         global cli_handle
@@ -80,6 +81,7 @@ def _steps():
         ("job runner", lambda: _register_classes("jobs", jobs.CLASSES), None),
         ("job status bar", jobs.register_ui, jobs.unregister_ui),
         ("playback handlers", playback.register_handlers, playback.unregister_handlers),
+        ("cloth handlers", cloth.register_handlers, cloth.unregister_handlers),
         ("command line", register_cli, unregister_cli),
     ]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import bpy
 import numpy as np
@@ -33,8 +34,9 @@ from ..core.framecache import Timeline
 from ..core.poke import Poke
 from ..core.sim import FrameInputs
 from ..core.simjob import Track, render_local
-from . import bakes, paths, tets
+from . import bakes, cloth, paths, reference, tets
 from . import blender_mesh as bm
+from .reference import runs_on_other_meshes
 
 # Set while a driver samples other frames (scene.frame_set re-enters the handlers).
 _busy = False
@@ -57,6 +59,18 @@ def set_poke(name: str, idx, w, target, stiffness: float, max_force: float | Non
 
 def clear_poke(name: str) -> None:
     _pokes.pop(name, None)
+
+
+@contextmanager
+def handlers_paused():
+    """Keep the frame handlers out while the caller sets other frames (``scene.frame_set``
+    re-enters them)."""
+    global _busy
+    _busy, was = True, _busy
+    try:
+        yield
+    finally:
+        _busy = was
 
 
 def sample_matrices(scene: bpy.types.Scene, objs: list, frames: range) -> np.ndarray:
@@ -123,10 +137,13 @@ def check_model(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
     object has no model, the model is missing, or the mesh or its tets changed.
     """
     s = obj.neural_rom
+    if s.model.kind == "cloth":  # the mesh's own vertices: no tets
+        return (*cloth.check_model(obj), None)
     if not s.model.path:
         raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
     t = tets.load_tets(obj)  # missing or edited: re-tetrahedralize
-    if s.model.tets_hash and s.model.tets_hash != s.tets_hash:
+    # a model that runs on other meshes runs on any tets of the object (addon/family.py)
+    if s.model.tets_hash and s.model.tets_hash != s.tets_hash and not runs_on_other_meshes(obj):
         raise CacheError(
             f"'{obj.name}' was re-tetrahedralized after its model was trained; re-bake and "
             "re-train."
@@ -152,20 +169,32 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
     :func:`check_model`."""
     from ..core import registry
 
-    path, mesh_hash, _ = check_model(obj, scene)
+    path, mesh_hash, t = check_model(obj, scene)
     s = obj.neural_rom
     fields = {
         "name": obj.name,
         "model": str(path),
         "expect_mesh_hash": mesh_hash,
-        "tets": str(paths.load_path(s.tets_path)),
-        "embedding": str(paths.load_path(s.embedding_path)) if s.tets_embedded else "",
+        # none: the model's vertices are the mesh's (a cloth model)
+        "tets": str(paths.load_path(s.tets_path)) if t is not None else "",
+        "embedding": str(paths.load_path(s.embedding_path))
+        if t is not None and s.tets_embedded
+        else "",
     }
     try:  # a method registered outside the package: the worker imports its file
         fields.update(registry.job_fields(registry.get(s.model.method)))
     except NeuralRomError:
         pass  # unknown here: the worker says which methods it knows
+    fields.update(reference.job_fields(obj, scene))
     return fields
+
+
+def frame_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
+    """The collider objects that are the model's inputs: the scene's colliders, or for a
+    cloth model the ones its cloth bakes recorded (:func:`.cloth.colliders`)."""
+    if obj.neural_rom.model.kind == "cloth":
+        return cloth.colliders(obj)
+    return bakes.scene_colliders(obj, scene)
 
 
 def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) -> tuple:
@@ -179,12 +208,13 @@ def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) ->
     except OSError:
         stamp = None
     if colliders is None:
-        colliders = bakes.scene_colliders(obj, scene)
+        colliders = frame_colliders(obj, scene)
     return (
         str(path),
         stamp,
         s.tets_hash,
         s.model.mesh_hash,
+        s.face.mesh_hash,
         int(scene.frame_start),
         bakes.scene_dt(scene),
         tuple(sorted(s.material_values().items())),
@@ -206,7 +236,9 @@ class Driver:
         self.name = obj.name
         path, mesh_hash, self.tets = check_model(obj, scene)
         try:
-            self.sim, self.model = load_simulator(path, expect_mesh_hash=mesh_hash)
+            self.sim, self.model = load_simulator(
+                path, **reference.load_arguments(obj, scene, self.tets, mesh_hash)
+            )
         except CacheError as e:
             raise CacheError(
                 f"The model of '{obj.name}' cannot drive it: {e}. (Moving the object after "
@@ -272,7 +304,7 @@ class Driver:
         """
         frame = int(frame)
         if colliders is None:
-            colliders = bakes.scene_colliders(obj, scene)
+            colliders = frame_colliders(obj, scene)
         if pokes is None:
             pokes = (_pokes[self.name],) if self.name in _pokes else ()
         now = self.inputs(obj, colliders, None if sample is None else sample(frame, frame)[0])
@@ -300,6 +332,45 @@ class Driver:
         """Render-mesh local positions of (n, 3) world tet-node positions."""
         t = self.tets
         return render_local(P, matrix_world, int(t.mesh.n_surface_inputs), t.embedding)
+
+    def write(self, obj, P: np.ndarray) -> None:
+        """Write the frame's (n, 3) world tet-node positions ``P`` into the mesh."""
+        bm.set_positions(obj.data, self.local(P, bm.matrix(obj)))
+
+
+class ClothDriver(Driver):
+    """:class:`.simulate.Driver` of a cloth model: the mesh's own vertices (no tets), the
+    colliders its bakes recorded, its world matrix as the reference frame."""
+
+    def __init__(self, obj: bpy.types.Object, scene: bpy.types.Scene):
+        from ..core.registry import load_simulator
+
+        self.name = obj.name
+        path, mesh_hash = cloth.check_model(obj)
+        try:
+            self.sim, self.model = load_simulator(path, expect_mesh_hash=mesh_hash)
+        except CacheError as e:
+            raise CacheError(f"The model of '{obj.name}' cannot drive it: {e}.") from e
+        self.n_nodes = len(self.sim.rest_positions())
+        if self.n_nodes != len(obj.data.vertices):
+            raise CacheError(
+                f"The model of '{obj.name}' has {self.n_nodes} vertices but the mesh "
+                f"{len(obj.data.vertices)}; cloth-bake it again and re-train."
+            )
+        self.tets = None
+        self.pins_local = None
+        self.ground_z = None
+        self.frame_start = int(scene.frame_start)
+        self.key = driver_key(obj, scene)
+        self.timeline = Timeline(self.sim, self.frame_start)
+
+    def inputs(self, obj, colliders: list, mats: np.ndarray | None = None):
+        if mats is None:
+            mats = np.stack([bm.matrix(o) for o in (obj, *colliders)])
+        return cloth.track(obj, colliders, np.asarray(mats)[None]).inputs(0)
+
+    def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:
+        return bm.to_local(np.asarray(P, dtype=np.float64), matrix_world)
 
 
 _drivers: dict[str, Driver] = {}
@@ -335,7 +406,16 @@ def driver(obj: bpy.types.Object, scene: bpy.types.Scene, colliders: list | None
     if d is not None and d.key == driver_key(obj, scene, colliders):
         return d
     _let_go_of_stopped()
-    d = Driver(obj, scene)
+    from . import face
+
+    if face.is_face(obj):
+        d = face.FaceDriver(
+            obj, scene, key=driver_key(obj, scene, colliders), read_colliders=collider_inputs
+        )
+    elif obj.neural_rom.model.kind == "cloth":
+        d = ClothDriver(obj, scene)
+    else:
+        d = Driver(obj, scene)
     _drivers[obj.name] = d
     return d
 
@@ -345,11 +425,11 @@ def apply_frame(
 ) -> np.ndarray:
     """Write the simulated frame (default: the current one) into the mesh; returns the
     (n, 3) world tet-node positions."""
-    colliders = bakes.scene_colliders(obj, scene)
+    colliders = frame_colliders(obj, scene)
     d = driver(obj, scene, colliders)
     frame = scene.frame_current if frame is None else frame
     P = d.positions_at(frame, obj, scene, colliders=colliders)
-    bm.set_positions(obj.data, d.local(P, bm.matrix(obj)))
+    d.write(obj, P)
     return P
 
 
@@ -358,10 +438,12 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
 
     Validates the model first, then saves the rest shape and shows the current frame.
     """
+    from . import face
+
     scene = scene or paths.scene_of(obj)
     if obj.type != "MESH":
         raise NeuralRomError(f"'{obj.name}' is not a mesh.")
-    if obj.data.shape_keys is not None:
+    if obj.data.shape_keys is not None and not face.is_face(obj):
         raise NeuralRomError(
             f"'{obj.name}' has shape keys, which override the vertex positions the simulation "
             "writes; use Bake Simulation instead (its Mesh Cache modifier plays over shape keys)."
@@ -371,9 +453,17 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     d = driver(obj, scene)  # raises before anything changes
     if obj.neural_rom.playback:
         bakes.stop_playback(obj)
-    bm.store_rest(obj.data)
+    if face.is_face(obj):  # shown by a modifier: the shape keys stay as they are
+        face.show_simulation(obj)
+    else:
+        bm.store_rest(obj.data)
     obj.neural_rom.simulate = True
-    apply_frame(obj, scene)
+    cloth.hold(obj)  # a cloth object's Cloth modifier is muted while the model drives it
+    try:
+        apply_frame(obj, scene)
+    except BaseException:  # nothing left half on: the rest shape and the cloth come back
+        stop_simulation(obj)
+        raise
     return d
 
 
@@ -382,8 +472,13 @@ def stop_simulation(obj: bpy.types.Object) -> None:
     obj.neural_rom.simulate = False
     clear_poke(obj.name)
     _drivers.pop(obj.name, None)
-    if obj.type == "MESH":
+    from . import face
+
+    if face.is_face(obj):
+        face.hide_simulation(obj)
+    elif obj.type == "MESH":
         bm.restore_rest(obj.data)
+    cloth.release(obj)
 
 
 def reset_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) -> None:
@@ -468,6 +563,8 @@ def on_frame_change(scene: bpy.types.Scene) -> None:
         s = getattr(obj, "neural_rom", None)
         if s is None or not s.simulate or obj.type != "MESH" or obj.mode == "EDIT":
             continue
+        if reference.mesh_edit_pending(obj, _drivers.get(obj.name)):
+            continue  # an edited mesh waits for Apply Mesh Edit (addon/family.py)
         try:
             apply_frame(obj, scene)
         except Exception as e:  # noqa: BLE001 (one object's failure must not stop the others)

@@ -50,21 +50,23 @@ def make_train_job(
     settings: dict | None = None,
     device: str | None = None,
 ) -> dict:
-    """The worker job that trains a reduced model of ``obj`` on all its bakes (JSON-able).
+    """The worker job that trains a reduced model of ``obj`` on all its bakes, or on its face
+    file once Set Up Face recorded one (:meth:`..addon.props.NEURAL_ROM_PG_object.training_data_kind`;
+    the method must train on that kind of data), JSON-able.
 
-    ``method`` (a registered method's name) overrides the panel's choice; the settings are
-    that method's property group on the object, overridden by ``settings`` and validated by
-    the method (a bad or unknown field is refused with its name and range).
-    ``device`` (auto, cpu, cuda) overrides the add-on preference. Every setting and bake is
-    checked (fresh, same world mesh) before anything is written; what is being trained is
-    recorded on the object (``pending_train``) for :func:`on_train_done`.
+        ``method`` (a registered method's name) overrides the panel's choice; the settings are
+        that method's property group on the object, overridden by ``settings`` and validated by
+        the method (a bad or unknown field is refused with its name and range).
+        ``device`` (auto, cpu, cuda) overrides the add-on preference. Every setting and bake is
+        checked (fresh, same world mesh) before anything is written; what is being trained is
+        recorded on the object (``pending_train``) for :func:`on_train_done`.
 
-    Returns
-    -------
-    dict: ``kind`` "train", :func:`core.registry.job_fields` (``method``, and
-    ``method_origin`` for a method registered outside the package), ``needs`` (what the job
-    interpreter must import), ``bakes`` (abs paths), ``out`` (abs .nrmodel), ``settings``,
-    ``device``, ``mesh_hash``, ``log_dir``.
+        Returns
+        -------
+        dict: ``kind`` "train", :func:`core.registry.job_fields` (``method``, and
+        ``method_origin`` for a method registered outside the package), ``needs`` (what the job
+        interpreter must import), ``bakes`` (abs paths), ``out`` (abs .nrmodel), ``settings``,
+        ``device``, ``mesh_hash``, ``log_dir``.
     """
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -72,8 +74,9 @@ def make_train_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     record = registry.get(method) if method else s.method()  # unknown: names the known ones
+    kind = s.training_data_kind()  # "fem", "cloth": its bakes; "face": its face file
     try:
-        record.check_trains_on("fem")  # an object's bakes are FEM bakes
+        record.check_trains_on(kind)
     except NeuralRomError as e:
         raise NeuralRomError(f"Cannot train '{obj.name}': {e}") from None
     values = training_settings(obj, record, settings)
@@ -81,11 +84,60 @@ def make_train_job(
         device = str(get_preferences().device).lower()
     if device not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
-    if not len(s.bakes):
-        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run Bake first.")
-    load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+    if kind == "face":  # missing, or the skin edited since Set Up Face: refused here
+        from .face import check_face
+
+        paths, mesh_hash = [str(check_face(obj))], s.face.mesh_hash
+    else:
+        paths, mesh_hash = object_bakes(obj, scene, kind)
+    bakes = paths
+    if record.other_mesh and kind == "fem":  # a field over a space shared with other objects
+        from .reference import bake_entries
+
+        bakes = bake_entries(obj, scene, paths)
+    folder = cache_dir(obj) / MODELS_DIR
+    folder.mkdir(exist_ok=True)
+    out = folder / f"{record.name}.nrmodel"
+    s.pending_train = json.dumps(
+        {
+            "out": str(out),
+            "method": record.name,
+            "mesh_hash": mesh_hash,
+            "tets_hash": s.tets_hash,
+            "source_hash": s.source_hash,
+            "bakes": len(paths) if kind != "face" else 0,
+            "kind": kind,
+        }
+    )
+    return {
+        "kind": "train",
+        **registry.job_fields(record),
+        "needs": job_needs(record),
+        "bakes": bakes,
+        "out": str(out),
+        "settings": values,
+        "device": device,
+        "mesh_hash": mesh_hash,
+        "log_dir": str(folder / "logs"),
+    }
+
+
+def object_bakes(
+    obj: bpy.types.Object, scene: bpy.types.Scene, kind: str = "fem"
+) -> tuple[list[str], str]:
+    """``(paths, mesh_hash)``: the absolute paths of ``obj``'s bakes of ``kind`` ("fem" or
+    "cloth") and the hash of the world mesh they simulate, each bake checked (tets fresh;
+    bakes fresh, not empty, all of one placement of the object), refused with what to do."""
+    s = obj.neural_rom
+    if not any((rec.kind or "fem") == kind for rec in s.bakes):
+        first = "Cloth Bake" if kind == "cloth" else "Bake"
+        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
+    if kind == "fem":
+        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
     paths, hashes = [], set()
     for rec in s.bakes:
+        if (rec.kind or "fem") != kind:
+            continue  # bakes of the other kind (FEM bakes of a cloth object)
         cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
         paths.append(str(load_path(rec.path).resolve()))
         hashes.add(cache.mesh_hash)
@@ -94,31 +146,7 @@ def make_train_job(
             f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
             "between bakes); clear the old bakes or re-bake them all, then train."
         )
-    folder = cache_dir(obj) / MODELS_DIR
-    folder.mkdir(exist_ok=True)
-    out = folder / f"{record.name}.nrmodel"
-    mesh_hash = hashes.pop()
-    s.pending_train = json.dumps(
-        {
-            "out": str(out),
-            "method": record.name,
-            "mesh_hash": mesh_hash,
-            "tets_hash": s.tets_hash,
-            "source_hash": s.source_hash,
-            "bakes": len(paths),
-        }
-    )
-    return {
-        "kind": "train",
-        **registry.job_fields(record),
-        "needs": job_needs(record),
-        "bakes": paths,
-        "out": str(out),
-        "settings": values,
-        "device": device,
-        "mesh_hash": mesh_hash,
-        "log_dir": str(folder / "logs"),
-    }
+    return paths, hashes.pop()
 
 
 def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
@@ -132,8 +160,10 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     if not path or result.get("cancelled") or not Path(path).is_file():
         return False
     rollout = result.get("rollout") or {}
+    clear_model_record(obj)
     m = s.model
     m.path = store_path(obj, path)
+    m.family = ", ".join(pending.get("family", []))
     m.method = str(result.get("method", pending.get("method", "")))
     m.k = result_dofs(result)
     # a value a method does not have (no cubature, no rollout) may be missing or None
@@ -148,7 +178,13 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.tets_hash = str(pending.get("tets_hash", s.tets_hash))
     m.source_hash = str(pending.get("source_hash", s.source_hash))
     m.bakes = int(pending.get("bakes", 0))
+    m.kind = str(pending.get("kind", "fem"))
     _forget_drivers(obj.name)
+    record = next((r for r in registry.methods() if r.name == m.method), None)
+    if record is not None and "sliders" in record.inputs:  # one keyable slider per latent
+        from .face import make_sliders
+
+        make_sliders(obj, path, result)
     return True
 
 
@@ -195,12 +231,19 @@ def clear_model(obj: bpy.types.Object, *, delete_file: bool = True) -> None:
 
         simulate.stop_simulation(obj)
     path = load_path(s.model.path)
-    for prop in s.model.bl_rna.properties:
-        if prop.identifier not in ("rna_type", "name"):
-            s.model.property_unset(prop.identifier)
+    applied = bool(s.model.applied_from)  # another object's file: not this one's to delete
+    clear_model_record(obj)
     _forget_drivers(obj.name)
-    if delete_file and path.suffix == ".nrmodel" and path.is_file():
+    if delete_file and not applied and path.suffix == ".nrmodel" and path.is_file():
         path.unlink()
         ckpt = path.parent / (path.stem + ".checkpoints")
         if ckpt.is_dir():
             shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def clear_model_record(obj: bpy.types.Object) -> None:
+    """Forget what ``obj`` records of its model (every property back to its default)."""
+    m = obj.neural_rom.model
+    for prop in m.bl_rna.properties:
+        if prop.identifier not in ("rna_type", "name"):
+            m.property_unset(prop.identifier)

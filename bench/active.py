@@ -100,6 +100,8 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--warm-epochs", type=int, default=400)
     p.add_argument("--latent", type=int, default=12)
+    p.add_argument("--decoder", default="linear", choices=("linear", "mlp"))
+    p.add_argument("--no-jaw-input", action="store_true", help="the decoder without the jaw")
     p.add_argument("--markers", type=int, default=30)
     p.add_argument("--frames", type=int, default=48)
     p.add_argument("--out", type=Path, default=Path("/tmp/neural_rom_bench_active"))
@@ -132,7 +134,13 @@ def main(argv=None) -> int:
     }
     print(json.dumps(R["mesh"]), flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
-    settings = {"latent_dim": a.latent, "epochs": a.epochs, "warm_epochs": a.warm_epochs}
+    settings = {
+        "latent_dim": a.latent,
+        "epochs": a.epochs,
+        "warm_epochs": a.warm_epochs,
+        "decoder": a.decoder,
+        "jaw_input": not a.no_jaw_input,
+    }
     if a.model:
         from neural_rom.core.registry import load_simulator
 
@@ -254,7 +262,7 @@ def main(argv=None) -> int:
             res_f.append(rep.residual)
             sk.append(sim.skin_positions())
             if name == "reduced":
-                full_res.append(full.qs.residual(sim.x, model.actions(zi)))
+                full_res.append(full.qs.residual(sim.x, model.actions(zi, M)))
         skins[name] = np.array(sk)
         stats[name] = {
             "fps": 1.0 / float(np.mean(times)),
@@ -280,7 +288,8 @@ def main(argv=None) -> int:
         ji = (1 - w) * keys.jaw[ho[i0]] + w * keys.jaw[ho[i0 + 1]]
         m_frames.append((P, model.jaw_matrix(ji)))
     mstats = {}
-    for name, sim in (("full", full), ("reduced", red)):
+    red_lm = ActiveFace(model, marker_solver="lm")
+    for name, sim in (("full", full), ("reduced", red), ("reduced_lm", red_lm)):
         if name == "full":
             frames = m_frames[:: max(1, F // 8)]  # the full solve is slow: a sample
         else:
@@ -323,7 +332,7 @@ def main(argv=None) -> int:
         cost = float(r @ r) + red.marker_pull * float(z @ z)
         if cost <= 1.05 * cost_lm:
             break
-        dq = red.reduced_jacobian(x, z)
+        dq = red.reduced_jacobian(x, z, M)
         J = (S @ (red.Ufull @ dq).reshape(len(x), -1)).reshape(-1, d)
         g = 2 * J.T @ r + 2 * red.marker_pull * z
         mom = 0.9 * mom + 0.1 * g

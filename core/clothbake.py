@@ -29,6 +29,9 @@ the same mesh placed elsewhere is the same mesh. Channels, per frame:
     The rigid world transform of the cloth object (its parent's motion included): the
     frame its pinned vertices hang from.
 
+The extra array ``pinned`` lists the vertices the Cloth modifier's pin group holds fixed
+(weight >= :data:`PIN_WEIGHT`): they follow ``reference_frame`` rigidly.
+
 The metadata (``source: "blender_cloth"``) records the time step, gravity (the scene's,
 times the cloth's gravity weight), each collider's name, kind and size, the cloth
 object's and its owner's names, the seed and the motion plan, and the point cache range the
@@ -38,13 +41,13 @@ user had. A training method tells a cloth bake from a FEM bake by :func:`is_clot
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .errors import NeuralRomError
+from .errors import JobCancelled, NeuralRomError, SimulationError
 
 __all__ = [
     "SOURCE",
@@ -52,6 +55,7 @@ __all__ = [
     "blender_command",
     "is_cloth_bake",
     "motion_plan",
+    "replay_cloth_bake",
     "rigid",
     "surface_hash",
     "triangulate",
@@ -59,6 +63,11 @@ __all__ = [
 
 #: ``metadata["source"]`` of a bake made by Blender's cloth solver.
 SOURCE = "blender_cloth"
+#: Pin-group weight from which Blender's cloth holds a vertex fixed to the object (its goal
+#: is the weight to the 4th power, pinned from 0.999, ``SOFTGOALSNAP``); a bake's
+#: ``pinned`` extra array lists these vertices: they move rigidly with the object (2e-7 m in
+#: a test bake), those below are goal springs that sag.
+PIN_WEIGHT = 0.999**0.25
 
 
 class ClothBakeError(NeuralRomError):
@@ -292,3 +301,75 @@ def blender_command(blender: str, worker: str, spec_path: str) -> list[str]:
         "--",
         str(spec_path),
     ]
+
+
+def replay_cloth_bake(
+    sim,
+    cache,
+    *,
+    cancel: Callable[[], bool] | None = None,
+    step_seconds: list[float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    closest: list | None = None,
+) -> np.ndarray:
+    """Replay a cloth bake with a model, as Simulate drives it: from the model's rest state
+    (``sim.reset()``: a cloth bake starts at rest), each frame stepped with the bake's
+    colliders (the shapes its metadata lists, the transforms of its ``colliders`` channel)
+    and its ``reference_frame``.
+
+    Parameters
+    ----------
+    sim : a simulator of the bake's mesh (:class:`core.simulator.SimulatorBase`)
+    cache : :class:`core.cache.BakeCache` of a cloth bake (:func:`is_cloth_bake`)
+    cancel, step_seconds, progress : as :func:`core.compare.replay_bake`
+    closest : when given, the model's closest shape (``sim.closest_shape``) to each of the
+        bake's frames is appended to it, taken right after that frame's step: a model driven
+        by a reference frame projects in the frame of the step it is at
+
+    Returns
+    -------
+    (F, n, 3) float array: the model's world positions (m) of the bake's ``F`` frames; frame
+    0 is the rest state.
+    """
+    from .colliders import Collider
+    from .sim import FrameInputs
+
+    n_frames, n = int(cache.n_frames), len(cache.X)
+    if len(sim.rest_positions()) != n:
+        raise SimulationError(
+            f"The model has {len(sim.rest_positions())} vertices but the bake has {n}; compare "
+            "a model with a bake of the same mesh."
+        )
+    dt_model = getattr(getattr(sim, "settings", None), "dt", None)
+    dt_bake = float(cache.meta["dt"])
+    if dt_model is not None and abs(float(dt_model) - dt_bake) > 1e-9 * dt_bake:
+        raise SimulationError(
+            f"The model steps {float(dt_model):.6g} s per frame but the bake was made at "
+            f"{dt_bake:.6g} s per frame; cloth-bake at the model's frame rate or re-train."
+        )
+    shapes = cache.meta.get("colliders") or []
+    C = np.asarray(cache.channel("colliders"), dtype=np.float64) if shapes else None
+    R = np.asarray(cache.channel("reference_frame"), dtype=np.float64)
+    x = cache.channel("positions")
+    shape_of = getattr(sim, "closest_shape", None) if closest is not None else None
+    sim.reset()
+    out = np.empty((n_frames, n, 3))
+    out[0] = sim.positions()
+    if shape_of is not None:
+        closest.append(shape_of(np.asarray(x[0], dtype=np.float64)))
+    for f in range(1, n_frames):
+        if cancel is not None and cancel():
+            raise JobCancelled("Cancelled while replaying the cloth bake with the model.")
+        cols = [
+            Collider(c["kind"], float(c["radius"]), float(c["half_length"]), C[f, j])
+            for j, c in enumerate(shapes)
+        ]
+        rep = sim.step(FrameInputs(colliders=cols, reference_frame=R[f]))
+        if step_seconds is not None:
+            step_seconds.append(float(getattr(rep, "wall_time", 0.0)))
+        out[f] = sim.positions()
+        if shape_of is not None:
+            closest.append(shape_of(np.asarray(x[f], dtype=np.float64)))
+        if progress is not None:
+            progress(f, n_frames - 1)
+    return out

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .clothbake import is_cloth_bake, replay_cloth_bake
 from .embedding import render_positions
 from .errors import CacheError, SimulationError
 from .files import ensure_writable_dir, write_npz
@@ -82,18 +83,33 @@ def compare_with_bake(
     except CacheError as e:
         raise CacheError(f"Bake '{bake_name}' cannot be used ({e}); re-bake.") from e
     sim, model = load_model_for(spec)
-    if model.mesh_hash != cache.mesh_hash:
+    # a model put on the object's tets (``mesh_matrix``) runs on the object's world mesh
+    runs_on = spec.get("expect_mesh_hash") if spec.get("mesh_matrix") else model.mesh_hash
+    if runs_on != cache.mesh_hash:
         raise CacheError(
             f"Bake '{bake_name}' simulates '{name}' at another placement than its model was "
             "trained on (the object moved in between); re-bake, or re-train on this bake."
         )
-    _, n_surface, emb = read_render_map(spec)
-    _, driver = replay_scenario(cache)
+    _, n_surface, emb = read_render_map(spec, len(sim.rest_positions()))
     seconds: list[float] = []
+    cloth_shapes: list | None = None
     try:
-        P = replay_bake(
-            sim, cache, driver, cancel=should_cancel, step_seconds=seconds, progress=progress
-        )
+        if is_cloth_bake(cache.meta):  # Blender's cloth: its recorded colliders and frame
+            # a driven model's closest shapes are taken in the frame of each step, on the way
+            cloth_shapes = [] if callable(getattr(sim, "closest_shape", None)) else None
+            P = replay_cloth_bake(
+                sim,
+                cache,
+                cancel=should_cancel,
+                step_seconds=seconds,
+                progress=progress,
+                closest=cloth_shapes,
+            )
+        else:
+            _, driver = replay_scenario(cache)
+            P = replay_bake(
+                sim, cache, driver, cancel=should_cancel, step_seconds=seconds, progress=progress
+            )
     except SimulationError as e:
         raise SimulationError(f"The model of '{name}' cannot replay bake '{bake_name}': {e}") from e
     reduced = render_positions(P, n_surface, emb)
@@ -106,7 +122,9 @@ def compare_with_bake(
     # The same frames' closest shapes: what the model can represent at best (its shapes),
     # against which the replay's error (its dynamics) is judged.
     shapes = None
-    if callable(getattr(sim, "closest_shape", None)):
+    if cloth_shapes is not None:
+        shapes = error_stats(vertex_errors(np.asarray(cloth_shapes), full))
+    elif callable(getattr(sim, "closest_shape", None)):
         shapes = error_stats(
             vertex_errors(render_positions(closest_shapes(sim, x_full), n_surface, emb), full)
         )

@@ -14,6 +14,15 @@ A step's inputs are the frame's :class:`~.sim.FrameInputs` and the running pokes
 (:class:`~.poke.Poke`), whose forces follow the body: they are computed from the positions
 the step starts from. The host (Blender's frame handler) gathers the inputs of a frame
 once and writes the positions it gets back; nothing here knows about Blender.
+
+A simulator that runs on other meshes (``swap_mesh``: LiCROM) can continue on an edited
+mesh mid-run (:meth:`Timeline.swap_mesh`). Every kept frame records the mesh it was
+simulated on (``mesh``, a counter). Its state is the latent (``q``, ``qdot``), which means
+the same on every mesh of the object, so a frame of an earlier mesh is shown on the current
+one (its positions recomputed from its state: the motion it had, on the shape there is
+now); the frames after the swap are simulated on the new mesh, and a frame before it whose
+inputs change is simulated again on the current mesh. The host's render mesh has only one
+topology at a time, so the old mesh itself is not shown again.
 """
 
 from __future__ import annotations
@@ -32,12 +41,14 @@ from .sim import FrameInputs
 
 @dataclass
 class CachedFrame:
-    """One simulated frame: simulator state, (n, 3) positions (m, world) and the digest
-    of the inputs that produced it."""
+    """One simulated frame: simulator state, (n, 3) positions (m, world), the digest
+    of the inputs that produced it and the mesh its positions are of (a counter,
+    :meth:`Timeline.swap_mesh`)."""
 
     state: dict
     positions: np.ndarray
     inputs: str = ""
+    mesh: int = 0
 
 
 class FrameCache:
@@ -73,11 +84,15 @@ class FrameCache:
     def get(self, frame: int) -> CachedFrame | None:
         return self._frames.get(int(frame))
 
-    def put(self, frame: int, state: dict, positions: np.ndarray, inputs: str = "") -> None:
+    def put(
+        self, frame: int, state: dict, positions: np.ndarray, inputs: str = "", mesh: int = 0
+    ) -> None:
         """Keep frame ``frame`` (copies of the state's arrays and of the positions)."""
         frame = int(frame)
         state = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
-        self._frames[frame] = CachedFrame(state, np.array(positions, dtype=np.float64), inputs)
+        self._frames[frame] = CachedFrame(
+            state, np.array(positions, dtype=np.float64), inputs, int(mesh)
+        )
         if len(self._frames) > self.max_frames:
             far = sorted(self._frames, key=lambda f: abs(f - frame), reverse=True)
             for f in far[: len(self._frames) - self.max_frames]:
@@ -157,6 +172,8 @@ class Timeline:
     cache : FrameCache
     step_seconds : list of float
         Wall time of every step taken, seconds (what playback costs per frame).
+    mesh : int
+        How many times the simulator changed mesh (:meth:`swap_mesh`).
     """
 
     def __init__(self, sim, frame_start: int, *, max_frames: int = 10000):
@@ -164,13 +181,43 @@ class Timeline:
         self.frame_start = int(frame_start)
         self.cache = FrameCache(max_frames=max_frames)
         self.step_seconds: list[float] = []
+        self.mesh = 0
         self.reset()
 
     def reset(self) -> None:
         """Forget every simulated frame; the start frame is the rest state."""
         self.sim.reset()
         self.cache.invalidate()
-        self.cache.put(self.frame_start, self.sim.get_state(), self.sim.positions())
+        self.cache.put(self.frame_start, self.sim.get_state(), self.sim.positions(), mesh=self.mesh)
+
+    def swap_mesh(self, frame: int, X: np.ndarray, T: np.ndarray):
+        """Continue on the mesh ``(X, T)`` (rest nodes (n, 3), tets (m, 4)) from the newest
+        kept frame at or before ``frame``: its state goes through ``sim.swap_mesh`` (which
+        keeps ``q`` and its velocity), the frames after it are forgotten, and the earlier
+        ones are shown on the new mesh from now on (see the module docstring).
+
+        Returns what ``sim.swap_mesh`` returns. Raises AttributeError for a simulator that
+        runs only on its own mesh, and whatever ``sim.swap_mesh`` raises for a bad mesh (the
+        timeline is then unchanged).
+        """
+        at = self.cache.latest_at_or_before(max(int(frame), self.frame_start))
+        hit = self.cache.get(at)
+        self.sim.set_state(hit.state)
+        report = self.sim.swap_mesh(X, T)
+        self.mesh += 1
+        self.cache.invalidate(at + 1)
+        self.cache.put(at, self.sim.get_state(), self.sim.positions(), hit.inputs, self.mesh)
+        return report
+
+    def _current(self, frame: int) -> CachedFrame:
+        """Kept frame ``frame``, its positions recomputed on the current mesh when it was
+        simulated on an earlier one (the latent state means the same on every mesh)."""
+        hit = self.cache.get(frame)
+        if hit.mesh != self.mesh:
+            self.sim.set_state(hit.state)
+            self.cache.put(frame, hit.state, self.sim.positions(), hit.inputs, self.mesh)
+            hit = self.cache.get(frame)
+        return hit
 
     def positions_at(
         self,
@@ -193,11 +240,12 @@ class Timeline:
         """
         frame = int(frame)
         if frame <= self.frame_start:
-            return self.cache.get(self.frame_start).positions
+            return self._current(self.frame_start).positions
         inputs = FrameInputs() if inputs is None else inputs
         digest = frame_digest(inputs, pokes)
         hit = self.cache.get(frame)
         if hit is not None and hit.inputs == digest:
+            hit = self._current(frame)
             self.sim.set_state(hit.state)
             return hit.positions
         self.cache.invalidate(frame)  # inputs changed there: this frame and later are stale
@@ -220,4 +268,4 @@ class Timeline:
         t0 = time.perf_counter()
         self.sim.step(inputs)
         self.step_seconds.append(time.perf_counter() - t0)
-        self.cache.put(frame, self.sim.get_state(), self.sim.positions(), digest)
+        self.cache.put(frame, self.sim.get_state(), self.sim.positions(), digest, self.mesh)

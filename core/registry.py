@@ -459,7 +459,9 @@ def load_simulator(
     settings : :class:`core.sim.SimSettings` overriding the time step stored in the model
     mesh : ``(X, T)``, rest positions (n, 3) and tets (m, 4), of a mesh other than the one the
         model was trained on, for a method that takes ``"other_mesh"``
-        (:attr:`Method.other_mesh`); a model of another method is refused
+        (:attr:`Method.other_mesh`); a model of another method is refused. ``(X, T, origin)``
+        also gives the origin (3,) of the object the mesh belongs to, for a model trained
+        on several objects relative to their origins (the add-on passes it always)
 
     Returns
     -------

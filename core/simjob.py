@@ -213,7 +213,9 @@ def render_local(
 def load_model_for(spec: dict):
     """The simulator and model of a job spec's ``model`` (its method found through the
     registry, from ``method_origin`` for a method registered outside the package), refused
-    with what to do when it is not the model of the mesh ``expect_mesh_hash``.
+    with what to do when it is not the model of the mesh ``expect_mesh_hash``. With
+    ``mesh_matrix`` (a model that runs on other meshes) it is put on the job's ``tets``
+    placed in the world by that (4, 4) matrix, with its translation as the object's origin.
 
     Returns (simulator, model).
     """
@@ -228,8 +230,16 @@ def load_model_for(spec: dict):
             f"The model of '{name}' is missing ({path}); train again (or check that the cache "
             "folder moved with the .blend)."
         )
+    if spec.get("mesh_matrix") is not None:  # a model put on the object's own tets
+        from .meshfile import read_tetmesh
+
+        M = np.asarray(spec["mesh_matrix"], dtype=np.float64).reshape(4, 4)
+        tm = read_tetmesh(spec["tets"])
+        where = {"mesh": (to_world(np.asarray(tm.X, np.float64), M), tm.T, M[:3, 3])}
+    else:
+        where = {"expect_mesh_hash": spec.get("expect_mesh_hash")}
     try:
-        return registry.load_simulator(path, expect_mesh_hash=spec.get("expect_mesh_hash"))
+        return registry.load_simulator(path, **where)
     except CacheError as e:
         raise CacheError(
             f"The model of '{name}' cannot drive it: {e}. (Moving the object after baking also "
@@ -237,12 +247,16 @@ def load_model_for(spec: dict):
         ) from e
 
 
-def read_render_map(spec: dict):
+def read_render_map(spec: dict, n_nodes: int | None = None):
     """``(X_local, n_surface, embedding)`` of a job spec's ``tets`` and ``embedding`` files:
-    the object's local tet nodes and how the render mesh rides on them."""
+    the object's local tet nodes and how the render mesh rides on them. A spec without
+    ``tets`` is of a model whose ``n_nodes`` vertices are the mesh's own (a cloth model):
+    ``(None, n_nodes, None)``."""
     from .embedding import Embedding
     from .meshfile import read_tetmesh
 
+    if not spec.get("tets"):
+        return None, int(n_nodes or 0), None
     mesh = read_tetmesh(spec["tets"])
     emb = None
     if spec.get("embedding"):
@@ -297,14 +311,14 @@ def simulate_to_pc2(
     out = Path(spec["out"])
     ensure_writable_dir(out.parent, "the point cache", "pick another path")
     sim, model = load_model_for(spec)
-    X_local, n_surface, emb = read_render_map(spec)
-    if len(sim.rest_positions()) != len(X_local):
+    X_local, n_surface, emb = read_render_map(spec, len(sim.rest_positions()))
+    if X_local is not None and len(sim.rest_positions()) != len(X_local):
         raise CacheError(
             f"The model of '{name}' has {len(sim.rest_positions())} nodes but its tets "
             f"{len(X_local)}; re-bake and re-train."
         )
     pinned = np.asarray(getattr(sim, "pinned", ()), dtype=np.int64)
-    pins_local = X_local[pinned] if pinned.size else None
+    pins_local = X_local[pinned] if pinned.size and X_local is not None else None
     g = model.metadata.get("ground_z")
     ground_z = None if g is None else float(g)
     n_render = int(emb.n_points) if emb is not None else n_surface

@@ -30,7 +30,7 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
     @classmethod
     def poll(cls, context):
         obj = active_deformable(context)
-        return obj is not None and len(obj.neural_rom.bakes) > 0
+        return obj is not None and (len(obj.neural_rom.bakes) > 0 or bool(obj.neural_rom.face.path))
 
     def execute(self, context):
         def summary(obj):

@@ -1,5 +1,5 @@
 """bpy Panels and UI lists (View3D > Sidebar > Neural ROM)."""
 
-from . import sidebar
+from . import face, sidebar
 
-CLASSES = (*sidebar.CLASSES,)
+CLASSES = (*sidebar.CLASSES, *face.CLASSES)

@@ -6,6 +6,9 @@ import textwrap
 
 import bpy
 
+from ..addon.reference import runs_on_other_meshes
+from .family import draw_family_model, draw_family_simulate, draw_family_train
+
 
 def _active(context):
     obj = getattr(context, "object", None)
@@ -37,10 +40,24 @@ class _Sidebar:
 
 class _DeformableSub(_Sidebar):
     bl_parent_id = "NEURAL_ROM_PT_main"
+    #: Shown for a face too (a face trains on its face file: no tets, bakes or scenario).
+    for_faces = False
 
     @classmethod
     def poll(cls, context):
-        return _deformable(context) is not None
+        obj = _deformable(context)
+        return obj is not None and (cls.for_faces or not obj.neural_rom.face.path)
+
+
+class _FemSub(_DeformableSub):
+    """A panel of the FEM pipeline (material, tets, scenario, bake): not for a cloth object,
+    whose data is Blender's own cloth (:class:`NEURAL_ROM_PT_cloth_bake`)."""
+
+    @classmethod
+    def poll(cls, context):
+        from ..addon.cloth import is_cloth
+
+        return super().poll(context) and not is_cloth(_deformable(context))
 
 
 class NEURAL_ROM_UL_bakes(bpy.types.UIList):
@@ -62,6 +79,7 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
         obj = _active(context)
         if obj is None:
             layout.label(text="Select an object", icon="INFO")
+            layout.operator("neural_rom.add_demo_head", icon="MONKEY")  # an active face to try
             return
         s = obj.neural_rom
         if s.preview_of:
@@ -80,7 +98,9 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
                 box.label(text=line, icon="ERROR" if i == 0 else "BLANK1")
         layout.prop(s, "role", expand=True)
         if s.role == "NONE":
-            if obj.type == "MESH":
+            if obj.type == "MESH" and any(m.type == "CLOTH" for m in obj.modifiers):
+                layout.label(text="Make it Deformable to bake its cloth", icon="MOD_CLOTH")
+            elif obj.type == "MESH":
                 layout.label(text="Make it Deformable, or tetrahedralize it:", icon="INFO")
                 layout.operator("neural_rom.tetrahedralize", icon="MESH_ICOSPHERE")
             else:
@@ -113,7 +133,7 @@ def draw_collider(layout, obj) -> None:
     col.label(text="Its animation drives the bakes' colliders.", icon="INFO")
 
 
-class NEURAL_ROM_PT_material(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_material(_FemSub, bpy.types.Panel):
     bl_label = "Material"
     bl_idname = "NEURAL_ROM_PT_material"
 
@@ -137,7 +157,7 @@ class NEURAL_ROM_PT_material(_DeformableSub, bpy.types.Panel):
             box.label(text=f"Density {v['density']:.0f} kg/m³")
 
 
-class NEURAL_ROM_PT_tets(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_tets(_FemSub, bpy.types.Panel):
     bl_label = "Tetrahedralize"
     bl_idname = "NEURAL_ROM_PT_tets"
 
@@ -165,7 +185,7 @@ class NEURAL_ROM_PT_tets(_DeformableSub, bpy.types.Panel):
         row.operator("neural_rom.clear_preview", text="", icon="X")
 
 
-class NEURAL_ROM_PT_simulation(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_simulation(_FemSub, bpy.types.Panel):
     bl_label = "Simulation"
     bl_idname = "NEURAL_ROM_PT_simulation"
 
@@ -190,7 +210,7 @@ class NEURAL_ROM_PT_simulation(_DeformableSub, bpy.types.Panel):
         col.prop(s, "require_pins")
 
 
-class NEURAL_ROM_PT_scenario(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_scenario(_FemSub, bpy.types.Panel):
     bl_label = "Training Scenario"
     bl_idname = "NEURAL_ROM_PT_scenario"
 
@@ -222,7 +242,7 @@ class NEURAL_ROM_PT_scenario(_DeformableSub, bpy.types.Panel):
         box.operator("neural_rom.reset_scenario_params", text="Reset", icon="LOOP_BACK")
 
 
-class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
+class NEURAL_ROM_PT_bake(_FemSub, bpy.types.Panel):
     bl_label = "Bake"
     bl_idname = "NEURAL_ROM_PT_bake"
 
@@ -254,6 +274,23 @@ class NEURAL_ROM_PT_bake(_DeformableSub, bpy.types.Panel):
             row = layout.row(align=True)
             row.operator("neural_rom.clear_bake", text="Clear", icon="TRASH").all_bakes = False
             row.operator("neural_rom.clear_bake", text="Clear All").all_bakes = True
+
+
+class NEURAL_ROM_PT_cloth_bake(_DeformableSub, bpy.types.Panel):
+    bl_label = "Cloth Bake"
+    bl_idname = "NEURAL_ROM_PT_cloth_bake"
+
+    @classmethod
+    def poll(cls, context):
+        from ..addon.cloth import cloth_modifier, is_cloth
+
+        obj = _deformable(context)
+        return super().poll(context) and is_cloth(obj) and cloth_modifier(obj) is not None
+
+    def draw(self, context):
+        from .cloth import draw_cloth_bake
+
+        draw_cloth_bake(self.layout, _deformable(context), context)
 
 
 def draw_jobs(layout, owner: str, kind: str | None = None) -> None:
@@ -329,13 +366,17 @@ def draw_model_result(box, s) -> None:
             if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
                 box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
     box.label(text=f"Trained on {m.bakes} bake(s) in {m.train_seconds:.1f} s ({m.device})")
-    if m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
+    draw_family_model(box, s.id_data)
+    if runs_on_other_meshes(s.id_data):
+        pass  # runs on any tets of the object: never stale
+    elif m.tets_hash != s.tets_hash or m.source_hash != s.source_hash:
         box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
 
 
 class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
     bl_label = "Reduced Model"
     bl_idname = "NEURAL_ROM_PT_model"
+    for_faces = True
 
     def draw(self, context):
         obj = _deformable(context)
@@ -343,10 +384,12 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         layout = self.layout
         draw_jobs(layout, obj.name, "train")
         draw_method_settings(layout, s)
+        can_train = len(s.bakes) > 0 or bool(s.face.path)  # a face trains on its face file
         row = layout.row(align=True)
-        row.enabled = len(s.bakes) > 0
+        row.enabled = can_train
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
-        if not len(s.bakes):
+        draw_family_train(layout, obj)
+        if not can_train:
             layout.label(text="Bake first", icon="INFO")
         if not s.model.path:
             layout.label(text="Model: not trained yet", icon="INFO")
@@ -384,6 +427,7 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
             col.label(text=f"{len(d.cache)} frames cached, {ms:.2f} ms/step")
             if d.ground_z is not None and not bakes.scene_colliders(obj, context.scene):
                 col.label(text=f"Ground plane of the bakes at z = {d.ground_z:.3f} m", icon="INFO")
+        draw_family_simulate(col, obj)
         draw_jobs(col, obj.name, "simulate")
         col.operator("neural_rom.bake_simulation", icon="EXPORT")
 
@@ -464,6 +508,7 @@ CLASSES = (
     NEURAL_ROM_PT_simulation,
     NEURAL_ROM_PT_scenario,
     NEURAL_ROM_PT_bake,
+    NEURAL_ROM_PT_cloth_bake,
     NEURAL_ROM_PT_playback,
     NEURAL_ROM_PT_model,
     NEURAL_ROM_PT_simulate,

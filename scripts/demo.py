@@ -91,7 +91,7 @@ def replay_ms(ball, scene, rec) -> float:
 def picture(bpy, F, full, reduced, frames, dt, vmax, text, out: Path) -> Path:
     """Two rows at the same frames, orthographic from the front: the bake (top) and the
     reduced simulation coloured by each vertex's distance to it (bottom). Workbench,
-    Attribute colours (labels included, see ``render_readme._label``)."""
+    Attribute colours (labels included, see ``render_readme.label``)."""
     from neural_rom.addon.compare import error_colors
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
@@ -107,27 +107,27 @@ def picture(bpy, F, full, reduced, frames, dt, vmax, text, out: Path) -> Path:
         return P - np.array([c[0], c[1], 0.0]) + np.array([x0 + i * gap, 0.0, -row * row_h])
 
     def obj(name, V, rgba):
-        o = rr._colored_object(bpy, name, V, F, rgba)
+        o = rr.colored_object(bpy, name, V, F, rgba)
         o.data.shade_smooth()
         return o
 
     xl, xr = x0 - 0.5 * gap, x0 + (len(frames) - 0.5) * gap
     for row in (0, 1):
-        slab = rr._box(np.array([xl, -0.6, -0.05]), np.array([xr, 0.6, 0.0]))
-        rr._colored_object(bpy, f"Floor {row}", slab[0] + [0, 0, -row * row_h], slab[1], FLOOR)
+        slab = rr.box(np.array([xl, -0.6, -0.05]), np.array([xr, 0.6, 0.0]))
+        rr.colored_object(bpy, f"Floor {row}", slab[0] + [0, 0, -row * row_h], slab[1], FLOOR)
     for i, k in enumerate(frames):
         obj(f"Full f{k}", place(full[k], i, 0), FLESH)
         e = np.linalg.norm(reduced[k] - full[k], axis=1)
         obj(f"Reduced f{k}", place(reduced[k], i, 1), error_colors(e, vmax))
         cx = x0 + i * gap
-        rr._label(bpy, f"max {1000 * e.max():.1f} mm", (cx, -0.9, -row_h - 0.17), 0.075, GREY)
-        rr._label(bpy, f"frame {k}", (cx, -0.9, -row_h - 0.37), 0.1, WHITE)
-        rr._label(bpy, f"{k * dt:.2f} s", (cx, -0.9, -row_h - 0.52), 0.07, GREY)
+        rr.label(bpy, f"max {1000 * e.max():.1f} mm", (cx, -0.9, -row_h - 0.17), 0.075, GREY)
+        rr.label(bpy, f"frame {k}", (cx, -0.9, -row_h - 0.37), 0.1, WHITE)
+        rr.label(bpy, f"{k * dt:.2f} s", (cx, -0.9, -row_h - 0.52), 0.07, GREY)
     top = float(hi[2])
-    rr._label(bpy, text["full"], (xl, -0.9, top + 0.22), 0.1, WHITE, "LEFT")
-    rr._label(bpy, text["full_sub"], (xl, -0.9, top + 0.07), 0.07, GREY, "LEFT")
-    rr._label(bpy, text["reduced"], (xl, -0.9, top - row_h + 0.22), 0.1, WHITE, "LEFT")
-    rr._label(bpy, text["reduced_sub"], (xl, -0.9, top - row_h + 0.07), 0.07, GREY, "LEFT")
+    rr.label(bpy, text["full"], (xl, -0.9, top + 0.22), 0.1, WHITE, "LEFT")
+    rr.label(bpy, text["full_sub"], (xl, -0.9, top + 0.07), 0.07, GREY, "LEFT")
+    rr.label(bpy, text["reduced"], (xl, -0.9, top - row_h + 0.22), 0.1, WHITE, "LEFT")
+    rr.label(bpy, text["reduced_sub"], (xl, -0.9, top - row_h + 0.07), 0.07, GREY, "LEFT")
 
     # colour legend along the bottom
     zl = -row_h - 0.8
@@ -138,11 +138,11 @@ def picture(bpy, F, full, reduced, frames, dt, vmax, text, out: Path) -> Path:
     )
     j = np.arange(64)
     Fq = np.concatenate([np.stack([j, j + 1, j + 66], 1), np.stack([j, j + 66, j + 65], 1)])
-    rr._colored_object(bpy, "Legend", V, Fq, error_colors(np.tile(s, 2) * vmax, vmax))
-    rr._label(bpy, "0", (x1 - 0.06, -0.9, zl + 0.03), 0.07, GREY, "RIGHT")
-    rr._label(bpy, f"{1000 * vmax:.0f} mm", (x2 + 0.06, -0.9, zl + 0.03), 0.07, GREY, "LEFT")
-    rr._label(bpy, "distance to the bake", (x1 - 0.45, -0.9, zl + 0.03), 0.07, GREY, "RIGHT")
-    rr._label(bpy, text["footer"], (xl, -0.9, zl + 0.03), 0.07, GREY, "LEFT")
+    rr.colored_object(bpy, "Legend", V, Fq, error_colors(np.tile(s, 2) * vmax, vmax))
+    rr.label(bpy, "0", (x1 - 0.06, -0.9, zl + 0.03), 0.07, GREY, "RIGHT")
+    rr.label(bpy, f"{1000 * vmax:.0f} mm", (x2 + 0.06, -0.9, zl + 0.03), 0.07, GREY, "LEFT")
+    rr.label(bpy, "distance to the bake", (x1 - 0.45, -0.9, zl + 0.03), 0.07, GREY, "RIGHT")
+    rr.label(bpy, text["footer"], (xl, -0.9, zl + 0.03), 0.07, GREY, "LEFT")
 
     xmin, xmax = xl - 0.1, xr + 0.1
     zmin, zmax = zl - 0.2, top + 0.42

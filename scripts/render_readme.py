@@ -355,12 +355,12 @@ def tets_picture(bpy, hide, out: Path) -> None:
 # ----------------------------------------------------------------------------- latent picture
 
 
-def _colored_object(bpy, name, V, F, rgba):
+def colored_object(bpy, name, V, F, rgba, smooth=False):
     """A mesh object with a per-vertex colour attribute (Workbench's Attribute colour)."""
     from neural_rom.addon import blender_mesh as bm
 
     me = bm.mesh_from_arrays(name, V, F)
-    me.shade_flat()
+    me.shade_smooth() if smooth else me.shade_flat()
     rgba = np.broadcast_to(np.asarray(rgba, dtype=np.float32), (len(V), 4))
     c = me.color_attributes.new("Col", "FLOAT_COLOR", "POINT")
     c.data.foreach_set("color", np.ascontiguousarray(rgba).ravel())
@@ -371,7 +371,7 @@ def _colored_object(bpy, name, V, F, rgba):
     return obj
 
 
-def _label(bpy, body, loc, size, rgba, align="CENTER"):
+def label(bpy, body, loc, size, rgba, align="CENTER"):
     """Text in the x-z plane, facing the -y camera, as a mesh with a colour attribute (in
     Workbench's Attribute colour mode, which the error colours need, a text curve would
     have no colour)."""
@@ -397,7 +397,7 @@ def _label(bpy, body, loc, size, rgba, align="CENTER"):
     return obj
 
 
-def _box(lo, hi):
+def box(lo, hi):
     """Corners (8, 3) and outward triangles (12, 3) of an axis-aligned box."""
     V = np.array([[(hi if k >> a & 1 else lo)[a] for a in range(3)] for k in range(8)], float)
     quads = [(0, 2, 3, 1), (4, 5, 7, 6), (0, 1, 5, 4), (2, 6, 7, 3), (0, 4, 6, 2), (1, 3, 7, 5)]
@@ -405,7 +405,7 @@ def _box(lo, hi):
     return V, np.array(F)
 
 
-def _ribbon(P: np.ndarray, width: float, y: float) -> tuple[np.ndarray, np.ndarray]:
+def ribbon(P: np.ndarray, width: float, y: float) -> tuple[np.ndarray, np.ndarray]:
     """A flat strip of ``width`` (m) along the polyline ``P`` (p, 3), drawn in the plane
     ``y`` (facing the -y camera), as vertices (2p, 3) and triangles."""
     xz = P[:, [0, 2]]
@@ -417,6 +417,63 @@ def _ribbon(P: np.ndarray, width: float, y: float) -> tuple[np.ndarray, np.ndarr
     j, p = np.arange(len(P) - 1), len(P)
     F = np.concatenate([np.stack([j, j + 1, j + p + 1], 1), np.stack([j, j + p + 1, j + p], 1)])
     return V, F
+
+
+def error_legend(bpy, x0, x1, z, vmax, size, text, y=-0.2):
+    """The error ramp from ``x0`` to ``x1`` (m) at height ``z``, "0" and ``vmax`` (m, shown in
+    mm) at its ends and ``text`` under it, in text of ``size`` (m)."""
+    from neural_rom.addon.compare import error_colors
+
+    grey = (0.6, 0.6, 0.62, 1.0)
+    s = np.linspace(0.0, 1.0, 65)
+    h = size * 0.04 / 0.055
+    V = np.concatenate(
+        [np.stack([x0 + (x1 - x0) * s, 0 * s + y, z + 0 * s + dz], 1) for dz in (0, h)]
+    )
+    j = np.arange(64)
+    Fq = np.concatenate([np.stack([j, j + 1, j + 66], 1), np.stack([j, j + 66, j + 65], 1)])
+    colored_object(bpy, "Legend", V, Fq, error_colors(np.tile(s, 2) * vmax, vmax))
+    pad, yl = size * 0.04 / 0.055, y - 0.1
+    label(bpy, "0", (x0 - pad, yl, z + 0.5 * h), size, grey, "RIGHT")
+    label(bpy, f"{1000 * vmax:g} mm", (x1 + pad, yl, z + 0.5 * h), size, grey, "LEFT")
+    label(bpy, text, (0.5 * (x0 + x1), yl, z - size * 0.07 / 0.055), size, grey)
+
+
+def render_front(bpy, path, xs, zs, width=1600, color_type="VERTEX") -> None:
+    """Render the scene seen along +y by an orthographic camera framing ``xs`` = (xmin, xmax)
+    and ``zs`` = (zmin, zmax) (m), ``width`` pixels wide, in Workbench (Attribute colours)."""
+    scene = bpy.context.scene
+    (xmin, xmax), (zmin, zmax) = xs, zs
+    cam = bpy.data.cameras.new("Camera")
+    cam.type = "ORTHO"
+    res = (width, int(round(width * (zmax - zmin) / (xmax - xmin))))
+    cam.ortho_scale = xmax - xmin
+    cam.sensor_fit = "HORIZONTAL"
+    obj = bpy.data.objects.new("Camera", cam)
+    obj.location = (0.5 * (xmin + xmax), -10.0, 0.5 * (zmin + zmax))
+    obj.rotation_euler = (math.pi / 2, 0.0, 0.0)
+    scene.collection.objects.link(obj)
+    scene.camera = obj
+
+    rd = scene.render
+    rd.engine = "BLENDER_WORKBENCH"
+    rd.resolution_x, rd.resolution_y = res
+    rd.resolution_percentage = 100
+    rd.image_settings.file_format = "PNG"
+    rd.film_transparent = False
+    world = scene.world or bpy.data.worlds.new("World")
+    scene.world = world
+    world.color = (0.06, 0.06, 0.07)
+    sh = scene.display.shading
+    sh.light = "STUDIO"
+    sh.color_type = color_type
+    sh.show_cavity = False
+    sh.show_specular_highlight = False
+    scene.display.render_aa = "16"
+    scene.view_settings.view_transform = "Standard"
+    scene.view_settings.look = "None"
+    rd.filepath = str(path)
+    bpy.ops.render.render(write_still=True)
 
 
 def latent_frame(full: np.ndarray, X: np.ndarray) -> int:
@@ -437,7 +494,6 @@ def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
     from neural_rom.core.tetmesh import TetMesh
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
-    scene = bpy.context.scene
     with np.load(npz, allow_pickle=False) as z:
         d = {k: z[k] for k in z.files}
     X, T = d["X"], d["T"]
@@ -484,35 +540,26 @@ def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
         dx = i * gap
         P = place(d[key][frame], dx)
         rgba = (0.78, 0.78, 0.8, 1.0) if e is None else error_colors(e, vmax)
-        _colored_object(bpy, name, P, F, rgba)
+        colored_object(bpy, name, P, F, rgba)
         if e is not None:  # the full-space pose's outline over the reduced one
             ghost = place(full, dx)
             tip_end = np.array([edges[0][-1], edges[1][-1]])
             for n_e, chain in enumerate([*edges, tip_end]):
-                V, Fr = _ribbon(ghost[chain], 0.008, lo[1] - 0.05)
-                _colored_object(bpy, f"Outline {name} {n_e}", V, Fr, white)
-        wall = _box(np.array([-0.04, -0.12, -0.12]), np.array([0.0, 0.12, 0.12]))
-        _colored_object(bpy, f"Clamp {name}", wall[0] + [dx, 0, 0], wall[1], (0.25,) * 3 + (1,))
+                V, Fr = ribbon(ghost[chain], 0.008, lo[1] - 0.05)
+                colored_object(bpy, f"Outline {name} {n_e}", V, Fr, white)
+        wall = box(np.array([-0.04, -0.12, -0.12]), np.array([0.0, 0.12, 0.12]))
+        colored_object(bpy, f"Clamp {name}", wall[0] + [dx, 0, 0], wall[1], (0.25,) * 3 + (1,))
         cx = dx + 0.5 * (lo[0] + hi[0])
-        _label(bpy, name, (cx, -0.3, hi[2] + 0.27), 0.085, white)
-        _label(bpy, sub, (cx, -0.3, hi[2] + 0.16), 0.06, grey)
+        label(bpy, name, (cx, -0.3, hi[2] + 0.27), 0.085, white)
+        label(bpy, sub, (cx, -0.3, hi[2] + 0.16), 0.06, grey)
         if e is not None:
-            _label(bpy, f"max error {1000 * e.max():.1f} mm", (cx, -0.3, lo[2] - 0.1), 0.06, grey)
+            label(bpy, f"max error {1000 * e.max():.1f} mm", (cx, -0.3, lo[2] - 0.1), 0.06, grey)
     # colour legend under the reduced panels
     x0, x1 = gap + lo[0] + 0.15, 2 * gap + hi[0] - 0.15
     zl = lo[2] - 0.27
-    s = np.linspace(0.0, 1.0, 65)
-    V = np.concatenate(
-        [np.stack([x0 + (x1 - x0) * s, 0 * s - 0.2, zl + 0 * s + h], 1) for h in (0, 0.04)]
-    )
-    j = np.arange(64)
-    Fq = np.concatenate([np.stack([j, j + 1, j + 66], 1), np.stack([j, j + 66, j + 65], 1)])
-    _colored_object(bpy, "Legend", V, Fq, error_colors(np.tile(s, 2) * vmax, vmax))
-    _label(bpy, "0", (x0 - 0.04, -0.3, zl + 0.02), 0.055, grey, "RIGHT")
-    _label(bpy, f"{1000 * vmax:.0f} mm", (x1 + 0.04, -0.3, zl + 0.02), 0.055, grey, "LEFT")
-    _label(bpy, "distance to full space", (0.5 * (x0 + x1), -0.3, zl - 0.07), 0.055, grey)
+    error_legend(bpy, x0, x1, zl, vmax, 0.055, "distance to full space")
     n_frames, dt = len(d["full"]) - 1, float(d["dt"]) if "dt" in d else 1 / 24
-    _label(
+    label(
         bpy,
         f"held-out load, frame {frame} of {n_frames} ({frame * dt:.2f} s); white outline: full space",
         (lo[0] - 0.1, -0.3, zl - 0.07),
@@ -521,40 +568,8 @@ def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
         "LEFT",
     )
 
-    # orthographic camera along +y framing everything
-    xmin, xmax = lo[0] - 0.3, 2 * gap + hi[0] + 0.3
-    zmin, zmax = zl - 0.15, hi[2] + 0.38
-    cam = bpy.data.cameras.new("Camera")
-    cam.type = "ORTHO"
-    res = (1600, int(round(1600 * (zmax - zmin) / (xmax - xmin))))
-    cam.ortho_scale = xmax - xmin
-    cam.sensor_fit = "HORIZONTAL"
-    obj = bpy.data.objects.new("Camera", cam)
-    obj.location = (0.5 * (xmin + xmax), -10.0, 0.5 * (zmin + zmax))
-    obj.rotation_euler = (math.pi / 2, 0.0, 0.0)
-    scene.collection.objects.link(obj)
-    scene.camera = obj
-
-    rd = scene.render
-    rd.engine = "BLENDER_WORKBENCH"
-    rd.resolution_x, rd.resolution_y = res
-    rd.resolution_percentage = 100
-    rd.image_settings.file_format = "PNG"
-    rd.film_transparent = False
-    world = scene.world or bpy.data.worlds.new("World")
-    scene.world = world
-    world.color = (0.06, 0.06, 0.07)
-    sh = scene.display.shading
-    sh.light = "STUDIO"
-    sh.color_type = "VERTEX"
-    sh.show_cavity = False
-    sh.show_specular_highlight = False
-    scene.display.render_aa = "16"
-    scene.view_settings.view_transform = "Standard"
-    scene.view_settings.look = "None"
     path = out / "latent_pca_ae_full.png"
-    rd.filepath = str(path)
-    bpy.ops.render.render(write_still=True)
+    render_front(bpy, path, (lo[0] - 0.3, 2 * gap + hi[0] + 0.3), (zl - 0.15, hi[2] + 0.38))
     print(
         f"wrote {path} (frame {frame}; max error AE {1000 * err['ae'].max():.1f} mm, "
         f"PCA {1000 * err['pca'].max():.1f} mm)"

@@ -13,11 +13,15 @@ from .blender_fixtures import addon  # noqa: F401 (pytest fixture)
 # undone), forgetting in-memory frames.
 NO_UNDO = {
     "neural_rom.bake",
+    "neural_rom.cloth_bake",
     "neural_rom.train",
     "neural_rom.bake_simulation",
     "neural_rom.compare_bake",
     "neural_rom.check_interpreter",
     "neural_rom.reset_simulation",
+    "neural_rom.set_up_face",  # a job: the face is recorded when it ends
+    "neural_rom.add_demo_head",  # a job: the objects are made when it ends
+    "neural_rom.fit_key",  # a job: the sliders are set when it ends
 }
 
 

@@ -72,7 +72,9 @@ def _check(name: str, a: dict, log: list):
         return Recorder(log)
     if name == "panel":  # a fold: (header, body), drawn open
         return Recorder(log), Recorder(log)
-    if name == "prop":
+    if name == "prop" and a["property"].startswith('["'):  # a custom property (face sliders)
+        assert a["property"][2:-2] in a["data"].keys(), f"no custom property {a['property']!r}"
+    elif name == "prop":
         assert a["property"] in a["data"].bl_rna.properties, f"no property {a['property']!r}"
     elif name == "prop_search":
         assert a["property"] in a["data"].bl_rna.properties
@@ -96,6 +98,7 @@ def _check(name: str, a: dict, log: list):
 
 def draw_all(bpy, obj) -> list:
     """Poll and draw every sidebar panel (and the bake list) for ``obj``; returns the calls."""
+    from neural_rom import panels
     from neural_rom.panels import sidebar
 
     ctx = SimpleNamespace(
@@ -105,7 +108,7 @@ def draw_all(bpy, obj) -> list:
         preferences=bpy.context.preferences,
     )
     log: list = []
-    for cls in sidebar.CLASSES:
+    for cls in panels.CLASSES:
         if issubclass(cls, bpy.types.Panel):
             if hasattr(cls, "poll") and not cls.poll(ctx):
                 continue

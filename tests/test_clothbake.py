@@ -208,6 +208,7 @@ def test_cancelled_cloth_bake_keeps_a_valid_prefix(sheet, tmp_path):
 
 
 def test_cli_cloth_bake(sheet, tmp_path):
+    import bpy
     from neural_rom.addon import cli
     from neural_rom.addon import jobs as addon_jobs
 
@@ -227,10 +228,14 @@ def test_cli_cloth_bake(sheet, tmp_path):
     ]
     try:
         assert cli.main([*argv, "--seed", "2"]) == cli.EXIT_OK
-        b = BakeCache.open(out / "Sheet_000.nrbake")
+        b = BakeCache.open(out / "cloth_s2_000.nrbake")
         assert b.n_frames == 7 and b.meta["seed"] == 2
-        assert cli.main(argv) == cli.EXIT_USER_ERROR  # exists: refused, not replaced
-        assert b.meta["seed"] == BakeCache.open(out / "Sheet_000.nrbake").meta["seed"]
+        # recorded on the object, as the panel's Cloth Bake records them
+        recs = bpy.data.objects["Sheet"].neural_rom.bakes
+        assert [(r.name, r.kind, r.frames) for r in recs] == [("cloth_s2_000", "cloth", 7)]
+        stamp = (out / "cloth_s2_000.nrbake" / "meta.json").stat().st_mtime_ns
+        assert cli.main([*argv, "--seed", "2"]) == cli.EXIT_USER_ERROR  # exists: refused
+        assert (out / "cloth_s2_000.nrbake" / "meta.json").stat().st_mtime_ns == stamp
     finally:
         addon_jobs.clear_finished()  # the job list is the process's: leave it empty
 

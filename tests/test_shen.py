@@ -130,9 +130,12 @@ def test_newton_converges_quadratically_and_linearly_without_the_third_order_ter
     rates = [b / a for a, b in zip([e0] + inexact, inexact)]
     print("exact e_{k+1} / e_k^2:", " ".join(f"{x:.2f}" for x in quad))
     print("without S e_{k+1} / e_k:", " ".join(f"{x:.2e}" for x in rates))
-    assert exact[2] < 1e-10 and max(quad) < 100  # quadratic
-    assert all(0.05 < x < 0.9 for x in rates) and max(rates) < 5 * min(rates)  # linear
-    assert inexact[2] > 1e3 * exact[2]
+    # quadratic: from 5 mm-ish to rounding in four iterations; linear without S: a constant
+    # ratio once the start's transient is gone (the state is the fallback's minimizer, so
+    # the constants depend on the variational step: thresholds with margin, not exact)
+    assert exact[3] < 1e-12 and max(quad) < 100
+    assert all(x < 0.9 for x in rates) and max(rates[2:]) < 5 * min(rates[2:])
+    assert inexact[3] > 1e3 * exact[3]
 
 
 def test_step_converges_and_returns_to_rest(setup):

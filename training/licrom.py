@@ -74,6 +74,8 @@ from ..core.frame import to_pin_frame
 from ..core.methods.licrom import (
     NAME,
     PIN_TOLERANCE,
+    REFERENCE_OBJECT,
+    REFERENCE_WORLD,
     Domain,
     Field,
     PinRegion,
@@ -103,6 +105,40 @@ _THROTTLE_S = 1.0
 # ------------------------------------------------------------------------------------------
 
 
+def bake_entries(bakes) -> tuple[list[Path], list[np.ndarray | None]]:
+    """Bake paths and their reference origins from a list, a glob or a folder.
+
+    A list entry is a path, or ``{"path": ..., "origin": [x, y, z]}``: the point of the bake's
+    world space (metres) that is the model's reference origin, the origin of the object the
+    bake simulated (see :func:`open_family`). Returns ``(paths, origins)``, None where an
+    entry gives no origin.
+    """
+    if isinstance(bakes, (str, os.PathLike)):
+        paths = _bake_paths(bakes)
+        return paths, [None] * len(paths)
+    paths, origins = [], []
+    for b in bakes:
+        if isinstance(b, dict):
+            paths.append(Path(b["path"]))
+            o = b.get("origin")
+            if o is not None:
+                o = np.asarray(o, dtype=np.float64).reshape(3)
+                if not np.all(np.isfinite(o)):
+                    raise NeuralRomError(f"the reference origin of {b['path']} is not finite")
+            origins.append(o)
+        else:
+            paths.append(Path(b))
+            origins.append(None)
+    if not paths:
+        raise CacheError("no bakes given: LiCROM trains on at least one bake")
+    if any(o is None for o in origins) and any(o is not None for o in origins):
+        raise NeuralRomError(
+            "some bakes give a reference origin and some do not: give every bake its object's "
+            "origin (training several objects at once) or none (one object, world space)"
+        )
+    return paths, origins
+
+
 def _bake_paths(bakes) -> list[Path]:
     """Bake paths from a list, a glob or a folder (as :meth:`BakeDataset.open` takes them)."""
     if isinstance(bakes, (str, os.PathLike)):
@@ -125,11 +161,16 @@ def _bake_paths(bakes) -> list[Path]:
 
 
 class Mesh:
-    """One mesh of the family: rest nodes X (n, 3), tets T (m, 4), pinned nodes, lumped masses
+    """One mesh of the family: rest nodes X (n, 3) (world, as baked) and ``X_ref`` (the same in
+    the model's reference space: ``X - origin``), tets T (m, 4), pinned nodes, lumped masses
     (kg) and the indices of its bakes in the whole list."""
 
-    def __init__(self, cache: BakeCache, material: _fem.Material) -> None:
+    def __init__(
+        self, cache: BakeCache, material: _fem.Material, origin: np.ndarray | None = None
+    ) -> None:
         self.X = np.asarray(cache.X, dtype=np.float64)
+        self.origin = np.zeros(3) if origin is None else np.asarray(origin, np.float64)
+        self.X_ref = self.X - self.origin
         self.T = np.asarray(cache.T, dtype=np.int64)
         self.hash = cache.mesh_hash
         self.pinned = (
@@ -149,13 +190,22 @@ class Mesh:
 def open_family(bakes, validation_fraction: float, seed: int, expect_mesh_hash: str | None):
     """Open bakes of several meshes of one object family (one physics).
 
+    ``bakes`` as :func:`bake_entries` takes them. The model's reference space (where the
+    field, its domain and its pins live) is the bakes' world space, or, where the entries
+    give each bake's origin (the origin of the object it simulated, at the bake's start),
+    world space shifted so that origin is zero: the meshes of several objects placed apart
+    in a scene (three variants of a prop side by side) then share one reference space,
+    each relative to its own object's origin. Displacements are translation-free, so they
+    are the world ones either way.
+
     Returns ``(caches, meshes, mesh_of, train, val, primary)``: the opened bakes, the distinct
     meshes (:class:`Mesh`, in order of first appearance), the mesh index of each bake, the
     whole-bake split (global indices) and the index of the primary mesh (the one the model
     is replayed and opened on by default: ``expect_mesh_hash``'s, else the first held-out
     bake's, else the first).
     """
-    caches = [BakeCache.open(p) for p in _bake_paths(bakes)]
+    paths, origins = bake_entries(bakes)
+    caches = [BakeCache.open(p) for p in paths]
     all_ds = BakeDataset(caches)
     material_dict, _ = physics_of(all_ds)
     material = _fem.Material.from_dict(material_dict)
@@ -165,7 +215,7 @@ def open_family(bakes, validation_fraction: float, seed: int, expect_mesh_hash: 
     for i, c in enumerate(caches):
         if c.mesh_hash not in by_hash:
             by_hash[c.mesh_hash] = len(meshes)
-            meshes.append(Mesh(c, material))
+            meshes.append(Mesh(c, material, origins[i]))
         m = by_hash[c.mesh_hash]
         meshes[m].bakes.append(i)
         mesh_of.append(m)
@@ -239,7 +289,8 @@ class _Data:
         seed: int = 0,
     ) -> None:
         self.X = [
-            torch.tensor((m.X - center) / scale, dtype=torch.float32, device=dev) for m in meshes
+            torch.tensor((m.X_ref - center) / scale, dtype=torch.float32, device=dev)
+            for m in meshes
         ]
         self.p = [
             torch.tensor(m.mass / m.mass.sum(), dtype=torch.float32, device=dev) for m in meshes
@@ -477,6 +528,7 @@ def train(
     seed = int(values["seed"])
     fam = open_family(bakes, values["validation_fraction"], seed, expect_mesh_hash)
     caches, meshes, mesh_of, train_i, val_i, primary, material, all_ds = fam
+    by_object = bake_entries(bakes)[1][0] is not None
     dev = torch_device(device)
     run = TrainingRun(
         NAME,
@@ -510,7 +562,7 @@ def train(
         )
         for g in val_i
     ]
-    allX = np.concatenate([m.X for m in meshes])
+    allX = np.concatenate([m.X_ref for m in meshes])
     lo, hi = allX.min(0), allX.max(0)
     center, scale = (lo + hi) / 2, float((hi - lo).max() / 2) or 1.0
     all_u = np.concatenate([f.reshape(-1, 3) for f in frames_by_mesh])
@@ -644,9 +696,9 @@ def train(
         field.float()
         export_error = float(np.abs(net.forward(test.numpy()) - ref).max())
     fld = Field(net, center, scale, u_scale)
-    pins = PinRegion.of_pins([(m.X, m.pinned) for m in meshes], PIN_TOLERANCE * diag)
+    pins = PinRegion.of_pins([(m.X_ref, m.pinned) for m in meshes], PIN_TOLERANCE * diag)
     domain = Domain.of_meshes(
-        [(m.X, m.T) for m in meshes], seed=seed, avoid=tuple(len(m.X) for m in meshes)
+        [(m.X_ref, m.T) for m in meshes], seed=seed, avoid=tuple(len(m.X) for m in meshes)
     )
 
     # ---- metrics: projection vs POD on the primary mesh, held-out projection error
@@ -662,8 +714,8 @@ def train(
     }
 
     def basis_of(m: Mesh) -> np.ndarray:
-        U = fld.basis(m.X)
-        sel = pins.select(m.X)
+        U = fld.basis(m.X_ref)
+        sel = pins.select(m.X_ref)
         U.reshape(len(m.X), 3, r)[sel] = 0.0
         return U
 
@@ -705,6 +757,8 @@ def train(
         metrics=metrics,
         metadata={
             "mesh_bake": str(Path(mesh_bake.path).resolve()),
+            "mesh_bake_origin": [float(v) for v in meshes[primary].origin],
+            "reference": REFERENCE_OBJECT if by_object else REFERENCE_WORLD,
             "bakes": [str(c.path) for c in caches],
             "train_trajectories": [int(i) for i in train_i],
             "validation_trajectories": [int(i) for i in val_i],

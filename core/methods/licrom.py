@@ -33,6 +33,12 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   nodes): a mesh whose nodes lie farther than ``tolerance`` from it is reported
   (:class:`DomainReport`: share and distance) and warned about past
   :data:`DOMAIN_WARNING_SHARE` (:class:`OutOfDomainWarning`).
+* **A reference space shared by several objects.** Trained on bakes of several objects at
+  once (the add-on's family training), each object's meshes enter the reference space
+  relative to its own origin (:data:`REFERENCE_OBJECT`): three variants of a prop placed
+  apart in a scene overlap there. A mesh is then put under the model with its object's
+  origin (``mesh=(X, T, origin)``); the simulation runs in world space, only the field, its
+  pins and its domain see ``X - origin``.
 * **Mesh swaps** (:meth:`LicromSimulation.swap_mesh`) keep ``q`` and ``qdot`` (the state is
   the latent, not the mesh: sec. 4), rebuild basis, masses and cubature on the new mesh, and
   scale ``qdot`` down when the new mesh's reduced mass would raise the kinetic energy, so a
@@ -79,6 +85,12 @@ DOMAIN_SAMPLES = 4096
 #: Pin boxes are grown by this fraction of the training domain's diagonal, so nodes of another
 #: mesh lying on a pinned face (to rounding) are pinned too.
 PIN_TOLERANCE = 1e-4
+
+#: The model's reference space (``reference`` in its metadata): the bakes' world space, or world
+#: space relative to the origin of each object that was baked (several objects trained at
+#: once; a model put on a mesh is then given that mesh's object origin, ``mesh=(X, T, o)``).
+REFERENCE_WORLD = "world"
+REFERENCE_OBJECT = "object_origin"
 
 ACTIVATIONS = ("elu", "tanh", "softplus", "relu")
 SOLVERS = ("newton", "gradient")
@@ -313,6 +325,9 @@ class LicromSimulation(ReducedSimulation):
     solver : "newton" (default) or "gradient" (the paper's scheme)
     gradient_iterations : steps of the gradient scheme per substep
     colliders : list of Collider
+    origin : (3,) float array, metres: the point of ``X``'s space that is the reference
+        space's origin (the field, its pins and its domain are evaluated at ``X - origin``;
+        the simulation itself runs in ``X``'s space); None: zero
     """
 
     def __init__(
@@ -329,6 +344,7 @@ class LicromSimulation(ReducedSimulation):
         solver: str = "newton",
         gradient_iterations: int = 10,
         colliders: list[Collider] | None = None,
+        origin: np.ndarray | None = None,
     ) -> None:
         if solver not in SOLVERS:
             raise SimulationError(f"Unknown LiCROM solver {solver!r}; use one of {SOLVERS}.")
@@ -340,6 +356,7 @@ class LicromSimulation(ReducedSimulation):
         self.seed = int(seed)
         self.solver = solver
         self.gradient_iterations = int(gradient_iterations)
+        self.origin = np.zeros(3) if origin is None else np.asarray(origin, np.float64).reshape(3)
         self.warnings: list[str] = []
         self._build(X, T, settings, colliders)
         self.reset()
@@ -353,12 +370,13 @@ class LicromSimulation(ReducedSimulation):
         if T.min() < 0 or T.max() >= len(X):
             raise SimulationError("The mesh's tets index nodes it does not have.")
         t0 = time.perf_counter()
-        U = self.field.basis(X)
+        X_ref = X - self.origin
+        U = self.field.basis(X_ref)
         self.field_seconds = time.perf_counter() - t0
-        pinned = self.pins.select(X)
+        pinned = self.pins.select(X_ref)
         if pinned.size:
             U.reshape(len(X), 3, -1)[pinned] = 0.0
-        self.domain_report = self.domain.report(X) if self.domain is not None else None
+        self.domain_report = self.domain.report(X_ref) if self.domain is not None else None
         if self.domain_report is not None and self.domain_report.warn:
             msg = self.domain_report.message()
             self.warnings.append(msg)
@@ -369,6 +387,14 @@ class LicromSimulation(ReducedSimulation):
         self.T = T
         self._setup(X, T, self.material, U, settings, pinned, cub, None, colliders)
         self._gd = None
+
+    def set_state(self, state: dict) -> None:
+        """:meth:`ReducedSimulation.set_state`; the pins' targets of a state saved on another
+        mesh of the object (another pinned count) are those of this mesh's pinned nodes in
+        the state's frame."""
+        super().set_state(state)
+        if len(self.pin_targets) != len(self.pinned):
+            self.pin_targets = self.pose.apply(self.X[self.pinned])
 
     # ---------------------------------------------------------------------- mesh swaps
     def kinetic_energy(self) -> float:
@@ -516,10 +542,13 @@ def load_on_mesh(
     cubature_vertices: int | None = None,
     solver: str | None = None,
     seed: int | None = None,
+    origin: np.ndarray | None = None,
 ) -> LicromSimulation:
     """A LiCROM model (a file or an opened :class:`Model`) on the mesh ``(X, T)``, which need
     not be one it was trained on. Keywords left None take the model's values (its training
-    settings, its pins, its material)."""
+    settings, its pins, its material). ``origin`` (3,): the origin of the object ``X``
+    belongs to, in ``X``'s space; used by a model trained relative to its objects' origins
+    (``reference`` :data:`REFERENCE_OBJECT`) and ignored by one trained in world space."""
     if not isinstance(model, Model):
         model = load_model(model)
     if model.method != NAME:
@@ -545,6 +574,7 @@ def load_on_mesh(
         solver=solver or train.get("solver", "newton"),
         gradient_iterations=train.get("gradient_iterations", 10),
         colliders=colliders,
+        origin=origin if meta.get("reference") == REFERENCE_OBJECT else None,
     )
 
 
@@ -553,10 +583,14 @@ def load(
     *,
     settings: SimSettings | None = None,
     colliders=None,
-    mesh: tuple[np.ndarray, np.ndarray] | None = None,
+    mesh: tuple | None = None,
 ) -> LicromSimulation:
-    """The runtime of an opened LiCROM model on ``mesh`` ``(X, T)``; without one, on the mesh
-    of the bake the model records (``mesh_bake``: the bake its training replayed)."""
+    """The runtime of an opened LiCROM model on ``mesh``, ``(X, T)`` or ``(X, T, origin)``
+    (``origin``: the mesh's object origin, see :func:`load_on_mesh`); without one, on the
+    mesh of the bake the model records (``mesh_bake``: the bake its training replayed)."""
+    origin = None
+    if mesh is not None and len(mesh) == 3:
+        mesh, origin = mesh[:2], mesh[2]
     if mesh is None:
         from ..cache import BakeCache
 
@@ -569,7 +603,10 @@ def load(
             )
         cache = BakeCache.open(bake)
         mesh = (np.asarray(cache.X, float), np.asarray(cache.T, np.int64))
-    return load_on_mesh(model, mesh[0], mesh[1], settings=settings, colliders=colliders)
+        origin = model.metadata.get("mesh_bake_origin")
+    return load_on_mesh(
+        model, mesh[0], mesh[1], settings=settings, colliders=colliders, origin=origin
+    )
 
 
 SETTINGS = (

@@ -579,6 +579,9 @@ class SNPSimulation(SimulatorBase):
         collider moved out to its surface (:func:`push_out`, sec. 6.4) unless
         :attr:`push_out` is False."""
         x = self.poses[0].apply(self.decode(self.z1))
+        if self._rest_inv is not None and len(self.p.pinned):
+            # a driven cloth's pinned vertices hang rigidly from its frame, as Blender's do
+            x[self.p.pinned] = self.poses[0].apply(self.p.X[self.p.pinned])
         return push_out(x, self.colliders) if self.push_out else x
 
     def normals(self, x: np.ndarray | None = None) -> np.ndarray:
@@ -865,6 +868,8 @@ class SNPBatch:
         for b, ps in enumerate(self.poses):
             if ps[0] is not IDENTITY:
                 y[b] = ps[0].apply(y[b])
+            if self.model._rest_inv is not None and len(p.pinned):  # as SNPSimulation.positions
+                y[b, p.pinned] = ps[0].apply(p.X[p.pinned])
             if self.model.push_out and self.colliders[b]:
                 y[b] = push_out(y[b], self.colliders[b])
         return y

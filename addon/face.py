@@ -1,0 +1,819 @@
+"""Active faces in Blender (Srinivasan et al. 2021): set up a face from a skin with shape
+keys, a skull and a jaw; train on it; drive it with latent sliders or marker empties.
+
+The stages, in the order a user meets them (the operators in ``operators/face.py`` and the
+command line call these functions):
+
+1. **Set Up Face** (:func:`make_setup_job`, :func:`on_setup_done`): the skin (the object
+   itself: its rest mesh and its shape keys, the sculpted expressions), the skull and the jaw
+   (closed meshes picked in the Face box) are gathered in the skin's local space and a worker
+   builds the flesh lattice between them and writes the face file
+   (:func:`..core.facejob.setup_face`). The face file is what Train fits
+   (:func:`make_face_train_job`: the training data kind "face",
+   :func:`..core.registry.methods_for`). **Add Demo Head** (:func:`make_demo_job`) has a
+   worker build the procedural head and its simulated expressions, then makes the three
+   objects and records the face.
+2. **Drive** (:class:`FaceDriver`, the viewport; :func:`make_face_simulation_job`, Bake
+   Simulation): every frame's inputs are read from Blender into a
+   :class:`..core.simjob.Track` (:func:`gather_track`), in the skin's local space: the latent
+   sliders (keyable custom properties ``nrom_latent_1`` ... of the skin, made when a model
+   that takes sliders is recorded, :func:`make_sliders`), or the markers (empties bound to
+   skin vertices, :func:`add_markers`), the jaw's transform relative to its rest as the
+   ``reference_frame``, and the scene's colliders. The viewport solves the current frame
+   (a quasistatic face has no history to step through: each frame is the equilibrium of its
+   inputs) and shows the skin through a Geometry Nodes modifier that reads the solved
+   positions from a point attribute, so the shape keys stay untouched; Bake Simulation steps
+   the same inputs in a worker (:func:`..core.facejob.simulate_face_to_pc2`) and a Mesh
+   Cache modifier plays the PC2 over the shape keys.
+
+Conventions (the skin's local space, the hinge, jaw angles and held-out flags in shape key
+names): :mod:`..core.facejob`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ..core import facejob
+from ..core.errors import CacheError, MeshError, NeuralRomError
+from ..core.simjob import Track
+from . import blender_mesh as bm
+from .paths import cache_dir, load_path, store_path
+
+SLIDER_PREFIX = "nrom_latent_"
+#: Custom properties of a marker empty: the skin object it drives, the skin vertex, a weight.
+MARKER_OF = "nrom_marker_of"
+MARKER_VERTEX = "nrom_marker_vertex"
+MARKER_WEIGHT = "nrom_marker_weight"
+#: The simulated skin, in the skin's local space, read by :data:`MODIFIER`'s node group.
+SIM_ATTRIBUTE = "nrom_face_position"
+MODIFIER = "Neural ROM Face"
+NODE_GROUP = "Neural ROM Face"
+JOB_DIR = "face.job"
+#: What Train reported of a face fit, on the skin (mm), for the panel.
+FIT_PROP = "nrom_face_fit"
+
+
+def is_face(obj) -> bool:
+    """Whether Set Up Face recorded a face on ``obj``."""
+    s = getattr(obj, "neural_rom", None)
+    return s is not None and obj.type == "MESH" and bool(s.face.path)
+
+
+# --------------------------------------------------------------------------------------
+# Set up
+
+
+def _rigid_local(obj: bpy.types.Object) -> np.ndarray:
+    """The skin's ``matrix_world`` (4, 4), refused when it scales: the face's physics is in
+    metres of the skin's local space."""
+    M = bm.matrix(obj)
+    scale = np.linalg.norm(M[:3, :3], axis=0)
+    if not np.allclose(scale, 1.0, atol=1e-4):
+        raise MeshError(
+            f"'{obj.name}' is scaled by {np.round(scale, 4).tolist()}: the face is simulated in "
+            "the skin's own metres. Apply the scale (Object > Apply > Scale) and set it up again."
+        )
+    return M
+
+
+def _in_skin_space(obj: bpy.types.Object, other: bpy.types.Object, S_inv: np.ndarray):
+    """(V, F) of ``other``'s rest mesh in ``obj``'s local space."""
+    V, F = bm.surface(other, world=True)
+    return bm.to_world(V, S_inv), F
+
+
+def shape_keys(obj: bpy.types.Object) -> tuple[np.ndarray, list[str]]:
+    """The sculpted expressions: every shape key but the reference (Basis), as absolute local
+    positions (K, s, 3) and names."""
+    keys = obj.data.shape_keys
+    if keys is None:
+        return np.zeros((0, len(obj.data.vertices), 3)), []
+    out, names = [], []
+    for kb in keys.key_blocks:
+        if kb == keys.reference_key:
+            continue
+        co = np.empty(3 * len(kb.data), dtype=np.float32)
+        kb.data.foreach_get("co", co)
+        out.append(co.reshape(-1, 3).astype(np.float64))
+        names.append(kb.name)
+    return np.array(out).reshape(len(out), -1, 3), names
+
+
+def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None = None) -> dict:
+    """The worker job that builds the face of ``obj`` (JSON-able); the object is not changed.
+
+    Checks first what needs no lattice: a mesh skin with shape keys, a skull and a jaw that
+    are meshes other than the skin, a skin without scale. Writes the meshes (skin-local) into
+    the job folder. ``spacing`` (m) overrides the object's Lattice Spacing.
+    """
+    if obj.type != "MESH":
+        raise MeshError(f"'{obj.name}' is not a mesh: the skin of a face is a mesh object.")
+    f = obj.neural_rom.face
+    for role, other in (("skull", f.skull), ("jaw", f.jaw)):
+        if other is None:
+            raise MeshError(f"Pick the {role} of '{obj.name}' in its Face box first.")
+        if other == obj:
+            raise MeshError(f"The {role} of '{obj.name}' is the skin itself: pick the {role} mesh.")
+    if f.skull == f.jaw:
+        raise MeshError("The skull and the jaw are the same object: pick two meshes.")
+    S = _rigid_local(obj)
+    S_inv = np.linalg.inv(S)
+    skin_V, skin_F = bm.surface(obj, world=False)
+    P, names = shape_keys(obj)
+    if not names:
+        raise MeshError(
+            f"'{obj.name}' has no shape keys to fit: sculpt the expressions as shape keys (a "
+            "Basis and one key per expression; 'jaw20' in a key's name opens the jaw 20 degrees)."
+        )
+    skull_V, skull_F = _in_skin_space(obj, f.skull, S_inv)
+    jaw_V, jaw_F = _in_skin_space(obj, f.jaw, S_inv)
+    J = S_inv @ bm.matrix(f.jaw)
+    axis = J[:3, 0] / np.linalg.norm(J[:3, 0])
+    folder = cache_dir(obj) / JOB_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    from ..core.files import write_npz
+
+    inputs = folder / facejob.INPUTS_FILE
+    write_npz(
+        inputs,
+        {
+            "skin_V": skin_V,
+            "skin_F": skin_F,
+            "skull_V": skull_V,
+            "skull_F": skull_F,
+            "jaw_V": jaw_V,
+            "jaw_F": jaw_F,
+            "jaw_pivot": J[:3, 3],
+            "jaw_axis": axis,
+            "key_positions": P,
+        },
+    )
+    f.pending = json.dumps({"jaw_rest": J.ravel().tolist(), "skin_hash": bm.surface_hash(obj)})
+    return {
+        "kind": "face_setup",
+        "name": obj.name,
+        "inputs": str(inputs),
+        "key_names": names,
+        "spacing": float(f.spacing if spacing is None else spacing),
+        "out": str(cache_dir(obj) / facejob.FACE_FILE),
+        "folder": str(folder),
+        "log_dir": str(cache_dir(obj) / "logs"),
+    }
+
+
+def discard_job(job: dict) -> None:
+    shutil.rmtree(job["folder"], ignore_errors=True)
+
+
+def on_setup_done(obj: bpy.types.Object, result: dict) -> bool:
+    """Record the face a finished set-up wrote (a cancelled one records nothing). A model of
+    an older face is kept but no longer drives the object (its flesh differs: re-train)."""
+    f = obj.neural_rom.face
+    pending = json.loads(f.pending) if f.pending else {}
+    f.pending = ""
+    if not result or result.get("cancelled") or not result.get("path"):
+        return False
+    f.path = store_path(obj, result["path"])
+    f.tets, f.nodes = int(result["tets"]), int(result["nodes"])
+    f.skull_nodes, f.jaw_nodes = int(result["skull_nodes"]), int(result["jaw_nodes"])
+    f.keys, f.held_out = int(result["keys"]), int(result["held_out"])
+    f.used_spacing = float(result.get("spacing", 0.0))
+    f.min_dihedral = float(result["min_dihedral_deg"])
+    f.mesh_hash = str(result["mesh_hash"])
+    if pending:
+        f.jaw_rest = pending["jaw_rest"]
+        f.skin_hash = pending["skin_hash"]
+    return True  # a running simulation rebuilds its driver: its key holds the face's hash
+
+
+def check_face(obj: bpy.types.Object) -> Path:
+    """The face file of ``obj``, refused with what to do when it is missing or the skin was
+    edited since Set Up Face."""
+    f = obj.neural_rom.face
+    if not f.path:
+        raise NeuralRomError(f"'{obj.name}' has no face: pick its skull and jaw and Set Up Face.")
+    path = load_path(f.path)
+    if not path.is_file():
+        raise CacheError(
+            f"The face file of '{obj.name}' is missing ({path}): run Set Up Face again (or "
+            "check that the cache folder moved with the .blend)."
+        )
+    if f.skin_hash and f.skin_hash != bm.surface_hash(obj):
+        raise CacheError(
+            f"The skin of '{obj.name}' was edited after Set Up Face (its shape keys must have "
+            "the vertex count and order of the face): run Set Up Face again."
+        )
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# Demo head
+
+
+def make_demo_job(
+    scene: bpy.types.Scene,
+    *,
+    name: str = "Face",
+    size: str = "small",
+    keys: int = 16,
+    held_out: int = 4,
+    seed: int = 0,
+) -> dict:
+    """The worker job that builds the procedural demo head with ``keys`` simulated
+    expressions into ``<cache dir>/<name>/face.npz``."""
+    from .paths import cache_base
+
+    base = cache_base(scene)
+    if base.startswith("//") and not bpy.data.filepath:
+        raise NeuralRomError(
+            f"Save the .blend file first: the cache directory '{base}' is relative to it."
+        )
+    folder = Path(bpy.path.abspath(base)) / bpy.path.clean_name(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "kind": "face_demo",
+        "name": name,
+        "size": size,
+        "keys": int(keys),
+        "held_out": int(held_out),
+        "seed": int(seed),
+        "out": str(folder / facejob.FACE_FILE),
+        "log_dir": str(folder / "logs"),
+    }
+
+
+def _mesh_object(scene, name: str, V, F, collection) -> bpy.types.Object:
+    obj = bpy.data.objects.new(name, bm.mesh_from_arrays(name, V, F))
+    collection.objects.link(obj)
+    return obj
+
+
+def build_demo_objects(scene: bpy.types.Scene, name: str, result: dict) -> bpy.types.Object:
+    """The skin (with its shape keys), skull and jaw of a demo face file, the face recorded
+    on the skin; returns the skin. The jaw's origin is the hinge (rotate it about its X axis
+    to open the mouth)."""
+    from ..core.face import load_face
+
+    rig, keys = load_face(result["path"])
+    coll = bpy.data.collections.new(name)
+    scene.collection.children.link(coll)
+    skin = _mesh_object(scene, name, rig.skin_V, rig.skin_F, coll)
+    skull = _mesh_object(scene, f"{name} Skull", rig.bones["skull_V"], rig.bones["skull_F"], coll)
+    pivot = np.asarray(rig.jaw_pivot, float)
+    jaw = _mesh_object(scene, f"{name} Jaw", rig.bones["jaw_V"] - pivot, rig.bones["jaw_F"], coll)
+    jaw.location = pivot
+    for o in (skull, jaw):
+        o.display_type = "WIRE"
+    skin.shape_key_add(name="Basis", from_mix=False)
+    for P, label, angle, held in zip(
+        keys.positions, keys.names, keys.jaw, keys.held_out, strict=True
+    ):
+        kb = skin.shape_key_add(name=facejob.key_name(label, float(angle), bool(held)))
+        kb.data.foreach_set("co", np.asarray(P, np.float32).ravel())
+    s = skin.neural_rom
+    s.role = "DEFORMABLE"
+    s.face.skull, s.face.jaw = skull, jaw
+    s.face.spacing = float(result.get("spacing", 0.0))
+    s.face.pending = json.dumps(
+        {
+            "jaw_rest": np.array(jaw.matrix_basis).ravel().tolist(),
+            "skin_hash": bm.surface_hash(skin),
+        }
+    )
+    on_setup_done(skin, result)
+    return skin
+
+
+# --------------------------------------------------------------------------------------
+# Sliders (made when a model that takes them is recorded, :func:`.training.on_train_done`)
+
+
+def slider_names(count: int) -> list[str]:
+    return [f"{SLIDER_PREFIX}{i + 1}" for i in range(count)]
+
+
+def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) -> list[str]:
+    """One keyable float custom property per latent coordinate of the model at
+    ``model_path`` on ``obj`` (``nrom_latent_1`` ...), their soft range the spread of the
+    training keys' codes; an existing slider keeps its value and keys, a slider beyond the
+    latent size is removed. Returns the names."""
+    from ..core.modelfile import load_model
+
+    codes = np.asarray(load_model(model_path).arrays["codes"], float)
+    names = slider_names(codes.shape[1])
+    lo, hi = codes.min(0), codes.max(0)
+    pad = 0.5 * (hi - lo) + 1e-3
+    for i, name in enumerate(names):
+        if name not in obj.keys():
+            obj[name] = 0.0
+        obj.id_properties_ui(name).update(
+            soft_min=float(lo[i] - pad[i]),
+            soft_max=float(hi[i] + pad[i]),
+            description=f"Latent coordinate {i + 1} of the face (keyable: I over the field)",
+        )
+    for key in list(obj.keys()):
+        if key.startswith(SLIDER_PREFIX) and key not in names:
+            del obj[key]
+    if result is not None:
+        obj[FIT_PROP] = {
+            k: 1000.0 * float(result[k])
+            for k in ("train_error_m", "warm_error_m")
+            if result.get(k) is not None
+        }
+    return names
+
+
+def slider_values(obj: bpy.types.Object, count: int) -> np.ndarray:
+    return np.array([float(obj.get(n, 0.0)) for n in slider_names(count)])
+
+
+def training_codes(obj: bpy.types.Object) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """The latent codes of the training keys (N, d), their names and jaw angles (rad): the
+    face file's keys not held out, in order."""
+    from ..core.face import load_face
+    from ..core.modelfile import load_model
+
+    codes = np.asarray(load_model(load_path(obj.neural_rom.model.path)).arrays["codes"], float)
+    _, keys = load_face(check_face(obj))
+    train = np.flatnonzero(~np.asarray(keys.held_out, bool))[: len(codes)]
+    return codes, [keys.names[i] for i in train], np.asarray(keys.jaw, float)[train]
+
+
+def set_jaw_angle(obj: bpy.types.Object, angle: float) -> None:
+    """Put the jaw of ``obj``'s face at ``angle`` (rad) about its hinge (its local X axis
+    through its origin at set-up), with the skin where it is now."""
+    f = obj.neural_rom.face
+    if f.jaw is None:
+        return
+    from mathutils import Matrix
+
+    c, s = np.cos(angle), np.sin(angle)
+    Rx = np.array([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1.0]])
+    rest = np.array(f.jaw_rest, dtype=np.float64).reshape(4, 4)
+    f.jaw.matrix_world = Matrix((bm.matrix(obj) @ rest @ Rx).tolist())
+
+
+def pose_from_key(obj: bpy.types.Object, index: int) -> str:
+    """Set the sliders to the code of training key ``index`` and the jaw to its angle;
+    returns the key's name."""
+    codes, names, jaw = training_codes(obj)
+    if not 0 <= index < len(codes):
+        raise NeuralRomError(
+            f"The model has {len(codes)} training keys; pick one of 0..{len(codes) - 1}."
+        )
+    for name, v in zip(slider_names(codes.shape[1]), codes[index], strict=True):
+        obj[name] = float(v)
+    set_jaw_angle(obj, float(jaw[index]))
+    return names[index]
+
+
+def key_jaw_matrix(obj: bpy.types.Object, angle: float) -> np.ndarray:
+    """The jaw's reference frame (skin-local, relative to rest) when it is open ``angle`` rad
+    about its hinge: what :meth:`..core.methods.active.ActiveModel.boundary` takes."""
+    c, s = np.cos(angle), np.sin(angle)
+    Rx = np.array([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1.0]])
+    rest = np.array(obj.neural_rom.face.jaw_rest, dtype=np.float64).reshape(4, 4)
+    return rest @ Rx @ np.linalg.inv(rest)
+
+
+def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -> dict:
+    """The worker job that fits the sliders to a shape key (default: the active one), held
+    out of training or not (:func:`..core.facejob.fit_key`); the object is not changed."""
+    from ..core import registry
+    from ..core.files import write_npz
+
+    s = obj.neural_rom
+    check_face(obj)
+    model = load_path(s.model.path) if s.model.path else None
+    if model is None or not model.is_file():
+        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    keys = obj.data.shape_keys
+    name = key_name or (obj.active_shape_key.name if obj.active_shape_key else "")
+    kb = keys.key_blocks.get(name) if keys is not None else None
+    if kb is None or kb == keys.reference_key:
+        raise NeuralRomError(
+            f"Pick a shape key of '{obj.name}' to fit (not the Basis): make it the active one "
+            "in Object Data > Shape Keys."
+        )
+    co = np.empty(3 * len(kb.data), dtype=np.float32)
+    kb.data.foreach_get("co", co)
+    angle = facejob.key_jaw_angle(name)
+    folder = cache_dir(obj) / JOB_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = folder / "fit_key.npz"
+    write_npz(
+        inputs,
+        {"targets": co.reshape(-1, 3).astype(np.float64), "jaw": key_jaw_matrix(obj, angle)},
+    )
+    fields = {}
+    try:
+        fields = registry.job_fields(registry.get(s.model.method))
+    except NeuralRomError:
+        pass  # unknown here: the worker says which methods it knows
+    return {
+        "kind": "face_fit_key",
+        "name": obj.name,
+        "model": str(model),
+        "expect_mesh_hash": s.face.mesh_hash,
+        **fields,
+        "inputs": str(inputs),
+        "key": name,
+        "jaw_angle": angle,
+        "folder": str(folder),
+        "log_dir": str(cache_dir(obj) / "logs"),
+    }
+
+
+#: The last key the sliders were fitted to, on the skin: name, mean and max error (mm).
+FIT_KEY_PROP = "nrom_face_fit_key"
+
+
+def on_fit_key_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | None:
+    """Set the sliders to the fitted code and the jaw to the key's angle."""
+    if not result or result.get("cancelled") or "z" not in result:
+        return None
+    z = np.asarray(result["z"], float)
+    for name, v in zip(slider_names(len(z)), z, strict=True):
+        obj[name] = float(v)
+    set_jaw_angle(obj, float(job["jaw_angle"]))
+    obj[FIT_KEY_PROP] = {
+        "key": job["key"],
+        "mean_mm": 1000.0 * float(result["mean_error_m"]),
+        "max_mm": 1000.0 * float(result["max_error_m"]),
+    }
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# Markers
+
+
+def markers_of(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
+    """The marker empties bound to ``obj``'s skin, by name."""
+    return sorted((o for o in scene.objects if o.get(MARKER_OF) == obj.name), key=lambda o: o.name)
+
+
+def spread_vertices(V: np.ndarray, count: int, seed: int, front: bool = True) -> np.ndarray:
+    """``count`` skin vertices spread by farthest-point sampling (seeded start), over the
+    front half of the face (local -y) when ``front``."""
+    V = np.asarray(V, float)
+    pool = np.flatnonzero(V[:, 1] < np.median(V[:, 1])) if front else np.arange(len(V))
+    if count > len(pool):
+        raise NeuralRomError(f"The skin has only {len(pool)} vertices to put {count} markers on.")
+    rng = np.random.default_rng(seed)
+    pick = [int(pool[rng.integers(len(pool))])]
+    d = np.linalg.norm(V[pool] - V[pick[0]], axis=1)
+    for _ in range(count - 1):
+        j = int(np.argmax(d))
+        pick.append(int(pool[j]))
+        d = np.minimum(d, np.linalg.norm(V[pool] - V[pool[j]], axis=1))
+    return np.array(pick)
+
+
+def add_markers(
+    obj: bpy.types.Object,
+    scene: bpy.types.Scene,
+    *,
+    count: int = 30,
+    seed: int = 0,
+    vertices=None,
+    size: float = 0.004,
+) -> list[bpy.types.Object]:
+    """Marker empties bound to skin vertices (``vertices``; default the selected vertices of
+    the skin, else ``count`` spread over the front of the face), at the vertices' rest
+    positions, in a collection "<skin> Markers". Animate them (or constrain them to a
+    tracked point) and set Drive to Markers."""
+    V = bm.rest_positions(obj.data)
+    if vertices is None:
+        sel = np.zeros(len(obj.data.vertices), dtype=bool)
+        obj.data.vertices.foreach_get("select", sel)
+        vertices = np.flatnonzero(sel) if 0 < sel.sum() < len(sel) else None
+    if vertices is None:
+        vertices = spread_vertices(V, count, seed)
+    vertices = np.asarray(vertices, dtype=np.int64)
+    if vertices.size == 0 or vertices.min() < 0 or vertices.max() >= len(V):
+        raise NeuralRomError(f"Marker vertices must be skin vertices 0..{len(V) - 1}.")
+    name = f"{obj.name} Markers"
+    coll = bpy.data.collections.get(name)
+    if coll is None:
+        coll = bpy.data.collections.new(name)
+        scene.collection.children.link(coll)
+    W = bm.to_world(V[vertices], bm.matrix(obj))
+    out = []
+    for v, p in zip(vertices, W, strict=True):
+        e = bpy.data.objects.new(f"{obj.name} Marker {int(v)}", None)
+        e.empty_display_type = "SPHERE"
+        e.empty_display_size = size
+        e.location = p
+        e[MARKER_OF] = obj.name
+        e[MARKER_VERTEX] = int(v)
+        e[MARKER_WEIGHT] = 1.0
+        coll.objects.link(e)
+        out.append(e)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Inputs of a frame
+
+
+def _now(obj, colliders, markers, n_sliders: int, read_colliders) -> dict:
+    """One frame's inputs read from Blender, in the skin's local space."""
+    S_inv = np.linalg.inv(_rigid_local(obj))
+    f = obj.neural_rom.face
+    jaw = None
+    if f.jaw is not None:
+        rest = np.array(f.jaw_rest, dtype=np.float64).reshape(4, 4)
+        jaw = S_inv @ bm.matrix(f.jaw) @ np.linalg.inv(rest)
+    cols = read_colliders(colliders)
+    return {
+        "jaw": jaw,
+        "kind": [c.kind for c in cols],
+        "radius": [c.radius for c in cols],
+        "half": [c.half_length for c in cols],
+        "friction": [c.friction for c in cols],
+        "transform": [S_inv @ c.transform for c in cols],
+        "sliders": slider_values(obj, n_sliders) if f.drive == "SLIDERS" else None,
+        "markers": (
+            bm.to_world(np.array([m.matrix_world.translation for m in markers]), S_inv)
+            if f.drive == "MARKERS"
+            else None
+        ),
+    }
+
+
+def gather_track(
+    obj, scene, frames: range | None = None, *, n_sliders: int, read_colliders, paused=None
+) -> Track:
+    """The inputs of ``frames`` (default: the current frame alone) as a
+    :class:`..core.simjob.Track` in the skin's local space; the current frame is restored.
+
+    ``read_colliders(objects)`` gives the core colliders of collider objects now (world);
+    ``paused()`` is the context that keeps the frame handlers out while frames are set
+    (:func:`.simulate.collider_inputs` and :func:`.simulate.handlers_paused`: the layer
+    above passes them in).
+    """
+    from . import bakes
+
+    colliders = bakes.scene_colliders(obj, scene)
+    f = obj.neural_rom.face
+    markers = markers_of(obj, scene) if f.drive == "MARKERS" else []
+    if f.drive == "MARKERS" and not markers:
+        raise NeuralRomError(
+            f"'{obj.name}' is driven by markers but has none: Add Markers (or set Drive to "
+            "Sliders)."
+        )
+    name = obj.name
+    if frames is None:
+        rows = [_now(obj, colliders, markers, n_sliders, read_colliders)]
+        frame0 = scene.frame_current
+    else:
+        rows = []
+        current, sub = scene.frame_current, scene.frame_subframe
+        marker_names = [m.name for m in markers]
+        col_names = [c.name for c in colliders]
+        with paused():
+            try:
+                for fr in frames:
+                    scene.frame_set(fr)
+                    o = bpy.data.objects[name]
+                    rows.append(
+                        _now(
+                            o,
+                            [bpy.data.objects[n] for n in col_names],
+                            [bpy.data.objects[n] for n in marker_names],
+                            n_sliders,
+                            read_colliders,
+                        )
+                    )
+            finally:
+                scene.frame_set(current, subframe=sub)
+        frame0 = frames[0]
+    n, c = len(rows), len(colliders)
+    tr = Track(
+        frame0,
+        np.broadcast_to(np.eye(4), (n, 4, 4)),
+        np.array([r["kind"] for r in rows], dtype="<U8").reshape(n, c),
+        np.array([r["radius"] for r in rows]).reshape(n, c),
+        np.array([r["half"] for r in rows]).reshape(n, c),
+        np.array(rows[0]["friction"]).reshape(c),
+        np.array([r["transform"] for r in rows]).reshape(n, c, 4, 4),
+    )
+    if f.drive == "SLIDERS":
+        tr.sliders = np.array([r["sliders"] for r in rows])
+    else:
+        tr.marker_vertices = np.array([int(m[MARKER_VERTEX]) for m in markers], dtype=np.int64)
+        tr.marker_weights = np.array([float(m.get(MARKER_WEIGHT, 1.0)) for m in markers])
+        tr.marker_positions = np.array([r["markers"] for r in rows])
+    if f.jaw is not None:
+        tr.reference_frame = np.array([r["jaw"] for r in rows])
+    return tr
+
+
+def set_solve(sim, solve: str) -> None:
+    """Switch a face runtime between its reduced and full solve ("REDUCED", "FULL"; the
+    ``mode`` of :class:`..core.methods.active.ActiveFace`)."""
+    if hasattr(sim, "mode"):
+        sim.mode = solve.lower()
+
+
+def _signature(track: Track) -> bytes:
+    return b"".join(np.ascontiguousarray(a).tobytes() for a in track.to_arrays().values())
+
+
+# --------------------------------------------------------------------------------------
+# The viewport
+
+
+class FaceDriver:
+    """The face of one skin object on the timeline: each frame shown is the equilibrium of
+    that frame's inputs, solved from the previous solve (a quasistatic face has no history
+    to step through); a frame seen again with the same inputs is not solved again.
+
+    Raises (on construction) a :class:`NeuralRomError` saying what to do when the object
+    has no face or model, or the model belongs to another face.
+    """
+
+    ground_z = None
+
+    def __init__(self, obj: bpy.types.Object, scene: bpy.types.Scene, *, key, read_colliders):
+        from ..core.registry import load_simulator
+
+        self.name = obj.name
+        check_face(obj)
+        s = obj.neural_rom
+        if not s.model.path:
+            raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+        path = load_path(s.model.path)
+        if not path.is_file():
+            raise CacheError(f"The model of '{obj.name}' is missing ({path}); train again.")
+        try:
+            self.sim, self.model = load_simulator(path, expect_mesh_hash=s.face.mesh_hash)
+        except CacheError as e:
+            raise CacheError(
+                f"The model of '{obj.name}' is not of its face ({e}): it was trained before the "
+                "last Set Up Face; train again."
+            ) from e
+        if not hasattr(self.sim, "skin_positions"):
+            raise NeuralRomError(f"The model of '{obj.name}' is not a face model: train again.")
+        self.n_sliders = int(np.asarray(self.model.arrays["codes"]).shape[1])
+        self.key = key  # what the frames depend on besides their inputs (simulate.driver_key)
+        self.read_colliders = read_colliders
+        self.cache: dict[int, tuple[bytes, np.ndarray]] = {}
+        self.step_seconds: list[float] = []
+
+    def reset(self) -> None:
+        self.cache.clear()
+        self.sim.reset()
+
+    def positions_at(self, frame: int, obj, scene, sample=None, *, colliders=None, pokes=None):
+        """(s, 3) skin positions (local) at scene ``frame``, with the scene's inputs now."""
+        import time
+
+        track = gather_track(
+            obj, scene, n_sliders=self.n_sliders, read_colliders=self.read_colliders
+        )
+        solve = obj.neural_rom.face.solve
+        set_solve(self.sim, solve)
+        sig = _signature(track) + solve.encode()
+        hit = self.cache.get(int(frame))
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+        t0 = time.perf_counter()
+        self.sim.step(track.inputs(0))
+        self.step_seconds.append(time.perf_counter() - t0)
+        P = self.sim.skin_positions()
+        self.cache[int(frame)] = (sig, P)
+        return P
+
+    def write(self, obj: bpy.types.Object, P: np.ndarray) -> None:
+        """Show the skin positions ``P`` (local) through :data:`MODIFIER`."""
+        attr = obj.data.attributes.get(SIM_ATTRIBUTE)
+        if attr is None:
+            attr = obj.data.attributes.new(SIM_ATTRIBUTE, "FLOAT_VECTOR", "POINT")
+        attr.data.foreach_set("vector", np.ascontiguousarray(P, dtype=np.float32).ravel())
+        obj.data.update()
+
+
+def _node_group() -> bpy.types.NodeTree:
+    """Set Position from :data:`SIM_ATTRIBUTE` where it exists."""
+    ng = bpy.data.node_groups.get(NODE_GROUP)
+    if ng is not None:
+        return ng
+    ng = bpy.data.node_groups.new(NODE_GROUP, "GeometryNodeTree")
+    ng.interface.new_socket("Geometry", in_out="INPUT", socket_type="NodeSocketGeometry")
+    ng.interface.new_socket("Geometry", in_out="OUTPUT", socket_type="NodeSocketGeometry")
+    gi, go = ng.nodes.new("NodeGroupInput"), ng.nodes.new("NodeGroupOutput")
+    sp = ng.nodes.new("GeometryNodeSetPosition")
+    na = ng.nodes.new("GeometryNodeInputNamedAttribute")
+    na.data_type = "FLOAT_VECTOR"
+    na.inputs["Name"].default_value = SIM_ATTRIBUTE
+    ng.links.new(gi.outputs[0], sp.inputs["Geometry"])
+    ng.links.new(na.outputs["Attribute"], sp.inputs["Position"])
+    ng.links.new(na.outputs["Exists"], sp.inputs["Selection"])
+    ng.links.new(sp.outputs["Geometry"], go.inputs[0])
+    return ng
+
+
+def show_simulation(obj: bpy.types.Object) -> None:
+    """Add the modifier that shows the simulated skin (first in the stack)."""
+    mod = obj.modifiers.get(MODIFIER)
+    if mod is None or mod.type != "NODES":
+        mod = obj.modifiers.new(MODIFIER, "NODES")
+    mod.node_group = _node_group()
+    idx = obj.modifiers.find(mod.name)
+    if idx > 0:
+        obj.modifiers.move(idx, 0)
+
+
+def hide_simulation(obj: bpy.types.Object) -> None:
+    """Remove the modifier and the simulated positions: the shape keys show again."""
+    mod = obj.modifiers.get(MODIFIER)
+    if mod is not None:
+        obj.modifiers.remove(mod)
+    attr = obj.data.attributes.get(SIM_ATTRIBUTE)
+    if attr is not None:
+        obj.data.attributes.remove(attr)
+
+
+def shown_positions(obj: bpy.types.Object) -> np.ndarray:
+    """(s, 3) local positions of the evaluated skin (what the viewport shows)."""
+    dg = bpy.context.evaluated_depsgraph_get()
+    ev = obj.evaluated_get(dg)
+    me = ev.to_mesh()
+    try:
+        co = np.empty(3 * len(me.vertices), dtype=np.float32)
+        me.vertices.foreach_get("co", co)
+    finally:
+        ev.to_mesh_clear()
+    return co.reshape(-1, 3).astype(np.float64)
+
+
+# --------------------------------------------------------------------------------------
+# Bake Simulation
+
+
+def make_face_simulation_job(
+    obj, scene, path: Path, folder: Path, *, frame_start, frame_end, read_colliders, paused
+) -> dict:
+    """The worker job that plays the face over ``frame_start..frame_end`` (None: the scene's
+    range) from the scene's start frame and writes the skin (local) as a PC2 at ``path``,
+    its gathered inputs in ``folder``: the Bake Simulation job of
+    :func:`.export.make_simulation_job` for a face (``read_colliders``, ``paused``: see
+    :func:`gather_track`)."""
+    from ..core import registry
+    from ..core.modelfile import load_model
+    from ..core.simjob import TRACK_FILE, write_track
+
+    start = int(scene.frame_start if frame_start is None else frame_start)
+    end = int(scene.frame_end if frame_end is None else frame_end)
+    if end < start:
+        raise NeuralRomError(f"Frame range {start}..{end} is empty; the end must be >= the start.")
+    if start < scene.frame_start:
+        raise NeuralRomError(
+            f"The simulation starts at the scene's start frame {scene.frame_start}; pick a "
+            f"start frame >= {scene.frame_start}."
+        )
+    s = obj.neural_rom
+    check_face(obj)
+    if not s.model.path:
+        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    model = load_path(s.model.path)
+    if not model.is_file():
+        raise CacheError(f"The model of '{obj.name}' is missing ({model}); train again.")
+    n_sliders = int(np.asarray(load_model(model).arrays["codes"]).shape[1])
+    f0 = int(scene.frame_start)
+    track = gather_track(
+        obj,
+        scene,
+        range(f0, end + 1),
+        n_sliders=n_sliders,
+        read_colliders=read_colliders,
+        paused=paused,
+    )
+    inputs = write_track(folder / TRACK_FILE, track)
+    fields = {}
+    try:
+        fields = registry.job_fields(registry.get(s.model.method))
+    except NeuralRomError:
+        pass  # unknown here: the worker says which methods it knows
+    return {
+        "kind": "face_simulate",
+        "name": obj.name,
+        "solve": s.face.solve.lower(),
+        "model": str(model),
+        "expect_mesh_hash": s.face.mesh_hash,
+        **fields,
+        "inputs": str(inputs),
+        "out": str(path),
+        "frame_start": start,
+        "frame_end": end,
+        "folder": str(folder),
+        "log_dir": str(cache_dir(obj) / "logs"),
+    }

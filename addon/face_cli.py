@@ -1,0 +1,123 @@
+"""Headless commands of active faces (``face-setup``, ``face-demo``), added to
+:mod:`.cli`'s parser; ``train`` and ``simulate`` take a face as they take any object
+(``simulate --drive markers`` picks what drives it)."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+import bpy
+
+
+def add_parsers(sub, common) -> None:
+    """The face subcommands, on :mod:`.cli`'s subparsers (``common``: --file, --object,
+    --save)."""
+    setup = sub.add_parser(
+        "face-setup",
+        parents=[common],
+        help="set up a face: a skin with shape keys over a skull and a jaw (a child process)",
+        description=textwrap.fill(
+            "Build the face of each skin object (its shape keys are the sculpted expressions; "
+            "'jaw20' in a key's name opens the jaw 20 degrees for it, 'heldout' keeps it out "
+            "of training) over its skull and jaw (closed meshes; the jaw's origin is the hinge "
+            "and its local X the hinge axis): the flesh lattice between skin and skull, skull "
+            "nodes fixed, jaw nodes following the jaw. Then `train` fits it.",
+            80,
+        ),
+    )
+    setup.add_argument("--skull", metavar="NAME", help="the skull mesh (default: the object's)")
+    setup.add_argument("--jaw", metavar="NAME", help="the jaw mesh (default: the object's)")
+    setup.add_argument(
+        "--spacing",
+        type=float,
+        metavar="M",
+        help="lattice cell edge in metres (default: the object's; 0: the skin's tallest side / 12)",
+    )
+    demo = sub.add_parser(
+        "face-demo",
+        parents=[common],
+        help="add the procedural demo head (skin with simulated expressions, skull, jaw)",
+        description="Add the procedural demo head, its expressions simulated in a child "
+        "process from seeded muscle activations and jaw angles, its face set up.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_argument("--name", default="Face", help="the skin object's name (default Face)")
+    demo.add_argument("--keys", type=int, default=16, help="shape keys (default 16)")
+    demo.add_argument("--held-out", type=int, default=4, help="keys held out (default 4)")
+    demo.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    demo.add_argument("--size", choices=("small", "bench"), default="small")
+
+
+def _mesh(name: str, user_error):
+    obj = bpy.data.objects.get(name)
+    if obj is None or obj.type != "MESH":
+        raise user_error(f"no mesh object named {name!r}")
+    return obj
+
+
+def cmd_face_setup(args, cli) -> int:
+    from . import face, jobs
+
+    scene = bpy.context.scene
+    for obj in cli.select_objects(args.objects):
+        f = obj.neural_rom.face
+        old = (f.skull, f.jaw)
+        if args.skull:
+            f.skull = _mesh(args.skull, cli.UserError)
+        if args.jaw:
+            f.jaw = _mesh(args.jaw, cli.UserError)
+        try:
+            spec = face.make_setup_job(obj, scene, spacing=args.spacing)
+        except Exception:
+            f.skull, f.jaw = old  # a refused set-up changes nothing
+            raise
+        cli.say(f"setting up the face of {obj.name}: {len(spec['key_names'])} shape keys")
+        name = obj.name
+
+        def on_done(result: dict, name: str = name) -> None:
+            target = bpy.data.objects.get(name)
+            if target is not None:
+                face.on_setup_done(target, result)
+
+        try:
+            jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
+        finally:
+            face.discard_job(spec)
+        f = bpy.data.objects[name].neural_rom.face
+        cli.say(
+            f"{name}: {f.tets} tets ({f.used_spacing * 1000:.1f} mm), {f.skull_nodes} skull and "
+            f"{f.jaw_nodes} jaw nodes, {f.keys} shape keys ({f.held_out} held out) -> {f.path}"
+        )
+    return 0
+
+
+def cmd_face_demo(args, cli) -> int:
+    from . import face, jobs
+
+    if bpy.data.objects.get(args.name) is not None:
+        raise cli.UserError(f"an object named {args.name!r} exists: pass another --name")
+    scene = bpy.context.scene
+    spec = face.make_demo_job(
+        scene,
+        name=args.name,
+        size=args.size,
+        keys=args.keys,
+        held_out=args.held_out,
+        seed=args.seed,
+    )
+
+    def on_done(result: dict) -> None:
+        if result and not result.get("cancelled"):
+            face.build_demo_objects(scene, args.name, result)
+
+    jobs.start_job(bpy.context, spec, owner=args.name, on_done=on_done)
+    f = bpy.data.objects[args.name].neural_rom.face
+    cli.say(f"{args.name}: demo head, {f.tets} tets, {f.keys} shape keys ({f.held_out} held out)")
+    return 0
+
+
+def run(args, cli) -> int:
+    """Run a face subcommand; ``cli`` gives :mod:`.cli`'s ``select_objects``, ``say`` and
+    ``UserError`` (passed in: the command line is the layer above this one)."""
+    return {"face-setup": cmd_face_setup, "face-demo": cmd_face_demo}[args.command](args, cli)

@@ -1,0 +1,104 @@
+"""The face set-up of a skin object (``Object.neural_rom.face``): the skull and jaw it is
+built on, the lattice spacing, what the set-up recorded, and how the face is driven.
+
+See :mod:`.face` (the stages) and :mod:`..core.facejob` (the conventions: the skin's local
+space, the jaw's hinge, jaw angles and held-out keys in shape key names).
+"""
+
+from __future__ import annotations
+
+import bpy
+from bpy.props import (
+    EnumProperty,
+    FloatProperty,
+    FloatVectorProperty,
+    IntProperty,
+    PointerProperty,
+    StringProperty,
+)
+
+_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+
+DRIVE_ITEMS = (
+    (
+        "SLIDERS",
+        "Sliders",
+        "The latent sliders (keyable custom properties of the skin) drive the face",
+    ),
+    (
+        "MARKERS",
+        "Markers",
+        "Marker empties bound to skin vertices drive the face: each frame the latent that best "
+        "matches them (Levenberg-Marquardt)",
+    ),
+)
+
+
+def _is_mesh(self, obj) -> bool:
+    return obj.type == "MESH"
+
+
+class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
+    """A face: the skin is the object itself, with its shape keys (the sculpted expressions)."""
+
+    skull: PointerProperty(
+        name="Skull",
+        type=bpy.types.Object,
+        poll=_is_mesh,
+        description="Closed mesh of the skull: the flesh nodes inside it stay fixed",
+    )
+    jaw: PointerProperty(
+        name="Jaw",
+        type=bpy.types.Object,
+        poll=_is_mesh,
+        description="Closed mesh of the jaw: the flesh nodes inside it follow it. Its origin "
+        "is the hinge and its local X axis the hinge axis (a positive rotation opens the mouth)",
+    )
+    spacing: FloatProperty(
+        name="Lattice Spacing",
+        default=0.0,
+        min=0.0,
+        soft_max=0.1,
+        unit="LENGTH",
+        precision=4,
+        description="Edge of the flesh lattice's cells (m); 0 picks the skin's tallest side / 12",
+    )
+    drive: EnumProperty(name="Drive", items=DRIVE_ITEMS, default="SLIDERS")
+    solve: EnumProperty(
+        name="Solve",
+        items=(
+            (
+                "REDUCED",
+                "Reduced",
+                "In the subspace of the training equilibria: interactive (a frame whose skin "
+                "touches a collider is finished by the full solve)",
+            ),
+            (
+                "FULL",
+                "Full",
+                "On every flesh node, every frame: the reference, for final bakes (seconds "
+                "per frame on a big face)",
+            ),
+        ),
+        default="REDUCED",
+    )
+
+    # ---- what Set Up Face recorded
+    path: StringProperty(name="Face", subtype="FILE_PATH", options=_REL)
+    tets: IntProperty(name="Tets")
+    nodes: IntProperty(name="Nodes")
+    skull_nodes: IntProperty(name="Skull Nodes")
+    jaw_nodes: IntProperty(name="Jaw Nodes")
+    keys: IntProperty(name="Shape Keys")
+    held_out: IntProperty(name="Held Out")
+    used_spacing: FloatProperty(name="Spacing (m)")
+    min_dihedral: FloatProperty(name="Min Dihedral (°)")
+    mesh_hash: StringProperty(description="Hash of the flesh lattice (its model must match)")
+    skin_hash: StringProperty(description="Hash of the skin mesh at set-up")
+    jaw_rest: FloatVectorProperty(
+        size=16, description="The jaw's matrix in the skin's local space at set-up (row major)"
+    )
+    pending: StringProperty(description="JSON record of the set-up job in flight")
+
+
+CLASSES = (NEURAL_ROM_PG_face,)

@@ -1,0 +1,50 @@
+"""The Cloth Bake box of the sidebar (drawn by ``sidebar.NEURAL_ROM_PT_cloth_bake``): the
+settings of Blender's cloth bake, its button, its running job and the selected bake."""
+
+from __future__ import annotations
+
+
+def draw_cloth_bake(layout, obj, context) -> None:
+    """The Cloth Bake panel of a Deformable mesh with a Cloth modifier."""
+    import bpy
+
+    from ..addon import cloth
+
+    s = obj.neural_rom
+    c = s.cloth
+    col = layout.column()
+    row = col.row(align=True)
+    row.prop(c, "frames")
+    row.prop(c, "seed")
+    col.prop(c, "variants")
+    col.prop_search(c, "owner", bpy.data, "objects", icon="OBJECT_DATA")
+    mod = cloth.cloth_modifier(obj)
+    if mod is not None:
+        pc = mod.point_cache
+        col.label(
+            text=f"Starts at cache frame {pc.frame_start}, quality {mod.settings.quality}",
+            icon="MOD_CLOTH",
+        )
+    from .sidebar import draw_jobs
+
+    draw_jobs(layout, obj.name, "cloth_bake")
+    layout.operator("neural_rom.cloth_bake", icon="MOD_CLOTH")
+    layout.template_list("NEURAL_ROM_UL_bakes", "", s, "bakes", s, "active_bake", rows=2)
+    rec = s.active_bake_record()
+    if rec is None:
+        layout.label(text="No cloth bakes yet", icon="INFO")
+        return
+    box = layout.box()
+    box.label(text=f"{rec.frames} frames from frame {rec.frame_start} ({rec.kind})")
+    box.label(
+        text=f"Status: {rec.status}", icon="CHECKMARK" if rec.status == "complete" else "ERROR"
+    )
+    if rec.kind == cloth.KIND and cloth.is_stale(obj, rec):
+        box.label(text="Stale: the mesh changed, cloth-bake again", icon="ERROR")
+    names = [n for n, _ in cloth.collider_specs(obj)]
+    box.label(text="Colliders: " + (", ".join(names) if names else "none"))
+    if obj.get(cloth.MUTED) is not None:
+        box.label(text="Cloth modifier muted while the model drives it", icon="INFO")
+    row = layout.row(align=True)
+    row.operator("neural_rom.clear_bake", text="Clear", icon="TRASH").all_bakes = False
+    row.operator("neural_rom.clear_bake", text="Clear All").all_bakes = True

@@ -1,0 +1,427 @@
+"""A cloth object through the add-on (issue 11, the Blender side), with the PyPI bpy: the
+panel's Cloth Bake (Blender's cloth in a worker) recorded on the object, the headless train
+from those bakes, Simulate driving the mesh (its Cloth modifier muted while it does and given
+back after, also on save and on disabling the add-on), Bake Simulation and the headless
+simulate (PC2 frames equal to the runtime stepped by hand), Compare with a held-out cloth
+bake (panel and headless), and the refusals: an object without a Cloth modifier, a method
+that does not train on cloth, a bake and a model of a mesh that changed since.
+
+One small sheet (8 x 8 vertices) under an animated owner, a ball keyed through it; 3 cloth
+bakes of 30 frames; a tiny snp model (8 modes, 2 layers, 6 epochs). Module-scoped: the
+bake and the training run once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from .blender_fixtures import addon_module, fresh_file
+from .cloth_scenes import build_sheet
+
+SHEET = 8  # vertices per side
+FRAMES, VARIANTS = 30, 3
+SIM_END = 20  # frames 1..20 simulated (the scene starts at 1)
+TRAIN_ARGS = [
+    "--k", "8", "--layers", "2", "--width", "16", "--window", "8", "--epochs", "6",
+    "--batch-size", "4", "--validation-fraction", "0.34", "--time-budget", "60",
+]  # fmt: skip
+
+
+def _select(bpy, obj):
+    for o in bpy.context.view_layer.objects:
+        o.select_set(False)
+    obj.select_set(True)
+    bpy.context.view_layer.objects.active = obj
+
+
+def _animate(bpy):
+    """The user's own animation of the owner and the ball, which Simulate follows (the bake
+    job replaces it by random keys in its copy of the file)."""
+    owner, ball = bpy.data.objects["Owner"], bpy.data.objects["Ball"]
+    for f, x, turn in ((1, 0.0, 0.0), (8, 0.15, 0.3), (SIM_END, -0.1, -0.2)):
+        owner.location = (x, 0.0, 1.5)
+        owner.rotation_euler = (0.0, 0.0, turn)
+        owner.keyframe_insert("location", frame=f)
+        owner.keyframe_insert("rotation_euler", frame=f)
+    for f, y in ((1, -0.6), (10, 0.0), (SIM_END, -0.4)):
+        ball.location = (0.0, y, 1.0)
+        ball.keyframe_insert("location", frame=f)
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    """The sheet file, its cloth baked through the panel's operator; the add-on registered."""
+    tmp = tmp_path_factory.mktemp("addon_cloth")
+    bpy = fresh_file()
+    package = addon_module()
+    package.register()
+    entry = bpy.context.preferences.addons.new()
+    entry.module = "neural_rom"
+    build_sheet(tmp / "sheet.blend", n=SHEET)
+    _animate(bpy)
+    bpy.context.scene.frame_set(1)
+    sheet = bpy.data.objects["Sheet"]
+    s = sheet.neural_rom
+    s.role = "DEFORMABLE"
+    s.cloth.frames, s.cloth.variants, s.cloth.seed = FRAMES, VARIANTS, 0
+    _select(bpy, sheet)
+    bpy.ops.wm.save_mainfile()
+    t0 = time.perf_counter()
+    assert bpy.ops.neural_rom.cloth_bake() == {"FINISHED"}
+    print(f"\ncloth bake: {VARIANTS} x {FRAMES + 1} frames in {time.perf_counter() - t0:.1f} s")
+    try:
+        yield SimpleNamespace(bpy=bpy, tmp=tmp, sheet=sheet, package=package)
+    finally:
+        from neural_rom.addon import jobs
+
+        jobs.cancel_job("", force=True)
+        jobs._JOBS.clear()
+        entry = bpy.context.preferences.addons.get("neural_rom")
+        if entry is not None:
+            bpy.context.preferences.addons.remove(entry)
+        package.unregister()
+
+
+@pytest.fixture(scope="module")
+def trained(scene):
+    """The sheet's snp model, trained by the headless ``train`` from its cloth bakes."""
+    from neural_rom.addon import cli
+
+    t0 = time.perf_counter()
+    code = cli.main(["train", "--object", "Sheet", "--method", "snp", *TRAIN_ARGS])
+    assert code == cli.EXIT_OK
+    print(f"training (headless train, worker): {time.perf_counter() - t0:.1f} s")
+    return scene
+
+
+def _cloth(scene):
+    return scene.sheet.modifiers["Cloth"]
+
+
+def _by_hand(scene, frames):
+    """Local positions (F, n, 3) of the sheet's model stepped by hand from rest at frame 1
+    over ``frames``: the ball as a sphere of its bounding box, the sheet's world matrix as
+    the reference frame (its owner's motion), read from the scene frame by frame."""
+    from neural_rom.addon.paths import load_path
+    from neural_rom.core.colliders import Collider
+    from neural_rom.core.registry import load_simulator
+    from neural_rom.core.sim import FrameInputs
+
+    bpy, sheet = scene.bpy, scene.sheet
+    ball = bpy.data.objects["Ball"]
+    sim, _ = load_simulator(load_path(sheet.neural_rom.model.path))
+    sim.reset()
+    out = []
+    for f in frames:
+        bpy.context.scene.frame_set(f)
+        M = np.array(sheet.matrix_world, dtype=np.float64)
+        if f > frames[0]:
+            B = np.array(ball.matrix_world, dtype=np.float64)
+            bb = np.array([tuple(c) for c in ball.bound_box])
+            r = 0.5 * float((bb.max(0) - bb.min(0)).max()) * np.linalg.norm(B[:3, 0])
+            T = B.copy()
+            T[:3, :3] /= np.linalg.norm(B[:3, :3], axis=0)
+            T[:3, 3] = B[:3, :3] @ (0.5 * (bb.max(0) + bb.min(0))) + B[:3, 3]
+            sim.step(FrameInputs(colliders=[Collider("sphere", r, 0.0, T)], reference_frame=M))
+        x = sim.positions()
+        out.append((x - M[:3, 3]) @ np.linalg.inv(M[:3, :3]).T)
+    return np.array(out)
+
+
+def _replay_errors(sheet, rec):
+    """(F, n) distances of the model, stepped by hand from rest with a cloth bake's
+    colliders and reference frame, from the bake's positions."""
+    from neural_rom.addon.paths import load_path
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.colliders import Collider
+    from neural_rom.core.registry import load_simulator
+    from neural_rom.core.sim import FrameInputs
+
+    bake = BakeCache.open(load_path(rec.path))
+    C, R = bake.channel("colliders"), bake.channel("reference_frame")
+    x = np.asarray(bake.channel("positions"))
+    sim, _ = load_simulator(load_path(sheet.neural_rom.model.path))
+    sim.reset()
+    y = [sim.positions()]
+    for f in range(1, bake.n_frames):
+        cols = [
+            Collider(c["kind"], c["radius"], c["half_length"], C[f, j])
+            for j, c in enumerate(bake.meta["colliders"])
+        ]
+        sim.step(FrameInputs(colliders=cols, reference_frame=R[f]))
+        y.append(sim.positions())
+    return np.linalg.norm(np.array(y) - x, axis=-1)
+
+
+# --------------------------------------------------------------------------------- bakes
+
+
+def test_cloth_bakes_are_the_objects_bakes(scene):
+    from neural_rom.addon import cloth, props
+    from neural_rom.addon.bakes import open_bake
+    from neural_rom.core import registry
+
+    s = scene.sheet.neural_rom
+    recs = list(s.bakes)
+    print("recorded:", [(r.name, r.kind, r.frames, r.status) for r in recs])
+    assert [r.kind for r in recs] == ["cloth"] * VARIANTS
+    assert all(r.frames == FRAMES + 1 and r.status == "complete" for r in recs)
+    h = cloth.surface_hash(scene.sheet)
+    assert h.startswith("surface:") and all(r.mesh_hash == h for r in recs)
+    assert cloth.data_kind(scene.sheet) == "cloth" == s.training_data_kind()
+    assert json.loads(s.cloth.colliders) == [["Ball", "sphere"]]
+    assert open_bake(scene.sheet, recs[0]).n_frames == FRAMES + 1
+    # the Train menu offers only the methods that learn from cloth bakes
+    offered = [item[0] for item in props.method_items(s)]
+    assert offered == [m.name for m in registry.methods_for("cloth")] and "snp" in offered
+    assert s.method().name in offered
+    # the sidebar of a cloth: its Cloth Bake box, the model; none of the FEM boxes
+    from .test_addon_ui import draw_all, panels, texts
+
+    log = draw_all(scene.bpy, scene.sheet)
+    shown = panels(log)
+    print("panels:", sorted(shown))
+    assert {"NEURAL_ROM_PT_cloth_bake", "NEURAL_ROM_PT_model"} <= shown
+    assert not shown & {"NEURAL_ROM_PT_tets", "NEURAL_ROM_PT_bake", "NEURAL_ROM_PT_scenario"}
+    assert "Colliders: Ball" in texts(log)
+    # the user's file and animation are as they were (the job baked a copy)
+    assert scene.bpy.data.objects["Ball"].animation_data.action is not None
+    assert _cloth(scene).show_viewport and "nrom_cloth_muted" not in scene.sheet.keys()
+
+
+def test_play_bake_shows_a_cloth_bake_with_the_cloth_muted(scene):
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import cloth
+    from neural_rom.addon.paths import load_path
+    from neural_rom.core.cache import BakeCache
+
+    bpy, sheet, mod = scene.bpy, scene.sheet, _cloth(scene)
+    s = sheet.neural_rom
+    s.active_bake = 1
+    rec = s.bakes[1]
+    x = BakeCache.open(load_path(rec.path)).channel("positions")
+    bpy.context.scene.frame_set(1)
+    rest = bm.get_positions(sheet.data)
+    assert bpy.ops.neural_rom.playback(action="START") == {"FINISHED"}
+    assert not mod.show_viewport and cloth.MUTED in sheet.keys()
+    bpy.context.scene.frame_set(rec.frame_start + 10)
+    M = np.array(sheet.matrix_world)
+    want = (x[10] - M[:3, 3]) @ np.linalg.inv(M[:3, :3]).T
+    err = float(np.abs(bm.get_positions(sheet.data) - want).max())
+    print(f"Play Bake, frame 10 of {rec.name}: {err:.1e} m from the bake")
+    assert err < 1e-5
+    assert bpy.ops.neural_rom.playback(action="STOP") == {"FINISHED"}
+    assert mod.show_viewport and cloth.MUTED not in sheet.keys()
+    assert np.array_equal(bm.get_positions(sheet.data), rest)
+    bpy.context.scene.frame_set(1)
+
+
+def test_refusals_change_nothing(scene, capsys):
+    from neural_rom.addon import cli, clothbake, training
+    from neural_rom.core.errors import NeuralRomError
+
+    bpy, sheet = scene.bpy, scene.sheet
+    before = sheet.neural_rom.pending_train
+    # a method that does not learn from cloth bakes: the message names what it needs
+    with pytest.raises(NeuralRomError, match="cloth") as e:
+        training.make_train_job(sheet, bpy.context.scene, method="linear")
+    print("linear:", e.value)
+    assert cli.main(["train", "--object", "Sheet", "--method", "linear"]) == cli.EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    print("linear, headless:", err.strip())
+    assert "Blender's own cloth solver" in err and "Subspace Neural Physics" in err, err
+    assert sheet.neural_rom.pending_train == before and not sheet.neural_rom.model.path
+    # an object without a Cloth modifier
+    ball = bpy.data.objects["Ball"]
+    with pytest.raises(NeuralRomError, match="no Cloth modifier"):
+        clothbake.make_cloth_bake_job(ball, bpy.context.scene)
+    assert cli.main(["cloth-bake", "--object", "Ball"]) == cli.EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    print("ball:", err.strip())
+    assert "no Cloth modifier" in err and not ball.neural_rom.pending_bake
+    _select(bpy, ball)
+    assert not bpy.ops.neural_rom.cloth_bake.poll()
+    _select(bpy, sheet)
+
+
+# --------------------------------------------------------------------------- train, simulate
+
+
+def test_train_from_cloth_bakes_headless(trained):
+    m = trained.sheet.neural_rom.model
+    print(f"model: {m.method}, {m.kind}, {m.k} modes, validation {1e3 * m.val_error:.1f} mm")
+    assert m.method == "snp" and m.kind == "cloth" and m.k == 8 and m.bakes == VARIANTS
+    assert m.mesh_hash == trained.sheet.neural_rom.bakes[0].mesh_hash
+
+
+def test_simulate_mutes_the_cloth_and_follows_the_runtime(trained):
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import cloth
+
+    bpy, sheet, mod = trained.bpy, trained.sheet, _cloth(trained)
+    frames = list(range(1, SIM_END + 1))
+    want = _by_hand(trained, frames)
+    bpy.context.scene.frame_set(1)
+    rest = bm.get_positions(sheet.data)
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    assert not mod.show_viewport and not mod.show_render and cloth.MUTED in sheet.keys()
+    got = []
+    for f in frames:
+        bpy.context.scene.frame_set(f)
+        got.append(bm.get_positions(sheet.data))
+    assert sheet.get("nrom_frame_error") is None
+    # the pin group's vertices hang from the owner as Blender's cloth holds them: at rest in
+    # the object's space, whatever the network predicts
+    pins = [v.index for v in sheet.data.vertices if v.groups]
+    pin_err = float(np.abs(np.array(got)[:, pins] - rest[pins]).max())
+    print(f"{len(pins)} pinned vertices: {pin_err:.1e} m from rest (object space)")
+    assert len(pins) == SHEET and pin_err < 1e-5
+    err = float(np.abs(np.array(got) - want).max())
+    swing = float(np.linalg.norm(want - want[0], axis=-1).max())
+    print(
+        f"viewport vs runtime by hand: {err:.2e} m over {len(frames)} frames (moves {swing:.3f} m)"
+    )
+    assert err < 1e-5 and swing > 0.01  # float32 mesh; the cloth really moves
+    bpy.context.scene.frame_set(7)  # scrubbing back: the kept frame
+    assert np.abs(bm.get_positions(sheet.data) - want[6]).max() < 1e-5
+    assert bpy.ops.neural_rom.simulate(action="STOP") == {"FINISHED"}
+    assert mod.show_viewport and mod.show_render and cloth.MUTED not in sheet.keys()
+    assert np.array_equal(bm.get_positions(sheet.data), rest)
+
+
+def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
+    from neural_rom.addon import cli, export
+    from neural_rom.core.pc2 import read_pc2
+
+    bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
+    want = _by_hand(trained, list(range(1, SIM_END + 1)))
+    op_path, cli_path = tmp / "op.pc2", tmp / "cli.pc2"
+    assert bpy.ops.neural_rom.bake_simulation(
+        filepath=str(op_path), frame_start=1, frame_end=SIM_END
+    ) == {"FINISHED"}
+    code = cli.main(
+        ["simulate", "--object", "Sheet", "--frames", f"1:{SIM_END}", "--out", str(cli_path)]
+    )
+    assert code == cli.EXIT_OK
+    a, start, _ = read_pc2(op_path)
+    b, _, _ = read_pc2(cli_path)
+    err = float(np.abs(a - want).max())
+    print(
+        f"PC2 vs runtime by hand: {err:.2e} m; panel and headless PC2 equal: {np.array_equal(a, b)}"
+    )
+    assert start == 1 and a.shape == want.shape and err < 1e-5 and np.array_equal(a, b)
+    # the Mesh Cache plays right after the Cloth modifier; nothing muted
+    names = [m.name for m in sheet.modifiers]
+    assert names.index(export.SIM_MODIFIER_NAME) == names.index("Cloth") + 1
+    assert _cloth(trained).show_viewport
+    sheet.modifiers.remove(sheet.modifiers[export.SIM_MODIFIER_NAME])
+
+
+def test_compare_with_a_held_out_cloth_bake(trained):
+    from neural_rom.addon import cli, cloth, compare
+
+    bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
+    s = sheet.neural_rom
+    roles = compare.bake_roles(sheet)
+    print("roles:", roles)
+    held = [name for name, role in roles.items() if role == compare.HELD_OUT]
+    assert len(held) == 1
+    s.active_bake = next(i for i, r in enumerate(s.bakes) if r.name == held[0])
+    assert bpy.ops.neural_rom.compare_bake(placement="SIDE") == {"FINISHED"}
+    info = dict(sheet[compare.PROP])
+    print(
+        f"held-out {held[0]}: max {1e3 * info['max_error']:.1f} mm, mean "
+        f"{1e3 * info['mean_error']:.1f} mm, closest shapes max "
+        f"{1e3 * info['closest_max_error']:.1f} mm"
+    )
+    assert info["bake"] == held[0] and info["frames"] == FRAMES + 1
+    # the errors are those of the model stepped by hand with the bake's recorded colliders
+    # and reference frame (the accuracy itself is tests/test_snp_cloth.py's)
+    err = _replay_errors(sheet, s.bakes[s.active_bake])
+    print(f"by hand: max {1e3 * err.max():.1f} mm, mean {1e3 * err.mean():.1f} mm")
+    assert abs(err.max() - info["max_error"]) < 1e-9 and abs(err.mean() - info["mean_error"]) < 1e-9
+    assert 0 < info["closest_max_error"] <= info["max_error"]
+    assert not _cloth(trained).show_viewport  # the comparison drives the mesh
+    bpy.context.scene.frame_set(12)
+    colours = sheet.data.color_attributes.get(compare.COLOR_ATTRIBUTE)
+    assert colours is not None and len(colours.data) == len(sheet.data.vertices)
+    assert bpy.ops.neural_rom.clear_comparison() == {"FINISHED"}
+    assert _cloth(trained).show_viewport and cloth.MUTED not in sheet.keys()
+    # headless: the same bake (the held-out one by default), the same numbers
+    out = tmp / "compare.json"
+    assert cli.main(["compare", "--object", "Sheet", "--json", str(out)]) == cli.EXIT_OK
+    rows = json.loads(out.read_text())["bakes"]
+    assert [r["bake"] for r in rows] == held
+    assert abs(rows[0]["max_error_m"] - info["max_error"]) < 1e-9
+
+
+def test_a_saved_file_and_a_disabled_add_on_give_the_cloth_back(trained):
+    from neural_rom.addon import cloth
+
+    bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
+    mod = _cloth(trained)
+    mod.show_render = False  # the user's own setting comes back as it was
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    assert not mod.show_viewport
+    copy = tmp / "saved_while_simulating.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(copy), copy=True)
+    assert not mod.show_viewport  # muted again after the write
+    with bpy.data.libraries.load(str(copy)) as (_src, dst):
+        dst.objects = ["Sheet"]
+    saved = dst.objects[0]
+    on_disk = saved.modifiers["Cloth"]
+    print("on disk:", on_disk.show_viewport, on_disk.show_render)
+    assert on_disk.show_viewport and not on_disk.show_render  # as the user had it
+    assert saved.neural_rom.simulate  # ... and reopened with the add-on, muted again
+    bpy.data.objects.remove(saved)
+    trained.package.unregister()  # disabling the add-on mid-simulation
+    try:
+        assert mod.show_viewport and not mod.show_render and cloth.MUTED not in sheet.keys()
+    finally:
+        trained.package.register()
+    sheet.neural_rom.simulate = False
+    from neural_rom.addon import blender_mesh as bm
+
+    bm.restore_rest(sheet.data)
+    mod.show_render = True
+
+
+def test_a_changed_mesh_refuses_its_bakes_and_model(trained):
+    from neural_rom.addon import cli, simulate, training
+    from neural_rom.core.errors import CacheError
+
+    bpy, sheet = trained.bpy, trained.sheet
+    co = sheet.data.vertices[5].co.copy()
+    sheet.data.vertices[5].co.z += 0.01
+    try:
+        with pytest.raises(CacheError, match="cloth-bake it again") as e:
+            training.make_train_job(sheet, bpy.context.scene)
+        print("stale bake:", e.value)
+        with pytest.raises(CacheError, match="edited after its model was trained"):
+            simulate.start_simulation(sheet, bpy.context.scene)
+        assert not sheet.neural_rom.simulate and _cloth(trained).show_viewport
+        assert cli.main(["simulate", "--object", "Sheet"]) == cli.EXIT_USER_ERROR
+    finally:
+        sheet.data.vertices[5].co = co
+
+
+def test_a_file_reopened_while_simulating_mutes_its_cloth_again(trained):
+    """Last: it opens the copy saved mid-simulation (test_a_saved_file_...) in place of the
+    module's file."""
+    from neural_rom.addon import cloth, simulate
+
+    bpy = trained.bpy
+    bpy.ops.wm.open_mainfile(filepath=str(trained.tmp / "saved_while_simulating.blend"))
+    sheet = bpy.data.objects["Sheet"]
+    mod = sheet.modifiers["Cloth"]
+    assert sheet.neural_rom.simulate and not mod.show_viewport and cloth.MUTED in sheet.keys()
+    bpy.context.scene.frame_set(3)  # the model drives it again
+    assert sheet.get("nrom_frame_error") is None
+    simulate.stop_simulation(sheet)
+    assert mod.show_viewport and not mod.show_render  # as the user had it
+    assert cloth.MUTED not in sheet.keys()
