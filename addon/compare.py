@@ -219,10 +219,15 @@ def _roles(obj: bpy.types.Object, split) -> dict[str, str] | None:
     given, held = split
     by_path = {p.resolve(): i for i, p in enumerate(given)}
     names = [p.name for p in given]
+    # a moved project: by <object>/bakes/<file> (a model of several objects has bakes of
+    # the same file name in each object's folder), else by file name
+    tails = [p.parts[-3:] for p in given]
     roles = {}
     for rec in obj.neural_rom.bakes:
         path = paths.load_path(rec.path)
         i = by_path.get(path.resolve())
+        if i is None and tails.count(path.parts[-3:]) == 1:
+            i = tails.index(path.parts[-3:])
         if i is None and names.count(path.name) == 1:
             i = names.index(path.name)
         roles[rec.name] = NOT_TRAINED_ON if i is None else (HELD_OUT if i in held else TRAINED_ON)

@@ -203,6 +203,9 @@ def test_use_model_on_another_object_simulate_bake_compare(addon, store, tmp_pat
     assert code == 0
     text = got.out
     assert text.count("dynamics (the model's replay)") == 2
+    # the project was copied: BarB's bakes are still known as ones the model trained on,
+    # though BarA's bakes have the same file names
+    assert "(trained on)" in text and "not trained on" not in text
 
 
 def test_refusals_and_the_out_of_domain_warning(addon, store, tmp_path, capsys):

@@ -1,0 +1,190 @@
+"""Per-frame cost in Blender of a cape driven by its Subspace Neural Physics model (issue 11),
+against Blender's own cloth on the same sheet: the whole frame update through the add-on.
+
+The scene (tests/cloth_scenes.py): a 1 m sheet of ``--side`` x ``--side`` vertices (50: 2,500)
+hanging from its top row under an empty it is parented to, a ball with a Collision modifier
+in front; the owner and the ball are keyed by hand (the ball swings through the sheet). The
+add-on's own stages make the model: Cloth Bake (``--variants`` bakes of ``--bake-frames``
+frames, Blender's cloth in a worker), then the train job in this process (``--k`` modes,
+``--epochs`` epochs: the fit's quality does not change the frame's cost).
+
+Then the timeline is stepped one frame at a time through ``scene.frame_set``, as playback
+does, three ways, the fastest of ``--rounds`` rounds each:
+
+* **blender**: the Cloth modifier on, its point cache freed first (Blender's cloth steps
+  every frame; quality as the scene has it, 5);
+* **model**: Simulate on (the Cloth modifier muted by the add-on): the frame's inputs, the
+  model's step, the mesh write, and Blender's depsgraph evaluation of the frame, split by
+  timing wrappers on the real call path (``inputs``: :meth:`ClothDriver.inputs`; ``step``;
+  ``decode``: positions, push-out and the frame cache; ``write``: the local transform and
+  the mesh write; ``blender``: the rest of ``frame_set``);
+* **empty**: neither (the Cloth modifier muted by hand, Simulate off): what ``frame_set`` of
+  the keyed scene costs anyway.
+
+Usage (the venv's Python with the PyPI ``bpy``)::
+
+    python bench/cloth_blender.py [--side 50] [--frames 60] [--k 64]
+
+Measured (2026-11-24, this 2-core machine shared with other jobs: load average 9.3, so every
+number is inflated, Blender's cloth about 3x its quiet 38 ms of bench/snp_cloth.py), 2,500
+vertices, u = 64, 60 frames, fastest of 3 rounds: Blender's cloth (quality 5) 122.3 ms a
+frame; the model through Simulate 2.90 ms (inputs 0.37, step 0.68, decode with push-out and
+pins 0.77, write 0.30, the rest of Blender's frame 0.79); ``frame_set`` of the keyed scene
+alone 0.13 ms. Whole frames 42x faster, 44x beyond what the frame costs anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common
+from blender_frame import ROOT, Timers, register_addon
+
+
+def build(bpy, folder: Path, args):
+    """The keyed sheet, cloth-baked through the operator and trained in process."""
+    sys.path.insert(0, str(ROOT))
+    from neural_rom.addon import training
+    from neural_rom.training.worker import run
+
+    from tests.cloth_scenes import build_sheet
+
+    build_sheet(folder / "cloth_bench.blend", n=args.side)
+    owner, ball = bpy.data.objects["Owner"], bpy.data.objects["Ball"]
+    end = args.frames + 2
+    for f, x, turn in ((1, 0.0, 0.0), (end // 2, 0.15, 0.3), (end, -0.1, -0.2)):
+        owner.location, owner.rotation_euler = (x, 0.0, 1.5), (0.0, 0.0, turn)
+        owner.keyframe_insert("location", frame=f)
+        owner.keyframe_insert("rotation_euler", frame=f)
+    for f, y in ((1, -0.6), (end // 2, 0.0), (end, -0.4)):
+        ball.location = (0.0, y, 1.0)
+        ball.keyframe_insert("location", frame=f)
+    bpy.context.scene.frame_end = end + 1
+    sheet = bpy.data.objects["Sheet"]
+    s = sheet.neural_rom
+    s.role = "DEFORMABLE"
+    s.cloth.frames, s.cloth.variants = args.bake_frames, args.variants
+    bpy.context.view_layer.objects.active = sheet
+    bpy.ops.wm.save_mainfile()
+    t0 = time.perf_counter()
+    if bpy.ops.neural_rom.cloth_bake() != {"FINISHED"}:
+        raise SystemExit("The cloth bake failed (see above).")
+    t1 = time.perf_counter()
+    s.model_method_name = "snp"
+    g = s.method_settings.snp
+    g.k, g.epochs, g.validation_fraction, g.rollout = args.k, args.epochs, 0.0, False
+    spec = training.make_train_job(sheet, bpy.context.scene, device="cpu")
+    if not training.on_train_done(sheet, run(spec)):
+        raise SystemExit("Training wrote no model.")
+    t2 = time.perf_counter()
+    print(
+        f"sheet: {len(sheet.data.vertices)} vertices; cloth bake {args.variants} x "
+        f"{args.bake_frames + 1} frames {t1 - t0:.1f} s; model {s.model.k} modes, trained "
+        f"{t2 - t1:.1f} s"
+    )
+    return sheet
+
+
+def _run(bpy, frames: int) -> float:
+    scene = bpy.context.scene
+    t0 = time.perf_counter()
+    for f in range(2, frames + 2):
+        scene.frame_set(f)
+    return 1000.0 * (time.perf_counter() - t0) / frames
+
+
+def measure_blender(bpy, sheet, frames: int, rounds: int, *, cloth_on: bool) -> float:
+    """ms per frame of ``frame_set`` with Blender's cloth stepping (or muted), fastest round."""
+    mod = sheet.modifiers["Cloth"]
+    mod.show_viewport = cloth_on
+    best = None
+    for _ in range(rounds):
+        bpy.context.scene.frame_set(1)
+        mod.point_cache.frame_end = mod.point_cache.frame_end  # resets the (unbaked) cache
+        mod.settings.mass = mod.settings.mass  # ... and so does a settings change
+        ms = _run(bpy, frames)
+        best = ms if best is None else min(best, ms)
+    mod.show_viewport = True
+    return best
+
+
+def measure_model(bpy, sheet, frames: int, rounds: int) -> dict:
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import simulate
+
+    scene = bpy.context.scene
+    scene.frame_set(1)
+    d = simulate.start_simulation(sheet, scene)
+    if sheet.modifiers["Cloth"].show_viewport:
+        raise SystemExit("Simulate did not mute the Cloth modifier.")
+    for f in (2, 3):  # warm-up
+        scene.frame_set(f)
+    best = None
+    for _ in range(rounds):
+        scene.frame_set(1)
+        simulate.reset_simulation(sheet, scene)
+        t = Timers()
+        t.wrap(d, "inputs", "inputs")
+        t.wrap(d.sim, "step", "step")
+        t.wrap(d.sim, "positions", "decode")
+        t.wrap(d.cache, "put", "decode")
+        t.wrap(bm, "set_positions", "write")
+        t.wrap(d, "local", "write")
+        n = len(d.step_seconds)
+        total = _run(bpy, frames)
+        t.restore()
+        if len(d.step_seconds) - n != frames or not sheet.neural_rom.simulate:
+            raise SystemExit("The simulation did not step every frame (see above).")
+        parts = {k: 1000.0 * v / frames for k, v in t.total.items()}
+        parts["blender"] = total - sum(parts.values())
+        parts["total"] = total
+        if best is None or total < best["total"]:
+            best = parts
+    simulate.stop_simulation(sheet)
+    return best
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--side", type=int, default=50, help="vertices per side of the sheet")
+    ap.add_argument("--bake-frames", type=int, default=40)
+    ap.add_argument("--variants", type=int, default=3)
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--frames", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=3, help="report the fastest of these runs")
+    args = ap.parse_args(argv)
+    common.pin_this_process()
+    bpy = register_addon()
+    with tempfile.TemporaryDirectory(prefix="nrom_cloth_") as tmp:
+        sheet = build(bpy, Path(tmp), args)
+        blender = measure_blender(bpy, sheet, args.frames, args.rounds, cloth_on=True)
+        empty = measure_blender(bpy, sheet, args.frames, args.rounds, cloth_on=False)
+        model = measure_model(bpy, sheet, args.frames, args.rounds)
+    q = sheet.modifiers["Cloth"].settings.quality
+    print(f"\nms per frame over {args.frames} frames (fastest of {args.rounds} rounds), one core:")
+    print(f"  Blender's cloth (quality {q}), frame_set:  {blender:8.3f}")
+    print(f"  nothing simulated, frame_set:            {empty:8.3f}")
+    parts = "  ".join(f"{k} {v:.3f}" for k, v in model.items() if k != "total")
+    print(f"  the model (Simulate), frame_set:         {model['total']:8.3f}  ({parts})")
+    ours = model["total"] - empty
+    theirs = blender - empty
+    print(
+        f"beyond what frame_set costs anyway: Blender's cloth {theirs:.3f} ms, the model "
+        f"{ours:.3f} ms: {theirs / max(ours, 1e-9):.0f}x; whole frames {blender / model['total']:.1f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
