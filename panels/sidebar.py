@@ -358,14 +358,16 @@ def draw_model_result(box, s) -> None:
     label = known[m.method].label if m.method in known else f"{m.method} (not installed)"
     box.label(text=label, icon="CHECKMARK")
     box.label(text=f"{m.method}: {training.model_size(m)}")
-    box.label(text=f"Validation error {m.val_error * 1000:.3g} mm")
+    if m.bakes:  # a face's model fits its shape keys: its Face box shows the fit
+        box.label(text=f"Validation error {m.val_error * 1000:.3g} mm")
     if m.rollout_error >= 0:
         box.label(text=f"Rollout error {m.rollout_error * 1000:.3g} mm, {m.step_ms:.2f} ms/step")
         if m.projection_error >= 0:
             box.label(text=f"Closest shapes {m.projection_error * 1000:.3g} mm")
             if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
                 box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
-    box.label(text=f"Trained on {m.bakes} bake(s) in {m.train_seconds:.1f} s ({m.device})")
+    what = f"on {m.bakes} bake(s) " if m.bakes else ""
+    box.label(text=f"Trained {what}in {m.train_seconds:.1f} s ({m.device})")
     draw_family_model(box, s.id_data)
     if runs_on_other_meshes(s.id_data):
         pass  # runs on any tets of the object: never stale
@@ -390,7 +392,8 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
         draw_family_train(layout, obj)
         if not can_train:
-            layout.label(text="Bake first", icon="INFO")
+            first = "Cloth Bake" if s.training_data_kind() == "cloth" else "Bake"
+            layout.label(text=f"{first} first", icon="INFO")
         if not s.model.path:
             layout.label(text="Model: not trained yet", icon="INFO")
             return

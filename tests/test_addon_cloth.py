@@ -425,3 +425,34 @@ def test_a_file_reopened_while_simulating_mutes_its_cloth_again(trained):
     simulate.stop_simulation(sheet)
     assert mod.show_viewport and not mod.show_render  # as the user had it
     assert cloth.MUTED not in sheet.keys()
+
+
+def test_a_cancelled_cloth_bake_records_its_committed_frames(trained):
+    """Esc on a cloth bake: what was committed is recorded (status "cancelled")."""
+    import threading
+
+    from neural_rom.addon import jobs
+
+    bpy = trained.bpy
+    sheet = bpy.data.objects["Sheet"]  # the file the test before opened
+    _select(bpy, sheet)
+    s = sheet.neural_rom
+    s.cloth.frames, s.cloth.variants, s.cloth.seed = 3000, 1, 7
+
+    def cancel_when_going():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for entry in list(jobs._JOBS.values()):
+                if not entry.job.finished and entry.job.done_units >= 5:
+                    entry.job.cancel()
+                    return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=cancel_when_going, daemon=True)
+    watcher.start()
+    assert bpy.ops.neural_rom.cloth_bake() == {"FINISHED"}  # a cancel is a warning
+    watcher.join()
+    rec = next(r for r in s.bakes if r.name == "cloth_s7_000")
+    print(f"cancelled cloth bake: {rec.frames} frames recorded, status {rec.status}")
+    assert rec.kind == "cloth" and rec.status == "cancelled" and 5 <= rec.frames < 3001
+    assert not s.pending_bake
