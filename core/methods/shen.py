@@ -12,6 +12,15 @@ nonlinear; the paper's ``[p; q]``) and
 nonlinear part lives in the PCA modes ``n_p + 1 .. k`` and is M-orthogonal to the linear part
 ``U = V E_p`` (``U^T M V F = 0``: the paper's ``I - U U^T`` filter of sec. 3.5 for our mass
 inner product, :class:`core.hocs.PcaFilter`). The encoder reads the filtered coordinates too.
+With ``decoder_sees_p`` (the trainer's default) the decoder reads ``p`` too,
+``c(r) = E_p p + \\hat D(p, z)`` (u = U p + D(p, z)): the shapes a large bend brings with it
+(the shortening and the higher modes of a bar bent 90 degrees) follow ``p`` instead of
+having to be told apart by a few latent coordinates. Everything below holds with ``z``
+replaced by all of ``r`` in the decoder's terms (``J~ = [E_p | 0] + J^``, ``Delta r`` in
+``H^[., .]`` and ``S^``, ``g^T H^`` on the whole ``n x n`` block; the code's ``r[d0:]``,
+``d0 = 0`` instead of ``n_p``), and the closest shape fits ``p`` and ``z`` together.
+Measured on the swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs, whole bakes held
+out): closest shapes SWING_CLOSEST mm against PCA-4's 28.0 (``D(z)``: 22.3 mm).
 In the basis coordinates the mass matrix is ``M~ = V^T M V`` (the identity for our basis)
 and every force is reduced by ``V^T``; cubature, contact and Rayleigh damping are the other
 subspace runtimes' (:mod:`.common`) on ``V``.
@@ -178,6 +187,9 @@ class ShenSimulation(SubspaceModel):
     contact_variational : bool
         Take the variational step in the steps where the collider penalty acts (module
         docstring, "In contact").
+    decoder_sees_p : bool
+        The decoder reads ``[p; z]`` ((n_p + n_z,) -> (k,)): ``c = E_p p + D^(p, z)``, and
+        the encoder reads ``p`` too (not filtered at its input).
 
     Attributes
     ----------
