@@ -13,6 +13,18 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    each (the paper: 6-10 layers of one width) and linear in/out layers. It is exported with
    zero rows/columns for the first ``n_p`` coordinates, which *is* the filter folded into
    the networks (:func:`core.hocs.filtered_decoder`), so ``u = U p + P D(z)``.
+   With ``decoder_sees_p`` (the default) the decoder also reads ``p`` and the encoder the
+   whole ``c``: ``[p; c_tail] -> z``, ``[p; z] -> c_tail`` (u = U p + D(p, z)), ``p`` divided
+   by the RMS of ``|p|`` (one scale for all of it; per coordinate the small modes become
+   large inputs: closest shapes 13.9 against 11.5 mm, and up to 41 Newton iterations a
+   step on a poked test bar). Exported with the ``p`` columns of the decoder's first
+   layer, the filter at its output only. What it changes (whole bakes held out, closest
+   shape / replay, mm): swung arm 3 + 1 11.5 / 176.9 against ``D(z)``'s 22.3 / 297 (PCA-4
+   28.0 / 451.0); whip 3 + 2 (3,000 epochs) 2.1 / 42.2 against 5.2 / 291 (PCA-5 12.4 /
+   473.3); the free body of ``tests/test_shen_contact.py`` 0.86 / 8.0 against 1.47 / 10.8.
+   The shapes of a bend follow its size and direction (``p``): a few latent coordinates
+   alone cannot tell the bends of a turning load apart (more training swings, longer
+   training, held-out selection of the epoch, a larger network did not close that gap).
 3. Loss: the pose-weighted squared error ``sum_i w_i |D(E(c_i)) - c_i|^2 / sum_i w_i``, which is
    the mass-weighted displacement error (``V`` is M-orthonormal), with ``w_i = 1 / V(x_i)``,
    the inverse elastic energy of the bake pose (sec. 6.1: poses near rest are fitted best).

@@ -20,7 +20,11 @@ replaced by all of ``r`` in the decoder's terms (``J~ = [E_p | 0] + J^``, ``Delt
 ``H^[., .]`` and ``S^``, ``g^T H^`` on the whole ``n x n`` block; the code's ``r[d0:]``,
 ``d0 = 0`` instead of ``n_p``), and the closest shape fits ``p`` and ``z`` together.
 Measured on the swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs, whole bakes held
-out): closest shapes SWING_CLOSEST mm against PCA-4's 28.0 (``D(z)``: 22.3 mm).
+out): closest shapes 11.5 mm against PCA-4's 28.0 (``D(z)``: 22.3 mm), replay 176.9 against
+451.0 mm (``D(z)``: 297); the whip of ``bench/shen.py`` (3 + 2, 3,000 epochs) 2.1 / 42.2 mm
+against PCA-5's 12.4 / 473.3 (``D(z)``: 5.2 / 291). The fictitious force then hardly
+matters: whip 42.2 mm with it, 41.4 without; swung arm under 0.1 mm apart (with ``D(z)`` it
+was what made the whip beat PCA in motion). The tables below are ``D(z)``'s.
 In the basis coordinates the mass matrix is ``M~ = V^T M V`` (the identity for our basis)
 and every force is reduced by ``V^T``; cubature, contact and Rayleigh damping are the other
 subspace runtimes' (:mod:`.common`) on ``V``.
