@@ -21,42 +21,54 @@ fit it (:func:`training.active.fit`, ``--epochs`` end-to-end epochs); then measu
   blended between held-out keys), seconds per training epoch; Adam (lr 0.1, the paper's
   runtime) against LM on one marker frame.
 
-Results with the realistic keys (since a6ad923: 22-40% fibre contraction, jaw 15-25 deg in half
-the keys; 5-25 mm of skin motion per key), small head (4,092 tets, 642 skin vertices), 24
-training + 6 held-out keys, latent 8, 300 warm-start and 4 end-to-end epochs (191 s in all,
-26 s per epoch), load average 4-7:
+Results with the linear decoder (the default since 52f4481), small head (4,092 tets, 642 skin
+vertices), 24 training + 6 held-out keys (realistic: 22-40% fibre contraction, jaw 15-25 deg
+in 5 of the 6 held-out keys; rest 4.63 mm mean skin motion, up to 25 mm), latent 8, 300
+warm-start and 8 end-to-end epochs, ``--frames 24``, load average 8-10 (timings
+pessimistic):
 
-* training skin error 0.062 mm end to end vs 0.071 mm warm start alone;
-* held out (rest 4.63 mm mean, up to 25 mm), code refitted on the whole skin: 0.0996 mm (warm
-  start 0.0986, surface PCA-8 0.0992); 5 keys with the jaw open: 0.0992 vs PCA-8 0.0966 mm;
-  30 markers 0.111 mm (1.11x the whole-skin fit; PCA on the markers 0.102): the 1 mm goal is
-  met by 10x, the "better than PCA" goal is a tie, not met;
-* sliders reduced 47 fps (31 at a heavier load), within 0.05 mm of the full solve; markers
-  reduced 9.7 fps before, 10.2 fps after the Broyden Jacobian reuse and the GEMM reduced
-  terms (the slider's full solve ran 1.6x slower in the second run, so load hides part of the
-  gain; 24 frames, 2.2-2.5 LM iterations, error 0.133 mm either way). Interleaved A/B of the
-  runtime before (7946e75) and after, CPU time per marker frame, 3 runs each at load ~2:
-  75.3 -> 56.8 ms mean (13.3 -> 17.7 fps, 1.33x), error 0.1332 vs 0.1333 mm. The marker goal
-  (24 fps on the bench head) is not met.
+* training 226 s in all (19.6 s per end-to-end epoch); training skin error 0.0697 mm;
+* held out, code refitted on the whole skin: 0.0897 mm (warm start alone 0.0908; surface
+  PCA-8 0.0992): 10% better than PCA; the 5 jaw-open keys 0.0893 vs PCA-8 0.0966 (8%);
+  30 markers 0.0951 mm (1.06x the whole-skin fit; PCA-8 on the same markers 0.1022);
+  latent 10 (``exp`` run, same keys): 0.0788 vs PCA-10 0.0872, jaw open 0.0778 vs 0.0842.
+  The MLP decoder (before) on the same keys: 0.0996 (warm start 0.0986), markers 0.111;
+* sliders reduced 34.7 fps (28.8 ms), within 0.039 mm of the full solve (1.6 fps);
+* markers reduced: the joint code-and-equilibrium iteration (SQP, default) 19.4 fps (51 ms,
+  3.6 iterations, error 0.1187 mm) vs Levenberg-Marquardt 12.2 fps (82 ms, 2.2 iterations,
+  0.1198 mm), same run (wall clock at load 8-10); full solve 0.30 fps. Interleaved A/B in
+  one process, CPU time per frame (48 frames between held-out keys, 3 rounds, load ~9):
+  LM 30.9 ms (32 fps) -> SQP 14.3 ms (70 fps), 2.2x, error 0.1194 vs 0.1192 mm, element
+  passes a frame 14.8 -> 5.6 (with Hessians 9.7 -> 4.4, line-search energies 4.1 -> 0.1,
+  mixed 1.0 -> 1.1; a pass is 2 ms on the 339 cubature elements);
+* contact: the reduced subspace cannot dent a cheek (a 3 cm sphere 2.2 cm into it: skin
+  4.3 mm from the full solve's on average, 6.3 mm inside the sphere); such frames are
+  finished by the full solve (``contact="full"``, tests/test_active.py).
 
-The bench-head numbers below are from the mild keys made before a6ad923 (mean skin motion
-1.1 mm); they need a new full run (about 25 minutes) with the realistic keys.
+Before (MLP decoder, 4 end-to-end epochs, load 4-7): held out 0.0996 mm vs PCA-8 0.0992 (a
+tie); markers reduced 9.7 -> 17.7 fps (CPU, load ~2) with the Broyden Jacobian reuse and the
+GEMM reduced terms.
 
-Results (2026-11-24, this shared 2-core machine at load average 4-7, so times are pessimistic;
-bench head 8,292 tets, 2,562 skin vertices, 21 cm tall, 40 training + 8 held-out keys, latent
-12, 15 epochs; training and accuracy from the full run, timings from ``--model`` runs):
+Bench head with the linear decoder and the SQP markers (2026-11-24, one full run, this shared
+2-core machine at load average 10-11, so times are pessimistic): 8,292 tets, 2,562 skin
+vertices, 21 cm tall, 40 training + 8 held-out keys (5 of them with the jaw open; rest 3.95
+mm mean skin motion), latent 12, 400 warm-start and 8 end-to-end epochs, ``--frames 24``:
 
-* training 1,428 s in all (72 s per end-to-end epoch); mean training skin error 0.028 mm end
-  to end vs 0.039 mm for the warm-start decoder alone;
-* held out, code refitted on the whole skin: 0.035 mm (warm-start decoder 0.035, surface
-  PCA-12 0.028, rest shape 1.10); on the key with the jaw open (> 0.15 rad): 0.015 mm vs
-  PCA-12 0.022; 30 markers: 0.046 mm (1.33x the whole-skin fit; PCA on the markers 0.035,
-  jaw open 0.021 vs 0.028);
-* sliders: reduced 25.7 fps (39 ms) vs full 1.1 fps, within 0.10 mm of the full solve;
-  markers: reduced 9.4 fps (106 ms, 2.3 LM iterations) vs full 0.13 fps; LM 4 iterations
-  0.17 s vs Adam 144 iterations 3.8 s to come within 5% of LM's cost;
-* decoder 3.5 ms, adjoint 333 ms; residuals: full solve at most 5.6e-7 (tolerance 1e-6),
-  reduced solve's reduced residual 1.1e-7 (the full residual it leaves: up to 0.1).
+* training 648 s in all (the goal: under 30 minutes; 54 s per end-to-end epoch); training
+  skin error 0.0466 mm end to end (0.0709 at the first end-to-end epoch);
+* held out, code refitted on the whole skin: 0.0448 mm (warm-start decoder 0.0447) vs
+  surface PCA-12 0.0772 (0.58x); the 5 jaw-open keys 0.0386 vs 0.0775 (0.50x); 30 markers
+  0.0701 mm (1.56x the whole-skin fit; PCA-12 on the same markers 0.0944);
+* sliders: reduced 62 fps (16.1 ms) vs full 0.9 fps, within 0.074 mm of the full solve;
+* markers: reduced, SQP 32.0 fps (31.2 ms, 4.2 iterations, error 0.0717 mm) vs
+  Levenberg-Marquardt 16.2 fps (61.8 ms, 2.8 iterations, 0.0718 mm), full solve 0.16 fps;
+  LM 4 iterations 0.13 s vs Adam (lr 0.1) 179 iterations 2.8 s to come within 5% of LM's
+  cost: the 24 fps goals are met on a face over 5K tets;
+* residuals: full solve at most 8.8e-7 (tolerance 1e-6), reduced sliders 1.3e-8 (the full
+  residual they leave: up to 0.037), reduced marker frames 9.9e-7.
+
+Before (MLP decoder, the mild keys made before a6ad923, 15 epochs, load 4-7): training 1,428
+s; held out 0.035 mm vs PCA-12 0.028; sliders 25.7 fps, markers 9.4 fps.
 
 Usage::
 
@@ -101,7 +113,7 @@ def main(argv=None) -> int:
     p.add_argument("--warm-epochs", type=int, default=400)
     p.add_argument("--latent", type=int, default=12)
     p.add_argument("--decoder", default="linear", choices=("linear", "mlp"))
-    p.add_argument("--no-jaw-input", action="store_true", help="the decoder without the jaw")
+    p.add_argument("--jaw-input", action="store_true", help="the jaw angle as a decoder input")
     p.add_argument("--markers", type=int, default=30)
     p.add_argument("--frames", type=int, default=48)
     p.add_argument("--out", type=Path, default=Path("/tmp/neural_rom_bench_active"))
@@ -139,7 +151,7 @@ def main(argv=None) -> int:
         "epochs": a.epochs,
         "warm_epochs": a.warm_epochs,
         "decoder": a.decoder,
-        "jaw_input": not a.no_jaw_input,
+        "jaw_input": a.jaw_input,
     }
     if a.model:
         from neural_rom.core.registry import load_simulator

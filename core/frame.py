@@ -36,6 +36,7 @@ model without animated pins behaves exactly as before.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import scipy.linalg as sla
@@ -47,6 +48,7 @@ from .errors import SimulationError
 #: Pin targets may deviate from a rigid motion of the rest pins by this fraction of the
 #: object's size (single-precision matrices from Blender are rigid to ~1e-7).
 RIGID_TOLERANCE = 1e-4
+_EYE3 = np.eye(3)
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,10 @@ class Pose:
     R: np.ndarray = field(default_factory=lambda: np.eye(3))
     c: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
-    @property
+    @cached_property
     def is_identity(self) -> bool:
-        return bool(np.array_equal(self.R, np.eye(3)) and not np.any(self.c))
+        # asked several times a frame of each pose (a step keeps the last three): once each
+        return bool((np.asarray(self.R) == _EYE3).all() and not np.any(self.c))
 
     def apply(self, y: np.ndarray) -> np.ndarray:
         """World positions of frame positions ``y`` (n, 3)."""

@@ -35,10 +35,10 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
     def execute(self, context):
         def summary(obj):
             m = obj.neural_rom.model
-            return (
-                f"Trained '{obj.name}': {training.model_size(m)}, "
-                f"validation error {m.val_error * 1000:.3g} mm"
-            )
+            text = f"Trained '{obj.name}': {training.model_size(m)}"
+            if not m.bakes:  # a face: fitted to its shape keys, no bake held out
+                return text
+            return f"{text}, validation error {m.val_error * 1000:.3g} mm"
 
         return launch_job(
             self,

@@ -76,8 +76,8 @@ def _mm(e: float) -> str:
 
 
 def save_npz(path: Path, **arrays) -> Path:
-    """Frames and numbers of one picture: floats as float32 (the picture needs no more),
-    strings as unicode arrays (no pickled objects)."""
+    """Frames and numbers of one picture, numeric arrays only (no pickled objects); float
+    arrays as float32 (the picture needs no more)."""
     out = {}
     for k, v in arrays.items():
         a = np.asarray(v)

@@ -58,7 +58,7 @@ def test_fit_goes_below_the_warm_start_and_resumes_bit_identically(trained):
         f"{straight['train_error_m'] * 1000:.4f} mm mean training skin error; "
         f"{straight['seconds_per_epoch']:.2f} s per epoch; resumed from {resumed['resumed']}"
     )
-    assert straight["train_error_m"] < 0.98 * straight["warm_error_m"]  # measured 0.976
+    assert straight["train_error_m"] < 0.98 * straight["warm_error_m"]  # measured 0.974
     assert resumed["resumed"] == ["targets", "warm", "e2e@1"]
     assert resumed["train_error_m"] == straight["train_error_m"]
     a, b = load_model(tmp / "a.nrmodel"), load_model(tmp / "b.nrmodel")
@@ -171,6 +171,7 @@ def test_held_out_refit_and_markers(trained):
     )
     assert rest > 0.003 and moved > 0.01  # a real expression (5-20 mm where the face moves)
     assert whole < 0.001  # the goal, with only 6 training keys here
+    assert whole < 0.8 * pca  # better than surface PCA with as many dimensions (0.69x)
     assert marker < 2.0 * whole + 1e-5
     # a marker animation (toward the held-out key): Levenberg-Marquardt with the exact
     # Jacobian at every accepted step, with the previous frame's Jacobian and Broyden

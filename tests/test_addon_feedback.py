@@ -22,6 +22,8 @@ NO_UNDO = {
     "neural_rom.set_up_face",  # a job: the face is recorded when it ends
     "neural_rom.add_demo_head",  # a job: the objects are made when it ends
     "neural_rom.fit_key",  # a job: the sliders are set when it ends
+    "neural_rom.train_family",  # a job: the model is recorded when it ends
+    "neural_rom.apply_mesh_edit",  # a job: the swap happens when the tets are made
 }
 
 

@@ -74,13 +74,17 @@ def moving_state(sim, seed=1):
         assert sim.step(FrameInputs(forces=f)).converged
 
 
-def test_newton_matrix_matches_finite_differences_of_phi(setup):
+@pytest.mark.parametrize("sees_p", [False, True])
+def test_newton_matrix_matches_finite_differences_of_phi(setup, sees_p):
     """dphi/dr (non-symmetric: fictitious force and g^T H) against central differences, with
-    damping (alpha, beta), gravity and a poke; and the printed eq. (11) sign is worse."""
+    damping (alpha, beta), gravity and a poke; and the printed eq. (11) sign is worse. With
+    ``sees_p`` the decoder reads p too (u = U p + D(p, z)): the curvature terms then span
+    all of r."""
     s = SimSettings(dt=1 / 24, damping_alpha=0.3, damping_beta=0.004)
-    curved = sin_decoder(3, setup[3].k, gain=3.0, scale=0.05)
+    curved = sin_decoder(3 + (4 if sees_p else 0), setup[3].k, gain=3.0, scale=0.05)
     for fict in (True, False):
-        sim = make(setup, settings=s, fictitious=fict, decoder=curved)
+        sim = make(setup, settings=s, fictitious=fict, decoder=curved, decoder_sees_p=sees_p)
+        assert sim.n == 7
         moving_state(sim)
         f = sim.project_forces(pokes(sim.X, 1)[0])
         res = sim.residual_function(f_ext=f)
@@ -97,7 +101,7 @@ def test_newton_matrix_matches_finite_differences_of_phi(setup):
         )
         err = np.abs(A - fd).max() / np.abs(fd).max()
         asym = np.abs(A - A.T).max() / np.abs(A).max()
-        print(f"fictitious={fict}: |A - FD| / |A| = {err:.2e}, asymmetry {asym:.2e}")
+        print(f"sees_p={sees_p} fictitious={fict}: |A - FD| / |A| = {err:.2e}, asym {asym:.2e}")
         assert err < 1e-7
         assert asym > 1e-6  # genuinely non-symmetric: an LU solve is needed
 

@@ -22,6 +22,8 @@ import pytest
 from neural_rom.core import jobs, registry
 from neural_rom.core.cache import BakeCache
 from neural_rom.core.colliders import Collider
+from neural_rom.core.errors import SimulationError
+from neural_rom.core.frame import IDENTITY
 from neural_rom.core.methods.snp import SNPSimulation
 from neural_rom.core.sim import FrameInputs
 from neural_rom.training.snp import SNPSettings, train_snp
@@ -32,6 +34,10 @@ SHEET = 12  # vertices per side
 TRAIN_BAKES, TRAIN_FRAMES, HELD_FRAMES = 20, 160, 1000
 # the ball pokes the sheet from the front (the sheet hangs in y = 0, z in [0.5, 1.5] m)
 BOX = [[-0.6, -0.45, 0.4], [0.6, 0.05, 1.6]]
+# The linear normal model against recomputed normals (degrees), on the held-out bake's
+# 1,000 frames: measured mean 0.59, 95th percentile 2.09 (max 12.6); the trainer's measure on
+# held-out projections 0.55 / 1.88. Bounds about 2.5x those.
+NORMAL_MEAN_DEG, NORMAL_P95_DEG = 1.5, 5.0
 SETTINGS = SNPSettings(
     k=24, epochs=40, batch_size=32, validation_fraction=0.05, seed=0, time_budget=600
 )
@@ -126,13 +132,53 @@ def test_cloth_heldout_rollout_beats_the_initial_model(trained):
     diag = float(np.linalg.norm(held.X.max(0) - held.X.min(0)))
     assert np.all(np.isfinite(y)) and np.abs(y - x).max() < diag  # bounded over 1,000 frames
     assert e <= e_raw
-    # The issue's goal is 0.6x. This data (20 bakes of seed 0) gave 0.62x and 0.64x in two
-    # runs (Blender's cloth in contact is not bit-reproducible from run to run on a loaded
-    # machine: 39.8 vs 39.6 mm mean swing); another draw of 20 bakes (10 of seed 0, 10 of
-    # seed 1) gave 0.56x, 10 bakes 0.72x: the ratio moves with the collider paths by about
-    # 0.05, so the bound leaves that margin above 0.64.
-    assert e <= 0.7 * e0
+    # The issue's goal is 0.6x. With per-mode input scaling this data (20 bakes of seed 0)
+    # gave 0.59x in two runs (0.62x and 0.64x before it); Blender's cloth in contact is not
+    # bit-reproducible from run to run (39.6 vs 39.8 mm mean swing), and the ratio moved by
+    # about 0.02 between runs before: the bound leaves that margin and a little more.
+    assert e <= 0.65 * e0
     assert e <= 12.0 * floor
+
+
+def angles_deg(a, b):
+    """Angles (degrees) between unit vectors a and b (..., 3)."""
+    return np.degrees(np.arccos(np.clip(np.einsum("...i,...i->...", a, b), -1.0, 1.0)))
+
+
+def test_linear_normal_model_looks_like_recomputed_normals(trained):
+    """The paper's linear normal model (sec. 6.3) on the held-out bake as Simulate plays it:
+    its normals against the normals recomputed from the positions shown (no push-out, which
+    leaves normals alone), frame by frame; and the trainer's own measure on projections."""
+    result, held = trained
+    model = registry.load_simulator(result["model"])[0]
+    assert model.normal_model == "linear" and model.p.normal_basis.dtype == np.float32
+    model.push_out = False
+    C = np.asarray(held.channel("colliders"))
+    R = np.asarray(held.channel("reference_frame"))
+    shapes = held.meta["colliders"]
+    model.reset()
+    angles = []
+    for f in range(1, held.n_frames):
+        cols = [
+            Collider(c["kind"], c["radius"], c["half_length"], C[f, j])
+            for j, c in enumerate(shapes)
+        ]
+        model.step(FrameInputs(colliders=cols, reference_frame=R[f]))
+        lin = model.normals()
+        assert lin.dtype == np.float32 and np.allclose(np.linalg.norm(lin, axis=1), 1, atol=1e-5)
+        angles.append(angles_deg(lin, model.normals(model.positions())))
+    a = np.concatenate(angles)
+    print(
+        f"linear normal model vs recomputed on {held.n_frames - 1} held-out frames: mean "
+        f"{a.mean():.2f}, 95th percentile {np.percentile(a, 95):.2f}, max {a.max():.1f} "
+        f"degrees; the trainer's measure on held-out projections: mean "
+        f"{result['normal_angle_mean_deg']:.2f}, 95th percentile "
+        f"{result['normal_angle_p95_deg']:.2f} degrees"
+    )
+    assert a.mean() < NORMAL_MEAN_DEG and np.percentile(a, 95) < NORMAL_P95_DEG
+    assert result["normal_angle_mean_deg"] < NORMAL_MEAN_DEG
+    model.normal_model = "recomputed"
+    np.testing.assert_array_equal(model.normals(), model.normals(model.positions()))
 
 
 def test_cloth_model_uses_the_collider_in_contact(trained):
@@ -304,7 +350,62 @@ def test_a_driven_model_moves_rigidly_with_its_reference_frame():
     np.testing.assert_allclose(sim.positions(), X @ rel_R.T + rel_c, atol=1e-12)
     sim.step(FrameInputs(reference_frame=M0))  # back where it rests: the world, exactly
     assert sim.poses[0].is_identity and np.array_equal(sim.positions(), X)
-    from neural_rom.core.errors import SimulationError
-
     with pytest.raises(SimulationError, match="finite 4x4"):
         sim.step(FrameInputs(reference_frame=np.full((4, 4), np.nan)))
+
+
+def test_normal_model_fit_is_the_least_squares_map_and_round_trips(tmp_path):
+    """fit_normal_model equals a direct least-squares solve of the frames' normals on
+    [1, z] (bake by bake accumulation is the same normal equations), and the model applies
+    it: a batch's normals equal single simulators', through a saved and loaded file."""
+    from neural_rom.core.clothbake import triangulate
+    from neural_rom.core.methods.snp import SNPBatch, VertexNormals, linear_normals
+    from neural_rom.training.snp import fit_normal_model, mean_centred_pca
+
+    rng = np.random.default_rng(3)
+    side = 6
+    g = np.stack(np.meshgrid(np.arange(side), np.arange(side), indexing="ij"), -1).reshape(-1, 2)
+    X = np.concatenate([0.1 * g, np.zeros((len(g), 1))], axis=1)
+    idx = np.arange(side * side).reshape(side, side)
+    quads = np.stack([idx[:-1, :-1], idx[1:, :-1], idx[1:, 1:], idx[:-1, 1:]], -1).reshape(-1)
+    tri = triangulate(quads, np.full(len(quads) // 4, 4))
+    # three "bakes" of a sheet waving: sums of smooth bumps with random amplitudes
+    t = np.arange(40)[:, None]
+    bumps = [np.sin(X[:, 0] * k) * np.cos(X[:, 1] * (k + 1)) for k in range(1, 6)]
+    seqs = []
+    for _ in range(3):
+        a = rng.normal(size=(5,)) * 0.05
+        w = rng.uniform(0.1, 0.5, size=5)
+        h = (np.sin(t * w) * a) @ np.array(bumps)  # (40, n)
+        seqs.append(X + h[..., None] * [0.0, 0.0, 1.0] + 0.001 * rng.normal(size=(40, len(X), 3)))
+    mean, U, _ = mean_centred_pca(np.concatenate(seqs), k=8)
+    n_mu, Q = fit_normal_model(seqs, mean, U, tri)
+    vn = VertexNormals(tri, len(X))
+    Z = np.concatenate([(y - mean).reshape(len(y), -1) @ U for y in seqs])
+    N = np.concatenate([np.stack([vn(f) for f in y]).reshape(len(y), -1) for y in seqs])
+    A = np.concatenate([np.ones((len(Z), 1)), Z], axis=1)
+    sol = np.linalg.lstsq(A, N, rcond=None)[0]
+    err = max(np.abs(n_mu - sol[0]).max(), np.abs(Q - sol[1:].T).max())
+    fitted = linear_normals(n_mu.astype(np.float32), Q.astype(np.float32), Z, [IDENTITY] * len(Z))
+    ang = angles_deg(fitted, N.reshape(len(Z), -1, 3) / 1.0)
+    print(
+        f"normal model vs direct least squares: {err:.2e}; mean angle to the true normals "
+        f"{ang.mean():.2f} degrees"
+    )
+    assert err < 1e-9 and ang.mean() < 2.0  # measured 0.78 degrees
+
+    p = driven_params(rng, n=len(X), u=8)
+    p = replace(p, X=X, mean=mean, U=U, triangles=tri, normal_mean=n_mu, normal_basis=Q)
+    from neural_rom.core.methods.snp import SNPParameters
+
+    arrays, meta = p.to_arrays()
+    q = SNPParameters.from_arrays(arrays, meta)
+    assert np.array_equal(q.normal_basis, p.normal_basis) and q.normal_basis.dtype == np.float32
+    batch = SNPBatch(q, 3)
+    batch.z1 = Z[[0, 50, 100]]
+    single = SNPSimulation(q)
+    for b in range(3):
+        single.z1 = Z[[0, 50, 100][b]]
+        assert np.abs(batch.normals()[b] - single.normals()).max() < 1e-6
+    with pytest.raises(SimulationError, match="both"):
+        replace(p, normal_basis=None)

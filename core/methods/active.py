@@ -13,11 +13,15 @@ Each frame (:class:`ActiveFace.step`):
   face from drifting). We solve it by **Levenberg-Marquardt** on the reduced problem: the
   Jacobian ``dp/dz = -P U (U^T H U)^-1 U^T (d2E/dx da) (da/dz)`` comes from the implicit
   function theorem (eq. 10-11) at the current equilibrium, so each iteration is one reduced
-  solve and one small dense system. On the bench head (8.3K tets, 30 markers) LM reaches in
+  solve and one small dense system. By default a frame first tries the joint iteration on
+  the code and the equilibrium (:meth:`ActiveFace.fit_markers_sqp`: one element pass per
+  iteration instead of a converged reduced solve per trial), LM when it does not converge. On the bench head (8.3K tets, 30 markers) LM reaches in
   3 iterations (0.26 s) a cost that the paper's Adam (lr 0.1) needs 144 iterations (7.2 s)
   to come within 5% of (``bench/active.py``);
 * the **jaw** is ``reference_frame``, its 4x4 transform relative to rest (identity: closed);
-* **colliders** press the embedded skin (penalty, :mod:`core.quasistatic`).
+* **colliders** press the embedded skin (penalty, :mod:`core.quasistatic`); the reduced
+  subspace (expressions) cannot dent a cheek, so a reduced frame that touches a collider is
+  finished by the full solve (``contact="full"``).
 
 Two solves: the **full** quasistatic solve (Newton on every free node: the reference and
 for final bakes; the paper's runtime) and the **reduced** one, ``x = X + G u_jaw + U q``:
@@ -581,10 +585,10 @@ class ActiveFace(SimulatorBase):
         still solved by exact Newton, the code's step uses a slightly stale sensitivity). It
         stops at an equilibrium (reduced residual below ``tol``) whose last code step
         changed the linearized cost by less than ``marker_rtol`` of it. On the small head
-        (30 markers, 48 frames between held-out keys) 6.2 element passes a frame (5.0 with
-        Hessians, 1.1 mixed) instead of Levenberg-Marquardt's 14.3 (9.6 with Hessians, 4.0
-        energies of the line search, 0.8 mixed), CPU time per frame 57-83 -> 26-31 ms
-        under load, skin error 0.1340 vs 0.1344 mm.
+        (linear decoder, 30 markers, 48 frames between held-out keys) 5.6 element passes a
+        frame (4.4 with Hessians, 1.1 mixed) instead of Levenberg-Marquardt's 14.8 (9.7
+        with Hessians, 4.1 line-search energies, 1.0 mixed): CPU time per frame 30.9 ->
+        14.3 ms, skin error 0.1194 vs 0.1192 mm (``bench/active.py``).
 
         Returns ``(z, x, q, cost, iterations, reduced residual, converged)``; not converged
         (a far jump, an indefinite reduced Hessian): the caller falls back to

@@ -38,11 +38,16 @@ Where we depart from the paper, and why:
   ``M_rest`` the one its bakes started from (:meth:`SNPSimulation.driven_pose`).
 * Render-time push-out (sec. 6.4): :meth:`SNPSimulation.positions` moves the vertices a
   collider holds inside it to its surface (:func:`push_out`); the state stays the
-  network's. Normals: a cloth model recomputes area-weighted vertex normals from its
-  triangles (:class:`VertexNormals`) rather than the paper's linear normal model, which
-  would need its own basis (a second product of the basis' size per frame); in Blender the
-  mesh's own normals are recomputed by Blender when the positions are written, so the frame
-  update needs neither (bench/snp_cloth.py times both).
+  network's. Normals: a cloth model has the paper's linear normal model (sec. 6.3,
+  :func:`linear_normals`: ``n = R (n_mu + Q z)`` normalized, ``Q`` fitted by least squares on
+  the training frames' normals), the default of :meth:`SNPSimulation.normals`; recomputing
+  them from the triangles (:class:`VertexNormals`) stays available (``normal_model =
+  "recomputed"``). On the 2,500-vertex cape of bench/snp_cloth.py the linear model, in
+  float32, costs a fraction of the recomputation, and its normals are 1.5 degrees (mean;
+  95th percentile 5.0) from the recomputed ones on held-out frames, while the PCA truncation
+  itself puts the recomputed normals 4.4 degrees from the bake's. In Blender the mesh's own
+  normals are recomputed by Blender when the positions are written, so the frame update
+  needs neither.
 * A collider the frame lacks (fewer colliders than the model was trained with) is put far
   above the object (:data:`FAR_DIAGONALS` bounding-box diagonals), which the input clipping
   turns into the farthest place above it that training saw: "no collider" means "out of
@@ -54,9 +59,14 @@ Where we depart from the paper, and why:
 Many instances of one model (the paper's 256 bunnies, sec. 8) step as one batch:
 :class:`SNPBatch` holds B states and :meth:`SNPSimulation.advance` steps them with one
 network pass of B rows (the single simulator is its B = 1 case, one code path). Only the
-per-instance bookkeeping (reading each instance's colliders and pins) is a Python loop; on
-the block of ``bench/snp.py`` (u = 60) 100 instances step in about 0.7 ms, 10x faster than
-100 single steps.
+per-instance bookkeeping (reading each instance's colliders and pins) is a Python loop.
+
+Speed. The step runs :class:`FoldedStep`: eq. (1), the encoder and ``s`` folded into the
+network's first and last layers, one product per layer (on vectors for one instance); a
+driver matrix seen before gets its pose from a memo. Measured on one core with the machine
+loaded (min of repeated runs): the 2,500-vertex cape's step (u = 64, network 131-96-96-96-64)
+95 -> 30-45 us, the folded map alone 15 us; A/B against the previous step in the same runs
+2-3x (bench/snp_cloth.py).
 
 The trainer is :mod:`training.snp` (torch); this module is numpy only.
 """
@@ -121,7 +131,12 @@ def reference_pose(rest_pins: np.ndarray, targets: np.ndarray | None, guess: Pos
     return fit_pose(rest_pins, targets, guess)[0]
 
 
-def frame_features(poses: tuple[Pose, Pose, Pose], gravity: np.ndarray, dt: float) -> np.ndarray:
+def frame_features(
+    poses: tuple[Pose, Pose, Pose],
+    gravity: np.ndarray,
+    dt: float,
+    origin: np.ndarray | None = None,
+) -> np.ndarray:
     """(15,) features of the reference frame at frame t (:data:`FRAME_FEATURES`).
 
     Parameters
@@ -129,13 +144,21 @@ def frame_features(poses: tuple[Pose, Pose, Pose], gravity: np.ndarray, dt: floa
     poses : the frame's poses at t, t-1, t-2 (world from frame)
     gravity : (3,) m/s^2, world
     dt : seconds per frame
+    origin : (3,) the point of the frame (its rest coordinates) whose velocity and
+        acceleration are the features: a model's :attr:`SNPParameters.frame_origin`, the
+        object's rest centre; None: the frame's origin (the world origin at rest), whose
+        motion mixes the frame's turning with its lever arm to the object
     """
     p0, p1, p2 = poses
     if p0 is IDENTITY and p1 is IDENTITY and p2 is IDENTITY:  # the common case, fast
         return np.concatenate([np.asarray(gravity, float), np.zeros(12)])
     Rt = p0.R.T
-    vel = Rt @ (p0.c - p1.c) / dt
-    acc = Rt @ (p0.c - 2.0 * p1.c + p2.c) / dt**2
+    if origin is None:
+        c0, c1, c2 = p0.c, p1.c, p2.c
+    else:
+        c0, c1, c2 = (p.R @ origin + p.c for p in poses)
+    vel = Rt @ (c0 - c1) / dt
+    acc = Rt @ (c0 - 2.0 * c1 + c2) / dt**2
     w0 = _rotvec(p1.R.T @ p0.R) / dt
     w1 = _rotvec(p2.R.T @ p1.R) / dt
     return np.concatenate([Rt @ np.asarray(gravity, float), vel, acc, w0, (w0 - w1) / dt])
@@ -250,6 +273,13 @@ class SNPParameters:
         cloth's owner, :mod:`core.clothbake`), or None: the frame is the pins' rigid motion.
         With it the frame of a step is ``M_t M_rest^-1`` for the frame's
         ``FrameInputs.reference_frame`` ``M_t`` (its scale divided out)
+    input_scale : (u,) per-mode scales of the network's state inputs (``z / input_scale``;
+        the ``mode_scaling`` setting), or None: ``scale`` for every mode
+    frame_origin : (3,) rest coordinates of the point whose velocity and acceleration are
+        the frame's features (:func:`frame_features`; the rest centre), or None: the frame's
+        origin (models trained before it was added)
+    normal_mean, normal_basis : (3n,), (3n, u) float32: the linear normal model (sec. 6.3),
+        vertex normals in the reference frame ``n_mu + Q z`` before normalizing, or None
     """
 
     X: np.ndarray
@@ -267,6 +297,10 @@ class SNPParameters:
     pinned: np.ndarray
     reference_rest: np.ndarray | None = None
     triangles: np.ndarray | None = None
+    normal_mean: np.ndarray | None = None
+    normal_basis: np.ndarray | None = None
+    frame_origin: np.ndarray | None = None
+    input_scale: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float64)
@@ -286,6 +320,21 @@ class SNPParameters:
             self.reference_rest = rigid(np.asarray(self.reference_rest).reshape(4, 4))
         if self.triangles is not None:
             self.triangles = np.asarray(self.triangles, dtype=np.int64).reshape(-1, 3)
+        if self.frame_origin is not None:
+            self.frame_origin = np.asarray(self.frame_origin, dtype=np.float64).reshape(3)
+        if self.input_scale is not None:
+            self.input_scale = np.asarray(self.input_scale, dtype=np.float64).reshape(u)
+        if (self.normal_mean is None) != (self.normal_basis is None):
+            raise SimulationError("The linear normal model needs both its mean and its basis.")
+        if self.normal_basis is not None:
+            # float32: a product of the basis' size per frame, at half the memory traffic
+            self.normal_mean = np.ascontiguousarray(self.normal_mean, np.float32).reshape(-1)
+            self.normal_basis = np.ascontiguousarray(self.normal_basis, np.float32)
+            if self.normal_basis.shape != self.U.shape or len(self.normal_mean) != 3 * n:
+                raise SimulationError(
+                    f"The linear normal model has shape {self.normal_basis.shape} and "
+                    f"{len(self.normal_mean)} means; the basis is {self.U.shape}."
+                )
         if self.net is not None and (
             self.net.in_dim != 2 * u + self.encoder.size or self.net.out_dim != u
         ):
@@ -327,6 +376,13 @@ class SNPParameters:
             arrays["reference_rest"] = self.reference_rest
         if self.triangles is not None:
             arrays["triangles"] = self.triangles
+        if self.frame_origin is not None:
+            arrays["frame_origin"] = self.frame_origin
+        if self.input_scale is not None:
+            arrays["input_scale"] = self.input_scale
+        if self.normal_basis is not None:
+            arrays["normal_mean"] = self.normal_mean
+            arrays["normal_basis"] = self.normal_basis
         meta = {"scale": self.scale, "collider_kinds": self.kinds, "network": None}
         if self.net is not None:
             net_arrays, meta["network"] = self.net.to_arrays(prefix="net.")
@@ -352,12 +408,91 @@ class SNPParameters:
             pinned=a["pinned"],
             reference_rest=a.get("reference_rest"),
             triangles=a.get("triangles"),
+            normal_mean=a.get("normal_mean"),
+            normal_basis=a.get("normal_basis"),
+            frame_origin=a.get("frame_origin"),
+            input_scale=a.get("input_scale"),
         )
 
 
 def initial_model(z1: np.ndarray, z2: np.ndarray, alpha: np.ndarray, beta: np.ndarray):
     """``z_bar = alpha z_{t-1} + beta (z_{t-1} - z_{t-2})``, eq. (1) of Holden 2019."""
     return alpha * z1 + beta * (z1 - z2)
+
+
+class FoldedStep:
+    """Eq. (1) and (3) with every constant product folded into the network's first and last
+    layers, the map of :meth:`SNPSimulation.predict` at a third of its cost (the step's
+    arithmetic ran ~40 us a frame at u = 64, most of it small array operations).
+
+    The network's input ``[z_bar / s, z_{t-1} / s, w]`` is linear in ``(z_{t-1}, z_{t-2},
+    f_k)``, with ``z_bar = (alpha + beta) z_{t-1} - beta z_{t-2}`` and ``w = V_s f_k -
+    offset`` (:class:`ExternalEncoder`; ``f_k`` the kept features, clipped), so the first
+    layer ``W_1 x + b_1`` is ``[A_1 A_2 A_3] [z_{t-1}; z_{t-2}; f_k] + b_1'`` with
+
+        A_1 = (W_zbar diag(alpha + beta) + W_z1) / s,   A_2 = -W_zbar diag(beta) / s,
+        A_3 = W_w V_s,                                  b_1' = b_1 - W_w offset,
+
+    and the last layer is scaled by ``s``: one product per layer, and only the features the
+    encoder keeps are read. Equal to :meth:`SNPSimulation.predict` to round-off (the
+    trainer's export check compares it with the float64 torch rollout).
+    """
+
+    def __init__(self, p: SNPParameters) -> None:
+        enc = p.encoder
+        self.keep = enc.keep
+        k = self.keep
+        if len(k) and np.array_equal(k, np.arange(k[0], k[0] + len(k))):
+            self.keep = slice(int(k[0]), int(k[0]) + len(k))  # contiguous: a view, not a copy
+        self.lo, self.hi = np.asarray(enc.lo, float)[k], np.asarray(enc.hi, float)[k]
+        self.alpha, self.beta, self.z_lo, self.z_hi = p.alpha, p.beta, p.z_lo, p.z_hi
+        self.W: list[np.ndarray] = []
+        self.Wt: list[np.ndarray] = []
+        self.b: list[np.ndarray] = []
+        self.f: list = []
+        if p.net is None:
+            return
+        u, s, net = p.u, p.scale, p.net
+        W, b = [np.asarray(a, float) for a in net.W], [np.asarray(a, float) for a in net.b]
+        Wzb, Wz1, Ww = W[0][:, :u], W[0][:, u : 2 * u], W[0][:, 2 * u :]
+        si = s if p.input_scale is None else p.input_scale  # per column of the state inputs
+        first = np.hstack(
+            [(Wzb * (p.alpha + p.beta) + Wz1) / si, -(Wzb * p.beta) / si, Ww @ enc._Vs]
+        )
+        b[0] = b[0] - Ww @ enc._offset
+        W[0] = first
+        W[-1], b[-1] = s * W[-1], s * b[-1]
+        self.W = [np.ascontiguousarray(a) for a in W]
+        self.Wt = [a.T for a in self.W]  # rows of a batch multiply as h @ W^T
+        self.b = b
+        self.f = [None if a == "relu" else f for a, f in zip(net.activations, net._f, strict=True)]
+        self._zero = {len(a): np.zeros(len(a)) for a in b}
+
+    def __call__(self, z1: np.ndarray, z2: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """``z_t`` (B, u) from ``z_{t-1}``, ``z_{t-2}`` (B, u) and features ``f`` (B, e).
+        One instance runs on vectors (matrix-vector products; elementwise operations on
+        (1, m) rows cost about twice those on vectors at these sizes), B on rows."""
+        if len(z1) == 1:
+            return self._step(z1[0], z2[0], f[0], self.W)[None]
+        return self._step(z1, z2, f, self.Wt)
+
+    def _step(self, z1, z2, f, mats):
+        z = initial_model(z1, z2, self.alpha, self.beta)
+        if mats:
+            fk = f[..., self.keep]  # a slice where the kept features are contiguous: a view
+            fk = np.minimum(np.maximum(fk, self.lo), self.hi)
+            h = np.concatenate([z1, z2, fk], axis=-1)
+            one = h.ndim == 1
+            for W, b, act in zip(mats, self.b, self.f, strict=True):
+                h = np.dot(W, h) if one else np.dot(h, W)
+                h += b
+                if act is None:  # relu, in place: 0.4 us, against 0.9 for np.maximum(h, 0.0)
+                    np.maximum(h, self._zero[len(b)], out=h)
+                else:
+                    h = act(h)
+            z += h
+        np.maximum(z, self.z_lo, out=z)
+        return np.minimum(z, self.z_hi, out=z)
 
 
 # ------------------------------------------------------------------------------------------
@@ -390,8 +525,14 @@ class SNPSimulation(SimulatorBase):
             None if self.p.reference_rest is None else np.linalg.inv(self.p.reference_rest)
         )
         self._far = self.p.far_transform()
+        self._folded = FoldedStep(self.p)
+        self._driven: dict[bytes, Pose] = {}  # driver matrix -> pose (see driven_poses)
         self._initial_colliders = list(colliders or [])
         self._normals = None
+        #: ``"linear"``: :meth:`normals` by the linear normal model where the model has one
+        #: (sec. 6.3; faster at about the same look, see :func:`linear_normals`);
+        #: ``"recomputed"``: from the triangles of the positions
+        self.normal_model = "linear" if params.normal_basis is not None else "recomputed"
         #: render-time push-out of vertices inside colliders (sec. 6.4) in :meth:`positions`
         self.push_out = True
         self.reset()
@@ -444,16 +585,21 @@ class SNPSimulation(SimulatorBase):
         return push_out(x, self.colliders) if self.push_out else x
 
     def normals(self, x: np.ndarray | None = None) -> np.ndarray:
-        """(n, 3) unit vertex normals of positions ``x`` (default :meth:`positions`),
-        recomputed from the model's triangles (:class:`VertexNormals`); a model without
-        triangles (a FEM model) has none and raises SimulationError."""
+        """(n, 3) unit vertex normals, world. Of the current state by the linear normal model
+        (sec. 6.3, :func:`linear_normals`) when the model has one and :attr:`normal_model` is
+        ``"linear"`` (the default then); else, or for given positions ``x``, recomputed from
+        the model's triangles (:class:`VertexNormals`) of ``x`` (default :meth:`positions`).
+        A model without triangles (a FEM model) has neither and raises SimulationError."""
+        p = self.p
+        if x is None and self.normal_model == "linear" and p.normal_basis is not None:
+            return linear_normals(p.normal_mean, p.normal_basis, self.z1[None], [self.poses[0]])[0]
         if self._normals is None:
-            if self.p.triangles is None:
+            if p.triangles is None:
                 raise SimulationError(
                     "This Subspace Neural Physics model has no surface triangles (a FEM "
                     "model): its normals are the render mesh's, computed by Blender."
                 )
-            self._normals = VertexNormals(self.p.triangles, len(self.p.X))
+            self._normals = VertexNormals(p.triangles, len(p.X))
         return self._normals(self.positions() if x is None else x)
 
     def _frame_of(self, x: np.ndarray) -> Pose:
@@ -493,24 +639,43 @@ class SNPSimulation(SimulatorBase):
 
     def driven_poses(self, Ms: list, guesses: list[Pose]) -> list[Pose]:
         """:meth:`driven_pose` of B instances at once (one product for all of them: this
-        runs per frame and per instance)."""
+        runs per frame and per instance). A matrix seen before gets its pose from a small
+        memo (an owner that does not move sends the same matrix every frame: 19 -> 1 us);
+        the arithmetic is elementwise, so a pose does not depend on the batch it came in."""
         out = list(guesses)
-        idx = [i for i, M in enumerate(Ms) if M is not None]
-        if not idx:
+        memo = self._driven
+        todo, keys = [], []
+        for i, M in enumerate(Ms):
+            if M is None:
+                continue
+            M = np.asarray(M, dtype=np.float64)
+            key = M.tobytes()
+            pose = memo.get(key)
+            if pose is None:
+                todo.append(i)
+                keys.append((key, M))
+            else:
+                out[i] = pose
+        if not todo:
             return out
-        M = np.array([Ms[i] for i in idx], dtype=np.float64)
-        if M.shape[1:] != (4, 4) or not np.isfinite(M).all():
+        if any(M.shape != (4, 4) for _, M in keys) or not all(
+            np.isfinite(M).all() for _, M in keys
+        ):
+            bad = next(M.shape for _, M in keys if M.shape != (4, 4) or not np.isfinite(M).all())
             raise SimulationError(
-                "The reference frame's transform must be a finite 4x4 matrix, got shape "
-                f"{M.shape[1:]}."
+                f"The reference frame's transform must be a finite 4x4 matrix, got shape {bad}."
             )
+        M = np.array([M for _, M in keys])
         L = M[:, :3, :3]
-        A = L / np.sqrt(np.einsum("kij,kij->kj", L, L))[:, None, :]  # rigid(M)
-        R = A @ self._rest_inv[:3, :3]
-        c = M[:, :3, 3] + A @ self._rest_inv[:3, 3]
+        A = L / np.sqrt((L * L).sum(axis=1))[:, None, :]  # rigid(M)
+        Ri, ci = self._rest_inv[:3, :3], self._rest_inv[:3, 3]
+        R = (A[:, :, :, None] * Ri[None, None, :, :]).sum(axis=2)  # A @ Ri, elementwise
+        c = M[:, :3, 3] + (A * ci[None, None, :]).sum(axis=2)
         same = (np.abs(R - _EYE3).max(axis=(1, 2)) <= 1e-12) & (np.abs(c).max(axis=1) <= 1e-12)
-        for k, i in enumerate(idx):
-            out[i] = IDENTITY if same[k] else Pose(R[k], c[k])
+        if len(memo) + len(todo) > _DRIVEN_MEMO:
+            memo.clear()
+        for k, (i, (key, _)) in enumerate(zip(todo, keys, strict=True)):
+            out[i] = memo[key] = IDENTITY if same[k] else Pose(R[k], c[k])
         return out
 
     def features(self, colliders: list[Collider], poses: tuple[Pose, Pose, Pose]) -> np.ndarray:
@@ -541,7 +706,9 @@ class SNPSimulation(SimulatorBase):
         f[:, :3] = self.gravity  # frame_features of a frame that stays the world
         for b, ps in enumerate(poses):
             if not (ps[0] is IDENTITY and ps[1] is IDENTITY and ps[2] is IDENTITY):
-                f[b, :FRAME_FEATURES] = frame_features(ps, self.gravity, self.dt)
+                f[b, :FRAME_FEATURES] = frame_features(
+                    ps, self.gravity, self.dt, self.p.frame_origin
+                )
         f[:, FRAME_FEATURES:] = np.concatenate(
             [mats[:, :, :3, :3].reshape(B, c, 9), mats[:, :, :3, 3], sizes], axis=2
         ).reshape(B, -1)
@@ -551,14 +718,22 @@ class SNPSimulation(SimulatorBase):
         return f
 
     def predict(self, z1: np.ndarray, z2: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """``z_t`` (u,) or (B, u) from ``z_{t-1}``, ``z_{t-2}`` and the external input
-        ``w_t``: eq. (1), eq. (3), clipped to the training range (sec. 8.1)."""
+        """``z_t`` (u,) or (B, u) from ``z_{t-1}``, ``z_{t-2}`` and the encoded external input
+        ``w_t``: eq. (1), eq. (3), clipped to the training range (sec. 8.1), as written (the
+        reference; :meth:`predict_features` is the same map folded, which the step runs)."""
         p = self.p
         z_bar = initial_model(z1, z2, p.alpha, p.beta)
         if p.net is not None:
             s = p.scale
-            z_bar = z_bar + s * p.net.forward(np.concatenate([z_bar / s, z1 / s, w], axis=-1))
+            si = s if p.input_scale is None else p.input_scale
+            z_bar = z_bar + s * p.net.forward(np.concatenate([z_bar / si, z1 / si, w], axis=-1))
         return np.minimum(np.maximum(z_bar, p.z_lo), p.z_hi)
+
+    def predict_features(self, z1: np.ndarray, z2: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """``z_t`` (B, u) from ``z_{t-1}``, ``z_{t-2}`` (B, u) and the raw external features
+        ``f`` (B, e): :meth:`predict` of ``w = encoder.encode(f)``, with the constant
+        products folded into the network (:class:`FoldedStep`); what :meth:`advance` runs."""
+        return self._folded(z1, z2, f)
 
     def advance(
         self,
@@ -586,9 +761,8 @@ class SNPSimulation(SimulatorBase):
                 pose = reference_pose(self.rest_pins, inp.pin_targets, ps[0])
             new_poses.append((pose, ps[0], ps[1]))
             new_cols.append(cols if inp.colliders is None else list(inp.colliders))
-        w = self.p.encoder.encode(self.batch_features(new_cols, new_poses))
-        z = self.predict(z1, z2, w)
-        if not np.all(np.isfinite(z)):
+        z = self._folded(z1, z2, self.batch_features(new_cols, new_poses))
+        if not math.isfinite(z.sum()):  # the clipping keeps an inf finite, a NaN stays
             raise SimulationError(
                 f"Frame {self.frame + 1} of the Subspace Neural Physics model is not finite; "
                 "the model file is damaged: retrain it."
@@ -609,6 +783,8 @@ class SNPSimulation(SimulatorBase):
 
 
 _NO_INPUTS = FrameInputs()
+#: Driver matrices whose poses :meth:`SNPSimulation.driven_poses` remembers (then forgets all).
+_DRIVEN_MEMO = 1024
 _EYE3 = np.eye(3)
 
 
@@ -698,6 +874,18 @@ class SNPBatch:
                 y[b] = push_out(y[b], self.colliders[b])
         return y
 
+    def normals(self) -> np.ndarray:
+        """(B, n, 3) unit world vertex normals of every instance: one product of the linear
+        normal model for all of them where the model has one (sec. 6.3), else recomputed from
+        the triangles of :meth:`positions` (:meth:`SNPSimulation.normals`)."""
+        m = self.model
+        p = m.p
+        if m.normal_model == "linear" and p.normal_basis is not None:
+            return linear_normals(
+                p.normal_mean, p.normal_basis, self.z1, [ps[0] for ps in self.poses]
+            )
+        return np.array([m.normals(x) for x in self.positions()])
+
 
 def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> np.ndarray:
     """Render-time push-out (Holden 2019, sec. 6.4): every vertex closer than ``margin`` to
@@ -728,6 +916,24 @@ def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> n
                 out = x.copy()
             out[idx[inside]] += (margin - phi[inside])[:, None] * n[inside]
     return out
+
+
+def linear_normals(mean: np.ndarray, Q: np.ndarray, z: np.ndarray, poses: list[Pose]) -> np.ndarray:
+    """(B, n, 3) unit world vertex normals by the linear normal model (Holden 2019, sec. 6.3):
+    ``R (n_mu + Q z)`` normalized, in float32, for B states ``z`` (B, u) in the frames
+    ``poses``. The least-squares map from the PCA state to the training frames' normals
+    (:func:`training.snp.fit_normal_model`); what it costs against recomputing them from the
+    triangles, and how far apart the two are, is measured in bench/snp_cloth.py and
+    tests/test_snp_cloth.py."""
+    z = np.asarray(z, dtype=np.float32)
+    N = (z @ Q.T + mean).reshape(len(z), -1, 3)
+    for b, pose in enumerate(poses):
+        if pose is not IDENTITY and not pose.is_identity:
+            N[b] = N[b] @ pose.R.T.astype(np.float32)
+    length = np.sqrt(np.einsum("bij,bij->bi", N, N))
+    np.maximum(length, np.float32(1e-30), out=length)
+    N /= length[..., None]
+    return N
 
 
 class VertexNormals:
@@ -775,6 +981,7 @@ def external_features(
     poses: tuple[Pose, Pose, Pose],
     gravity: np.ndarray,
     dt: float,
+    origin: np.ndarray | None = None,
 ) -> np.ndarray:
     """The external state ``f`` (15 + 14 c,) of one frame: the reference frame's
     (:func:`frame_features`), then each collider's (:func:`collider_features`), in the frame
@@ -785,10 +992,13 @@ def external_features(
     transforms : (c, 4, 4) collider world transforms at the end of the frame
     sizes : (c, 2) their radius and half length, m
     poses : reference frame at t, t-1, t-2
-    gravity : (3,) m/s^2, world; dt : s
+    gravity : (3,) m/s^2, world; dt : s; origin : see :func:`frame_features`
     """
     return np.concatenate(
-        [frame_features(poses, gravity, dt), collider_features(transforms, sizes, poses[0])]
+        [
+            frame_features(poses, gravity, dt, origin),
+            collider_features(transforms, sizes, poses[0]),
+        ]
     )
 
 
@@ -1015,6 +1225,16 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         True,
         "Held-out Rollout",
         "Replay a held-out bake with the model after training and report its error",
+        advanced=True,
+    ),
+    Setting(
+        "mode_scaling",
+        "bool",
+        True,
+        "Per-mode Scaling",
+        "The network sees each PCA coordinate divided by its own standard deviation over the "
+        "training frames (otherwise all by the first mode's, and the small modes' inputs are "
+        "tiny against the weight decay)",
         advanced=True,
     ),
 )
