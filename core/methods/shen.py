@@ -24,7 +24,10 @@ out): closest shapes 11.5 mm against PCA-4's 28.0 (``D(z)``: 22.3 mm), replay 17
 451.0 mm (``D(z)``: 297); the whip of ``bench/shen.py`` (3 + 2, 3,000 epochs) 2.1 / 42.2 mm
 against PCA-5's 12.4 / 473.3 (``D(z)``: 5.2 / 291). The fictitious force then hardly
 matters: whip 42.2 mm with it, 41.4 without; swung arm under 0.1 mm apart (with ``D(z)`` it
-was what made the whip beat PCA in motion). The tables below are ``D(z)``'s.
+was what made the whip beat PCA in motion). Cost (``--speed``, 21,504 tets, 10 + 5):
+4.78 ms per step against 4.44 for ``D(z)`` (183x / 197x full space's 874 ms, one run on the
+shared machine), decoder work 228 against 197 us per Newton iteration (0.73 ms per step).
+The tables below are ``D(z)``'s.
 In the basis coordinates the mass matrix is ``M~ = V^T M V`` (the identity for our basis)
 and every force is reduced by ``V^T``; cubature, contact and Rayleigh damping are the other
 subspace runtimes' (:mod:`.common`) on ``V``.
