@@ -49,24 +49,26 @@ Before (MLP decoder, 4 end-to-end epochs, load 4-7): held out 0.0996 mm vs PCA-8
 tie); markers reduced 9.7 -> 17.7 fps (CPU, load ~2) with the Broyden Jacobian reuse and the
 GEMM reduced terms.
 
-The bench-head numbers below are from the mild keys made before a6ad923 (mean skin motion
-1.1 mm); they need a new full run (about 25 minutes) with the realistic keys.
+Bench head with the linear decoder and the SQP markers (2026-11-24, one full run, this shared
+2-core machine at load average 10-11, so times are pessimistic): 8,292 tets, 2,562 skin
+vertices, 21 cm tall, 40 training + 8 held-out keys (5 of them with the jaw open; rest 3.95
+mm mean skin motion), latent 12, 400 warm-start and 8 end-to-end epochs, ``--frames 24``:
 
-Results (2026-11-24, this shared 2-core machine at load average 4-7, so times are pessimistic;
-bench head 8,292 tets, 2,562 skin vertices, 21 cm tall, 40 training + 8 held-out keys, latent
-12, 15 epochs; training and accuracy from the full run, timings from ``--model`` runs):
+* training 648 s in all (the goal: under 30 minutes; 54 s per end-to-end epoch); training
+  skin error 0.0466 mm end to end (0.0709 at the first end-to-end epoch);
+* held out, code refitted on the whole skin: 0.0448 mm (warm-start decoder 0.0447) vs
+  surface PCA-12 0.0772 (0.58x); the 5 jaw-open keys 0.0386 vs 0.0775 (0.50x); 30 markers
+  0.0701 mm (1.56x the whole-skin fit; PCA-12 on the same markers 0.0944);
+* sliders: reduced 62 fps (16.1 ms) vs full 0.9 fps, within 0.074 mm of the full solve;
+* markers: reduced, SQP 32.0 fps (31.2 ms, 4.2 iterations, error 0.0717 mm) vs
+  Levenberg-Marquardt 16.2 fps (61.8 ms, 2.8 iterations, 0.0718 mm), full solve 0.16 fps;
+  LM 4 iterations 0.13 s vs Adam (lr 0.1) 179 iterations 2.8 s to come within 5% of LM's
+  cost: the 24 fps goals are met on a face over 5K tets;
+* residuals: full solve at most 8.8e-7 (tolerance 1e-6), reduced sliders 1.3e-8 (the full
+  residual they leave: up to 0.037), reduced marker frames 9.9e-7.
 
-* training 1,428 s in all (72 s per end-to-end epoch); mean training skin error 0.028 mm end
-  to end vs 0.039 mm for the warm-start decoder alone;
-* held out, code refitted on the whole skin: 0.035 mm (warm-start decoder 0.035, surface
-  PCA-12 0.028, rest shape 1.10); on the key with the jaw open (> 0.15 rad): 0.015 mm vs
-  PCA-12 0.022; 30 markers: 0.046 mm (1.33x the whole-skin fit; PCA on the markers 0.035,
-  jaw open 0.021 vs 0.028);
-* sliders: reduced 25.7 fps (39 ms) vs full 1.1 fps, within 0.10 mm of the full solve;
-  markers: reduced 9.4 fps (106 ms, 2.3 LM iterations) vs full 0.13 fps; LM 4 iterations
-  0.17 s vs Adam 144 iterations 3.8 s to come within 5% of LM's cost;
-* decoder 3.5 ms, adjoint 333 ms; residuals: full solve at most 5.6e-7 (tolerance 1e-6),
-  reduced solve's reduced residual 1.1e-7 (the full residual it leaves: up to 0.1).
+Before (MLP decoder, the mild keys made before a6ad923, 15 epochs, load 4-7): training 1,428
+s; held out 0.035 mm vs PCA-12 0.028; sliders 25.7 fps, markers 9.4 fps.
 
 Usage::
 

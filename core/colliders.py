@@ -31,6 +31,7 @@ bound is the rule, with no safety factor.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -162,6 +163,44 @@ class Collider:
         n[~ok] = R[:, 0]  # at the centre any direction is a valid push-out direction
         return r - radius, n
 
+    def touching(
+        self, p: np.ndarray, d_hat: float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The points closer than ``d_hat`` to the surface (or inside): the contact step's
+        broad and narrow phase in one, normals only where they are needed.
+
+        Parameters
+        ----------
+        p : (k, 3) float array
+            World positions, metres.
+        d_hat : float
+            Contact offset, metres.
+
+        Returns
+        -------
+        idx : (a,) int array
+            Indices of the points with ``phi < d_hat``, increasing.
+        pen : (a,) float array
+            Their penetrations ``d_hat - phi`` (> 0), metres.
+        n : (a, 3) float array
+            Their unit normals, as :meth:`signed_distance` gives them.
+        """
+        if self.kind != "plane":
+            phi, n = self.signed_distance(p)
+            idx = np.flatnonzero(phi < d_hat)
+            return idx, d_hat - phi[idx], n[idx]
+        # a plane: one dot product a point, no (k, 3) normal array
+        normal = self.plane_normal()
+        phi = (p - self.transform[:3, 3]) @ normal
+        idx = np.flatnonzero(phi < d_hat)
+        return idx, d_hat - phi[idx], np.repeat(normal[None], len(idx), axis=0)
+
+    def plane_normal(self) -> np.ndarray:
+        """A plane's unit normal (3,), world space (the solid is on its negative side):
+        ``phi(p) = (p - t) . normal`` with ``t`` the transform's translation."""
+        a = self.transform[:3, 2]
+        return a / max(math.sqrt(np.add.reduce(a * a)), 1e-300)  # as signed_distance's
+
     def to_dict(self) -> dict:
         return {
             "kind": self.kind,
@@ -213,14 +252,13 @@ def contact_energy(
     p = x[vertices]
     k = kappa * mass[vertices]
     for c in colliders:  # a handful of colliders: the per-vertex work is vectorized
-        phi, n = c.signed_distance(p)
-        pen = d_hat - phi
-        act = pen > 0
-        if not act.any():
+        act, pen, n = c.touching(p, d_hat)
+        if not act.size:
             continue
-        E += float(0.5 * np.sum(k[act] * pen[act] ** 2))
-        g[vertices[act]] -= (k[act] * pen[act])[:, None] * n[act]
-        H[act] += k[act, None, None] * n[act, :, None] * n[act, None, :]
+        ka = k[act]
+        E += float(0.5 * np.sum(ka * pen**2))
+        g[vertices[act]] -= (ka * pen)[:, None] * n
+        H[act] += ka[:, None, None] * n[:, :, None] * n[:, None, :]
     return E, g, H
 
 

@@ -58,7 +58,7 @@ def test_fit_goes_below_the_warm_start_and_resumes_bit_identically(trained):
         f"{straight['train_error_m'] * 1000:.4f} mm mean training skin error; "
         f"{straight['seconds_per_epoch']:.2f} s per epoch; resumed from {resumed['resumed']}"
     )
-    assert straight["train_error_m"] < 0.98 * straight["warm_error_m"]  # measured 0.976
+    assert straight["train_error_m"] < 0.98 * straight["warm_error_m"]  # measured 0.974
     assert resumed["resumed"] == ["targets", "warm", "e2e@1"]
     assert resumed["train_error_m"] == straight["train_error_m"]
     a, b = load_model(tmp / "a.nrmodel"), load_model(tmp / "b.nrmodel")

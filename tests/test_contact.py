@@ -433,3 +433,140 @@ def test_the_scenario_ground_sits_under_the_render_surface_not_the_cage():
         mesh.X, mesh.T, BakeSpec(material=FLESH.to_dict(), frames=2, scenario=dict(spec.scenario))
     )
     assert plain.ground_z == mesh.X[:, 2].min()
+
+
+# --------------------------------------------- reduced contact: the fast form, same sums
+
+
+def _tilted_colliders(rng):
+    """Against the 0.4 x 0.3 x 0.2 m grid: a tilted floor at z = 0.02, a sphere at its x = 0
+    face reaching the floor and a capsule lying across its top along x."""
+    tilt = np.eye(4)
+    tilt[:3, :3] = np.linalg.qr(np.eye(3) + 0.1 * rng.normal(size=(3, 3)))[0]
+    if tilt[2, 2] < 0:
+        tilt[:3, :3] *= -1  # solid below, as a floor
+    tilt[:3, 3] = [0.0, 0.0, 0.02]
+    return [
+        Collider("plane", transform=tilt),
+        Collider("sphere", radius=0.08,
+                 transform=np.array([[1, 0, 0, 0.0], [0, 1, 0, 0.15], [0, 0, 1, 0.05], [0, 0, 0, 1.0]])),
+        Collider("capsule", radius=0.07, half_length=0.15,
+                 transform=np.array([[0, 0, 1, 0.2], [0, 1, 0, 0.15], [-1, 0, 0, 0.22], [0, 0, 0, 1.0]])),
+    ]  # fmt: skip
+
+
+def test_collider_touching_is_signed_distance_restricted_to_touching_points():
+    """``Collider.touching`` (the broad and narrow phase of every contact step) gives exactly
+    the indices, penetrations and normals ``signed_distance`` gives on the points under the
+    offset, for each collider kind, a scaled transform included."""
+    rng = np.random.default_rng(5)
+    p = rng.uniform(-0.1, 0.5, size=(3000, 3))
+    cols = _tilted_colliders(rng)
+    scaled = cols[0].transform.copy()
+    scaled[:3, :3] *= 2.5  # a scaled plane: the normal is the unit Z axis of its frame
+    cols.append(Collider("plane", transform=scaled))
+    for c in cols:
+        phi, n = c.signed_distance(p)
+        for d_hat in (0.0, 0.01):
+            idx, pen, nt = c.touching(p, d_hat)
+            ref = np.flatnonzero(d_hat - phi > 0)
+            print(f"{c.kind}: {idx.size} of {len(p)} points touch at offset {d_hat}")
+            assert idx.size >= 5
+            np.testing.assert_array_equal(idx, ref)
+            np.testing.assert_array_equal(pen, d_hat - phi[ref])
+            np.testing.assert_array_equal(nt, n[ref])
+
+
+@pytest.mark.parametrize("embedded", [True, False])
+def test_reduced_contact_equals_the_straightforward_formula(embedded):
+    """The reduced runtime's contact (``SubspaceModel._contact``: rank-one rows ``n_j^T U_j``
+    of the touching points only) against the straightforward formula written out in full
+    space: ``E``, ``g = U^T W^T dC/dp`` and ``H = U^T W^T blockdiag(H_p) W U`` from
+    :meth:`ContactPoints.energy` at ``x = X + U q``, on a random basis, three colliders
+    (points touching two at once), an offset, embedded and vertex contact points. Agreement
+    to rounding (1e-12 relative), Hessian products on random vectors, the Hessian exactly
+    symmetric, the gradient against central differences of the energy."""
+    X, T = grid_tetmesh((0.4, 0.3, 0.2), (4, 3, 2))
+    n, k = len(X), 9
+    rng = np.random.default_rng(7)
+    if embedded:
+        nodes, w = _random_points(X, T, 300, seed=8)
+        points = ContactPoints(nodes, rng.uniform(0.1, 1.0, size=300), w)
+    else:
+        surf = boundary_vertices(T)
+        points = ContactPoints.at_vertices(surf, rng.uniform(0.1, 1.0, size=len(surf)))
+    U = 0.02 * rng.normal(size=(3 * n, k))
+    U[2::3, 0] = 1.0  # a translation mode: q[0] lowers the body into the floor
+    cols = _tilted_colliders(rng)
+    s = SimSettings(contact_stiffness=2.0e3, contact_offset=0.005)
+    red = ReducedSimulation(X, T, FLESH, U, s, contact=points, colliders=cols)
+    q = 0.3 * rng.normal(size=k)
+    q[0] = -0.03
+    x = X + (U @ q).reshape(-1, 3)
+    P = points.positions(x)
+    hits = [c.touching(P, s.contact_offset)[0] for c in cols]
+    both = np.intersect1d(np.concatenate(hits[1:]), hits[0]).size
+    print(
+        f"{len(points)} points, touching per collider {[h.size for h in hits]}, {both} two at once"
+    )
+    assert all(h.size >= 3 for h in hits) and both >= 1
+    # the straightforward formula, in full space
+    E, g, Hp = points.energy(cols, x, s.contact_stiffness, s.contact_offset)
+    g_ref = U.T @ g.ravel()
+    H_ref = U.T @ _dense_hessian(points, n, Hp) @ U
+    e_c, g_c, H_c = red._contact(q, cols)
+    rel_e = abs(e_c - E) / E
+    rel_g = np.abs(g_c - g_ref).max() / np.abs(g_ref).max()
+    rel_h = np.abs(H_c - H_ref).max() / np.abs(H_ref).max()
+    V = rng.normal(size=(k, 5))
+    rel_hv = np.abs(H_c @ V - H_ref @ V).max() / np.abs(H_ref @ V).max()
+    print(
+        f"E {E:.6g} J; relative differences: E {rel_e:.1e}, g {rel_g:.1e}, H {rel_h:.1e}, Hv {rel_hv:.1e}"
+    )
+    assert rel_e < 1e-12 and rel_g < 1e-12 and rel_h < 1e-12 and rel_hv < 1e-12
+    assert np.array_equal(H_c, H_c.T)
+    assert np.linalg.eigvalsh(H_c).min() > -1e-9 * np.abs(H_c).max()  # PSD (Gauss-Newton)
+    # without the Hessian: the same energy and gradient
+    e2, g2, H2 = red._contact(q, cols, hessian=False)
+    assert H2 is None and e2 == e_c
+    np.testing.assert_array_equal(g2, g_c)
+    # the gradient is the energy's (central differences in q)
+    eps = 1e-7
+    fd = np.array([
+        (red._contact(q + eps * d, cols, False)[0] - red._contact(q - eps * d, cols, False)[0])
+        / (2 * eps)
+        for d in np.eye(k)
+    ])  # fmt: skip
+    rel_fd = np.abs(fd - g_c).max() / np.abs(g_c).max()
+    print(f"gradient against central differences: {rel_fd:.1e}")
+    assert rel_fd < 1e-6
+    # asked again at the same point (kept): the same numbers; a collider moved in place or
+    # another stiffness: the new contact, not the kept one
+    e3, g3, H3 = red._contact(q, cols)
+    assert e3 == e_c and np.array_equal(g3, g_c) and np.array_equal(H3, H_c)
+    cols[0].transform[2, 3] += 0.01
+    E4, g4, _ = points.energy(cols, x, s.contact_stiffness, s.contact_offset)
+    e4, g4_red, _ = red._contact(q, cols)
+    assert e4 > 1.1 * e_c and abs(e4 - E4) < 1e-12 * E4
+    np.testing.assert_allclose(g4_red, U.T @ g4.ravel(), rtol=0, atol=1e-12 * np.abs(g4).max())
+    red.kappa *= 2.0
+    assert abs(red._contact(q, cols)[0] - 2 * e4) < 1e-12 * e4
+    red.kappa /= 2.0
+    saved = cols[0].transform.copy()
+    for turn in range(6):  # a floor that turns: each normal its own kept rows n^T U_j
+        a = 0.05 * (turn + 1)
+        R = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+        cols[0].transform[:3, :3] = R @ saved[:3, :3]
+        E5, g5, H5 = points.energy(cols, x, s.contact_stiffness, s.contact_offset)
+        e5, g5_red, H5_red = red._contact(q, cols)
+        assert abs(e5 - E5) < 1e-12 * E5
+        np.testing.assert_allclose(g5_red, U.T @ g5.ravel(), rtol=0, atol=1e-12 * np.abs(g5).max())
+        H5_ref = U.T @ _dense_hessian(points, n, H5) @ U
+        np.testing.assert_allclose(H5_red, H5_ref, rtol=0, atol=1e-12 * np.abs(H5_ref).max())
+    cols[0].transform[:] = saved
+    # nothing touches: zero energy, gradient and Hessian (not None: colliders are there)
+    far = np.zeros(k)
+    far[0] = 1.0  # a metre up
+    e0, g0, H0 = red._contact(far, cols)
+    assert e0 == 0.0 and not g0.any() and not H0.any() and H0.shape == (k, k)
+    assert red._contact(q, []) == (0.0, None, None)

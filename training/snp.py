@@ -72,11 +72,12 @@ epochs; held out: 1,000 frames from rest, the cloth moving 405 mm on average; PC
 18.3 mm): the frame's velocity and acceleration taken at the world origin's image (before)
 1.01x the initial model (212.5 mm), at the object's rest centre (``frame_origin``) 0.985x,
 with per-mode scaling too 0.864x; the same models restarted from the bake's state every 32
-frames 0.94x, 0.91x, 0.83x; weight decay 1e-3 instead of 1e-2 1.05x. Why the owner case is
-hard: the initial model leaves the cloth hanging in the owner's frame, so its error is the
-swing relative to the owner, and a prediction that swings with the right amplitude but
-drifts in phase over 1,000 frames scores worse than not swinging at all; the network's
-error is still 10x the floor there, so 20 short bakes of random owner keys are too few.
+frames 0.94x, 0.91x, 0.83x; weight decay 1e-3 instead of 1e-2 1.05x; 80 epochs 0.866x (as
+40: not undertrained). Why the owner case is hard: the initial model leaves the cloth
+hanging in the owner's frame, so its error is the swing relative to the owner, and a
+prediction that swings with the right amplitude but drifts in phase over 1,000 frames
+scores worse than not swinging at all; the network's error is still 10x the floor there, so
+20 short bakes of random owner keys are too few.
 
 Resume. The checkpoints (:class:`.common.Checkpoints`) are the PCA basis and the network
 (its weights, AMSGrad's state, the epoch, the loss history). A killed run started again with

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from .. import fem as _fem
-from ..colliders import Collider, ContactPoints, contact_energy, penalty_stiffness
+from ..colliders import Collider, ContactPoints, penalty_stiffness
 from ..cubature import Cubature
 from ..errors import SimulationError
 from ..frame import IDENTITY, FrameMixin, interpolate
@@ -345,7 +345,8 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         self.contact.check(n)
         self.contact_mass = self.contact.mass
         self.contact_rest = self.contact.positions(self.X)
-        self.U_contact = self.contact.carry(self.U.reshape(n, 3, self.k))
+        self.U_contact = np.ascontiguousarray(self.contact.carry(self.U.reshape(n, 3, self.k)))
+        self._U_contact_flat = self.U_contact.reshape(-1, self.k)  # (3p, k), a view
         self.colliders = list(colliders or [])
         L = float(np.linalg.norm(self.X.max(0) - self.X.min(0)))
         self.length_scale = L if L > 0 else 1.0
@@ -412,24 +413,89 @@ class SubspaceModel(FrameMixin, SimulatorBase):
     def _contact(self, q: np.ndarray, colliders, hessian: bool = True):
         """Collider penalty on the contact sample at ``q``: energy (J), reduced gradient (k,)
         and, with ``hessian``, reduced Gauss-Newton Hessian (k, k) (None, None without
-        colliders; the Hessian only from touching points). The points move by
-        ``U_contact = W U``, so ``g = U_contact^T dC/dp`` and ``H = U_contact^T H_p U_contact``
-        (:class:`.ContactPoints`)."""
+        colliders; zeros when nothing touches). The points move by ``U_contact = W U``, so
+        ``g = U_contact^T dC/dp`` and ``H = U_contact^T H_p U_contact``
+        (:class:`.ContactPoints`).
+
+        Only touching points cost beyond their positions: a point ``j`` touching a collider
+        with normal ``n_j`` adds the rank-one block ``kappa m_j n_j n_j^T``, so with the rows
+        ``b_j = n_j^T U_j`` (k,) of the touching points the reduced terms are
+        ``g = -B^T (kappa m pen)`` and ``H = B^T diag(kappa m) B``: one (a, k) product per
+        collider instead of the (p, 3, 3) blocks and (3a, k) products of the point Hessian
+        (:func:`.colliders.contact_energy`, the same sums; ``tests/test_contact.py``
+        checks both agree to rounding).
+        """
         if not colliders:
             return 0.0, None, None
-        xs = self.contact_rest + self.U_contact @ q
-        idx = np.arange(len(xs))
-        e, g, Hb = contact_energy(
-            colliders, xs, idx, self.contact_mass, self.kappa, self.settings.contact_offset
+        # a Newton loop asks again at the point it has just evaluated (the linear runtime's
+        # Hessian after a chord step, a trial point accepted): one result is kept, keyed by
+        # everything it depends on (the colliders by value: they may be changed in place)
+        key = (
+            q.tobytes(),
+            self.kappa,
+            self.settings.contact_offset,
+            tuple((c.kind, c.radius, c.half_length, c.transform.tobytes()) for c in colliders),
         )
-        k = self.k
-        g_red = self.U_contact.reshape(-1, k).T @ g.ravel()
-        if not hessian:
-            return e, g_red, None
-        active = np.flatnonzero(np.any(Hb != 0, axis=(1, 2)))
-        Ua = self.U_contact[active]
-        H_red = Ua.reshape(-1, k).T @ (Hb[active] @ Ua).reshape(-1, k)
+        memo = getattr(self, "_contact_memo", None)
+        if memo is not None and memo[0] == key and (memo[3] is not None or not hessian):
+            return memo[1], memo[2].copy(), (memo[3].copy() if hessian else None)
+        e, g_red, H_red = self._contact_terms(q, colliders, hessian)
+        self._contact_memo = (key, e, g_red.copy(), None if H_red is None else H_red.copy())
         return e, g_red, H_red
+
+    def _contact_terms(self, q: np.ndarray, colliders, hessian: bool):
+        """:meth:`_contact`'s sums over the touching points (colliders given).
+
+        A plane's distances are linear in ``q``: ``phi = (P0 - t) . n + (n^T U_contact) q``,
+        so with the rows ``n^T U_j`` (p, k) of its normal kept (a floor's normal does not
+        change) it costs a (p, k) product a call and its touching rows are ``B`` as they are;
+        the other colliders take the points' positions (a (3p, k) product, once a call).
+        """
+        k = self.k
+        Uc = self.U_contact  # (p, 3, k)
+        d_hat = self.settings.contact_offset
+        xs = None
+        e = 0.0
+        g_red = np.zeros(k)
+        H_red = np.zeros((k, k)) if hessian else None
+        for c in colliders:  # a handful of colliders; the per-point work is vectorized
+            if c.kind == "plane":
+                normal = c.plane_normal()
+                rows, rest = self._plane_rows(normal)
+                phi = rest - float(c.transform[:3, 3] @ normal) + rows @ q
+                act = np.flatnonzero(phi < d_hat)
+                if not act.size:
+                    continue
+                pen = d_hat - phi[act]
+                B = rows[act]  # rows n^T U_j, (a, k)
+            else:
+                if xs is None:
+                    xs = self.contact_rest + (self._U_contact_flat @ q).reshape(-1, 3)
+                act, pen, n = c.touching(xs, d_hat)
+                if not act.size:
+                    continue
+                B = np.einsum("aik,ai->ak", Uc[act], n)  # rows n_j^T U_j, (a, k)
+            km = self.kappa * self.contact_mass[act]
+            f = km * pen
+            e += 0.5 * float(f @ pen)
+            g_red -= f @ B
+            if hessian:
+                Bs = np.sqrt(km)[:, None] * B
+                H_red += Bs.T @ Bs  # B^T diag(km) B, symmetric to the last bit (syrk)
+        return e, g_red, H_red
+
+    def _plane_rows(self, normal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(n^T U_j (p, k), P0 . n (p,))`` of a plane normal, kept for the last few normals
+        (a floor's is the same every call; a tilting plane's changes every frame)."""
+        cache = self.__dict__.setdefault("_plane_cache", {})
+        key = normal.tobytes()
+        hit = cache.get(key)
+        if hit is None:
+            if len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            rows = np.ascontiguousarray(np.einsum("pik,i->pk", self.U_contact, normal))
+            hit = cache[key] = (rows, self.contact_rest @ normal)
+        return hit
 
 
 def _slice_material(material: _fem.Material, elements: np.ndarray, m: int) -> _fem.Material:
