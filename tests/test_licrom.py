@@ -253,80 +253,104 @@ def _interpolation(Xc, Tc, Xf):
     return P
 
 
-def test_finer_bar_carries_the_coarse_bars_physics(trained, bakes):
-    """The issue's resolution check on a bar, measured: trained on the 10x2x2 bar, a held-out
-    poke bake replayed on the 30x6x6 bar (the same forces, spread by mass).
+BLOCK = (0.15, 0.1, 0.1)
 
-    Linear tets two elements thick lock in bending, so the two full-space bars differ by more
-    than the model's error (the discretization gap) and the fine bar's motion is not in any
-    subspace learnt from the coarse bar: the coarse POD modes interpolated exactly onto the
-    fine mesh are as stiff as the field (the field is not the cause: its fine basis does at
-    least as well). What a coarse-trained model can do, it does: on the fine mesh it replays
-    the coarse bar's physics (against the coarse full-space bake interpolated onto the fine
-    nodes) within 1.5x its coarse-mesh error. The cubature is not the cause either (measured
-    while diagnosing, r = 6: exact cubature 176 mm, 40 and 200 random vertices 177 and 180 mm),
-    so the fine replays use 200 random vertices."""
-    meta = load_model(trained.out).metadata
-    held = trained.paths[meta["validation_trajectories"][0]]
-    coarse, fine = trained.mesh, bar((30, 6, 6))
-    src = BakeCache.open(held)
-    scene = {"kind": "replay_forces", "source": str(held)}
-    fine_bake = BakeCache.open(
-        bk.bake(
-            fine, spec(fine, scene, frames=src.n_frames - 1), trained.dir / "fine_replay.nrbake"
-        )
-    )
-    x_c, x_f = src.channel("positions"), fine_bake.channel("positions")
-    P = _interpolation(coarse.X, coarse.T, fine.X)
-    x_cf = np.einsum("fc,tca->tfa", P, x_c)  # the coarse bar's motion on the fine nodes
-    gap = float(np.linalg.norm(x_cf - x_f, axis=2).max())
 
-    def replay(m, cache, basis=None):
-        _, driver = bk.replay_scenario(cache)
-        sim = licrom.load_on_mesh(
-            trained.out,
-            m.X,
-            m.T,
-            colliders=driver.colliders(0),
-            cubature_vertices=0 if m is coarse else 200,
-        )
-        if basis is not None:  # the same dynamics in another basis
-            sim.field = SimpleNamespace(r=basis.shape[1], basis=lambda X: basis.copy())
-            sim._build(m.X, m.T, sim.settings, sim.colliders)
-            sim.reset()
-        return replay_bake(sim, cache, driver)
+def end_face_load(X, frames, seed, pull=500.0, torque=7.5):
+    """Forces (frames + 1, n, 3) on a grid box's end face ``x = max``: a traction (trapezoid
+    weights of the face's grid, so any grid of the box gets the same resultant) pulling or
+    pushing along x and twisting about the box's axis, on and off in smooth random pulses
+    (seeded): newtons and newton-metres."""
+    rng = np.random.default_rng(seed)
+    end = np.flatnonzero(X[:, 0] > X[:, 0].max() - 1e-9)
+
+    def trapezoid(v):
+        edge = (np.abs(v - v.min()) < 1e-9) | (np.abs(v - v.max()) < 1e-9)
+        return np.where(edge, 0.5, 1.0)
+
+    w = trapezoid(X[end, 1]) * trapezoid(X[end, 2])
+    r = X[end] - np.array([0.0, BLOCK[1] / 2, BLOCK[2] / 2])
+    r[:, 0] = 0.0
+    twist = np.cross([1.0, 0.0, 0.0], r) * w[:, None] / (w * (r**2).sum(1)).sum()
+    F = np.zeros((frames + 1, len(X), 3))
+    t = 0
+    while t <= frames:
+        n = int(rng.integers(4, 8))
+        a, tq = rng.uniform(-1.0, 1.0, 2) * (pull, torque)
+        s = np.sin(np.linspace(0.0, np.pi, n))[: frames + 1 - t]
+        F[t : t + len(s), end, 0] += a * s[:, None] * (w / w.sum())
+        F[t : t + len(s), end] += tq * s[:, None, None] * twist
+        t += n
+    return F
+
+
+def test_finer_mesh_resolution(tmp_path_factory):
+    """The issue's resolution check, measured on a stocky block (0.15 x 0.1 x 0.1 m, pinned at
+    x = 0) three elements across, pulled and twisted at its free end (no bending, where linear
+    tets lock), trained on the 4x3x3 grid (three bakes) and a held-out load replayed on the
+    12x9x9 grid (three times finer, 27x the tets), the same traction on both grids.
+
+    What the field controls carries: the fine mesh's basis represents the coarse mesh's motion
+    (interpolated onto the fine nodes) within 1.5x the coarse basis' error. The issue's bound on
+    the replay against the fine mesh's own full-space bake (at most 1.5x the coarse error) is not
+    reachable with linear tets at any mesh this test can afford: the two full-space bakes differ
+    by ~19x the model's coarse error (the 3-across block is 28% stiffer in torsion; even a pure
+    pull with Poisson ratio 0, statically exact on both grids, differs by 18% dynamically), and a
+    basis learnt from coarse frames is coarse-shaped: Galerkin on the fine mesh in it is nearly
+    as stiff as the coarse mesh. What holds and is asserted: the fine replay is nearer the fine
+    mesh's physics than the coarse bake is. With 200 random cubature vertices instead of the exact
+    energy, a pure-pull replay on the fine mesh was 5x worse (1.40 vs 0.28 mm): exact here."""
+    d = tmp_path_factory.mktemp("licrom_block")
+    frames = 16
+
+    def block(div):
+        X, T = grid_tetmesh(BLOCK, div)
+        return SimpleNamespace(X=X, T=T, pinned=np.flatnonzero(X[:, 0] < 1e-9))
+
+    def bake(m, seed, name):
+        np.savez(d / f"{name}.npz", X=m.X, forces=end_face_load(m.X, frames, seed))
+        scene = {"kind": "replay_forces", "source": str(d / f"{name}.npz")}
+        return bk.bake(m, spec(m, scene, frames=frames), d / f"{name}.nrbake")
+
+    coarse, fine = block((4, 3, 3)), block((12, 9, 9))
+    paths = [bake(coarse, s, f"coarse{s}") for s in range(3)]
+    held_c = BakeCache.open(bake(coarse, 3, "held_coarse"))
+    held_f = BakeCache.open(bake(fine, 3, "held_fine"))
+    m = _train(SimpleNamespace(dir=d, mesh=coarse), paths, "block", validation_fraction=0.0,
+               rollout=False, cubature_vertices=0)  # fmt: skip
+    x_c, x_f = held_c.channel("positions"), held_f.channel("positions")
+    x_cf = np.einsum("fc,tca->tfa", _interpolation(coarse.X, coarse.T, fine.X), x_c)
 
     def err(x, ref):
         return float(np.linalg.norm(x - ref, axis=2).max())
 
-    e_c = err(replay(coarse, src), x_c)
-    y_f = replay(fine, fine_bake)
-    e_f, e_fc = err(y_f, x_f), err(y_f, x_cf)
-    # the coarse bar's own POD (its training frames) interpolated onto the fine nodes
-    train_u = (
-        np.concatenate(
-            [
-                BakeCache.open(trained.paths[i]).channel("positions")
-                for i in meta["train_trajectories"]
-            ]
-        )
-        - coarse.X
-    )
-    mass_c = licrom.load_on_mesh(trained.out, coarse.X, coarse.T).mass
-    pod = mass_weighted_pod(train_u, mass_c, coarse.pinned, k=R)
-    U_f = np.einsum("fc,cak->fak", P, pod.U.reshape(len(coarse.X), 3, R)).reshape(-1, R)
-    e_pod = err(replay(fine, fine_bake, U_f), x_f)
-    amp = [float(np.linalg.norm(x - m.X, axis=2).max()) for x, m in ((x_c, coarse), (x_f, fine))]
+    def replay(mesh, cache):
+        _, driver = bk.replay_scenario(cache)
+        sim = licrom.load_on_mesh(m.out, mesh.X, mesh.T, cubature_vertices=0)
+        return replay_bake(sim, cache, driver), sim.U
+
+    def projected(U, mesh, x):
+        u = (x - mesh.X).reshape(len(x), -1).T
+        return (U @ np.linalg.lstsq(U, u, rcond=None)[0]).T.reshape(x.shape) + mesh.X
+
+    y_c, U_c = replay(coarse, held_c)
+    y_f, U_f = replay(fine, held_f)
+    e_c, e_f, gap = err(y_c, x_c), err(y_f, x_f), err(x_cf, x_f)
+    p_c = err(projected(U_c, coarse, x_c), x_c)
+    p_cf = err(projected(U_f, fine, x_cf), x_cf)
+    p_f = err(projected(U_f, fine, x_f), x_f)
+    amp = [err(x, mesh.X) for x, mesh in ((x_c, coarse), (x_f, fine))]
     print(
-        f"full space: coarse bar {amp[0] * 1000:.3g} mm amplitude, fine bar "
-        f"{amp[1] * 1000:.3g} mm, gap {gap * 1000:.3g} mm; LiCROM coarse {e_c * 1000:.3g} mm, "
-        f"fine vs fine full space {e_f * 1000:.3g} mm ({e_f / e_c:.2f}x; coarse POD "
-        f"interpolated {e_pod * 1000:.3g} mm), fine vs coarse full space {e_fc * 1000:.3g} mm "
-        f"({e_fc / e_c:.2f}x)"
+        f"{len(coarse.T)} -> {len(fine.T)} tets; full space: amplitude {amp[0] * 1000:.3g} / "
+        f"{amp[1] * 1000:.3g} mm, coarse vs fine {gap * 1000:.3g} mm ({gap / e_c:.1f}x the coarse "
+        f"error); basis: coarse motion {p_c * 1000:.3g} mm on the coarse mesh, {p_cf * 1000:.3g} "
+        f"mm on the fine ({p_cf / p_c:.2f}x), fine motion {p_f * 1000:.3g} mm; replay: coarse "
+        f"{e_c * 1000:.3g} mm, fine vs its own full space {e_f * 1000:.3g} mm ({e_f / e_c:.1f}x, "
+        f"{e_f / gap:.2f}x the discretization gap)"
     )
-    assert gap > e_c  # the discretizations disagree by more than the model's error
-    assert e_f <= 1.5 * e_pod  # not the field: exact coarse modes are no better
-    assert e_fc <= 1.5 * e_c  # the coarse bar's physics, carried to the fine mesh
+    assert p_cf <= 1.5 * p_c  # the field carries the coarse motion between the nodes
+    assert e_f < gap  # the fine replay follows the fine mesh's physics more than the coarse's
+    assert gap > 5.0 * e_c  # why the issue's 1.5x on the replay is not asserted (see above)
 
 
 def test_mesh_swap_continues_like_full_space(family):

@@ -35,14 +35,15 @@ def paths(tmp_path_factory):
 
 def test_shen_against_pca_at_equal_dofs_on_the_swung_arm(paths, tmp_path):
     """Measured with the default network (6 x 32 sin, omega 1, 100 epochs of linear
-    warm-up, no pose weighting): replay 297 mm against PCA-4's 451 mm (0.66x: the replay goal
-    is met), closest shapes 22.3 mm against 28.0 mm (0.80x: the issue's 0.7x goal is NOT met
-    on this scene; the whip of bench/shen.py is where the nonlinear part pays: 6.4 against
-    10.9 mm at 3 + 2). Without the fictitious force the replay is 436 mm (1.47x). Before
-    (the paper's pose weighting, no warm-up): 360 / 26.5 mm and the fictitious force changed
-    nothing; without the weighting and no warm-up: 323 / 24.3 mm (379 without the force).
-    At 3 + 2 (bench/shen.py) Shen is 220 / 18.0 mm against PCA-5's 215 / 18.0 mm: level
-    with PCA, not better (with the weighting 410 / 25.4)."""
+    warm-up, no pose weighting) and the decoder reading p (u = U p + D(p, z), the default):
+    closest shapes 11.5 mm against PCA-4's 28.0 mm (0.41x: the issue's 0.7x goal is met),
+    replay 176.9 mm against 451.0 mm (0.39x). The fictitious force changes the replay by less
+    than 0.1 mm on this heavily damped, near quasi-static scene. With the paper's D(z) the
+    same training gave 22.3 / 297 mm (0.80x / 0.66x; without the fictitious force 436 mm), so
+    what limited the closest shapes was the decoder's input: one latent coordinate cannot
+    tell apart the bends of a turning load (the shortening and higher modes follow the
+    direction and size of the bend, i.e. p), the encoder, capacity and optimizer were not
+    (per coordinate input scaling of p: 13.9 mm; one scale for |p|: 11.5 mm)."""
     r = bench_shen.compare(
         paths,
         tmp_path,
@@ -57,6 +58,12 @@ def test_shen_against_pca_at_equal_dofs_on_the_swung_arm(paths, tmp_path):
     )
     print(bench_shen.report("swung arm (240 tets)", r))
     shen, pca, nofict = r["shen"], r["pca"], r["shen_nofict"]
-    assert shen["err"] <= 0.75 * pca["err"], "replay error not below PCA's at equal DOFs"
-    assert r["shen_closest"] <= 0.88 * r["pca_closest"], "closest shapes not below PCA's"
-    assert shen["err"] < nofict["err"], "the fictitious force should lower the replay error"
+    print(
+        f"replay {shen['err'] * 1000:.3f} mm, without the fictitious force "
+        f"{nofict['err'] * 1000:.3f} mm; closest/PCA {r['shen_closest'] / r['pca_closest']:.3f}, "
+        f"replay/PCA {shen['err'] / pca['err']:.3f}"
+    )
+    assert r["shen_closest"] <= 0.7 * r["pca_closest"], "issue 12's goal: 0.7x PCA's shapes"
+    assert r["shen_closest"] <= 0.5 * r["pca_closest"], "closest shapes regressed (0.41x)"
+    assert shen["err"] <= 0.5 * pca["err"], "replay error regressed (0.39x PCA's)"
+    assert shen["err"] <= 1.02 * nofict["err"], "the fictitious force made the replay worse"

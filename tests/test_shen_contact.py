@@ -6,8 +6,12 @@ DOFs, its held-out replay no worse than the linear model's, and its Newton itera
 bounded in contact with no fallback.
 
 Measured (shared 2-core machine): linear 4 DOFs, replay max 31.5 mm, 2.9 Newton iterations a
-step (8 at most); Shen 3 + 1 DOFs, shapes 1.47 mm against PCA-4's 1.66 mm, replay 10.8 mm,
-5.6 iterations a step (20 at most), no fallback. Before (n_p and the latent size from twice
+step (8 at most); Shen 3 + 1 DOFs with the decoder reading p (``D(p, z)``, the default),
+shapes 0.86 mm against PCA-4's 1.66 mm, replay 8.0 mm, 5.1 iterations a step (33 at most,
+in the first contact step), no fallback; with the paper's ``D(z)`` 1.47 mm, 10.8 mm, 5.6
+iterations a step (20 at most). The largest count is that of one step's variational
+minimization, which has several minima in contact (``core/methods/shen.py``: "In
+contact"); the bound is 40 (it was 25 with ``D(z)``), the mean bound is unchanged. Before (n_p and the latent size from twice
 the tolerance in the tolerance's own basis, Newton on phi with the |phi|^2 merit in
 contact): 2 + 1 DOFs, 14.5 iterations a step, 60 at most, 8 variational fallbacks.
 """
@@ -87,4 +91,4 @@ def test_defaults_on_a_dropped_body(drops):
     assert she_err <= lin_err, "held-out replay worse than the linear model's"
     assert contact >= len(she_iters) // 2  # the drop is in contact most of the time
     assert sim.fallbacks == 0
-    assert np.mean(she_iters) <= 2.5 * np.mean(lin_iters) and max(she_iters) <= 25
+    assert np.mean(she_iters) <= 2.5 * np.mean(lin_iters) and max(she_iters) <= 40

@@ -83,7 +83,7 @@ def test_model_file_filter_and_shapes(bakes, reference):
     # so U^T M D^ = 0 and U^T M J^ = 0 exactly
     rng = np.random.default_rng(0)
     for _ in range(3):
-        z = rng.normal(size=sim.n_z)
+        z = rng.normal(size=sim.decoder.in_dim)  # [p; z] (the decoder reads p)
         MU = sim.U[:, :3] * np.repeat(sim.mass, 3)[:, None]
         D = sim.U @ sim.decoder.forward(z)
         J = sim.U @ sim.decoder.jacobian(z)

@@ -13,6 +13,18 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    each (the paper: 6-10 layers of one width) and linear in/out layers. It is exported with
    zero rows/columns for the first ``n_p`` coordinates, which *is* the filter folded into
    the networks (:func:`core.hocs.filtered_decoder`), so ``u = U p + P D(z)``.
+   With ``decoder_sees_p`` (the default) the decoder also reads ``p`` and the encoder the
+   whole ``c``: ``[p; c_tail] -> z``, ``[p; z] -> c_tail`` (u = U p + D(p, z)), ``p`` divided
+   by the RMS of ``|p|`` (one scale for all of it; per coordinate the small modes become
+   large inputs: closest shapes 13.9 against 11.5 mm, and up to 41 Newton iterations a
+   step on a poked test bar). Exported with the ``p`` columns of the decoder's first
+   layer, the filter at its output only. What it changes (whole bakes held out, closest
+   shape / replay, mm): swung arm 3 + 1 11.5 / 176.9 against ``D(z)``'s 22.3 / 297 (PCA-4
+   28.0 / 451.0); whip 3 + 2 (3,000 epochs) 2.1 / 42.2 against 5.2 / 291 (PCA-5 12.4 /
+   473.3); the free body of ``tests/test_shen_contact.py`` 0.86 / 8.0 against 1.47 / 10.8.
+   The shapes of a bend follow its size and direction (``p``): a few latent coordinates
+   alone cannot tell the bends of a turning load apart (more training swings, longer
+   training, held-out selection of the epoch, a larger network did not close that gap).
 3. Loss: the pose-weighted squared error ``sum_i w_i |D(E(c_i)) - c_i|^2 / sum_i w_i``, which is
    the mass-weighted displacement error (``V`` is M-orthonormal), with ``w_i = 1 / V(x_i)``,
    the inverse elastic energy of the bake pose (sec. 6.1: poses near rest are fitted best).
@@ -145,6 +157,7 @@ class ShenSettings:
     omega: float = 1.0
     pose_weighting: bool = False
     linear_warmup: int = 100
+    decoder_sees_p: bool = True
     epochs: int = 2000
     patience: int = 300
     time_budget: float = 300.0
@@ -190,28 +203,35 @@ def sin_mlp(sizes: list[int], omega: float) -> nn.Sequential:
 
 
 class _DAE(nn.Module):
-    """Encoder ``c_tail -> z`` and decoder ``z -> c_tail`` in scaled PCA coordinates."""
+    """Encoder ``c_tail -> z`` and decoder ``z -> c_tail`` in scaled PCA coordinates; with
+    ``n_p`` > 0 (``decoder_sees_p``) both also read the scaled linear coordinates ``p``:
+    ``[p; c_tail] -> z`` and ``[p; z] -> c_tail``. ``forward`` takes ``[p; c_tail]``."""
 
-    def __init__(self, m: int, n_z: int, hidden: list[int], omega: float) -> None:
+    def __init__(self, m: int, n_z: int, hidden: list[int], omega: float, n_p: int = 0) -> None:
         super().__init__()
-        self.encoder = sin_mlp([m, *hidden, n_z], omega)
-        self.decoder = sin_mlp([n_z, *reversed(hidden), m], omega)
+        self.n_p = int(n_p)
+        self.encoder = sin_mlp([self.n_p + m, *hidden, n_z], omega)
+        self.decoder = sin_mlp([self.n_p + n_z, *reversed(hidden), m], omega)
 
     def forward(self, c: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.encoder(c))
+        if not self.n_p:
+            return self.decoder(self.encoder(c))
+        z = self.encoder(c)
+        return self.decoder(torch.cat([c[:, : self.n_p], z], dim=1))
 
 
 def to_numpy(
     net: nn.Sequential,
     omega: float,
     *,
-    in_scale: float = 1.0,
+    in_scale=1.0,
     out_scale: float = 1.0,
     pad_in: int = 0,
     pad_out: int = 0,
 ) -> MLP:
     """A float64 :class:`core.nnet.MLP` of a :func:`sin_mlp`: ``omega`` folded into the layers
-    before each sin, the input divided by ``in_scale``, the output times ``out_scale``, and
+    before each sin, the input divided by ``in_scale`` (a number or one per input), the
+    output times ``out_scale``, and
     ``pad_in`` zero input columns / ``pad_out`` zero output rows in front (the PCA filter)."""
     lins = [m for m in net if isinstance(m, nn.Linear)]
     W = [m.weight.detach().to("cpu", torch.float64).numpy().copy() for m in lins]
@@ -316,7 +336,7 @@ def train(
             f"Latent Size {s.latent_dim} exceeds the {m} PCA modes beyond n_p = {n_p}: raise "
             "Modes or lower Latent Size."
         )
-    trainer = _Trainer(s, c_train[:, n_p:], c_check[:, n_p:], w, dev, run)
+    trainer = _Trainer(s, c_train, c_check, n_p, w, dev, run)
     deadline = time.perf_counter() + s.time_budget
     searched = []
     best = None
@@ -326,7 +346,7 @@ def train(
                 n_z, deadline, (0.1 + 0.6 * i / len(sizes), 0.1 + 0.6 * (i + 1) / len(sizes))
             )
             enc, dec = trainer.export(model, n_p)
-            err = _shape_error(sub, check_x, c_check, n_p, enc, dec)
+            err = _shape_error(sub, check_x, c_check, n_p, enc, dec, s.decoder_sees_p)
             searched.append({"latent_dim": n_z, "max_error_val_m": err, **hist})
             run.emit({"latent_dim": n_z, "latent_max_error_val_m": err})
             if best is None or err < best[0]:
@@ -362,10 +382,13 @@ def train(
     run.check_cancel("Training cancelled after the autoencoder (checkpointed).")
 
     # cubature on the shapes this model makes of the training poses
-    c_hat = _reconstruct(c_train, n_p, encoder, decoder)
+    sees_p = s.decoder_sees_p
+    c_hat = _reconstruct(c_train, n_p, encoder, decoder, sees_p)
     shapes = sub.decode(c_hat)
     val_shapes = (
-        sub.decode(_reconstruct(sub.encode(val_x), n_p, encoder, decoder)) if len(val_x) else val_x
+        sub.decode(_reconstruct(sub.encode(val_x), n_p, encoder, decoder, sees_p))
+        if len(val_x)
+        else val_x
     )
     cub = fit_cubature(run, sub, shapes, groups, val_shapes, project=False, span=(0.7, 0.85))
 
@@ -377,6 +400,7 @@ def train(
         contact=run.contact_sample(),
         decoder=decoder,
         encoder=encoder,
+        decoder_sees_p=s.decoder_sees_p,
     )
     return run.finish(
         out,
@@ -448,18 +472,22 @@ def _doubling(hi: int) -> list[int]:
     return sizes + [hi]
 
 
-def _reconstruct(c: np.ndarray, n_p: int, encoder: MLP, decoder: MLP) -> np.ndarray:
-    """``c(r)`` of the encoded coordinates (F, k): ``[p; 0] + D^(E(c))``."""
-    out = decoder.forward(encoder.forward(c))
+def _reconstruct(
+    c: np.ndarray, n_p: int, encoder: MLP, decoder: MLP, sees_p: bool = False
+) -> np.ndarray:
+    """``c(r)`` of the encoded coordinates (F, k): ``[p; 0] + D^(E(c))`` (``D^(p, E(c))``
+    with ``sees_p``)."""
+    z = encoder.forward(c)
+    out = decoder.forward(np.concatenate([c[:, :n_p], z], axis=1) if sees_p else z)
     out[:, :n_p] = c[:, :n_p]
     return out
 
 
-def _shape_error(sub, x, c, n_p, encoder, decoder) -> float:
+def _shape_error(sub, x, c, n_p, encoder, decoder, sees_p: bool = False) -> float:
     """Largest vertex error (m) of the encoded-decoded shapes of ``x`` (F, n, 3)."""
     worst = 0.0
     for i in range(0, len(x), 256):
-        rec = sub.decode(_reconstruct(c[i : i + 256], n_p, encoder, decoder))
+        rec = sub.decode(_reconstruct(c[i : i + 256], n_p, encoder, decoder, sees_p))
         d = x[i : i + 256] - rec
         worst = max(worst, float(np.sqrt(np.max(np.einsum("fvi,fvi->fv", d, d), initial=0.0))))
     return worst
@@ -469,22 +497,41 @@ class _Trainer:
     """Adam on the pose-weighted loss for one network at a time, with early stopping on the
     held-out loss, the paper's learning-rate steps, checkpoints and resume."""
 
-    def __init__(self, s: ShenSettings, c_train, c_check, w, device, run: TrainingRun):
+    def __init__(self, s: ShenSettings, c_train, c_check, n_p, w, device, run: TrainingRun):
+        """``c_train``, ``c_check``: PCA coordinates (F, k). The networks' targets are the
+        tail ``c[:, n_p:]`` divided by its RMS (``scale``); their inputs that tail, after
+        the linear coordinates ``p`` divided by the RMS of |p| (``p_scale``) when the decoder
+        reads ``p`` (``n_in`` = n_p of them, else none)."""
         self.s, self.device, self.run = s, device, run
         self.dtype = torch.float32
-        rms = float(np.sqrt(np.mean(np.sum(c_train**2, axis=1)))) if len(c_train) else 1.0
+        self.n_p, self.n_in = n_p, (n_p if s.decoder_sees_p else 0)
+        tail, tail_check = c_train[:, n_p:], c_check[:, n_p:]
+        rms = float(np.sqrt(np.mean(np.sum(tail**2, axis=1)))) if len(tail) else 1.0
         self.scale = rms if rms > 0 else 1.0
-        self.m = c_train.shape[1]
+        p = c_train[:, : self.n_in]
+        # one scale for all of p (the RMS of |p|), not one per coordinate: the small modes'
+        # coordinates stay small inputs, so the decoder varies little along them (per
+        # coordinate, the swung arm's closest shapes were 13.9 mm, 11.5 with one scale, and a
+        # poked test bar took up to 41 Newton iterations a step, 2 fallbacks: no more than 9)
+        ps = float(np.sqrt(np.mean(np.sum(p**2, axis=1)))) if len(p) else 1.0
+        self.p_scale = np.full(self.n_in, ps if ps > 0 else 1.0)
+        self.m = tail.shape[1]
         as_t = functools.partial(torch.as_tensor, dtype=self.dtype, device=device)
-        self.c_train = as_t(c_train / self.scale)
-        self.c_check = as_t(c_check / self.scale)
+
+        def inputs(c, t):
+            return np.concatenate([c[:, : self.n_in] / self.p_scale, t / self.scale], axis=1)
+
+        self.c_train = as_t(tail / self.scale)
+        self.c_check = as_t(tail_check / self.scale)
+        self.x_train = as_t(inputs(c_train, tail))
+        self.x_check = as_t(inputs(c_check, tail_check))
         self.w = as_t(w)
         self.epochs_run = 0
 
     def _fresh(self, n_z: int):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.s.seed)
-            model = _DAE(self.m, n_z, self.s.hidden, self.s.omega)
+            model = _DAE(self.m, n_z, self.s.hidden, self.s.omega, self.n_in)
         model = model.to(device=self.device, dtype=self.dtype)
         return model, torch.optim.Adam(model.parameters(), lr=self.s.learning_rate)
 
@@ -511,7 +558,7 @@ class _Trainer:
             )
             for i in range(0, N, s.batch_size):
                 idx = perm[i : i + s.batch_size]
-                loss = ((model(self.c_train[idx]) - target[idx]) ** 2).sum(1).mean()
+                loss = ((model(self.x_train[idx]) - target[idx]) ** 2).sum(1).mean()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -520,7 +567,7 @@ class _Trainer:
     @torch.no_grad()
     def check_loss(self, model) -> float:
         model.eval()
-        return float(((model(self.c_check) - self.c_check) ** 2).sum(1).mean())
+        return float(((model(self.x_check) - self.c_check) ** 2).sum(1).mean())
 
     def fit(self, n_z: int, deadline: float, span: tuple[float, float]):
         s, run = self.s, self.run
@@ -566,7 +613,8 @@ class _Trainer:
                     idx = perm[i : i + s.batch_size]
                     batch, wb = self.c_train[idx], self.w[idx]
                     # pose-weighted squared error (sec. 6.1), M-weighted via the PCA basis
-                    loss = (wb * ((model(batch) - batch) ** 2).sum(1)).sum() / wb.sum()
+                    out = model(self.x_train[idx])
+                    loss = (wb * ((out - batch) ** 2).sum(1)).sum() / wb.sum()
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
@@ -616,24 +664,37 @@ class _Trainer:
             torch.use_deterministic_algorithms(det)
 
     def export(self, model: _DAE, n_p: int) -> tuple[MLP, MLP]:
-        """Encoder (k -> n_z) and decoder (n_z -> k) as float64 numpy networks with the
-        filter folded in (zero columns / rows for the first ``n_p`` coordinates), checked
-        against torch in float64, the decoder shifted so that ``D^(E(0)) = 0`` (rest)."""
-        om = self.s.omega
-        enc = to_numpy(model.encoder, om, in_scale=self.scale, pad_in=n_p)
-        dec = to_numpy(model.decoder, om, out_scale=self.scale, pad_out=n_p)
-        c = self.c_check[:256].to("cpu", torch.float64)
+        """Encoder (k -> n_z) and decoder (n_z -> k, or n_p + n_z -> k when it reads ``p``)
+        as float64 numpy networks with the filter folded in (zero columns / rows for the
+        first ``n_p`` coordinates; the encoder of ``D(p, z)`` reads ``p``), checked against
+        torch in float64, the decoder shifted so that ``D^(E(0)) = 0`` (rest)."""
+        om, n_in = self.s.omega, self.n_in
+        if n_in:
+            enc_in = np.concatenate([self.p_scale, np.full(self.m, self.scale)])
+            enc = to_numpy(model.encoder, om, in_scale=enc_in)
+        else:
+            enc = to_numpy(model.encoder, om, in_scale=self.scale, pad_in=n_p)
+        n_z = enc.out_dim
+        dec_in = np.concatenate([self.p_scale, np.ones(n_z)]) if n_in else 1.0
+        dec = to_numpy(model.decoder, om, in_scale=dec_in, out_scale=self.scale, pad_out=n_p)
+        x = self.x_check[:256].to("cpu", torch.float64)
         with torch.no_grad():
-            m64 = _DAE(self.m, enc.out_dim, self.s.hidden, om).to(torch.float64)
+            m64 = _DAE(self.m, n_z, self.s.hidden, om, n_in).to(torch.float64)
             m64.load_state_dict(
                 {k: v.to("cpu", torch.float64) for k, v in model.state_dict().items()}
             )
-            z_t = m64.encoder(c).numpy()
-            y_t = m64.decoder(torch.as_tensor(z_t)).numpy() * self.scale
-        full = np.concatenate([np.zeros((len(c), n_p)), c.numpy() * self.scale], axis=1)
+            z_t = m64.encoder(x).numpy()
+            y_t = m64.decoder(torch.cat([x[:, :n_in], torch.as_tensor(z_t)], 1)).numpy()
+            y_t = y_t * self.scale
+        xn = x.numpy()
+        p = xn[:, :n_in] * self.p_scale
+        full = np.concatenate(
+            [p if n_in else np.zeros((len(xn), n_p)), xn[:, n_in:] * self.scale], axis=1
+        )
+        z_in = np.concatenate([p, z_t], axis=1)
         for name, a, ref in (
             ("encoder", enc.forward(full), z_t),
-            ("decoder", dec.forward(z_t)[:, n_p:], y_t),
+            ("decoder", dec.forward(z_in)[:, n_p:], y_t),
         ):
             err = float(np.max(np.abs(a - ref), initial=0.0)) / (
                 1.0 + float(np.max(np.abs(ref), initial=0.0))
@@ -645,7 +706,7 @@ class _Trainer:
                     "as a bug."
                 )
         z0 = enc.forward(np.zeros(enc.in_dim))
-        dec.b[-1] = dec.b[-1] - dec.forward(z0)
+        dec.b[-1] = dec.b[-1] - dec.forward(np.concatenate([np.zeros(n_in), z0]))
         return enc, dec
 
 

@@ -12,6 +12,22 @@ nonlinear; the paper's ``[p; q]``) and
 nonlinear part lives in the PCA modes ``n_p + 1 .. k`` and is M-orthogonal to the linear part
 ``U = V E_p`` (``U^T M V F = 0``: the paper's ``I - U U^T`` filter of sec. 3.5 for our mass
 inner product, :class:`core.hocs.PcaFilter`). The encoder reads the filtered coordinates too.
+With ``decoder_sees_p`` (the trainer's default) the decoder reads ``p`` too,
+``c(r) = E_p p + \\hat D(p, z)`` (u = U p + D(p, z)): the shapes a large bend brings with it
+(the shortening and the higher modes of a bar bent 90 degrees) follow ``p`` instead of
+having to be told apart by a few latent coordinates. Everything below holds with ``z``
+replaced by all of ``r`` in the decoder's terms (``J~ = [E_p | 0] + J^``, ``Delta r`` in
+``H^[., .]`` and ``S^``, ``g^T H^`` on the whole ``n x n`` block; the code's ``r[d0:]``,
+``d0 = 0`` instead of ``n_p``), and the closest shape fits ``p`` and ``z`` together.
+Measured on the swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs, whole bakes held
+out): closest shapes 11.5 mm against PCA-4's 28.0 (``D(z)``: 22.3 mm), replay 176.9 against
+451.0 mm (``D(z)``: 297); the whip of ``bench/shen.py`` (3 + 2, 3,000 epochs) 2.1 / 42.2 mm
+against PCA-5's 12.4 / 473.3 (``D(z)``: 5.2 / 291). The fictitious force then hardly
+matters: whip 42.2 mm with it, 41.4 without; swung arm under 0.1 mm apart (with ``D(z)`` it
+was what made the whip beat PCA in motion). Cost (``--speed``, 21,504 tets, 10 + 5):
+4.78 ms per step against 4.44 for ``D(z)`` (183x / 197x full space's 874 ms, one run on the
+shared machine), decoder work 228 against 197 us per Newton iteration (0.73 ms per step).
+The tables below are ``D(z)``'s.
 In the basis coordinates the mass matrix is ``M~ = V^T M V`` (the identity for our basis)
 and every force is reduced by ``V^T``; cubature, contact and Rayleigh damping are the other
 subspace runtimes' (:mod:`.common`) on ``V``.
@@ -178,6 +194,9 @@ class ShenSimulation(SubspaceModel):
     contact_variational : bool
         Take the variational step in the steps where the collider penalty acts (module
         docstring, "In contact").
+    decoder_sees_p : bool
+        The decoder reads ``[p; z]`` ((n_p + n_z,) -> (k,)): ``c = E_p p + D^(p, z)``, and
+        the encoder reads ``p`` too (not filtered at its input).
 
     Attributes
     ----------
@@ -208,6 +227,7 @@ class ShenSimulation(SubspaceModel):
         third: bool = True,
         variational: bool = False,
         contact_variational: bool = True,
+        decoder_sees_p: bool = False,
     ) -> None:
         self._setup(X, T, material, U, settings, pinned, cubature, contact, colliders)
         k = self.k
@@ -215,6 +235,15 @@ class ShenSimulation(SubspaceModel):
         if not 0 <= n_p <= k:
             raise SimulationError(f"n_p = {n_p} linear coordinates but the basis has {k} columns.")
         self.n_p = n_p
+        sees_p = bool(decoder_sees_p) and decoder is not None
+        if sees_p and decoder.in_dim <= n_p:
+            raise SimulationError(
+                f"The decoder reads {decoder.in_dim} coordinates, not n_p = {n_p} linear ones "
+                "and at least one latent one; the model file is inconsistent: retrain the model."
+            )
+        #: the decoder reads ``r[d0:]``: all of ``r`` (``D(p, z)``) or ``z`` (``D(z)``)
+        self._d0 = 0 if sees_p else n_p
+        self.decoder_sees_p = sees_p
         if decoder is not None:
             if decoder.out_dim != k:
                 raise SimulationError(
@@ -227,17 +256,22 @@ class ShenSimulation(SubspaceModel):
             decoder = MLP(W, b, decoder.activations)
             jet(decoder, np.zeros(decoder.in_dim))  # refuses activations without S
         if encoder is not None:
-            if decoder is None or encoder.in_dim != k or encoder.out_dim != decoder.in_dim:
+            if (
+                decoder is None
+                or encoder.in_dim != k
+                or encoder.out_dim != decoder.in_dim - (n_p if sees_p else 0)
+            ):
                 raise SimulationError(
                     "The encoder does not match the decoder and the basis; the model file is "
                     "inconsistent: retrain the model."
                 )
-            W = list(encoder.W)
-            W[0] = W[0].copy()
-            W[0][:, :n_p] = 0.0
-            encoder = MLP(W, encoder.b, encoder.activations)
+            if not sees_p:  # the filter at the encoder's input (D(p, z)'s encoder reads p)
+                W = list(encoder.W)
+                W[0] = W[0].copy()
+                W[0][:, :n_p] = 0.0
+                encoder = MLP(W, encoder.b, encoder.activations)
         self.decoder, self.encoder = decoder, encoder
-        self.n_z = 0 if decoder is None else decoder.in_dim
+        self.n_z = 0 if decoder is None else decoder.in_dim - (n_p if sees_p else 0)
         self.n = n_p + self.n_z
         self.fictitious, self.third = bool(fictitious), bool(third)
         self.variational = bool(variational)
@@ -250,11 +284,12 @@ class ShenSimulation(SubspaceModel):
 
     # ------------------------------------------------------------------ the map c(r)
     def coordinates(self, r: np.ndarray) -> np.ndarray:
-        """``c(r) = E_p p + D^(z)`` (k,), the PCA coordinates of generalized ``r``."""
+        """``c(r) = E_p p + D^(z)`` or ``E_p p + D^(p, z)`` (k,), the PCA coordinates of
+        generalized ``r``."""
         c = np.zeros(self.k)
         c[: self.n_p] = r[: self.n_p]
         if self.n_z:
-            c += self.decoder.forward(r[self.n_p :])
+            c += self.decoder.forward(r[self._d0 :])
         return c
 
     def tangent(self, r: np.ndarray) -> np.ndarray:
@@ -262,7 +297,7 @@ class ShenSimulation(SubspaceModel):
         Jt = np.zeros((self.k, self.n))
         Jt[: self.n_p, : self.n_p] = np.eye(self.n_p)
         if self.n_z:
-            Jt[:, self.n_p :] = self.decoder.jacobian(r[self.n_p :])
+            Jt[:, self._d0 :] += self.decoder.jacobian(r[self._d0 :])
         return Jt
 
     # ---------------------------------------------------------------------- state
@@ -323,7 +358,8 @@ class ShenSimulation(SubspaceModel):
     def encode_q(self, q: np.ndarray, refine: bool = True) -> np.ndarray:
         """Generalized ``r`` (n,) whose ``c(r)`` is closest to PCA coordinates ``q`` (k,) in
         the ``M~`` metric: ``p`` is read off (the linear part is M-orthogonal to the rest),
-        ``z`` starts at the encoder's output and is polished by Levenberg-Marquardt."""
+        ``z`` starts at the encoder's output and is polished by Levenberg-Marquardt (with
+        ``D(p, z)`` on ``p`` and ``z`` together: ``p`` then moves the decoder's part too)."""
         q = np.asarray(q, dtype=float).reshape(self.k)
         p = q[: self.n_p]
         if not self.n_z:
@@ -333,46 +369,49 @@ class ShenSimulation(SubspaceModel):
             if self.encoder is not None
             else (getattr(self, "z_rest", np.zeros(self.n_z)).copy())
         )
+        r = np.concatenate([p, z])
         if refine or self.encoder is None:
-            z = self._fit(q, z)
-        return np.concatenate([p, z])
+            r = self._fit(q, r)
+        return r
 
     def closest_q(self, y: np.ndarray) -> np.ndarray:
         """PCA coordinates of the subspace's closest shape to ``y`` (n, 3) (pins' frame)."""
         return self.coordinates(self.encode_q(super().closest_q(y)))
 
-    def _fit(self, q: np.ndarray, z: np.ndarray, iters: int = 30) -> np.ndarray:
-        """Levenberg-Marquardt on ``1/2 |D^(z) - q_tail|^2_{M~}`` from ``z``."""
-        n_p = self.n_p
-        Mr = self.M_red[n_p:, n_p:]
-        target = q[n_p:]
+    def _fit(self, q: np.ndarray, r: np.ndarray, iters: int = 30) -> np.ndarray:
+        """Levenberg-Marquardt on ``1/2 |c(r) - q|^2_{M~}`` over ``r[d0:]`` (``z``, or all of
+        ``r`` with ``D(p, z)``) from ``r``."""
+        d0, Mr = self._d0, self.M_red
+        r = r.copy()
 
-        def cost(zz):
-            d = self.decoder.forward(zz)[n_p:] - target
+        def cost(x):
+            rr = np.concatenate([r[:d0], x])
+            d = self.coordinates(rr) - q
             return 0.5 * d @ Mr @ d, d
 
-        c, d = cost(z)
+        x = r[d0:]
+        c, d = cost(x)
         lam = 1e-8
         for _ in range(iters):
-            J = self.decoder.jacobian(z)[n_p:]
+            J = self.tangent(np.concatenate([r[:d0], x]))[:, d0:]
             A, b = J.T @ Mr @ J, J.T @ (Mr @ d)
             if c <= 0 or not np.any(b):
                 break
             for _ in range(20):
-                Ad = A + lam * (np.diag(np.diag(A)) + 1e-12 * np.trace(A) * np.eye(self.n_z))
-                dz = -np.linalg.lstsq(Ad, b, rcond=None)[0]
-                ct, dt = cost(z + dz)
+                Ad = A + lam * (np.diag(np.diag(A)) + 1e-12 * np.trace(A) * np.eye(len(x)))
+                dx = -np.linalg.lstsq(Ad, b, rcond=None)[0]
+                ct, dt = cost(x + dx)
                 if np.isfinite(ct) and ct < c:
                     break
                 lam *= 10
             else:
                 break
             rel = (c - ct) / max(c, 1e-300)
-            z, c, d = z + dz, ct, dt
+            x, c, d = x + dx, ct, dt
             lam = max(lam / 10, 1e-12)
             if rel < 1e-12:
                 break
-        return z
+        return np.concatenate([r[:d0], x])
 
     # --------------------------------------------------------------------- forces
     def _elastic(self, q: np.ndarray, order: int, project: bool = False):
@@ -417,20 +456,20 @@ class ShenSimulation(SubspaceModel):
             x_sub = self._X_sub + (self._U_sub_flat @ c_n).reshape(-1, 3)
             He = self.sub_fem.element_terms(x_sub, self.weights, True, True)[2]
             D = D + s.damping_beta * self._U_elem_flat.T @ (He @ self.U_elem).reshape(-1, self.k)
-        fict, third, dec = self.fictitious, self.third, self.decoder
+        fict, third, dec, d0 = self.fictitious, self.third, self.decoder, self._d0
 
         def system(r: np.ndarray, jacobian: bool):
             t0 = time.perf_counter()
             a = r - r_n - h * rdot_n
-            dz = (r - r_n)[n_p:]
+            dz = (r - r_n)[d0:]
             Jt = np.zeros((self.k, n))
             Jt[:n_p, :n_p] = np.eye(n_p)
             c = np.zeros(self.k)
             c[:n_p] = r[:n_p]
             Hdd = None
             if self.n_z:
-                z = r[n_p:]
-                v = a[n_p:] + (2.0 * dz if fict else 0.0)
+                z = r[d0:]
+                v = a[d0:] + (2.0 * dz if fict else 0.0)
                 jt = jet(
                     dec,
                     z,
@@ -440,7 +479,7 @@ class ShenSimulation(SubspaceModel):
                 )
                 self.evaluations += 1
                 c += jt.y
-                Jt[:, n_p:] = jt.J
+                Jt[:, d0:] += jt.J
                 Hdd = jt.Hdd if fict else None
             t_der = time.perf_counter() - t0
             e_el, f_int, K = self._elastic(c, 2 if jacobian else 1)
@@ -460,8 +499,8 @@ class ShenSimulation(SubspaceModel):
             if self.n_z:
                 t1 = time.perf_counter()
                 curv = jt.Hv if jt.Sdd is None else jt.Hv + jt.Sdd
-                A[:, n_p:] += Jt.T @ (Mr @ curv)
-                A[n_p:, n_p:] += jt.left_hessian(g)
+                A[:, d0:] += Jt.T @ (Mr @ curv)
+                A[d0:, d0:] += jt.left_hessian(g)
                 t_der += time.perf_counter() - t1
             return phi, A, c, t_der
 
@@ -643,11 +682,11 @@ class ShenSimulation(SubspaceModel):
             Jt[:n_p, :n_p] = np.eye(n_p)
             rest = Mr / h**2 + D / h + (0.0 if H_c is None else H_c)
             if self.n_z:
-                jt = jet(dec, r[n_p:])
-                Jt[:, n_p:] = jt.J
+                jt = jet(dec, r[self._d0 :])
+                Jt[:, self._d0 :] += jt.J
             H = Jt.T @ (rest + K) @ Jt
             if self.n_z:
-                H[n_p:, n_p:] += jt.left_hessian(g)  # the manifold's curvature term
+                H[self._d0 :, self._d0 :] += jt.left_hessian(g)  # the manifold's curvature
 
             def gauss_newton():  # J~^T (M~/h^2 + K+ + D~/h + H_c) J~, K+ PSD-projected
                 Kp = self._elastic(c, 2, project=True)[2]
@@ -688,7 +727,7 @@ class ShenSimulation(SubspaceModel):
         dc = np.zeros(self.k)
         dc[: self.n_p] = d[: self.n_p]
         if self.n_z:
-            dc += self.decoder.jvp(r[self.n_p :], d[self.n_p :])[1]
+            dc += self.decoder.jvp(r[self._d0 :], d[self._d0 :])[1]
         return float(np.abs(self._U_sub_flat @ dc).max())
 
 
@@ -730,6 +769,7 @@ def save(
     decoder: MLP,
     encoder: MLP | None,
     metadata: dict | None = None,
+    decoder_sees_p: bool = False,
 ) -> Path:
     """Write a Shen 2021 model file.
 
@@ -737,7 +777,8 @@ def save(
     ----------
     subspace : the PCA basis ``V`` (3n, k), M-orthonormal; its first ``n_p`` columns are the
         linear part
-    decoder : ``D``: (n_z,) -> (k,) (stored with prefix ``dec_``; filtered when loaded)
+    decoder : ``D``: (n_z,) -> (k,), or (n_p + n_z,) -> (k,) with ``decoder_sees_p`` (stored
+        with prefix ``dec_``; filtered when loaded)
     encoder : (k,) -> (n_z,) or None (prefix ``enc_``)
     The rest as :func:`.autoencoder.save`.
     """
@@ -758,7 +799,8 @@ def save(
             "decoder": dec_meta,
             "encoder": enc_meta,
             "n_p": int(n_p),
-            "n_z": int(decoder.in_dim),
+            "n_z": int(decoder.in_dim - (n_p if decoder_sees_p else 0)),
+            "decoder_sees_p": bool(decoder_sees_p),
             "k": int(subspace.k),
             **(metadata or {}),
         }
@@ -782,6 +824,7 @@ def load(model, *, settings: SimSettings | None = None, colliders=None) -> ShenS
         args.pop("settings"),
         encoder=encoder,
         fictitious=bool(meta.get("fictitious", True)),
+        decoder_sees_p=bool(meta.get("decoder_sees_p", False)),
         **args,
     )
 
@@ -881,6 +924,15 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         "subspace (0: none)",
         minimum=0,
         maximum=1_000_000,
+        advanced=True,
+    ),
+    Setting(
+        "decoder_sees_p",
+        "bool",
+        True,
+        "Decoder Reads p",
+        "The nonlinear part depends on the linear coordinates too, u = U p + D(p, z) "
+        "(the shapes a large bend brings with it follow p); off: the paper's D(z)",
         advanced=True,
     ),
     Setting(
