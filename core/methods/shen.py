@@ -28,7 +28,8 @@ matters: whip 42.2 mm with it, 41.4 without; swung arm 3 + 1 under 0.1 mm apart 
 3 + 2 (``bench/shen.py``, 3,000 epochs): closest shapes 6.1 mm against PCA-5's 18.1 (0.34x;
 Fulton at 5 DOFs: 7.7), but the eq. (10) replay is 267.3 mm against PCA-5's 215.4 (5.8
 Newton iterations a step), while the same manifold without the fictitious force or with
-the variational step replays 136.2 mm (0.63x; 3.6 iterations). A reading, not verified:
+the variational step replays 136.2 mm (0.63x; 3.6 iterations). The 267.3 mm bake had 4
+Newton stalls (variational fallbacks), the other (136.2 mm) none. A reading, not verified:
 with ``D(p, z)`` the manifold curves along ``p``, which moves far in one step of a large
 swing, and eq. (10)'s ``J~ a + H^[Delta r, Delta r]`` is a truncated expansion of
 ``c(r) - c_n - h c'_n`` that the position-based step does not truncate (``D(z)`` at 3 + 2:
