@@ -23,8 +23,20 @@ Measured on the swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs, whole ba
 out): closest shapes 11.5 mm against PCA-4's 28.0 (``D(z)``: 22.3 mm), replay 176.9 against
 451.0 mm (``D(z)``: 297); the whip of ``bench/shen.py`` (3 + 2, 3,000 epochs) 2.1 / 42.2 mm
 against PCA-5's 12.4 / 473.3 (``D(z)``: 5.2 / 291). The fictitious force then hardly
-matters: whip 42.2 mm with it, 41.4 without; swung arm under 0.1 mm apart (with ``D(z)`` it
-was what made the whip beat PCA in motion). The tables below are ``D(z)``'s.
+matters: whip 42.2 mm with it, 41.4 without; swung arm 3 + 1 under 0.1 mm apart (with
+``D(z)`` it was what made the whip beat PCA in motion). Not solved: the swung arm at
+3 + 2 (``bench/shen.py``, 3,000 epochs): closest shapes 6.1 mm against PCA-5's 18.1 (0.34x;
+Fulton at 5 DOFs: 7.7), but the eq. (10) replay is 267.3 mm against PCA-5's 215.4 (5.8
+Newton iterations a step), while the same manifold without the fictitious force or with
+the variational step replays 136.2 mm (0.63x; 3.6 iterations). The 267.3 mm bake had 4
+Newton stalls (variational fallbacks), the other (136.2 mm) none. A reading, not verified:
+with ``D(p, z)`` the manifold curves along ``p``, which moves far in one step of a large
+swing, and eq. (10)'s ``J~ a + H^[Delta r, Delta r]`` is a truncated expansion of
+``c(r) - c_n - h c'_n`` that the position-based step does not truncate (``D(z)`` at 3 + 2:
+220 mm, PCA-5 215). Cost (``--speed``, 21,504 tets, 10 + 5):
+4.78 ms per step against 4.44 for ``D(z)`` (183x / 197x full space's 874 ms, one run on the
+shared machine), decoder work 228 against 197 us per Newton iteration (0.73 ms per step).
+The tables below are ``D(z)``'s.
 In the basis coordinates the mass matrix is ``M~ = V^T M V`` (the identity for our basis)
 and every force is reduced by ``V^T``; cubature, contact and Rayleigh damping are the other
 subspace runtimes' (:mod:`.common`) on ``V``.
