@@ -246,6 +246,9 @@ def _primary_bakes(caches, meshes, mesh_of, train, val, primary, material, all_d
         warnings.append(
             "Only one bake: nothing is held out, so the validation error is the training error. "
             "Bake more variants for an honest error."
+            if len(caches) == 1
+            else "Nothing is held out (validation fraction 0), so the validation error is the "
+            "training error. Hold out a share of the bakes for an honest error."
         )
     spec = physics_of(all_ds)[1]
     return TrainingBakes(ds, spec, material, m.X, m.T, m.pinned, m.mass, tr, va, warnings)
