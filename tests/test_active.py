@@ -173,6 +173,15 @@ def test_held_out_refit_and_markers(trained):
     assert whole < 0.001  # the goal, with only 6 training keys here
     assert whole < 0.8 * pca  # better than surface PCA with as many dimensions (0.69x)
     assert marker < 2.0 * whole + 1e-5
+    # the trainer reports the same judgement on every held-out key (the panel's validation
+    # error): its codes refitted on the whole skin, beside surface PCA
+    print(
+        f"trainer's held-out report: mean {straight['held_out_mean_error_m'] * 1000:.3f} mm "
+        f"(PCA {straight['held_out_pca_mean_error_m'] * 1000:.3f}), largest vertex "
+        f"{straight['max_error_val_m'] * 1000:.3f} mm"
+    )
+    assert straight["held_out_mean_error_m"] < 0.8 * straight["held_out_pca_mean_error_m"]
+    assert straight["held_out_mean_error_m"] < straight["max_error_val_m"] < 0.01
     # a marker animation (toward the held-out key): Levenberg-Marquardt with the exact
     # Jacobian at every accepted step, with the previous frame's Jacobian and Broyden
     # updates, and the joint code-and-equilibrium iteration (SQP, the default)

@@ -356,8 +356,10 @@ def fit(
     model.cub_elements, model.cub_weights, cub_err = fit_cubature(
         model, z_all, x_cache, jaws=jaws, seed=s["seed"]
     )
+    held = held_out_errors(model, rig, keys, say)
     meta = {
         "settings": s,
+        **held,
         "train_error_m": history[-1] if history else None,
         "warm_error_m": warm_err,
         "n_train": int(N),
@@ -384,6 +386,40 @@ def fit(
         "dofs": int(d),
         "cubature_elements": len(model.cub_elements),
         "cubature_error": cub_err,
+        **held,
+    }
+
+
+def held_out_errors(model: ActiveModel, rig: FaceRig, keys: ShapeKeys, say) -> dict:
+    """The fit judged on the keys it never saw: each held-out key's latent code refitted to
+    its whole skin (eq. 17, the full solve, as Fit Sliders to Key does), beside surface PCA
+    of the training keys with as many dimensions (the key's orthogonal projection).
+
+    Returns ``max_error_val_m`` (the largest skin vertex error over the held-out keys, what
+    the panel shows as the validation error), ``held_out_mean_error_m`` (mean over their skin
+    vertices) and ``held_out_pca_mean_error_m``; empty when no key is held out.
+    """
+    held = np.flatnonzero(keys.held_out)
+    if not len(held):
+        return {}
+    say(0.98, f"held-out keys: refitting the code of {len(held)}")
+    full = ActiveFace(model, solve="full")
+    D = (keys.positions[~keys.held_out] - rig.skin_V).reshape(int((~keys.held_out).sum()), -1)
+    basis = np.linalg.svd(D, full_matrices=False)[2][: model.latent_dim]
+    worst, means, pca = 0.0, [], []
+    for j in held:
+        t = keys.positions[j]
+        z, x, _, _ = full.fit_latent(
+            t, jaw=model.jaw_matrix(keys.jaw[j]), z0=np.zeros(model.latent_dim), pull=1e-9
+        )
+        d = np.linalg.norm(rig.skin.apply(x) - t, axis=-1)
+        worst, means = max(worst, float(d.max())), [*means, float(d.mean())]
+        r = (t - rig.skin_V).reshape(-1)
+        pca.append(float(np.linalg.norm((r - basis.T @ (basis @ r)).reshape(-1, 3), axis=1).mean()))
+    return {
+        "max_error_val_m": worst,
+        "held_out_mean_error_m": float(np.mean(means)),
+        "held_out_pca_mean_error_m": float(np.mean(pca)),
     }
 
 
