@@ -477,6 +477,21 @@ def test_training_resumes_from_its_checkpoint_to_the_same_model(block, tmp_path)
         np.testing.assert_array_equal(Wa, Wb)
 
 
+def test_a_network_the_weight_decay_pulled_to_zero_is_reported(block, tmp_path):
+    """Adam's coupled weight decay shrinks each weight by about the learning rate a step while
+    the zero last layer gives the hidden ones no gradient: with many windows an epoch (20
+    bakes of the block, bench/snp.py --accuracy) every weight reached 0 and the model was eq.
+    (1) alone. The trainer says so (here forced with weight decay 1 on the 4 bakes)."""
+    s = SNPSettings(epochs=40, weight_decay=1.0, rollout=False)
+    res = train_snp(block.paths, tmp_path / "d.nrmodel", s, checkpoint_dir=tmp_path / "d")
+    sim, _ = registry.load_simulator(res["model"])
+    largest = max(float(np.abs(W).max()) for W in sim.p.net.W[:-1])
+    dead = [w for w in res["warnings"] if "pulled the network's weights to zero" in w]
+    print(f"weight decay 1, 40 epochs: largest hidden weight {largest:.1e}; {dead}")
+    assert largest < 1e-6 and len(dead) == 1
+    assert not [w for w in block.res["warnings"] if "pulled" in w]  # the default: alive
+
+
 def test_record_settings_and_registration():
     from dataclasses import asdict, fields
 

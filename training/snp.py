@@ -510,6 +510,10 @@ def rollout(
     return torch.stack(out, dim=1)
 
 
+#: The largest hidden weight (absolute) of a network the weight decay has pulled to zero.
+DEAD_WEIGHT = 1e-6
+
+
 def window_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, dt: float) -> torch.Tensor:
     """Algorithm 1's loss: mean absolute error of positions and of velocities over frames
     2..S-1 of the windows, in units of ``scale`` (pred, target: (B, S, u))."""
@@ -909,6 +913,17 @@ def train(
         run.warnings.append(
             f"The time budget ({s.time_budget:g} s) ended the training after "
             f"{state['epoch']} of {s.epochs} epochs; raise Time Budget for a better model."
+        )
+
+    hidden = [m.weight for m in net_t if isinstance(m, torch.nn.Linear)][:-1]
+    if max(float(w.detach().abs().max()) for w in hidden) < DEAD_WEIGHT:
+        # Adam's weight decay (added to the gradient, then normalized) shrinks every weight by
+        # about the learning rate each step while the zero last layer gives the hidden ones no
+        # loss gradient: with many windows per epoch they reach zero before the network learns
+        # (20 bakes of the block of bench/snp.py --accuracy: every weight 0 after 400 epochs)
+        run.warnings.append(
+            f"The weight decay ({s.weight_decay:g}) pulled the network's weights to zero: the "
+            "model is its initial model alone. Lower Weight Decay (1e-4) or the learning rate."
         )
 
     # 6. export, check, measure
