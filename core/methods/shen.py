@@ -170,6 +170,8 @@ _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 30
 #: Levenberg-Marquardt tries (lam x10 each) of the fallback.
 _LM_TRIES = 12
+#: Times a stalled step is halved (two eq. (10) steps of h / 2) before the variational step.
+_MAX_SPLITS = 1
 
 
 class ShenSimulation(SubspaceModel):
@@ -213,6 +215,10 @@ class ShenSimulation(SubspaceModel):
         coordinates ``c(r)`` and ``J~ rdot`` (the other subspace runtimes' ``q``)
     evaluations : decoder jets so far (each is one Newton iteration's derivative work)
     fallbacks : steps Newton on ``phi`` stalled in and the variational step was taken
+    split_stalls : halve a step Newton stalls in (two eq. (10) steps of ``h / 2``) before
+        taking the variational step; the default where the decoder reads ``p`` (module
+        docstring, "Newton")
+    splits : stalled steps taken as two half steps
     variational_steps : steps taken by the variational step from the start (in contact, or
         every step with ``variational``)
     """
@@ -288,6 +294,9 @@ class ShenSimulation(SubspaceModel):
         self.variational_steps = 0
         self.evaluations = 0
         self.fallbacks = 0
+        self.splits = 0
+        # a stalled step is halved (two eq. (10) steps of h / 2) where the decoder reads p
+        self.split_stalls = bool(self.n_z) and self._d0 == 0
         self.z_rest = self.encode_q(np.zeros(k))[n_p:]
         self.reset()
 
@@ -524,7 +533,9 @@ class ShenSimulation(SubspaceModel):
         """
         return run_frame(self, inputs, self._implicit_euler, "Shen")
 
-    def _implicit_euler(self, h: float, f_ext: np.ndarray, colliders, pose=None) -> StepReport:
+    def _implicit_euler(
+        self, h: float, f_ext: np.ndarray, colliders, pose=None, depth: int = 0
+    ) -> StepReport:
         """One implicit Euler step (Newton on ``phi`` with the merit line search, the
         Levenberg-Marquardt step where Newton's fails, and the variational fallback when
         Newton stalls); updates the state."""
@@ -551,16 +562,61 @@ class ShenSimulation(SubspaceModel):
                 self._advance_frame(None)
             return rep
         system = self._system(h, f, colliders)
-        r = self.r + h * self.rdot  # warm start
         tol = s.newton_tol * self.length_scale
         rep.timings["decoder"] = 0.0  # the decoder's derivatives (jet, left contraction)
+        rep.converged = False
+        r, c, step = self._newton(system, self.r + h * self.rdot, tol, rep)  # warm start
+        if not rep.converged and self.split_stalls and depth < _MAX_SPLITS:
+            # Newton stalled: the step moves r too far for eq. (10)'s expansion (see the
+            # module docstring). Two implicit Euler steps of h / 2 on eq. (10) instead, kept
+            # when both converge with no variational step anywhere in them
+            saved = (self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev)
+            counts = (self.fallbacks, self.splits)
+            split_ok = True
+            for _ in range(2):
+                half = self._implicit_euler(h / 2, f_ext, colliders, pose, depth + 1)
+                rep.merge(half)
+                if not half.converged or self.fallbacks > counts[0]:
+                    split_ok = False
+                    break
+            if split_ok:
+                rep.converged = rep.line_search_ok = True
+                rep.substeps = 1
+                self.splits += 1
+                return rep
+            self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev = saved
+            self.fallbacks, self.splits = counts
+            rep.substeps = 1
+        if not rep.converged:
+            # Newton stalled at the smallest step: take the variational step instead
+            t0 = time.perf_counter()
+            r, c, conv, ok, iters, step = self._variational_step(h, f, colliders, tol)
+            rep.timings["line_search"] += time.perf_counter() - t0
+            rep.newton_iters += iters
+            self.fallbacks += 1
+            rep.converged, rep.line_search_ok = conv, ok
+        rep.residual = step / self.length_scale
+        if np.all(np.isfinite(r)) and (rep.converged or rep.line_search_ok):
+            self.rdot = (r - self.r) / h
+            self.r = r
+            self.qdot = (c - self.q) / h
+            self.q = c
+            self._advance_frame(None)
+        return rep
+
+    def _newton(self, system, r: np.ndarray, tol: float, rep: StepReport):
+        """Newton on ``phi`` from ``r`` (the merit line search, the Levenberg-Marquardt step
+        where Newton's fails); sets ``rep.converged``. Returns ``(r, c(r), last step (m))``:
+        not converged when Newton stalled (three Levenberg-Marquardt steps in a row) or ran
+        out of iterations."""
+        s = self.settings
+        c = None
         t0 = time.perf_counter()
         phi, A, c, t_dec = system(r, True)
         rep.timings["derivatives"] += time.perf_counter() - t0
         rep.timings["decoder"] += t_dec
         m = 0.5 * phi @ phi
         step = np.inf
-        rep.converged = False
         lm_run = 0  # consecutive Levenberg-Marquardt steps: Newton has stalled at 3
         for _ in range(max(int(s.max_newton_iters), 1)):
             if not (np.isfinite(m) and np.all(np.isfinite(A))):
@@ -610,7 +666,7 @@ class ShenSimulation(SubspaceModel):
                     lam *= 10
             rep.timings["line_search"] += time.perf_counter() - t0
             if not accepted or lm_run >= 3:
-                break  # stalled: the variational fallback below
+                break  # stalled: the caller halves the step or takes the variational one
             step = self._displacement(r, t * d)
             r = r + t * d
             if reuse:
@@ -624,23 +680,9 @@ class ShenSimulation(SubspaceModel):
             if step <= tol:
                 rep.converged = True
                 break
-        if not rep.converged:
-            # Newton stalled at a minimum of |phi|^2 that is not a root (the decoder's tangent
-            # space nearly singular there): take the variational step instead
-            t0 = time.perf_counter()
-            r, c, conv, ok, iters, step = self._variational_step(h, f, colliders, tol)
-            rep.timings["line_search"] += time.perf_counter() - t0
-            rep.newton_iters += iters
-            self.fallbacks += 1
-            rep.converged, rep.line_search_ok = conv, ok
-        rep.residual = step / self.length_scale
-        if np.all(np.isfinite(r)) and (rep.converged or rep.line_search_ok):
-            self.rdot = (r - self.r) / h
-            self.r = r
-            self.qdot = (c - self.q) / h
-            self.q = c
-            self._advance_frame(None)
-        return rep
+        if c is None:
+            c = self.coordinates(r)
+        return r, c, step
 
     def _touching(self, h: float, cols) -> bool:
         """Whether the collider penalty acts now or at the warm start ``r + h rdot``: the
