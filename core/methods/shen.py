@@ -42,7 +42,9 @@ fallbacks ``z`` drifts out of the training range (to -24, -34), while two eq. (1
 motion. So a stalled step is halved first (``split_stalls``, the default where the decoder
 reads ``p``; once, kept when both halves converge without a fallback): that bake 27.8 mm,
 no fallback, 2 halved steps, 6.2 Newton iterations a step; the replay over both held-out
-bakes 136.2 mm, 0.63x PCA-5's. With ``D(z)`` the stalls are minima of ``|phi|^2`` that are
+bakes 136.2 mm, 0.63x PCA-5's. The stall is found late (about 40 crawling iterations); calling
+three line-search steps under 1/16 (or 1/64, 1/256) of Newton's a stall cut that bake's
+iterations to 5.1 a step but the halves then crawled too: 2 fallbacks (25.4 mm), not taken. With ``D(z)`` the stalls are minima of ``|phi|^2`` that are
 not roots (below) and halving leads ``z`` astray (the convergence test's random decoder), so
 there the fallback stays the step (``D(z)`` at 3 + 2:
 220 mm, PCA-5 215). Cost (``--speed``, 21,504 tets, 10 + 5):
