@@ -265,3 +265,42 @@ def test_animated_pins_are_refused(setup):
     with pytest.raises(SimulationError, match="animated pins"):
         sim.step(FrameInputs(pin_targets=targets))
     assert sim.frame == 0
+
+
+def test_a_stalled_step_is_two_half_steps_or_the_plain_fallback(setup):
+    """With the decoder reading p, a step Newton stalls in (a hard poke) is taken as two
+    eq. (10) steps of h / 2, the state ``substeps`` 2 reaches, with no variational fallback;
+    when a half stalls too (one Newton iteration allowed), the split is undone and the state
+    is the variational fallback's, as with ``split_stalls`` off."""
+    f = pokes(setup[0], 4, seed=1, scale=10.0)
+    base = p_reading(setup)
+    for fi in f[:3]:
+        assert base.step(FrameInputs(forces=fi)).converged
+    state = base.get_state()
+
+    def run(max_iters=50, substeps=1, split=True, constant_force=False):
+        s = SimSettings(dt=1 / 24, substeps=substeps, newton_tol=1e-10, max_newton_iters=max_iters)
+        sim = p_reading(setup, settings=s)
+        sim.set_state(state)
+        sim.split_stalls = split
+        if constant_force:  # substeps interpolate the force from the last frame's; a split not
+            sim.f_ext = sim.project_forces(f[3])
+        rep = sim.step(FrameInputs(forces=f[3]))
+        return sim, rep
+
+    plain, rep_plain = run(split=False)
+    split, rep = run()
+    halves, _ = run(substeps=2, constant_force=True)
+    gap = float(np.abs(split.r - halves.r).max())
+    print(
+        f"without halving: {plain.fallbacks} fallback, {rep_plain.newton_iters} iterations; "
+        f"halved: {split.splits} split, {split.fallbacks} fallbacks, {rep.newton_iters} "
+        f"iterations, |r - r(substeps 2)| = {gap:.1e}"
+    )
+    assert plain.fallbacks == 1 and plain.splits == 0
+    assert split.splits == 1 and split.fallbacks == 0 and rep.converged and gap < 1e-8
+    failed, _ = run(1)  # the halves stall too: undone, the fallback's state
+    plain, _ = run(1, split=False)
+    print(f"one iteration at most: splits {failed.splits}, fallbacks {failed.fallbacks}")
+    assert failed.splits == 0 and failed.fallbacks == 1 and plain.fallbacks == 1
+    assert np.array_equal(failed.r, plain.r) and np.array_equal(failed.rdot, plain.rdot)

@@ -24,15 +24,29 @@ out): closest shapes 11.5 mm against PCA-4's 28.0 (``D(z)``: 22.3 mm), replay 17
 451.0 mm (``D(z)``: 297); the whip of ``bench/shen.py`` (3 + 2, 3,000 epochs) 2.1 / 42.2 mm
 against PCA-5's 12.4 / 473.3 (``D(z)``: 5.2 / 291). The fictitious force then hardly
 matters: whip 42.2 mm with it, 41.4 without; swung arm 3 + 1 under 0.1 mm apart (with
-``D(z)`` it was what made the whip beat PCA in motion). Not solved: the swung arm at
-3 + 2 (``bench/shen.py``, 3,000 epochs): closest shapes 6.1 mm against PCA-5's 18.1 (0.34x;
-Fulton at 5 DOFs: 7.7), but the eq. (10) replay is 267.3 mm against PCA-5's 215.4 (5.8
-Newton iterations a step), while the same manifold without the fictitious force or with
-the variational step replays 136.2 mm (0.63x; 3.6 iterations). The 267.3 mm bake had 4
-Newton stalls (variational fallbacks), the other (136.2 mm) none. A reading, not verified:
-with ``D(p, z)`` the manifold curves along ``p``, which moves far in one step of a large
-swing, and eq. (10)'s ``J~ a + H^[Delta r, Delta r]`` is a truncated expansion of
-``c(r) - c_n - h c'_n`` that the position-based step does not truncate (``D(z)`` at 3 + 2:
+``D(z)`` it was what made the whip beat PCA in motion). The swung arm at 3 + 2
+(``bench/shen.py``, 3,000 epochs): closest shapes 6.1 mm against PCA-5's 18.1 (0.34x;
+Fulton at 5 DOFs: 7.7); the eq. (10) replay was 267.3 mm against PCA-5's 215.4, from one
+held-out bake (the other 136.2) with 4 Newton stalls taken by the variational fallback.
+Why (measured on that bake, frame by frame against the variational step on the same
+manifold): the decoder's Jacobian in ``z`` is small (singular values 0.02 and 0.017 against
+1 for ``p``), so ``z`` moves 0.2-0.7 in one step of the large swing while the shape hardly
+moves, and eq. (10)'s inertia ``J~ a + H^[Delta r, Delta r]``, an expansion of
+``c(r) - c_n - h c'_n`` truncated after second order, is poor over such a step: Newton then
+crawls along a valley of ``|phi|^2`` (Armijo steps of 1/256 to 1/32 of the Newton step for
+40 iterations, ``|phi|^2`` 2.0e-3 to 1.9e-3) toward a root that is there (the variational
+minimizer has ``|phi|`` 4e-5). Neither the merit nor the damping is the fault: Newton on
+eq. (10) from the variational minimizer (its root) replays worse, 331 mm, and after the
+fallbacks ``z`` drifts out of the training range (to -24, -34), while two eq. (10) steps of
+``h / 2`` (``substeps`` 2 everywhere: 78.0 mm, no stall) follow the variational step's
+motion. So a stalled step is halved first (``split_stalls``, the default where the decoder
+reads ``p``; once, kept when both halves converge without a fallback): that bake 27.8 mm,
+no fallback, 2 halved steps, 6.2 Newton iterations a step; the replay over both held-out
+bakes 136.2 mm, 0.63x PCA-5's. The stall is found late (about 40 crawling iterations); calling
+three line-search steps under 1/16 (or 1/64, 1/256) of Newton's a stall cut that bake's
+iterations to 5.1 a step but the halves then crawled too: 2 fallbacks (25.4 mm), not taken. With ``D(z)`` the stalls are minima of ``|phi|^2`` that are
+not roots (below) and halving leads ``z`` astray (the convergence test's random decoder), so
+there the fallback stays the step (``D(z)`` at 3 + 2:
 220 mm, PCA-5 215). Cost (``--speed``, 21,504 tets, 10 + 5):
 4.78 ms per step against 4.44 for ``D(z)`` (183x / 197x full space's 874 ms, one run on the
 shared machine), decoder work 228 against 197 us per Newton iteration (0.73 ms per step).
@@ -81,7 +95,8 @@ position-based implicit Euler potential on the same manifold, which has a minimi
 the paper's pose weighting (2 fallbacks in 73 held-out frames): ``|phi|`` falls linearly to
 a plateau (1.4e-1 ... 3.5e-3, 3.44e-3, 3.41e-3, 3.41e-3; and 1.5e-2 ... 6.0e-3) and stays:
 a minimum of the merit that is not a root, where no line search or damping helps, so the
-fallback is the right step there. Models trained without the weighting and with the linear
+fallback is the right step there (with ``D(p, z)`` a stall is first halved, see above).
+Models trained without the weighting and with the linear
 warm-up (``training/shen.py``) took no fallback on the held-out replays of either scene. ``third=False`` drops ``S`` from the matrix (an inexact
 Newton: linear instead of quadratic convergence; the tests measure both). Warm start:
 ``r_n + h r'_n``. The step stops when the displacement of the Newton step on the cubature
@@ -170,6 +185,8 @@ _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 30
 #: Levenberg-Marquardt tries (lam x10 each) of the fallback.
 _LM_TRIES = 12
+#: Times a stalled step is halved (two eq. (10) steps of h / 2) before the variational step.
+_MAX_SPLITS = 1
 
 
 class ShenSimulation(SubspaceModel):
@@ -213,6 +230,10 @@ class ShenSimulation(SubspaceModel):
         coordinates ``c(r)`` and ``J~ rdot`` (the other subspace runtimes' ``q``)
     evaluations : decoder jets so far (each is one Newton iteration's derivative work)
     fallbacks : steps Newton on ``phi`` stalled in and the variational step was taken
+    split_stalls : halve a step Newton stalls in (two eq. (10) steps of ``h / 2``) before
+        taking the variational step; the default where the decoder reads ``p`` (module
+        docstring, "Newton")
+    splits : stalled steps taken as two half steps
     variational_steps : steps taken by the variational step from the start (in contact, or
         every step with ``variational``)
     """
@@ -288,6 +309,9 @@ class ShenSimulation(SubspaceModel):
         self.variational_steps = 0
         self.evaluations = 0
         self.fallbacks = 0
+        self.splits = 0
+        # a stalled step is halved (two eq. (10) steps of h / 2) where the decoder reads p
+        self.split_stalls = bool(self.n_z) and self._d0 == 0
         self.z_rest = self.encode_q(np.zeros(k))[n_p:]
         self.reset()
 
@@ -524,7 +548,9 @@ class ShenSimulation(SubspaceModel):
         """
         return run_frame(self, inputs, self._implicit_euler, "Shen")
 
-    def _implicit_euler(self, h: float, f_ext: np.ndarray, colliders, pose=None) -> StepReport:
+    def _implicit_euler(
+        self, h: float, f_ext: np.ndarray, colliders, pose=None, depth: int = 0
+    ) -> StepReport:
         """One implicit Euler step (Newton on ``phi`` with the merit line search, the
         Levenberg-Marquardt step where Newton's fails, and the variational fallback when
         Newton stalls); updates the state."""
@@ -551,16 +577,61 @@ class ShenSimulation(SubspaceModel):
                 self._advance_frame(None)
             return rep
         system = self._system(h, f, colliders)
-        r = self.r + h * self.rdot  # warm start
         tol = s.newton_tol * self.length_scale
         rep.timings["decoder"] = 0.0  # the decoder's derivatives (jet, left contraction)
+        rep.converged = False
+        r, c, step = self._newton(system, self.r + h * self.rdot, tol, rep)  # warm start
+        if not rep.converged and self.split_stalls and depth < _MAX_SPLITS:
+            # Newton stalled: the step moves r too far for eq. (10)'s expansion (see the
+            # module docstring). Two implicit Euler steps of h / 2 on eq. (10) instead, kept
+            # when both converge with no variational step anywhere in them
+            saved = (self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev)
+            counts = (self.fallbacks, self.splits)
+            split_ok = True
+            for _ in range(2):
+                half = self._implicit_euler(h / 2, f_ext, colliders, pose, depth + 1)
+                rep.merge(half)
+                if not half.converged or self.fallbacks > counts[0]:
+                    split_ok = False
+                    break
+            if split_ok:
+                rep.converged = rep.line_search_ok = True
+                rep.substeps = 1
+                self.splits += 1
+                return rep
+            self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev = saved
+            self.fallbacks, self.splits = counts
+            rep.substeps = 1
+        if not rep.converged:
+            # Newton stalled at the smallest step: take the variational step instead
+            t0 = time.perf_counter()
+            r, c, conv, ok, iters, step = self._variational_step(h, f, colliders, tol)
+            rep.timings["line_search"] += time.perf_counter() - t0
+            rep.newton_iters += iters
+            self.fallbacks += 1
+            rep.converged, rep.line_search_ok = conv, ok
+        rep.residual = step / self.length_scale
+        if np.all(np.isfinite(r)) and (rep.converged or rep.line_search_ok):
+            self.rdot = (r - self.r) / h
+            self.r = r
+            self.qdot = (c - self.q) / h
+            self.q = c
+            self._advance_frame(None)
+        return rep
+
+    def _newton(self, system, r: np.ndarray, tol: float, rep: StepReport):
+        """Newton on ``phi`` from ``r`` (the merit line search, the Levenberg-Marquardt step
+        where Newton's fails); sets ``rep.converged``. Returns ``(r, c(r), last step (m))``:
+        not converged when Newton stalled (three Levenberg-Marquardt steps in a row) or ran
+        out of iterations."""
+        s = self.settings
+        c = None
         t0 = time.perf_counter()
         phi, A, c, t_dec = system(r, True)
         rep.timings["derivatives"] += time.perf_counter() - t0
         rep.timings["decoder"] += t_dec
         m = 0.5 * phi @ phi
         step = np.inf
-        rep.converged = False
         lm_run = 0  # consecutive Levenberg-Marquardt steps: Newton has stalled at 3
         for _ in range(max(int(s.max_newton_iters), 1)):
             if not (np.isfinite(m) and np.all(np.isfinite(A))):
@@ -610,7 +681,7 @@ class ShenSimulation(SubspaceModel):
                     lam *= 10
             rep.timings["line_search"] += time.perf_counter() - t0
             if not accepted or lm_run >= 3:
-                break  # stalled: the variational fallback below
+                break  # stalled: the caller halves the step or takes the variational one
             step = self._displacement(r, t * d)
             r = r + t * d
             if reuse:
@@ -624,23 +695,9 @@ class ShenSimulation(SubspaceModel):
             if step <= tol:
                 rep.converged = True
                 break
-        if not rep.converged:
-            # Newton stalled at a minimum of |phi|^2 that is not a root (the decoder's tangent
-            # space nearly singular there): take the variational step instead
-            t0 = time.perf_counter()
-            r, c, conv, ok, iters, step = self._variational_step(h, f, colliders, tol)
-            rep.timings["line_search"] += time.perf_counter() - t0
-            rep.newton_iters += iters
-            self.fallbacks += 1
-            rep.converged, rep.line_search_ok = conv, ok
-        rep.residual = step / self.length_scale
-        if np.all(np.isfinite(r)) and (rep.converged or rep.line_search_ok):
-            self.rdot = (r - self.r) / h
-            self.r = r
-            self.qdot = (c - self.q) / h
-            self.q = c
-            self._advance_frame(None)
-        return rep
+        if c is None:
+            c = self.coordinates(r)
+        return r, c, step
 
     def _touching(self, h: float, cols) -> bool:
         """Whether the collider penalty acts now or at the warm start ``r + h rdot``: the
