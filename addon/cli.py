@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants",
         type=_positive_int,
         metavar="N",
-        help="bakes, each with its own random motion (default: the object's, 4)",
+        help="bakes, each with its own random motion (default: the object's, 16)",
     )
     cloth.add_argument(
         "--seed",

@@ -157,10 +157,12 @@ class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
     )
     variants: IntProperty(
         name="Variants",
-        default=4,
+        default=16,
         min=1,
         soft_max=64,
-        description="Bakes, each with its own random collider and owner motion",
+        description="Bakes, each with its own random collider and owner motion (the network "
+        "learns only the motions its bakes show: 4 bakes of a poked sheet left it worse than "
+        "its initial model alone, 20 made it 0.59x)",
     )
     seed: IntProperty(name="Seed", default=0, min=0, description="Seed of the first variant")
     owner: StringProperty(
