@@ -617,10 +617,9 @@ def gather_track(
 
 
 def set_solve(sim, solve: str) -> None:
-    """Switch a face runtime between its reduced and full solve ("REDUCED", "FULL"; the
-    ``mode`` of :class:`..core.methods.active.ActiveFace`)."""
-    if hasattr(sim, "mode"):
-        sim.mode = solve.lower()
+    """Switch a face runtime (:func:`..core.facejob.face_runtime`) between its reduced and
+    full solve ("REDUCED", "FULL")."""
+    sim.mode = solve.lower()
 
 
 def _signature(track: Track) -> bytes:
@@ -660,8 +659,7 @@ class FaceDriver:
                 f"The model of '{obj.name}' is not of its face ({e}): it was trained before the "
                 "last Set Up Face; train again."
             ) from e
-        if not hasattr(self.sim, "skin_positions"):
-            raise NeuralRomError(f"The model of '{obj.name}' is not a face model: train again.")
+        facejob.face_runtime(self.sim, self.model, obj.name)
         self.n_sliders = int(np.asarray(self.model.arrays["codes"]).shape[1])
         self.key = key  # what the frames depend on besides their inputs (simulate.driver_key)
         self.read_colliders = read_colliders

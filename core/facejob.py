@@ -216,10 +216,8 @@ def simulate_face_to_pc2(
             f"Frames {first}..{last} are not in the gathered inputs ({f0}..{f0 + len(track) - 1}); "
             "run Bake Simulation again."
         )
-    sim, _ = load_model_for(spec)
-    if not hasattr(sim, "skin_positions"):
-        raise NeuralRomError(f"The model of '{name}' is not a face model: train it on the face.")
-    if spec.get("solve") and hasattr(sim, "mode"):
+    sim = face_runtime(*load_model_for(spec), name)
+    if spec.get("solve"):
         sim.mode = str(spec["solve"])
     out = Path(spec["out"])
     sim.reset()
@@ -252,6 +250,7 @@ __all__ = [
     "MeshError",
     "auto_spacing",
     "demo_face",
+    "face_runtime",
     "face_stats",
     "fit_key",
     "key_held_out",
@@ -260,6 +259,24 @@ __all__ = [
     "setup_face",
     "simulate_face_to_pc2",
 ]
+
+
+def face_runtime(sim, model, name: str):
+    """``sim``, checked to be a face runtime by the registry: its model's method trains on a
+    face (``Method.trains_on``). A face runtime (:class:`.methods.active.ActiveFace` and any
+    method registered with ``trains_on={"face"}``) has ``skin_positions()``,
+    ``fit_latent(...)`` and ``mode`` ("reduced" or "full").
+
+    Raises NeuralRomError saying what to do for a model of another kind of data.
+    """
+    from . import registry
+
+    if "face" not in registry.get(model.method).trains_on:
+        raise NeuralRomError(
+            f"The model of '{name}' is a {registry.get(model.method).label} model, not a face "
+            "model: train it on the face (Set Up Face, then Train)."
+        )
+    return sim
 
 
 def fit_key(spec: dict) -> dict:
@@ -276,9 +293,7 @@ def fit_key(spec: dict) -> dict:
     """
     from .simjob import load_model_for
 
-    sim, _ = load_model_for(spec)
-    if not hasattr(sim, "fit_latent"):
-        raise NeuralRomError("This model cannot fit a latent code to a shape: train a face model.")
+    sim = face_runtime(*load_model_for(spec), str(spec.get("name", "the face")))
     with np.load(spec["inputs"], allow_pickle=False) as z:
         targets, jaw = z["targets"], z["jaw"]
     sim.reset()

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 from neural_rom.core.colliders import Collider
-from neural_rom.core.errors import JobCancelled
+from neural_rom.core.errors import JobCancelled, NeuralRomError
 from neural_rom.core.face import demo_head, make_shape_keys, save_face
 from neural_rom.core.methods.active import ActiveFace, play
 from neural_rom.core.modelfile import load_model
@@ -226,3 +226,16 @@ def test_training_on_something_else_than_a_face_file_says_what_to_do(tmp_path):
     with pytest.raises(NeuralRomError, match="export the face first"):
         train([str(tmp_path / "bake_000.nrbake")], tmp_path / "m.nrmodel", SETTINGS)
     assert not (tmp_path / "m.nrmodel").exists()
+
+
+def test_face_jobs_know_a_face_runtime_by_the_registry(trained, tmp_path):
+    from neural_rom.core.facejob import face_runtime
+
+    from tests.test_registry import _linear_model
+
+    *_, tmp = trained
+    sim, model = load_simulator(tmp / "b.nrmodel")
+    assert face_runtime(sim, model, "Face") is sim  # trains_on={"face"}
+    linear, lmodel = load_simulator(_linear_model(tmp_path)[0])
+    with pytest.raises(NeuralRomError, match="Linear .* not a face model: train it on the face"):
+        face_runtime(linear, lmodel, "Face")
