@@ -54,6 +54,7 @@ from ..subspace import Subspace
 from .common import (
     SUBSPACE_INPUTS,
     SUBSPACE_SETTINGS,
+    TRAINER_SETTING,
     SubspaceModel,
     run_frame,
     subspace_arguments,
@@ -760,19 +761,8 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         maximum=1e7,
         soft_maximum=7200.0,
     ),
-    Setting(
-        "batch_size",
-        "int",
-        256,
-        "Batch Size",
-        "Frames per Adam step",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=4096,
-    ),
-    Setting(
-        "learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7, maximum=1.0
-    ),
+    TRAINER_SETTING["batch_size"],
+    TRAINER_SETTING["learning_rate"],
     Setting(
         "weight_decay",
         "float",
@@ -793,16 +783,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         items=(("constant", "Constant", ""), ("cosine", "Cosine", "")),
         advanced=True,
     ),
-    Setting(
-        "checkpoint_every",
-        "int",
-        100,
-        "Checkpoint Every",
-        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
-        minimum=1,
-        maximum=1_000_000,
-        advanced=True,
-    ),
+    TRAINER_SETTING["checkpoint_every"],
     Setting(
         "pca_fallback",
         "bool",
@@ -844,14 +825,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         maximum=100_000,
         advanced=True,
     ),
-    Setting(
-        "rollout",
-        "bool",
-        True,
-        "Held-out Rollout",
-        "Replay a held-out bake with the model after training and report its error",
-        advanced=True,
-    ),
+    TRAINER_SETTING["rollout"],
 )
 
 METHOD = Method(

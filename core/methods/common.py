@@ -137,6 +137,43 @@ SUBSPACE_SETTINGS = (
 #: The settings of :data:`SUBSPACE_SETTINGS` by name, for a method that takes some of them.
 SUBSPACE_SETTING = {s.name: s for s in SUBSPACE_SETTINGS}
 
+#: Trainer settings that several learned methods share word for word (name, default, range,
+#: help); a method lists the ones it has (``TRAINER_SETTING["rollout"]``) in its own order.
+TRAINER_SETTINGS = (
+    Setting(
+        "batch_size",
+        "int",
+        256,
+        "Batch Size",
+        "Frames per Adam step",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=4096,
+    ),
+    Setting(
+        "learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7, maximum=1.0
+    ),
+    Setting(
+        "checkpoint_every",
+        "int",
+        100,
+        "Checkpoint Every",
+        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
+        minimum=1,
+        maximum=1_000_000,
+        advanced=True,
+    ),
+    Setting(
+        "rollout",
+        "bool",
+        True,
+        "Held-out Rollout",
+        "Replay a held-out bake with the model after training and report its error",
+        advanced=True,
+    ),
+)
+TRAINER_SETTING = {s.name: s for s in TRAINER_SETTINGS}
+
 #: Frame inputs every subspace runtime takes.
 SUBSPACE_INPUTS = frozenset({"forces", "pin_targets", "colliders"})
 

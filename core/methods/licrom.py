@@ -79,7 +79,7 @@ from ..modelfile import Model, load_model, save_model
 from ..nnet import MLP
 from ..registry import Method, Setting
 from ..sim import FrameInputs, SimSettings, StepReport
-from .common import SUBSPACE_SETTING, run_frame
+from .common import SUBSPACE_SETTING, TRAINER_SETTING, run_frame
 from .linear import ReducedSimulation
 
 NAME = "licrom"
@@ -680,9 +680,7 @@ SETTINGS = (
         maximum=1_000_000,
         soft_maximum=4096,
     ),
-    Setting(
-        "learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7, maximum=1.0
-    ),
+    TRAINER_SETTING["learning_rate"],
     Setting(
         "points_per_frame",
         "int",
@@ -732,16 +730,7 @@ SETTINGS = (
         soft_maximum=5000,
         advanced=True,
     ),
-    Setting(
-        "checkpoint_every",
-        "int",
-        100,
-        "Checkpoint Every",
-        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
-        minimum=1,
-        maximum=1_000_000,
-        advanced=True,
-    ),
+    TRAINER_SETTING["checkpoint_every"],
     Setting(
         "cubature_vertices",
         "int",
@@ -783,14 +772,7 @@ SETTINGS = (
         minimum=0,
         maximum=2**31 - 1,
     ),
-    Setting(
-        "rollout",
-        "bool",
-        True,
-        "Held-out Rollout",
-        "Replay a held-out bake with the model after training and report its error",
-        advanced=True,
-    ),
+    TRAINER_SETTING["rollout"],
 )
 
 METHOD = Method(

@@ -172,6 +172,7 @@ from ..subspace import Subspace
 from .common import (
     SUBSPACE_INPUTS,
     SUBSPACE_SETTINGS,
+    TRAINER_SETTING,
     SubspaceModel,
     run_frame,
     subspace_arguments,
@@ -1035,16 +1036,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         maximum=1e7,
         soft_maximum=7200.0,
     ),
-    Setting(
-        "batch_size",
-        "int",
-        256,
-        "Batch Size",
-        "Frames per Adam step",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=4096,
-    ),
+    TRAINER_SETTING["batch_size"],
     Setting(
         "learning_rate",
         "float",
@@ -1054,25 +1046,9 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         minimum=1e-7,
         maximum=1.0,
     ),
-    Setting(
-        "checkpoint_every",
-        "int",
-        100,
-        "Checkpoint Every",
-        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
-        minimum=1,
-        maximum=1_000_000,
-        advanced=True,
-    ),
+    TRAINER_SETTING["checkpoint_every"],
     *SUBSPACE_SETTINGS[3:],
-    Setting(
-        "rollout",
-        "bool",
-        True,
-        "Held-out Rollout",
-        "Replay a held-out bake with the model after training and report its error",
-        advanced=True,
-    ),
+    TRAINER_SETTING["rollout"],
 )
 
 METHOD = Method(

@@ -90,7 +90,7 @@ from ..nnet import MLP
 from ..registry import Method, Setting
 from ..sim import FrameInputs, SimSettings, StepReport
 from ..simulator import SimulatorBase
-from .common import SUBSPACE_SETTING, SUBSPACE_SETTINGS
+from .common import SUBSPACE_SETTING, SUBSPACE_SETTINGS, TRAINER_SETTING
 
 NAME = "snp"
 
@@ -1219,14 +1219,7 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     ),
     SUBSPACE_SETTING["validation_fraction"],
     SUBSPACE_SETTING["seed"],
-    Setting(
-        "rollout",
-        "bool",
-        True,
-        "Held-out Rollout",
-        "Replay a held-out bake with the model after training and report its error",
-        advanced=True,
-    ),
+    TRAINER_SETTING["rollout"],
     Setting(
         "mode_scaling",
         "bool",
