@@ -191,12 +191,26 @@ def full_ms(m, cache, steps: int = 4) -> float:
     return 1000 * (time.perf_counter() - t0) / steps
 
 
+def force_error(sim, cache) -> float:
+    """Relative reduced-force error of ``sim``'s cubature on the poses of a held-out bake
+    (its frames projected on the field's basis: poses the cubature was not fitted to)."""
+    from neural_rom.core import fem as _fem
+    from neural_rom.core.cubature import Cubature, cubature_error
+
+    x = np.asarray(cache.channel("positions"))
+    q = np.stack([sim.latent_of(f) for f in x])
+    poses = sim.X[None] + (q @ sim.U.T).reshape(len(q), -1, 3)
+    fem = _fem.TetFEM(sim.X, sim.T, sim.material)
+    return cubature_error(fem, sim.U, Cubature(sim.elements, sim.weights), poses)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=48)
     ap.add_argument("--variants", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=300)
     ap.add_argument("--fine", default="36,9,9")
+    ap.add_argument("--swap-to", default="38,10,9", help="the bar swapped to mid-run (20K tets)")
     ap.add_argument(
         "--hidden",
         default=None,
@@ -208,8 +222,13 @@ def main() -> None:
         default=None,
         help="share of the training points inside the elements (default: the model's, 1)",
     )
-    ap.add_argument("--cubature-vertices", type=int, default=200)
+    ap.add_argument(
+        "--cubature-vertices", type=int, default=100, help="vertices of the random cubature"
+    )
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--reuse", action="store_true", help="reuse --out's trained model (skip training)"
+    )
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     common.pin_this_process()
@@ -250,69 +269,100 @@ def main() -> None:
             f"held-out bake on {name} ({len(m.T)} tets): {time.perf_counter() - t0:.1f} s",
             flush=True,
         )
+    # POD of each mesh's own bakes of the training scenarios (the baseline on that mesh)
+    pod_bakes = {"train": bar_paths}
+    for name, m in (("fine", fine), ("unseen", unseen)):
+        t0 = time.perf_counter()
+        pod_bakes[name] = bake_once(m, spec(m, pokes, a.frames, 11, a.variants), out, name)
+        pod_bakes[name] += bake_once(m, spec(m, sag, a.frames, 3), out, f"{name}_sag")
+        print(f"POD bakes on {name}: {time.perf_counter() - t0:.1f} s", flush=True)
 
+    model = out / "licrom.nrmodel"
     t0 = time.perf_counter()
-    res = train(
-        bar_paths + cut_paths,
-        out / "licrom.nrmodel",
-        {
-            "epochs": a.epochs,
-            "validation_fraction": 0.0,
-            "rollout": False,
-            "cubature_vertices": a.cubature_vertices,
-            **({"hidden": [int(v) for v in a.hidden.split(",")]} if a.hidden else {}),
-            **({} if a.volume_share is None else {"volume_share": a.volume_share}),
-        },
-        device="cpu",
-    )
+    res = None
+    if not (a.reuse and model.exists()):
+        res = train(
+            bar_paths + cut_paths,
+            model,
+            {
+                "epochs": a.epochs,
+                "validation_fraction": 0.0,
+                "rollout": False,
+                "cubature_vertices": a.cubature_vertices,
+                **({"hidden": [int(v) for v in a.hidden.split(",")]} if a.hidden else {}),
+                **({} if a.volume_share is None else {"volume_share": a.volume_share}),
+            },
+            device="cpu",
+        )
+        (out / "train_result.json").write_text(json.dumps(res, default=str))
+    else:
+        res = json.loads((out / "train_result.json").read_text())
     train_s = time.perf_counter() - t0
     print(
         f"LiCROM training: {train_s:.1f} s ({res['network_seconds']:.1f} s network), "
         f"projection ratio to POD {res['projection_ratio_to_pod']}",
         flush=True,
     )
-    lin = train_linear(
-        bar_paths, out / "pod.nrmodel", LinearSettings(k=20, validation_fraction=0.0)
-    )
     rows = []
     for name, m in (("train", bar), ("fine", fine), ("unseen", unseen)):
         cache = held_caches[name]
-        sim = licrom.load_on_mesh(out / "licrom.nrmodel", m.X, m.T)
-        err, ms = replay(sim, cache)
-        gd = licrom.load_on_mesh(out / "licrom.nrmodel", m.X, m.T, solver="gradient")
-        err_gd, ms_gd = replay(gd, cache)
+        lin = train_linear(
+            pod_bakes[name],
+            out / f"pod_{name}.nrmodel",
+            LinearSettings(k=20, validation_fraction=0.0),
+        )
+        pod, _ = load_simulator(lin["model"])
+        err_pod, ms_pod = replay(pod, cache)
+        row = {"mesh": name, "tets": len(m.T), "pod_error_mm": 1000 * err_pod, "pod_ms": ms_pod}
+        for cub in ("fitted", "random"):
+            t0 = time.perf_counter()
+            sim = licrom.load_on_mesh(model, m.X, m.T, cubature=cub)
+            load_s = time.perf_counter() - t0
+            err, ms = replay(sim, cache)
+            gd = licrom.load_on_mesh(model, m.X, m.T, solver="gradient", cubature=cub)
+            err_gd, ms_gd = replay(gd, cache)
+            row[cub] = {
+                "cubature_elements": len(sim.elements),
+                "load_s": load_s,
+                "cubature_s": sim.cubature_info["seconds"],
+                "fit_rel_error": sim.cubature_info.get("train_rel_error"),
+                "heldout_force_error": force_error(sim, cache),
+                "newton_ms": ms,
+                "gradient_ms": ms_gd,
+                "error_mm": 1000 * err,
+                "error_ratio_to_pod": err / err_pod,
+                "gradient_error_mm": 1000 * err_gd,
+            }
+        if name != "fine":  # the exact energy (every element): what the field itself does
+            err_ex, _ = replay(licrom.load_on_mesh(model, m.X, m.T, cubature_vertices=0), cache)
+            row["exact_error_mm"] = 1000 * err_ex
         full = full_ms(m, cache)
-        row = {
-            "mesh": name,
-            "tets": len(m.T),
-            "cubature_elements": len(sim.elements),
-            "newton_ms": ms,
-            "gradient_ms": ms_gd,
-            "full_ms": full,
-            "speedup": full / ms,
-            "error_mm": 1000 * err,
-            "gradient_error_mm": 1000 * err_gd,
-            "field_ms": 1000 * sim.field_seconds,
-            "outside": sim.domain_report.share_outside,
-        }
-        if name == "train":
-            pod, _ = load_simulator(lin["model"])
-            err_pod, ms_pod = replay(pod, cache)
-            row.update(pod_error_mm=1000 * err_pod, error_ratio_to_pod=err / err_pod, pod_ms=ms_pod)
+        row.update(
+            full_ms=full,
+            speedup=full / row["fitted"]["newton_ms"],
+            field_ms=1000 * sim.field_seconds,
+            outside=sim.domain_report.share_outside,
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
-    # a swap mid-run: the training bar for 10 frames, then the 17.5K-tet bar
-    sim = licrom.load_on_mesh(out / "licrom.nrmodel", bar.X, bar.T)
-    for _ in range(10):
-        sim.step()
-    rep = sim.swap_mesh(fine.X, fine.T)
-    swap = {
-        "swap_s": rep.seconds,
-        "to_tets": rep.elements,
-        "kinetic_before": rep.kinetic_before,
-        "kinetic_after": rep.kinetic_after,
-    }
-    print(json.dumps(swap))
+    # a swap mid-run: the training bar for 10 frames, then the 20K-tet bar
+    target = mesh(*common.bar_mesh(*(int(v) for v in a.swap_to.split(","))))
+    swaps = {}
+    for cub in ("fitted", "random"):
+        sim = licrom.load_on_mesh(model, bar.X, bar.T, cubature=cub)
+        for _ in range(10):
+            sim.step()
+        rep = sim.swap_mesh(target.X, target.T)
+        swaps[cub] = {
+            "swap_s": rep.seconds,
+            "cubature_s": rep.cubature["seconds"],
+            "field_s": sim.field_seconds,
+            "to_tets": rep.elements,
+            "cubature_elements": rep.cubature_elements,
+            "kinetic_before": rep.kinetic_before,
+            "kinetic_after": rep.kinetic_after,
+        }
+    print(json.dumps(swaps))
     summary = {
         "training_s": train_s,
         "hidden": a.hidden,
@@ -321,25 +371,40 @@ def main() -> None:
         "projection_ratio_to_pod": res["projection_ratio_to_pod"],
         "epochs": res["epochs_done"],
         "rows": rows,
-        "swap": swap,
+        "swap": swaps,
     }
     print(
-        "\n| mesh | tets | cubature tets | Newton ms | paper GD ms | full ms | speed-up | "
-        "error mm | GD error mm | field ms |"
+        "\n| mesh | tets | cubature | cubature tets | force error | Newton ms | paper GD ms | "
+        "full ms | speed-up | error mm | / POD | GD error mm |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        for cub in ("fitted", "random"):
+            c = r[cub]
+            print(
+                f"| {r['mesh']} | {r['tets']} | {cub} | {c['cubature_elements']} | "
+                f"{c['heldout_force_error']:.3f} | {c['newton_ms']:.2f} | {c['gradient_ms']:.2f} "
+                f"| {r['full_ms']:.0f} | {r['full_ms'] / c['newton_ms']:.0f}x | "
+                f"{c['error_mm']:.3g} | {c['error_ratio_to_pod']:.1f}x | "
+                f"{c['gradient_error_mm']:.3g} |"
+            )
     for r in rows:
         print(
-            f"| {r['mesh']} | {r['tets']} | {r['cubature_elements']} | {r['newton_ms']:.2f} | "
-            f"{r['gradient_ms']:.2f} | {r['full_ms']:.0f} | {r['speedup']:.0f}x | "
-            f"{r['error_mm']:.3g} | {r['gradient_error_mm']:.3g} | {r['field_ms']:.1f} |"
+            f"{r['mesh']}: POD (k = 20, its own bakes) {r['pod_error_mm']:.3g} mm; exact energy "
+            f"{r.get('exact_error_mm', float('nan')):.3g} mm; fitted cubature "
+            f"{r['fitted']['cubature_s'] * 1000:.0f} ms; field {r['field_ms']:.1f} ms"
         )
-    r0 = rows[0]
+    e = {r["mesh"]: r["fitted"]["error_mm"] for r in rows}
     print(
-        f"\nPOD (k = 20) on the training bar: {r0['pod_error_mm']:.3g} mm; LiCROM / POD error "
-        f"{r0['error_ratio_to_pod']:.2f}; training {train_s:.0f} s; swap to "
-        f"{swap['to_tets']} tets {swap['swap_s'] * 1000:.0f} ms"
+        f"unseen / train replay error (fitted): {e['unseen'] / e['train']:.2f}; "
+        f"training {train_s:.0f} s"
     )
+    for cub, sw in swaps.items():
+        print(
+            f"swap to {sw['to_tets']} tets ({cub}): {sw['swap_s'] * 1000:.0f} ms (cubature "
+            f"{sw['cubature_s'] * 1000:.0f} ms, {sw['cubature_elements']} elements), kinetic "
+            f"{sw['kinetic_before']:.4g} -> {sw['kinetic_after']:.4g} J"
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(summary, indent=1))
 
