@@ -691,6 +691,8 @@ def load_on_mesh(
     seed: int | None = None,
     origin: np.ndarray | None = None,
     cubature: str | None = None,
+    cubature_target: float | None = None,
+    cubature_poses: int | None = None,
 ) -> LicromSimulation:
     """A LiCROM model (a file or an opened :class:`Model`) on the mesh ``(X, T)``, which need
     not be one it was trained on. Keywords left None take the model's values (its training
@@ -727,9 +729,13 @@ def load_on_mesh(
         origin=origin if meta.get("reference") == REFERENCE_OBJECT else None,
         cubature=cubature or train.get("cubature", "fitted"),
         codes=codes,
-        cubature_target=train.get("cubature_target", CUBATURE_TARGET),
+        cubature_target=train.get("cubature_target", CUBATURE_TARGET)
+        if cubature_target is None
+        else cubature_target,
         max_cubature=train.get("max_cubature", 500),
-        cubature_poses=train.get("cubature_poses", CUBATURE_POSES),
+        cubature_poses=train.get("cubature_poses", CUBATURE_POSES)
+        if cubature_poses is None
+        else cubature_poses,
     )
 
 
