@@ -30,6 +30,11 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   codes of training frames the model file carries (``cubature_codes``), so no bake of the new
   mesh is needed. The greedy selection scores one seeded pool of elements whose columns are
   computed once (:data:`CUBATURE_POOL`), which keeps the fit within a mesh swap's time.
+  On the bench's family the fitted replays are within 15% of the exact energy's on the
+  training bar (3.36 vs 4.14 mm; random: 20.8), its 17.5K-tet remesh and an unseen notch,
+  with 75-83 elements where 100 random vertices kept 576-1,898; the fit takes 150-330 ms
+  there, 529 ms at 20K tets under load 10-12. A rule is kept per process for each basis and
+  mesh, so going back to a mesh is free.
 * **Unbiased random cubature** (``cubature="random"``, the paper's scheme, and the fallback
   for a model file without codes). The paper's equal weights are biased for tets. We pick
   ``m`` distinct vertices uniformly (seeded per mesh: the seed and the mesh hash) and keep
