@@ -39,6 +39,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ..core import faceinputs as fi
 from ..core import facejob
 from ..core.errors import CacheError, MeshError, NeuralRomError
 from ..core.simjob import Track
@@ -67,19 +68,6 @@ def is_face(obj) -> bool:
 
 # --------------------------------------------------------------------------------------
 # Set up
-
-
-def _rigid_local(obj: bpy.types.Object) -> np.ndarray:
-    """The skin's ``matrix_world`` (4, 4), refused when it scales: the face's physics is in
-    metres of the skin's local space."""
-    M = bm.matrix(obj)
-    scale = np.linalg.norm(M[:3, :3], axis=0)
-    if not np.allclose(scale, 1.0, atol=1e-4):
-        raise MeshError(
-            f"'{obj.name}' is scaled by {np.round(scale, 4).tolist()}: the face is simulated in "
-            "the skin's own metres. Apply the scale (Object > Apply > Scale) and set it up again."
-        )
-    return M
 
 
 def _in_skin_space(obj: bpy.types.Object, other: bpy.types.Object, S_inv: np.ndarray):
@@ -122,8 +110,7 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
             raise MeshError(f"The {role} of '{obj.name}' is the skin itself: pick the {role} mesh.")
     if f.skull == f.jaw:
         raise MeshError("The skull and the jaw are the same object: pick two meshes.")
-    S = _rigid_local(obj)
-    S_inv = np.linalg.inv(S)
+    S_inv = np.linalg.inv(fi.check_rigid(bm.matrix(obj), obj.name))
     skin_V, skin_F = bm.surface(obj, world=False)
     P, names = shape_keys(obj)
     if not names:
@@ -133,8 +120,8 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
         )
     skull_V, skull_F = _in_skin_space(obj, f.skull, S_inv)
     jaw_V, jaw_F = _in_skin_space(obj, f.jaw, S_inv)
-    J = S_inv @ bm.matrix(f.jaw)
-    axis = J[:3, 0] / np.linalg.norm(J[:3, 0])
+    J = S_inv @ bm.matrix(f.jaw)  # the jaw's rest, skin-local
+    pivot, axis = fi.jaw_hinge(J)
     folder = cache_dir(obj) / JOB_DIR
     folder.mkdir(parents=True, exist_ok=True)
     from ..core.files import write_npz
@@ -149,7 +136,7 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
             "skull_F": skull_F,
             "jaw_V": jaw_V,
             "jaw_F": jaw_F,
-            "jaw_pivot": J[:3, 3],
+            "jaw_pivot": pivot,
             "jaw_axis": axis,
             "key_positions": P,
         },
@@ -307,14 +294,13 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
 
     codes = np.asarray(load_model(model_path).arrays["codes"], float)
     names = slider_names(codes.shape[1])
-    lo, hi = codes.min(0), codes.max(0)
-    pad = 0.5 * (hi - lo) + 1e-3
+    lo, hi = fi.slider_ranges(codes)
     for i, name in enumerate(names):
         if name not in obj.keys():
             obj[name] = 0.0
         obj.id_properties_ui(name).update(
-            soft_min=float(lo[i] - pad[i]),
-            soft_max=float(hi[i] + pad[i]),
+            soft_min=float(lo[i]),
+            soft_max=float(hi[i]),
             description=f"Latent coordinate {i + 1} of the face (keyable: I over the field)",
         )
     for key in list(obj.keys()):
@@ -341,7 +327,7 @@ def training_codes(obj: bpy.types.Object) -> tuple[np.ndarray, list[str], np.nda
 
     codes = np.asarray(load_model(load_path(obj.neural_rom.model.path)).arrays["codes"], float)
     _, keys = load_face(check_face(obj))
-    train = np.flatnonzero(~np.asarray(keys.held_out, bool))[: len(codes)]
+    train = fi.training_keys(keys.held_out, len(codes))
     return codes, [keys.names[i] for i in train], np.asarray(keys.jaw, float)[train]
 
 
@@ -353,10 +339,7 @@ def set_jaw_angle(obj: bpy.types.Object, angle: float) -> None:
         return
     from mathutils import Matrix
 
-    c, s = np.cos(angle), np.sin(angle)
-    Rx = np.array([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1.0]])
-    rest = np.array(f.jaw_rest, dtype=np.float64).reshape(4, 4)
-    f.jaw.matrix_world = Matrix((bm.matrix(obj) @ rest @ Rx).tolist())
+    f.jaw.matrix_world = Matrix(fi.jaw_world(bm.matrix(obj), f.jaw_rest, angle).tolist())
 
 
 def pose_from_key(obj: bpy.types.Object, index: int) -> str:
@@ -371,15 +354,6 @@ def pose_from_key(obj: bpy.types.Object, index: int) -> str:
         obj[name] = float(v)
     set_jaw_angle(obj, float(jaw[index]))
     return names[index]
-
-
-def key_jaw_matrix(obj: bpy.types.Object, angle: float) -> np.ndarray:
-    """The jaw's reference frame (skin-local, relative to rest) when it is open ``angle`` rad
-    about its hinge: what :meth:`..core.methods.active.ActiveModel.boundary` takes."""
-    c, s = np.cos(angle), np.sin(angle)
-    Rx = np.array([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1.0]])
-    rest = np.array(obj.neural_rom.face.jaw_rest, dtype=np.float64).reshape(4, 4)
-    return rest @ Rx @ np.linalg.inv(rest)
 
 
 def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -> dict:
@@ -409,7 +383,10 @@ def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -
     inputs = folder / "fit_key.npz"
     write_npz(
         inputs,
-        {"targets": co.reshape(-1, 3).astype(np.float64), "jaw": key_jaw_matrix(obj, angle)},
+        {
+            "targets": co.reshape(-1, 3).astype(np.float64),
+            "jaw": fi.jaw_reference(s.face.jaw_rest, angle),
+        },
     )
     fields = {}
     try:
@@ -459,23 +436,6 @@ def markers_of(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.
     return sorted((o for o in scene.objects if o.get(MARKER_OF) == obj.name), key=lambda o: o.name)
 
 
-def spread_vertices(V: np.ndarray, count: int, seed: int, front: bool = True) -> np.ndarray:
-    """``count`` skin vertices spread by farthest-point sampling (seeded start), over the
-    front half of the face (local -y) when ``front``."""
-    V = np.asarray(V, float)
-    pool = np.flatnonzero(V[:, 1] < np.median(V[:, 1])) if front else np.arange(len(V))
-    if count > len(pool):
-        raise NeuralRomError(f"The skin has only {len(pool)} vertices to put {count} markers on.")
-    rng = np.random.default_rng(seed)
-    pick = [int(pool[rng.integers(len(pool))])]
-    d = np.linalg.norm(V[pool] - V[pick[0]], axis=1)
-    for _ in range(count - 1):
-        j = int(np.argmax(d))
-        pick.append(int(pool[j]))
-        d = np.minimum(d, np.linalg.norm(V[pool] - V[pool[j]], axis=1))
-    return np.array(pick)
-
-
 def add_markers(
     obj: bpy.types.Object,
     scene: bpy.types.Scene,
@@ -495,7 +455,7 @@ def add_markers(
         obj.data.vertices.foreach_get("select", sel)
         vertices = np.flatnonzero(sel) if 0 < sel.sum() < len(sel) else None
     if vertices is None:
-        vertices = spread_vertices(V, count, seed)
+        vertices = fi.spread_vertices(V, count, seed)
     vertices = np.asarray(vertices, dtype=np.int64)
     if vertices.size == 0 or vertices.min() < 0 or vertices.max() >= len(V):
         raise NeuralRomError(f"Marker vertices must be skin vertices 0..{len(V) - 1}.")
@@ -524,28 +484,22 @@ def add_markers(
 
 
 def _now(obj, colliders, markers, n_sliders: int, read_colliders) -> dict:
-    """One frame's inputs read from Blender, in the skin's local space."""
-    S_inv = np.linalg.inv(_rigid_local(obj))
+    """One frame's inputs read from Blender, in the skin's local space
+    (:func:`..core.faceinputs.frame_inputs`)."""
     f = obj.neural_rom.face
-    jaw = None
-    if f.jaw is not None:
-        rest = np.array(f.jaw_rest, dtype=np.float64).reshape(4, 4)
-        jaw = S_inv @ bm.matrix(f.jaw) @ np.linalg.inv(rest)
-    cols = read_colliders(colliders)
-    return {
-        "jaw": jaw,
-        "kind": [c.kind for c in cols],
-        "radius": [c.radius for c in cols],
-        "half": [c.half_length for c in cols],
-        "friction": [c.friction for c in cols],
-        "transform": [S_inv @ c.transform for c in cols],
-        "sliders": slider_values(obj, n_sliders) if f.drive == "SLIDERS" else None,
-        "markers": (
-            bm.to_world(np.array([m.matrix_world.translation for m in markers]), S_inv)
+    return fi.frame_inputs(
+        bm.matrix(obj),
+        read_colliders(colliders),
+        name=obj.name,
+        jaw=None if f.jaw is None else bm.matrix(f.jaw),
+        jaw_rest=f.jaw_rest,
+        sliders=slider_values(obj, n_sliders) if f.drive == "SLIDERS" else None,
+        markers=(
+            np.array([m.matrix_world.translation for m in markers])
             if f.drive == "MARKERS"
             else None
         ),
-    }
+    )
 
 
 def gather_track(
@@ -595,35 +549,18 @@ def gather_track(
             finally:
                 scene.frame_set(current, subframe=sub)
         frame0 = frames[0]
-    n, c = len(rows), len(colliders)
-    tr = Track(
+    return fi.face_track(
         frame0,
-        np.broadcast_to(np.eye(4), (n, 4, 4)),
-        np.array([r["kind"] for r in rows], dtype="<U8").reshape(n, c),
-        np.array([r["radius"] for r in rows]).reshape(n, c),
-        np.array([r["half"] for r in rows]).reshape(n, c),
-        np.array(rows[0]["friction"]).reshape(c),
-        np.array([r["transform"] for r in rows]).reshape(n, c, 4, 4),
+        rows,
+        marker_vertices=[int(m[MARKER_VERTEX]) for m in markers],
+        marker_weights=[float(m.get(MARKER_WEIGHT, 1.0)) for m in markers],
     )
-    if f.drive == "SLIDERS":
-        tr.sliders = np.array([r["sliders"] for r in rows])
-    else:
-        tr.marker_vertices = np.array([int(m[MARKER_VERTEX]) for m in markers], dtype=np.int64)
-        tr.marker_weights = np.array([float(m.get(MARKER_WEIGHT, 1.0)) for m in markers])
-        tr.marker_positions = np.array([r["markers"] for r in rows])
-    if f.jaw is not None:
-        tr.reference_frame = np.array([r["jaw"] for r in rows])
-    return tr
 
 
 def set_solve(sim, solve: str) -> None:
     """Switch a face runtime (:func:`..core.facejob.face_runtime`) between its reduced and
     full solve ("REDUCED", "FULL")."""
     sim.mode = solve.lower()
-
-
-def _signature(track: Track) -> bytes:
-    return b"".join(np.ascontiguousarray(a).tobytes() for a in track.to_arrays().values())
 
 
 # --------------------------------------------------------------------------------------
@@ -679,7 +616,7 @@ class FaceDriver:
         )
         solve = obj.neural_rom.face.solve
         set_solve(self.sim, solve)
-        sig = _signature(track) + solve.encode()
+        sig = fi.track_signature(track) + solve.encode()
         hit = self.cache.get(int(frame))
         if hit is not None and hit[0] == sig:
             return hit[1]
