@@ -199,6 +199,19 @@ def check_face(obj: bpy.types.Object) -> Path:
     return path
 
 
+def check_face_model(obj: bpy.types.Object) -> Path:
+    """The model file of ``obj``'s face (:func:`check_face` first), refused with what to do
+    when there is none or it is missing; it is not loaded."""
+    check_face(obj)
+    s = obj.neural_rom
+    if not s.model.path:
+        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    path = load_path(s.model.path)
+    if not path.is_file():
+        raise CacheError(f"The model of '{obj.name}' is missing ({path}); train again.")
+    return path
+
+
 # --------------------------------------------------------------------------------------
 # Demo head
 
@@ -342,6 +355,13 @@ def set_jaw_angle(obj: bpy.types.Object, angle: float) -> None:
     f.jaw.matrix_world = Matrix(fi.jaw_world(bm.matrix(obj), f.jaw_rest, angle).tolist())
 
 
+def set_pose(obj: bpy.types.Object, z: np.ndarray, angle: float) -> None:
+    """Set the sliders of ``obj`` to the latent code ``z`` (d,) and its jaw to ``angle`` (rad)."""
+    for name, v in zip(slider_names(len(z)), z, strict=True):
+        obj[name] = float(v)
+    set_jaw_angle(obj, angle)
+
+
 def pose_from_key(obj: bpy.types.Object, index: int) -> str:
     """Set the sliders to the code of training key ``index`` and the jaw to its angle;
     returns the key's name."""
@@ -350,9 +370,7 @@ def pose_from_key(obj: bpy.types.Object, index: int) -> str:
         raise NeuralRomError(
             f"The model has {len(codes)} training keys; pick one of 0..{len(codes) - 1}."
         )
-    for name, v in zip(slider_names(codes.shape[1]), codes[index], strict=True):
-        obj[name] = float(v)
-    set_jaw_angle(obj, float(jaw[index]))
+    set_pose(obj, codes[index], float(jaw[index]))
     return names[index]
 
 
@@ -363,10 +381,7 @@ def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -
     from ..core.files import write_npz
 
     s = obj.neural_rom
-    check_face(obj)
-    model = load_path(s.model.path) if s.model.path else None
-    if model is None or not model.is_file():
-        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    model = check_face_model(obj)
     keys = obj.data.shape_keys
     name = key_name or (obj.active_shape_key.name if obj.active_shape_key else "")
     kb = keys.key_blocks.get(name) if keys is not None else None
@@ -388,17 +403,12 @@ def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -
             "jaw": fi.jaw_reference(s.face.jaw_rest, angle),
         },
     )
-    fields = {}
-    try:
-        fields = registry.job_fields(registry.get(s.model.method))
-    except NeuralRomError:
-        pass  # unknown here: the worker says which methods it knows
     return {
         "kind": "face_fit_key",
         "name": obj.name,
         "model": str(model),
         "expect_mesh_hash": s.face.mesh_hash,
-        **fields,
+        **registry.job_fields_of(s.model.method),
         "inputs": str(inputs),
         "key": name,
         "jaw_angle": angle,
@@ -415,10 +425,7 @@ def on_fit_key_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | No
     """Set the sliders to the fitted code and the jaw to the key's angle."""
     if not result or result.get("cancelled") or "z" not in result:
         return None
-    z = np.asarray(result["z"], float)
-    for name, v in zip(slider_names(len(z)), z, strict=True):
-        obj[name] = float(v)
-    set_jaw_angle(obj, float(job["jaw_angle"]))
+    set_pose(obj, np.asarray(result["z"], float), float(job["jaw_angle"]))
     obj[FIT_KEY_PROP] = {
         "key": job["key"],
         "mean_mm": 1000.0 * float(result["mean_error_m"]),
@@ -582,13 +589,8 @@ class FaceDriver:
         from ..core.registry import load_simulator
 
         self.name = obj.name
-        check_face(obj)
+        path = check_face_model(obj)
         s = obj.neural_rom
-        if not s.model.path:
-            raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
-        path = load_path(s.model.path)
-        if not path.is_file():
-            raise CacheError(f"The model of '{obj.name}' is missing ({path}); train again.")
         try:
             self.sim, self.model = load_simulator(path, expect_mesh_hash=s.face.mesh_hash)
         except CacheError as e:
@@ -695,33 +697,19 @@ def shown_positions(obj: bpy.types.Object) -> np.ndarray:
 
 
 def make_face_simulation_job(
-    obj, scene, path: Path, folder: Path, *, frame_start, frame_end, read_colliders, paused
+    obj, scene, path: Path, folder: Path, *, start: int, end: int, read_colliders, paused
 ) -> dict:
-    """The worker job that plays the face over ``frame_start..frame_end`` (None: the scene's
-    range) from the scene's start frame and writes the skin (local) as a PC2 at ``path``,
-    its gathered inputs in ``folder``: the Bake Simulation job of
+    """The worker job that plays the face over frames ``start..end`` (checked by
+    :func:`.export.make_simulation_job`) from the scene's start frame and writes the skin (local) as
+    a PC2 at ``path``, its gathered inputs in ``folder``: the Bake Simulation job of
     :func:`.export.make_simulation_job` for a face (``read_colliders``, ``paused``: see
     :func:`gather_track`)."""
     from ..core import registry
     from ..core.modelfile import load_model
     from ..core.simjob import TRACK_FILE, write_track
 
-    start = int(scene.frame_start if frame_start is None else frame_start)
-    end = int(scene.frame_end if frame_end is None else frame_end)
-    if end < start:
-        raise NeuralRomError(f"Frame range {start}..{end} is empty; the end must be >= the start.")
-    if start < scene.frame_start:
-        raise NeuralRomError(
-            f"The simulation starts at the scene's start frame {scene.frame_start}; pick a "
-            f"start frame >= {scene.frame_start}."
-        )
     s = obj.neural_rom
-    check_face(obj)
-    if not s.model.path:
-        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
-    model = load_path(s.model.path)
-    if not model.is_file():
-        raise CacheError(f"The model of '{obj.name}' is missing ({model}); train again.")
+    model = check_face_model(obj)
     n_sliders = int(np.asarray(load_model(model).arrays["codes"]).shape[1])
     f0 = int(scene.frame_start)
     track = gather_track(
@@ -733,18 +721,13 @@ def make_face_simulation_job(
         paused=paused,
     )
     inputs = write_track(folder / TRACK_FILE, track)
-    fields = {}
-    try:
-        fields = registry.job_fields(registry.get(s.model.method))
-    except NeuralRomError:
-        pass  # unknown here: the worker says which methods it knows
     return {
         "kind": "face_simulate",
         "name": obj.name,
         "solve": s.face.solve.lower(),
         "model": str(model),
         "expect_mesh_hash": s.face.mesh_hash,
-        **fields,
+        **registry.job_fields_of(s.model.method),
         "inputs": str(inputs),
         "out": str(path),
         "frame_start": start,

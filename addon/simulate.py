@@ -181,10 +181,8 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
         if t is not None and s.tets_embedded
         else "",
     }
-    try:  # a method registered outside the package: the worker imports its file
-        fields.update(registry.job_fields(registry.get(s.model.method)))
-    except NeuralRomError:
-        pass  # unknown here: the worker says which methods it knows
+    # a method registered outside the package: the worker imports its file
+    fields.update(registry.job_fields_of(s.model.method))
     fields.update(reference.job_fields(obj, scene))
     return fields
 
