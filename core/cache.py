@@ -1034,6 +1034,23 @@ class BakeCache:
 # --------------------------------------------------------------------------- dataset
 
 
+def open_for_training(
+    path: str | os.PathLike, mesh_hash: str, *, name: str, noun: str = "Bake", redo: str = "re-bake"
+) -> BakeCache:
+    """The bake at ``path`` (of the mesh ``mesh_hash``) that a recorded bake ``name`` points
+    to, refused with a :class:`.errors.CacheError` saying what to do (``redo``) when it
+    cannot be used, is missing or has no frames; ``noun`` names the kind of bake."""
+    try:
+        cache = BakeCache.open(path, expect_mesh_hash=mesh_hash)
+    except CacheError as e:
+        raise CacheError(f"{noun} '{name}' cannot be used ({e}); {redo}.") from e
+    except FileNotFoundError as e:
+        raise CacheError(f"{noun} '{name}' is missing ({path}); {redo}.") from e
+    if cache.n_frames == 0:
+        raise CacheError(f"{noun} '{name}' has no frames; {redo}.")
+    return cache
+
+
 class BakeDataset:
     """Several bakes of ONE mesh (e.g. farm shards) opened as one dataset.
 
