@@ -268,6 +268,34 @@ def collider_transform(
     return rigid
 
 
+def collider_frames(cols: list, kinds: list[str], mats: np.ndarray) -> tuple:
+    """The colliders ``cols`` as analytic shapes over frames (:func:`collider_shape` and
+    :func:`collider_transform` of each at each frame).
+
+    Parameters
+    ----------
+    kinds : the shape each collider is taken as ("plane", "sphere", "capsule")
+    mats : (F, 1 + colliders, 4, 4) world matrices per frame, the simulated object's first
+
+    Returns
+    -------
+    kind (F, C) str, radius and half_length (F, C) float (m), transform (F, C, 4, 4) rigid.
+    """
+    mats = np.asarray(mats, dtype=np.float64)
+    n, c = len(mats), len(cols)
+    kind = np.empty((n, c), dtype="<U8")
+    radius, half = np.zeros((n, c)), np.zeros((n, c))
+    transform = np.empty((n, c, 4, 4))
+    for j, col in enumerate(cols):
+        for k in range(n):
+            shape = collider_shape(col, kinds[j], mats[k, 1 + j])
+            kind[k, j] = shape["kind"]
+            radius[k, j] = shape["radius"]
+            half[k, j] = shape["half_length"]
+            transform[k, j] = collider_transform(col, shape["centre"], mats[k, 1 + j])
+    return kind, radius, half, transform
+
+
 def sample_matrices(
     scene: bpy.types.Scene, objects: list[bpy.types.Object], frames: range
 ) -> np.ndarray:

@@ -157,25 +157,16 @@ def track(obj, cols: list, mats: np.ndarray, frame0: int = 0) -> Track:
     mats : (F, 1 + colliders, 4, 4) world matrices per frame, the object's first
     """
     mats = np.asarray(mats, dtype=np.float64)
-    kinds = dict(collider_specs(obj))
-    n, c = len(mats), len(cols)
-    kind = np.empty((n, c), dtype="<U8")
-    radius, half = np.zeros((n, c)), np.zeros((n, c))
-    transform = np.empty((n, c, 4, 4))
-    for j, col in enumerate(cols):
-        for k in range(n):
-            shape = bm.collider_shape(col, kinds.get(col.name, "sphere"), mats[k, 1 + j])
-            kind[k, j] = shape["kind"]
-            radius[k, j] = shape["radius"]
-            half[k, j] = shape["half_length"]
-            transform[k, j] = bm.collider_transform(col, shape["centre"], mats[k, 1 + j])
+    baked = dict(collider_specs(obj))
+    kinds = [baked.get(col.name, "sphere") for col in cols]
+    kind, radius, half, transform = bm.collider_frames(cols, kinds, mats)
     return Track(
         frame0,
         mats[:, 0],
         kind,
         radius,
         half,
-        np.zeros(c),
+        np.zeros(len(cols)),
         transform,
         reference_frame=cb.rigid(mats[:, 0]),
     )

@@ -24,9 +24,7 @@ from bpy.props import (
 )
 
 from .face_props import NEURAL_ROM_PG_face
-
-# Paths may be "//"-relative to the .blend; Blender 4.5+ warns unless the property says so.
-_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+from .prefs import REL_PATH
 
 ROLE_ITEMS = (
     ("NONE", "None", "Not simulated"),
@@ -124,7 +122,7 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
 
     # name: shown in the list
     path: StringProperty(
-        name="Path", subtype="DIR_PATH", options=_REL, description="The .nrbake directory"
+        name="Path", subtype="DIR_PATH", options=REL_PATH, description="The .nrbake directory"
     )
     variant: IntProperty(name="Variant")
     frames: IntProperty(name="Frames", description="Committed frames, the initial state included")
@@ -353,7 +351,7 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     """The trained reduced model of an object and what it was trained from."""
 
     path: StringProperty(
-        name="Model", subtype="FILE_PATH", options=_REL, description="The .nrmodel file"
+        name="Model", subtype="FILE_PATH", options=REL_PATH, description="The .nrmodel file"
     )
     method: StringProperty(name="Method")
     k: IntProperty(name="DOFs", description="Reduced degrees of freedom (basis size)")
@@ -542,8 +540,8 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     collider_friction: FloatProperty(name="Friction", default=0.0, min=0.0, soft_max=2.0)
 
     # ---- stage state: tets
-    tets_path: StringProperty(name="Tets", subtype="FILE_PATH", options=_REL)
-    embedding_path: StringProperty(name="Embedding", subtype="FILE_PATH", options=_REL)
+    tets_path: StringProperty(name="Tets", subtype="FILE_PATH", options=REL_PATH)
+    embedding_path: StringProperty(name="Embedding", subtype="FILE_PATH", options=REL_PATH)
     tets_nodes: IntProperty(name="Nodes")
     tets_count: IntProperty(name="Tets")
     tets_surface: IntProperty(name="Surface Nodes", description="Render vertices when not embedded")
@@ -684,7 +682,7 @@ class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
     cache_dir: StringProperty(
         name="Cache Directory",
         subtype="DIR_PATH",
-        options=_REL,
+        options=REL_PATH,
         default="",
         description="Where tets and bakes are written; empty uses the add-on preference (default //neural_rom/)",
     )
