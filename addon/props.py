@@ -588,6 +588,34 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     )
     preview_of: StringProperty(description="On a tet preview object: the object it previews")
 
+    #: The settings of the FEM pipeline (the Material, Tetrahedralize, Simulation and Training
+    #: Scenario boxes, and what Tetrahedralize recorded): an object whose data is Blender's
+    #: cloth or a face file has none (:meth:`applies`).
+    FEM_SETTINGS = frozenset(
+        (
+            "material_preset", "youngs_modulus", "poisson_ratio", "density", "pin_group",
+            "require_pins", "tet_size", "tet_quality", "embedding", "cage_resolution",
+            "dt_from_scene", "dt", "substeps", "damping_mass", "damping_stiffness", "scenario",
+            "frames", "seed", "variants", "scenario_params", "scenario_params_kind",
+            "tets_path", "embedding_path", "tets_nodes", "tets_count", "tets_surface",
+            "tets_quality_min", "tets_quality_mean", "tets_min_dihedral", "tets_embedded",
+            "tets_hash", "source_hash",
+        )
+    )  # fmt: skip
+    #: The settings of a collider (the role's box).
+    COLLIDER_SETTINGS = frozenset(("collider_shape", "collider_friction"))
+
+    def applies(self, name: str) -> bool:
+        """Whether setting ``name`` applies to the object as it is now: to a collider its role
+        and :data:`COLLIDER_SETTINGS`; to any other object all but those, the FEM pipeline's
+        (:data:`FEM_SETTINGS`) only when it trains on FEM bakes (:meth:`training_data_kind`:
+        not a cloth, not a face)."""
+        if self.role == "COLLIDER":
+            return name == "role" or name in self.COLLIDER_SETTINGS
+        if name in self.COLLIDER_SETTINGS:
+            return False
+        return name not in self.FEM_SETTINGS or self.training_data_kind() == "fem"
+
     def material_values(self) -> dict:
         """Young's modulus (Pa), Poisson ratio and density (kg/m^3) in effect."""
         if self.material_preset != "custom":

@@ -259,6 +259,21 @@ def test_train_from_cloth_bakes_headless(trained):
     assert m.mesh_hash == trained.sheet.neural_rom.bakes[0].mesh_hash
 
 
+def test_info_prints_what_applies_to_a_cloth(trained, capsys):
+    """``info`` on a cloth object: its cloth bake settings, bakes and model, none of the FEM
+    pipeline's settings (material, tets, scenario) nor a collider's."""
+    from neural_rom.addon import cli
+
+    assert cli.main(["info", "--object", "Sheet"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    print(out)
+    assert f"cloth bake: {VARIANTS} variants of {FRAMES} frames, seed 0" in out
+    assert f"    bakes: {VARIANTS} (" in out and "snp settings:" in out
+    for fem in ("material_preset", "youngs_modulus", "tet_size", "scenario", "dt_from_scene"):
+        assert f"    {fem}:" not in out, fem
+    assert "collider_shape" not in out and "collider_friction" not in out
+
+
 def test_simulate_mutes_the_cloth_and_follows_the_runtime(trained):
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import cloth
