@@ -257,6 +257,8 @@ def test_train_from_cloth_bakes_headless(trained):
     print(f"model: {m.method}, {m.kind}, {m.k} modes, validation {1e3 * m.val_error:.1f} mm")
     assert m.method == "snp" and m.kind == "cloth" and m.k == 8 and m.bakes == VARIANTS
     assert m.mesh_hash == trained.sheet.neural_rom.bakes[0].mesh_hash
+    # the panel's Train menu shows the method the headless train used
+    assert trained.sheet.neural_rom.model_method == "snp"
 
 
 def test_info_prints_what_applies_to_a_cloth(trained, capsys):
