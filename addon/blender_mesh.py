@@ -18,6 +18,7 @@ import bpy
 import numpy as np
 
 from ..core.errors import NeuralRomError
+from ..core.simjob import to_local, to_world  # noqa: F401 (this module's callers use them)
 
 REST_ATTRIBUTE = ".neural_rom_rest"
 
@@ -101,17 +102,6 @@ def triangles(mesh: bpy.types.Mesh) -> np.ndarray:
     tri = np.empty(3 * len(mesh.loop_triangles), dtype=np.int32)
     mesh.loop_triangles.foreach_get("vertices", tri)
     return tri.reshape(-1, 3).astype(np.int64)
-
-
-def to_world(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Apply a 4x4 matrix to (n, 3) points."""
-    m = np.asarray(matrix, dtype=np.float64)
-    return points @ m[:3, :3].T + m[:3, 3]
-
-
-def to_local(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Apply the inverse of a 4x4 local-to-world matrix to (n, 3) world points."""
-    return to_world(points, np.linalg.inv(np.asarray(matrix, dtype=np.float64)))
 
 
 def matrix(obj: bpy.types.Object) -> np.ndarray:
