@@ -281,8 +281,8 @@ def _read_meta(
     if expect_mesh_hash is not None and h != expect_mesh_hash:
         raise CacheError(
             f"bake {path} belongs to another mesh (hash {h[:12]}.., expected "
-            f"{expect_mesh_hash[:12]}..): the mesh changed since the bake; re-bake after "
-            "re-tetrahedralizing"
+            f"{expect_mesh_hash[:12]}..): the mesh changed since the bake; bake it again "
+            "for the current mesh"
         )
     table = meta.get("channels")
     if not isinstance(table, dict) or not table:
