@@ -129,6 +129,7 @@ def run(
     instances: int,
     reps: int,
     workdir: str | Path,
+    overrides: dict | None = None,
 ) -> dict:
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
@@ -143,7 +144,8 @@ def run(
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, workdir, "block")
     bake_s = time.perf_counter() - t0
     out = workdir / "block.nrmodel"
-    res = train_snp(paths, out, SNPSettings(epochs=epochs), checkpoint_dir=workdir / "ckpt")
+    settings = SNPSettings(epochs=epochs, **(overrides or {}))
+    res = train_snp(paths, out, settings, checkpoint_dir=workdir / "ckpt")
     sim, model = registry.load_simulator(out)
     p = sim.p
 
@@ -286,7 +288,7 @@ def where_the_error_is(paths: list, model_path) -> dict:
     sims = {"net": sim, "initial": type(sim)(alone, sim.settings)}
     val = set(model.metadata["validation_trajectories"])
     b = open_bakes(paths, None, 0.0, 0)  # every bake, in order (the split is the model's)
-    seqs, _, _ = load_sequences(SimpleNamespace(bakes=b))
+    seqs, _, _ = load_sequences(SimpleNamespace(bakes=b), p.contact)
     out = {}
     for part in ("heldout", "train"):
         err = {(k, m): [] for k in sims for m in ("rollout", "step")}
@@ -409,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--settings",
-        help="--accuracy: other training settings, as JSON ('{\"weight_decay\": 1e-4}')",
+        help="other training settings, as JSON ('{\"contact_features\": true}')",
     )
     args = ap.parse_args(argv)
     common.pin_this_process()
@@ -436,7 +438,16 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(r, indent=1))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        r = run(args.tets, args.variants, args.frames, args.epochs, args.instances, args.reps, tmp)
+        r = run(
+            args.tets,
+            args.variants,
+            args.frames,
+            args.epochs,
+            args.instances,
+            args.reps,
+            tmp,
+            json.loads(args.settings) if args.settings else None,
+        )
     print(report(r))
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))
