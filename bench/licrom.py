@@ -191,6 +191,52 @@ def full_ms(m, cache, steps: int = 4) -> float:
     return 1000 * (time.perf_counter() - t0) / steps
 
 
+#: The resolution cases: (coarse grid, finer grids) of tests/test_licrom.py's stocky bar
+#: (0.15 x 0.1 x 0.1 m), three times the tets and three times finer per edge.
+RESOLUTION_CASES = (
+    ((4, 3, 3), ((6, 4, 4), (12, 9, 9))),
+    ((8, 6, 6), ((12, 9, 9), (24, 18, 18))),
+    ((12, 9, 9), ((18, 13, 13),)),
+)
+
+
+def resolution(out: Path, json_path: str | None) -> None:
+    """The issue's resolution check (tests/test_licrom.py's ``resolution_check``, the test's
+    own code) on coarser and finer meshes than the test affords: per case and mesh, the
+    full-space gap to the coarse mesh and the replay error against the mesh's own bake."""
+    import importlib.util
+
+    tests = Path(__file__).resolve().parents[1] / "tests" / "test_licrom.py"
+    spec = importlib.util.spec_from_file_location("test_licrom_for_bench", tests)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cases = []
+    for coarse, fines in RESOLUTION_CASES:
+        t0 = time.perf_counter()
+        rows = mod.resolution_check(out, coarse, fines)
+        cases.append({"coarse": coarse, "rows": rows, "seconds": time.perf_counter() - t0})
+        print(f"case {coarse}: {cases[-1]['seconds']:.0f} s", flush=True)
+    print(
+        "\n| coarse | mesh | tets | / coarse tets | amplitude mm | full-space gap mm | replay mm "
+        "| / coarse replay | / gap | projection mm |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in cases:
+        r0 = c["rows"][0]
+        for r in c["rows"]:
+            grid = "x".join(map(str, r["grid"]))
+            gap = f"{r['gap'] * 1000:.3g} ({r['gap'] / r['amplitude']:.1%})" if r is not r0 else "-"
+            ratio = f"{r['replay'] / r['gap']:.2f}" if r is not r0 else "-"
+            print(
+                f"| {'x'.join(map(str, c['coarse']))} | {grid} | {r['tets']} | "
+                f"{r['tets'] / r0['tets']:.2f} | {r['amplitude'] * 1000:.3g} | {gap} | "
+                f"{r['replay'] * 1000:.3g} | {r['replay'] / r0['replay']:.2f}x | {ratio} | "
+                f"{r['projection'] * 1000:.3g} |"
+            )
+    if json_path:
+        Path(json_path).write_text(json.dumps(cases, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=48)
@@ -211,11 +257,21 @@ def main() -> None:
     ap.add_argument("--cubature-vertices", type=int, default=200)
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--resolution",
+        action="store_true",
+        help="only the resolution check: coarse and finer meshes of the stocky bar",
+    )
     a = ap.parse_args()
     common.pin_this_process()
     import torch
 
     torch.set_num_threads(1)
+    if a.resolution:
+        out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_res_"))
+        out.mkdir(parents=True, exist_ok=True)
+        resolution(out, a.json)
+        return
     from neural_rom.core import bake
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.methods import licrom
