@@ -421,12 +421,26 @@ def speed(
     return out
 
 
+#: Shen et al. 2021, Table 1 (Armadillo, 38K elements): relative cubature error in percent,
+#: neural [5 elements a round] and greedy, at 20 / 50 / 100 / 200 elements
+PAPER_TABLE1 = {20: (60.3, 66.6), 50: (37.1, 47.1), 100: (22.3, 31.2), 200: (15.7, 19.2)}
+
+
 def cubature_table(
-    model, paths, counts=(20, 50, 100, 200), poses: int = 150, epochs: int = 300
+    model,
+    paths,
+    counts=(20, 50, 100, 200),
+    poses: int = 150,
+    epochs: int = 300,
+    add: int = 10,
+    spread: int = 4,
+    replay_counts=(20, 50, 100),
 ) -> list[dict]:
-    """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`) on the
-    forces of a trained Shen model's subspace: relative reduced-force error on the held-out
-    bakes' frames as the model reproduces them, at each element count."""
+    """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`: ``W`` on the
+    greedy's elements, ``S``'s elements with NNLS weights and with ``W``) on the forces of a
+    trained Shen model's subspace: relative reduced-force error on the held-out bakes' frames
+    as the model reproduces them, at each element count; at ``replay_counts`` the held-out
+    replay error of the model with each rule (:func:`cubature_replays`)."""
     from neural_rom.core.cache import BakeDataset
     from neural_rom.core.fem import TetFEM
     from neural_rom.core.registry import load_simulator
@@ -460,7 +474,60 @@ def cubature_table(
     xt, gt = frames(tr)
     xh, _ = frames(va)
     fem = TetFEM(sim.X, np.asarray(ds[0].T), latent._material(ds[0]))
-    return compare_cubatures(fem, sim.U, sim.mass, xt, gt, xh, counts, epochs=epochs)
+    rows = compare_cubatures(
+        fem, sim.U, sim.mass, xt, gt, xh, counts, epochs=epochs, add=add, spread=spread
+    )
+    for r in rows:
+        if r["count"] in replay_counts:
+            r["replay"] = cubature_replays(model, ds, va, r["rules"])
+    return rows
+
+
+class _PoseWeights:
+    """A Shen simulator whose cubature weights a :class:`training.shen_cubature.WeightNet`
+    sets from the pose ``c_n`` at the start of each step (lagged by the step: the Newton
+    matrix does not see ``dw/dc``); everything else is the simulator's."""
+
+    def __init__(self, sim, net) -> None:
+        self.sim, self.net = sim, net
+
+    def __getattr__(self, name):
+        return getattr(self.sim, name)
+
+    def step(self, inputs):
+        import torch
+
+        with torch.no_grad():
+            self.sim.weights = self.net(torch.as_tensor(self.sim.q[None])).numpy()[0]
+        return self.sim.step(inputs)
+
+
+def cubature_replays(model, ds, va, rules: dict) -> dict:
+    """Largest held-out replay error (m) of the model with each cubature rule in ``rules``
+    (name -> (elements, weights (c,) or a WeightNet)), with its own and with every element."""
+    import dataclasses
+
+    from neural_rom.core.methods import shen as shen_method
+    from neural_rom.core.modelfile import load_model
+
+    base = load_model(model)
+    m = len(base.arrays["T"])
+
+    def make(el, w):
+        arrays = {**base.arrays, "cubature_elements": el, "cubature_weights": w}
+        return shen_method.load(dataclasses.replace(base, arrays=arrays))
+
+    own = (base.arrays["cubature_elements"], base.arrays["cubature_weights"])
+    out = {}
+    for name, (el, w) in {"model's": own, **rules}.items():
+        if isinstance(w, np.ndarray):
+            r = replay(lambda el=el, w=w: make(el, w), ds, va)
+        else:
+            r = replay(lambda el=el, w=w: _PoseWeights(make(el, np.ones(len(el))), w), ds, va)
+        out[name] = {"elements": len(el), "err": r["err"], "iters": r["iters"]}
+    r = replay(lambda: make(np.arange(m), np.ones(m)), ds, va)
+    out["all elements"] = {"elements": m, "err": r["err"], "iters": r["iters"]}
+    return out
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -495,21 +562,50 @@ def main(argv=None) -> int:
         "(with --bakes: its bakes)",
     )
     ap.add_argument("--bakes", default=None, help="folder of the model's bakes (*.nrbake)")
+    ap.add_argument(
+        "--add", type=int, default=10, help="elements S adds a round (--cubature; paper: 5, 10)"
+    )
+    ap.add_argument(
+        "--spread", type=int, default=4, help="face rings between a round's picks (--cubature)"
+    )
     args = ap.parse_args(argv)
     common.pin_this_process()
     if args.cubature:
-        rows = cubature_table(args.cubature, sorted(Path(args.bakes).glob("*.nrbake")))
+        rows = cubature_table(
+            args.cubature,
+            sorted(Path(args.bakes).glob("*.nrbake")),
+            add=args.add,
+            spread=args.spread,
+        )
         print(
-            f"  {'elements':>8s} {'greedy':>8s} {'neural':>8s} (held-out relative force "
-            "error; training: greedy / neural)"
+            "  held-out relative force error (training poses in brackets); greedy: its elements"
+            " (it may stop short); W: pose-dependent weights; S: the selection network"
+        )
+        print(
+            f"  {'count':>5s} {'greedy':>16s} {'greedy+W':>16s} {'S+NNLS':>16s} {'S+W':>16s}"
+            f"   paper: neural[5] / greedy"
         )
         for r in rows:
+            cells = [
+                f"{r[n]:7.4f} ({r[n + '_train']:.4f})"
+                for n in ("greedy", "neural", "selected", "s_neural")
+            ]
+            paper = PAPER_TABLE1.get(r["count"])
             print(
-                f"  {r['elements']:8d} {r['greedy']:8.4f} {r['neural']:8.4f}   "
-                f"({r['greedy_train']:.4f} / {r['neural_train']:.4f}, best epoch "
-                f"{r['best_epoch']})",
+                f"  {r['count']:5d} "
+                + " ".join(f"{c:>16s}" for c in cells)
+                + (f"   {paper[0]:.1f}% / {paper[1]:.1f}%" if paper else "")
+                + f"   [greedy {r['elements']} el., {r['greedy_seconds']:.1f} s; S {r['selected_seconds']:.1f} s;"
+                f" W best epochs {r['neural_best_epoch']} / {r['s_neural_best_epoch']}]",
                 flush=True,
             )
+        for r in rows:
+            for name, rp in r.get("replay", {}).items():
+                print(
+                    f"  replay, {r['count']} elements, {name:>12s} ({rp['elements']} el.): "
+                    f"{1000 * rp['err']:7.1f} mm, {rp['iters']:.2f} Newton iterations a step",
+                    flush=True,
+                )
         return 0
     if args.speed:
         r = speed(args.speed, args.n_p, args.n_z)
