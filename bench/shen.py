@@ -27,11 +27,16 @@ Usage::
                          [--divisions 10,2,2] [--whip-divisions 40,2,2] [--variants 8]
                          [--frames 72] [--full] [--no-fulton] [--out DIR]
     python bench/shen.py --speed 56,8,8 [--np 10] [--nz 5]
+    python bench/shen.py --cubature MODEL --bakes DIR [--add 10] [--spread 4]
 
 Bakes already in ``--out DIR/<scene>/bakes`` (a previous run's) are reused.
 ``--speed`` times one step of each model on the 21,504-tet swung arm (:func:`speed`: the
 sizes of trained models, random weights), the issue's speed goal (>= 30x full space at
 10 + 5 DOFs, decoder derivatives < 2 ms per step).
+``--cubature`` compares, on a trained Shen model's subspace (:func:`cubature_table`), the
+greedy cubature, the neural weights ``W`` on its elements, the elements the selection network
+``S`` picks with NNLS weights and with ``W`` (:mod:`training.shen_cubature`), beside the
+paper's Table 1, and replays the held-out bakes with each rule.
 One process, one thread (BLAS and torch), torch on the CPU.
 """
 
@@ -435,12 +440,14 @@ def cubature_table(
     add: int = 10,
     spread: int = 4,
     replay_counts=(20, 50, 100),
-) -> list[dict]:
+) -> tuple[list[dict], dict]:
     """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`: ``W`` on the
     greedy's elements, ``S``'s elements with NNLS weights and with ``W``) on the forces of a
     trained Shen model's subspace: relative reduced-force error on the held-out bakes' frames
     as the model reproduces them, at each element count; at ``replay_counts`` the held-out
-    replay error of the model with each rule (:func:`cubature_replays`)."""
+    replay error of the model with each rule (:func:`cubature_replays`). Returns the rows of
+    :func:`training.shen_cubature.compare_cubatures` (with ``replay``) and the replays of
+    the model's own rule and of every element (the reference)."""
     from neural_rom.core.cache import BakeDataset
     from neural_rom.core.fem import TetFEM
     from neural_rom.core.registry import load_simulator
@@ -480,16 +487,21 @@ def cubature_table(
     for r in rows:
         if r["count"] in replay_counts:
             r["replay"] = cubature_replays(model, ds, va, r["rules"])
-    return rows
+    m = len(ds[0].T)
+    own = (sim.elements, sim.weights)
+    reference = cubature_replays(
+        model, ds, va, {"model's": own, "all elements": (np.arange(m), np.ones(m))}
+    )
+    return rows, reference
 
 
 class _PoseWeights:
     """A Shen simulator whose cubature weights a :class:`training.shen_cubature.WeightNet`
     sets from the pose ``c_n`` at the start of each step (lagged by the step: the Newton
-    matrix does not see ``dw/dc``); everything else is the simulator's."""
+    matrix does not see ``dw/dc``), times ``scale``; everything else is the simulator's."""
 
-    def __init__(self, sim, net) -> None:
-        self.sim, self.net = sim, net
+    def __init__(self, sim, net, scale: float = 1.0) -> None:
+        self.sim, self.net, self.scale = sim, net, scale
 
     def __getattr__(self, name):
         return getattr(self.sim, name)
@@ -498,35 +510,50 @@ class _PoseWeights:
         import torch
 
         with torch.no_grad():
-            self.sim.weights = self.net(torch.as_tensor(self.sim.q[None])).numpy()[0]
+            w = self.net(torch.as_tensor(self.sim.q[None])).numpy()[0]
+        self.sim.weights = self.scale * w
         return self.sim.step(inputs)
+
+
+#: Relative changes of the cubature weights each replay is repeated with: the whip's replay
+#: error moves by far more than the forces do (42 mm with single-threaded BLAS, 252 mm with
+#: several threads for the same model), so a rule is judged by the range over these.
+REPLAY_PERTURBATIONS = (0.0, 1e-9, -1e-9)
 
 
 def cubature_replays(model, ds, va, rules: dict) -> dict:
     """Largest held-out replay error (m) of the model with each cubature rule in ``rules``
-    (name -> (elements, weights (c,) or a WeightNet)), with its own and with every element."""
+    (name -> (elements, weights (c,) or a WeightNet)), once for each of
+    ``REPLAY_PERTURBATIONS`` of the weights: ``err`` is the list of them, ``iters`` the mean
+    Newton iterations a step."""
     import dataclasses
 
     from neural_rom.core.methods import shen as shen_method
     from neural_rom.core.modelfile import load_model
 
     base = load_model(model)
-    m = len(base.arrays["T"])
 
     def make(el, w):
         arrays = {**base.arrays, "cubature_elements": el, "cubature_weights": w}
         return shen_method.load(dataclasses.replace(base, arrays=arrays))
 
-    own = (base.arrays["cubature_elements"], base.arrays["cubature_weights"])
     out = {}
-    for name, (el, w) in {"model's": own, **rules}.items():
-        if isinstance(w, np.ndarray):
-            r = replay(lambda el=el, w=w: make(el, w), ds, va)
-        else:
-            r = replay(lambda el=el, w=w: _PoseWeights(make(el, np.ones(len(el))), w), ds, va)
-        out[name] = {"elements": len(el), "err": r["err"], "iters": r["iters"]}
-    r = replay(lambda: make(np.arange(m), np.ones(m)), ds, va)
-    out["all elements"] = {"elements": m, "err": r["err"], "iters": r["iters"]}
+    for name, (el, w) in rules.items():
+        errs, iters = [], []
+        for eps in REPLAY_PERTURBATIONS:
+            if isinstance(w, np.ndarray):
+                r = replay(lambda el=el, w=w, eps=eps: make(el, w * (1 + eps)), ds, va)
+            else:
+                r = replay(
+                    lambda el=el, w=w, eps=eps: _PoseWeights(
+                        make(el, np.ones(len(el))), w, 1 + eps
+                    ),
+                    ds,
+                    va,
+                )
+            errs.append(r["err"])
+            iters.append(r["iters"])
+        out[name] = {"elements": len(el), "err": errs, "iters": float(np.mean(iters))}
     return out
 
 
@@ -571,14 +598,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     common.pin_this_process()
     if args.cubature:
-        rows = cubature_table(
+        rows, reference = cubature_table(
             args.cubature,
             sorted(Path(args.bakes).glob("*.nrbake")),
             add=args.add,
             spread=args.spread,
         )
         print(
-            "  held-out relative force error (training poses in brackets); greedy: its elements"
+            "  held-out relative force error, percent (training poses in brackets); greedy: its elements"
             " (it may stop short); W: pose-dependent weights; S: the selection network"
         )
         print(
@@ -587,7 +614,7 @@ def main(argv=None) -> int:
         )
         for r in rows:
             cells = [
-                f"{r[n]:7.4f} ({r[n + '_train']:.4f})"
+                f"{100 * r[n]:6.2f}% ({100 * r[n + '_train']:.2f}%)"
                 for n in ("greedy", "neural", "selected", "s_neural")
             ]
             paper = PAPER_TABLE1.get(r["count"])
@@ -599,11 +626,14 @@ def main(argv=None) -> int:
                 f" W best epochs {r['neural_best_epoch']} / {r['s_neural_best_epoch']}]",
                 flush=True,
             )
-        for r in rows:
+        print(f"  held-out replay error, mm, at weights x (1 + {REPLAY_PERTURBATIONS})")
+        for r in [{"count": None, "replay": reference}, *rows]:
             for name, rp in r.get("replay", {}).items():
+                errs = " / ".join(f"{1000 * e:.1f}" for e in rp["err"])
+                at = f"{r['count']:4d} elements" if r["count"] else "   reference"
                 print(
-                    f"  replay, {r['count']} elements, {name:>12s} ({rp['elements']} el.): "
-                    f"{1000 * rp['err']:7.1f} mm, {rp['iters']:.2f} Newton iterations a step",
+                    f"  {at}, {name:>12s} ({rp['elements']:3d} el.): {errs} mm, "
+                    f"{rp['iters']:.2f} Newton iterations a step",
                     flush=True,
                 )
         return 0
