@@ -90,10 +90,13 @@ import math
 import time
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from scipy.optimize import nnls
 from torch import nn
 
 from ..core.cubature import optimized_cubature, reduced_element_forces, reduced_forces
+from ..core.methods.common import farthest_points
 
 
 class WeightNet(nn.Module):
@@ -280,8 +283,6 @@ def selection_loss(s: torch.Tensor, A: torch.Tensor, residual: torch.Tensor) -> 
 
 def _nnls_weights(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Fixed non-negative weights (c,) of normalized systems ``A`` (P, k, c), ``b`` (P, k)."""
-    from scipy.optimize import nnls
-
     return nnls(A.reshape(-1, A.shape[2]), b.ravel())[0]
 
 
@@ -336,8 +337,6 @@ def neural_cubature(
     rng = np.random.default_rng(seed)
     m = A.shape[2]
     counts = sorted(int(n) for n in counts if int(n) <= m)
-    from ..core.methods.common import farthest_points
-
     chosen = np.zeros(m, dtype=bool)
     chosen[farthest_points(centroids, min(add if start is None else start, counts[0]), seed)] = True
     S = SelectionNet(adjacency, features.shape[2]).to(torch.float64)
@@ -395,8 +394,6 @@ def _top(score: np.ndarray, count: int, adjacency: torch.Tensor, spread: int) ->
     if spread <= 0:
         return order[:count]
     idx = adjacency.indices().numpy()
-    import scipy.sparse as sp
-
     m = len(score)
     ring = sp.csr_matrix((np.ones(idx.shape[1]), (idx[0], idx[1])), shape=(m, m))
     blocked = ~np.isfinite(score)
@@ -413,7 +410,8 @@ def _top(score: np.ndarray, count: int, adjacency: torch.Tensor, spread: int) ->
             near = near | (ring @ near > 0)
         blocked |= near
     if len(picked) < count:  # too few far apart: fill with the best of the rest
-        rest = [int(e) for e in order if np.isfinite(score[e]) and e not in set(picked)]
+        taken = set(picked)
+        rest = [int(e) for e in order if np.isfinite(score[e]) and int(e) not in taken]
         picked += rest[: count - len(picked)]
     return np.asarray(picked, dtype=np.int64)
 
