@@ -399,7 +399,9 @@ def fitted_cubature(
 @dataclass
 class SwapReport:
     """What a mesh swap did: seconds it took, kinetic energy before and after (J; after is
-    never more), the new mesh's nodes, elements and cubature elements, its domain report."""
+    never more), the new mesh's nodes, elements and cubature elements, its domain report and
+    how its cubature was made (``method``: "optimized" (fitted), "random" or "exact";
+    ``seconds``; for a fitted one :class:`.cubature.Cubature`'s ``info``, with ``cached``)."""
 
     seconds: float
     kinetic_before: float
