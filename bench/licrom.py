@@ -119,8 +119,8 @@ POD on its own bakes: 0.826 / 1.28 / 1.20 mm (train / fine / unseen). The fitted
 takes the cubature out of the error: every fitted replay is within 15% of the exact energy's
 (train 3.36 vs 4.14 mm, fine 35.6 vs 31.5, unseen 35.0 vs 35.1), where the random draw was 5x
 the exact energy's on the training bar and 2x on the fine one; and with 75-83 elements instead
-of 576-1,898 a step is 4-20x cheaper (1.17 ms at 17.5K tets: over 1,000x full space; the
-20x goal holds with either). What is left is the field: the fine bar's exact-energy replay is
+of 576-1,898 a step is 4-20x cheaper (1.2-2.0 ms at 17.5K tets over two runs: 520-1,130x full
+space; the 20x goal holds with either). What is left is the field: the fine bar's exact-energy replay is
 7.6x the training bar's (the family was trained on the coarse meshes only) and the unseen
 notch's 8.5x, so the issue's "unseen shapes at most 2x the training shapes" is not met on
 this family (10.4x with the fitted cubature; 1.4x with random cubature only because the
@@ -129,7 +129,10 @@ random draw spoiled the training bar too). With the model's stored target 0.05 a
 LiCROM's replays, hence 0.01. Fitting costs 150-330 ms on these meshes (P = 16 full-mesh
 gradients for the exact forces, a pool of 2,000 elements' columns, 70-90 greedy steps with
 NNLS); a swap from the training bar to a 20,520-tet bar mid-run takes 895 ms of which the fit
-529 ms (random cubature: 365 ms), kinetic energy 1.054 -> 1.044 J, under load 10-12.
+529 ms (random cubature: 365 ms), kinetic energy 1.054 -> 1.044 J, under load 10-12. A second
+run after ``core.sim.boundary_vertices`` was made 4x faster (load 5-8; the same errors, to the
+digit): the swap 627 ms, of which the fit 461 ms (random: 220 ms); at 17.5K tets 1.98 ms a step
+against 1,031 ms full space (522x).
 
 **Resolution** (``--resolution``: the issue's "train on a coarse bar, replay a held-out bake
 on a mesh three times finer: error at most 1.5x the coarse mesh's"). tests/test_licrom.py's
