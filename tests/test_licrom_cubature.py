@@ -122,7 +122,7 @@ def test_swaps_with_fitted_cubature_never_raise_kinetic_energy(model):
 
 def test_a_model_without_codes_falls_back_to_random_cubature(model):
     """A model file from before fitted cubature has no codes: random cubature, with a warning
-    that says to retrain."""
+    that says to retrain; codes that deform nothing give random cubature too."""
     X, T = model.mesh.X, model.mesh.T
     loaded = licrom.load_on_mesh(model.out, X, T)
     field, pins, codes = loaded.field, loaded.pins, loaded.codes
@@ -130,6 +130,9 @@ def test_a_model_without_codes_falls_back_to_random_cubature(model):
     sim = licrom.LicromSimulation(field, X, T, base.MATERIAL, pins=pins, cubature_vertices=40)
     assert sim.cubature == "random" and sim.cubature_info["method"] == "random"
     assert "retrain" in sim.warnings[0]
+    # codes that deform nothing (rest poses): nothing to fit, the random rule
+    rest = licrom.LicromSimulation(field, X, T, base.MATERIAL, pins=pins, codes=0 * codes[:3])
+    assert rest.cubature_info["method"] == "random" and "fallback" in rest.cubature_info
     with pytest.raises(licrom.SimulationError, match="cubature"):
         licrom.LicromSimulation(field, X, T, base.MATERIAL, cubature="uniform", codes=codes)
 

@@ -91,7 +91,7 @@ from scipy.spatial import cKDTree
 from .. import fem as _fem
 from ..colliders import Collider
 from ..cubature import Cubature, optimized_cubature
-from ..errors import CacheError, SimulationError
+from ..errors import CacheError, NeuralRomError, SimulationError
 from ..files import mesh_hash as _mesh_hash
 from ..modelfile import Model, load_model, save_model
 from ..nnet import MLP
@@ -399,7 +399,9 @@ def fitted_cubature(
 @dataclass
 class SwapReport:
     """What a mesh swap did: seconds it took, kinetic energy before and after (J; after is
-    never more), the new mesh's nodes, elements and cubature elements, its domain report."""
+    never more), the new mesh's nodes, elements and cubature elements, its domain report and
+    how its cubature was made (``method``: "optimized" (fitted), "random" or "exact";
+    ``seconds``; for a fitted one :class:`.cubature.Cubature`'s ``info``, with ``cached``)."""
 
     seconds: float
     kinetic_before: float
@@ -514,22 +516,27 @@ class LicromSimulation(ReducedSimulation):
         t0 = time.perf_counter()
         cub, self.cubature_info = None, {"method": "exact"}
         if self.cubature_vertices > 0 and self.cubature == "fitted":
-            c = fitted_cubature(
-                X,
-                T,
-                self.material,
-                U,
-                self.codes,
-                target=self.cubature_target,
-                max_elements=self.max_cubature,
-                poses=self.cubature_poses,
-                pool=CUBATURE_POOL,
-                seed=mesh_seed(self.seed, X, T),
-            )
-            cub, self.cubature_info = (c.elements, c.weights), dict(c.info)
-        elif self.cubature_vertices > 0:
+            try:
+                c = fitted_cubature(
+                    X,
+                    T,
+                    self.material,
+                    U,
+                    self.codes,
+                    target=self.cubature_target,
+                    max_elements=self.max_cubature,
+                    poses=self.cubature_poses,
+                    pool=CUBATURE_POOL,
+                    seed=mesh_seed(self.seed, X, T),
+                )
+                cub, self.cubature_info = (c.elements, c.weights), dict(c.info)
+            except NeuralRomError:
+                # no pose deforms this mesh (its nodes all pinned, or codes of rest): nothing
+                # to fit, and any rule is exact on it
+                self.cubature_info = {"fallback": "no pose deforms this mesh"}
+        if self.cubature_vertices > 0 and cub is None:
             cub = random_cubature(T, len(X), self.cubature_vertices, mesh_seed(self.seed, X, T))
-            self.cubature_info = {"method": "random", "vertices": self.cubature_vertices}
+            self.cubature_info.update(method="random", vertices=self.cubature_vertices)
         self.cubature_info["seconds"] = time.perf_counter() - t0
         self.T = T
         self._setup(X, T, self.material, U, settings, pinned, cub, None, colliders)
