@@ -65,7 +65,15 @@ rolls 14.2 degrees in its held-out drop (the other exponents under 0.5 degree): 
 rolls 9.7 degrees and errs by 18.9 mm, but with each frame's rigid motion taken out of both
 (Kabsch) the error is 2.53 mm, as the p = 4 and p = 10 shapes' 1.13 and 1.45 mm. Training and
 running in a floating frame (each frame's best rigid motion removed, as the pins' frame does
-for a pinned body) would take the roll out of the field; not done.
+for a pinned body) would take the roll out of the field; not done. Two shortcuts measured
+(scratch runs): the frame alone at runtime (each step's pose fitted by Kabsch to the
+inertial prediction ``2 x_n - x_{n-1}``, the solve in it by :class:`.frame.FrameMixin`'s
+exact inertial terms), with the field as trained, errs 19.9 mm (the frame only follows the
+rotation the world-trained field makes); a field trained in the body frame with no rigid
+DOFs in the solve cannot fall or be stopped by the ground (errors of 0.5 m). What is needed:
+the field trained in the body frame, six rigid modes (translations, infinitesimal rotations
+about the centre of mass) added to the basis in the solve, and their part of ``q`` and
+``qdot`` moved into the frame's pose after every step.
 
 The model file holds the field network and its normalization, the domain sample and the pin
 boxes: no array has a training mesh's vertex count as a dimension. A model opened without
