@@ -62,7 +62,9 @@ Where we depart from the paper, and why:
   block (3 bakes trained on, 60 epochs) the held-out error went from 0.915x the initial
   model's to 0.659x. The runtime takes the sweep from the last frame's colliders; a slot
   filled in only one of the two frames does not sweep. Cost: a signed distance per vertex
-  within reach, per sample and collider.
+  within reach of the sweep, per sample and collider: the test block's step (80 vertices, one
+  sphere) 26.5 -> 90 us (one core, min of 5 passes over a held-out bake; the per-sample
+  Collider of the first version cost 480 us).
 * The runtime state is ``(z_{t-1}, z_{t-2})``, the poses of the last three frames and the
   colliders (the last ones stay when a frame gives none), so ``get_state``/``set_state``
   continue bit-identically.
@@ -221,8 +223,11 @@ def swept_push_out(
 ) -> np.ndarray:
     """(n, 3) push-out of points ``X`` (n, 3) out of the volume a collider swept over a frame:
     at :data:`SWEEP_SAMPLES` transforms linearly from ``before`` to ``after`` (4, 4), per
-    point the deepest penetration's depth times the collider's outward normal there; zero
-    outside. All in one frame (the object's reference frame: ``X`` its rest shape).
+    point the deepest penetration's depth times the collider's outward normal there (the
+    first sample on a tie); zero outside. All in one frame (the object's reference frame:
+    ``X`` its rest shape). The signed distances are :meth:`core.colliders.Collider.
+    signed_distance`'s, vectorized over the samples (a Collider per sample cost ~100 us a
+    frame).
 
     Parameters
     ----------
@@ -230,27 +235,61 @@ def swept_push_out(
     size : (2,) its radius and half length, m
     """
     out = np.zeros_like(X)
-    depth = np.zeros(len(X))
-    r, h = float(size[0]), float(size[1])
-    for s in np.linspace(0.0, 1.0, SWEEP_SAMPLES):
-        M = (1.0 - s) * before + s * after
-        if kind == "plane":
-            idx = np.arange(len(X))
-        else:  # only the points within reach of the centre
-            A = M[:3, :3]
-            scales = np.sqrt(np.einsum("ij,ij->j", A, A))
-            reach = r * scales.max() + h * scales[2]
-            d = X - M[:3, 3]
-            idx = np.flatnonzero(np.einsum("ij,ij->i", d, d) < reach * reach)
-            if not len(idx):
-                continue
-        phi, n = Collider(kind, radius=r, half_length=h, transform=M).signed_distance(X[idx])
-        deeper = -phi > depth[idx]
-        if deeper.any():
-            i = idx[deeper]
-            depth[i] = -phi[deeper]
-            out[i] = depth[i, None] * n[deeper]
+    if kind == "plane":
+        idx = None
+    else:  # only the points within reach of the sweep's middle (most frames: none)
+        t0, t1 = before[:3, 3], after[:3, 3]
+        # a blend's column norms are at most the larger end's (the norm is convex)
+        sc = np.maximum(
+            np.sqrt(np.einsum("ij,ij->j", before[:3, :3], before[:3, :3])),
+            np.sqrt(np.einsum("ij,ij->j", after[:3, :3], after[:3, :3])),
+        )
+        reach = float(size[0]) * sc.max() + float(size[1]) * sc[2] * (kind == "capsule")
+        reach += 0.5 * math.dist(t0, t1)
+        d = X - 0.5 * (t0 + t1)
+        idx = np.flatnonzero(np.einsum("ij,ij->i", d, d) < reach * reach)
+        if not len(idx):
+            return out
+    Y = X if idx is None else X[idx]
+    s = _SWEEP[:, None, None]
+    M = (1.0 - s) * before[:3] + s * after[:3]  # (K, 3, 4)
+    A, t = M[:, :, :3], M[:, :, 3]
+    scales = np.sqrt(np.einsum("kij,kij->kj", A, A))  # (K, 3) column norms
+    R = A / np.maximum(scales, 1e-300)[:, None, :]
+    d = Y[None] - t[:, None]  # (K, m, 3)
+    if kind == "plane":
+        depth = -np.einsum("kni,ki->kn", d, R[:, :, 2])
+    else:
+        if kind == "capsule":
+            h = float(size[1]) * scales[:, 2, None]
+            d = (
+                d
+                - np.clip(np.einsum("kni,ki->kn", d, R[:, :, 2]), -h, h)[..., None]
+                * R[:, None, :, 2]
+            )
+        dist = np.sqrt(np.einsum("kni,kni->kn", d, d))
+        depth = (float(size[0]) * scales.max(axis=1))[:, None] - dist
+    best = np.argmax(depth, axis=0)
+    cols = np.arange(len(Y))
+    deepest = depth[best, cols]
+    inside = np.flatnonzero(deepest > 0.0)
+    if not len(inside):
+        return out
+    k = best[inside]
+    if kind == "plane":
+        N = R[k, :, 2]
+    else:
+        v = d[k, inside]
+        r = dist[k, inside]
+        N = v / np.maximum(r, 1e-300)[:, None]
+        centre = r <= 1e-12  # at the centre any direction is a valid push-out direction
+        N[centre] = R[k[centre], :, 0]
+    out[inside if idx is None else idx[inside]] = deepest[inside, None] * N
     return out
+
+
+#: Where between a collider's last and current transform :func:`swept_push_out` samples it.
+_SWEEP = np.linspace(0.0, 1.0, SWEEP_SAMPLES)
 
 
 def contact_features(
