@@ -46,8 +46,9 @@ Where we depart from the paper, each measured on the bakes of tests/test_licrom.
 * A ``time_budget`` cuts the epochs (with a warning) on a slow machine.
 
 The exported model holds the field (numpy :class:`core.nnet.MLP`), its normalization, a volume
-sample of the training domain and the pinned regions (:mod:`core.methods.licrom`); the
-encoder is not exported. Checkpoints every ``checkpoint_every`` epochs (torch state,
+sample of the training domain, the pinned regions and the least-squares latent codes of up to
+:data:`CUBATURE_CODES` training frames, the poses each mesh's cubature is fitted to when the
+model is put on it (:mod:`core.methods.licrom`); the encoder is not exported. Checkpoints every ``checkpoint_every`` epochs (torch state,
 ``weights_only`` on load) let a cancelled or killed run resume.
 """
 
