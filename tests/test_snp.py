@@ -46,7 +46,8 @@ SETTINGS = SNPSettings(contact_features=True, epochs=60)
 # 36x. Without the contact features the network did 0.887x (400 epochs; 0.915x at 40, 0.894x at
 # 100): the colliders' end-of-frame positions miss a sphere that crosses 17 cm a frame. With
 # them 0.693x at 20 epochs, 0.650x at 40, 0.659x at 60, 0.662x at 100, 0.863x at 150, 1.03x at
-# 200 and 0.911x at 400: three bakes are over-fitted past ~100 epochs. Bounds: the measured
+# 200 and 0.911x at 400: three bakes are over-fitted past ~100 epochs. One held-out bake: on
+# other bakes the gain is smaller (training/snp.py's docstring). Bounds: the measured
 # 0.659 and 36x, with room for other CPUs' rounding (training is deterministic on one thread).
 RATIO_INITIAL = 0.70
 FLOOR_FACTOR = 40.0
