@@ -602,6 +602,11 @@ class _NetTrainer:
         s, N = self.s, len(self.windows)
         for g in opt.param_groups:
             g["lr"] = s.learning_rate * s.lr_decay**epoch
+        # the weight decay's pull per step: ``weight_decay`` of the departure from the initial
+        # model per epoch (at the starting learning rate, then decaying with it), whatever the
+        # number of steps an epoch has
+        steps = -(-N // s.batch_size)
+        shrink = s.weight_decay * s.lr_decay**epoch / max(steps, 1)
         rng = np.random.default_rng([s.seed, epoch])
         perm = rng.permutation(N)
         total = 0.0
@@ -625,8 +630,19 @@ class _NetTrainer:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            self.decay(net, shrink)
             total += float(loss.detach()) * len(b)
         return total / max(N, 1)
+
+    @torch.no_grad()
+    def decay(self, net, shrink: float) -> None:
+        """Decoupled weight decay (AdamW's, Loshchilov & Hutter 2019) towards the initial
+        model: ``p <- p - shrink (p - p_0)`` with ``p_0`` the initial weights, whose zero last
+        layer is the initial model alone, so the pull is towards ``Phi = 0`` and never to a
+        dead network (the hidden layers are pulled back to their random start, not to 0)."""
+        if shrink > 0.0:
+            for p, p0 in zip(net.parameters(), self.anchor, strict=True):
+                p.sub_(p - p0, alpha=shrink)
 
     @torch.no_grad()
     def validation_rms(self, net) -> float | None:
@@ -646,9 +662,10 @@ class _NetTrainer:
     def fit(self, deadline: float) -> tuple[torch.nn.Sequential, dict]:
         s = self.s
         net = self.network()
-        opt = torch.optim.Adam(
-            net.parameters(), lr=s.learning_rate, weight_decay=s.weight_decay, amsgrad=True
-        )
+        # the initial model's weights, the weight decay's anchor (the same seeded network on a
+        # resume: it is not checkpointed)
+        self.anchor = [p.detach().clone() for p in net.parameters()]
+        opt = torch.optim.Adam(net.parameters(), lr=s.learning_rate, amsgrad=True)
         f = self.checkpoints.file("snp_net", ".pt")
         state = {"epoch": 0, "losses": [], "stopped": ""}
         st = load_torch_checkpoint(f, self.device)
