@@ -510,10 +510,6 @@ def rollout(
     return torch.stack(out, dim=1)
 
 
-#: The largest hidden weight (absolute) of a network the weight decay has pulled to zero.
-DEAD_WEIGHT = 1e-6
-
-
 def window_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, dt: float) -> torch.Tensor:
     """Algorithm 1's loss: mean absolute error of positions and of velocities over frames
     2..S-1 of the windows, in units of ``scale`` (pred, target: (B, S, u))."""
@@ -602,11 +598,10 @@ class _NetTrainer:
         s, N = self.s, len(self.windows)
         for g in opt.param_groups:
             g["lr"] = s.learning_rate * s.lr_decay**epoch
-        # the weight decay's pull per step: ``weight_decay`` of the departure from the initial
-        # model per epoch (at the starting learning rate, then decaying with it), whatever the
-        # number of steps an epoch has
-        steps = -(-N // s.batch_size)
-        shrink = s.weight_decay * s.lr_decay**epoch / max(steps, 1)
+        # AdamW's decoupled decay: ``lr * weight_decay`` of the departure from the initial
+        # model a step. Each AMSGrad step moves a weight by about ``lr``, so the departure
+        # settles near ``1 / weight_decay`` whatever the number of steps an epoch has.
+        shrink = s.learning_rate * s.lr_decay**epoch * s.weight_decay
         rng = np.random.default_rng([s.seed, epoch])
         perm = rng.permutation(N)
         total = 0.0
@@ -930,17 +925,6 @@ def train(
         run.warnings.append(
             f"The time budget ({s.time_budget:g} s) ended the training after "
             f"{state['epoch']} of {s.epochs} epochs; raise Time Budget for a better model."
-        )
-
-    hidden = [m.weight for m in net_t if isinstance(m, torch.nn.Linear)][:-1]
-    if max(float(w.detach().abs().max()) for w in hidden) < DEAD_WEIGHT:
-        # Adam's weight decay (added to the gradient, then normalized) shrinks every weight by
-        # about the learning rate each step while the zero last layer gives the hidden ones no
-        # loss gradient: with many windows per epoch they reach zero before the network learns
-        # (20 bakes of the block of bench/snp.py --accuracy: every weight 0 after 400 epochs)
-        run.warnings.append(
-            f"The weight decay ({s.weight_decay:g}) pulled the network's weights to zero: the "
-            "model is its initial model alone. Lower Weight Decay (1e-4) or the learning rate."
         )
 
     # 6. export, check, measure

@@ -1179,10 +1179,11 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         "float",
         1e-2,
         "Weight Decay",
-        "AMSGrad weight decay (an L2 pull of the network's weights to zero, i.e. towards the "
-        "initial model)",
+        "Decoupled weight decay (AdamW's): each step pulls the network's weights back towards "
+        "their start, i.e. towards the initial model alone, by learning rate x this fraction "
+        "of their departure",
         minimum=0.0,
-        maximum=1.0,
+        maximum=1000.0,
         advanced=True,
     ),
     Setting(
