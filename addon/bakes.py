@@ -277,7 +277,7 @@ def find_bake(obj: bpy.types.Object, bake_path: str | os.PathLike | None = None)
 
 def open_bake(obj: bpy.types.Object, rec):
     """Open a recorded bake, refusing with "re-bake" when it no longer fits the mesh."""
-    from ..core.cache import BakeCache
+    from ..core.cache import open_for_training
 
     if rec.kind == "cloth":  # a bake of the mesh itself, by Blender's cloth: no tets
         from .cloth import open_cloth_bake
@@ -292,16 +292,7 @@ def open_bake(obj: bpy.types.Object, rec):
         raise CacheError(
             f"'{obj.name}' was re-tetrahedralized after bake '{rec.name}' was made; re-bake."
         )
-    path = load_path(rec.path)
-    try:
-        cache = BakeCache.open(path, expect_mesh_hash=rec.mesh_hash)
-    except CacheError as e:
-        raise CacheError(f"Bake '{rec.name}' cannot be used ({e}); re-bake.") from e
-    except FileNotFoundError as e:
-        raise CacheError(f"Bake '{rec.name}' is missing ({path}); re-bake.") from e
-    if cache.n_frames == 0:
-        raise CacheError(f"Bake '{rec.name}' has no frames; re-bake.")
-    return cache
+    return open_for_training(load_path(rec.path), rec.mesh_hash, name=rec.name)
 
 
 class RenderMap:

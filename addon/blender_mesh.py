@@ -18,6 +18,7 @@ import bpy
 import numpy as np
 
 from ..core.errors import NeuralRomError
+from ..core.simjob import to_local, to_world  # noqa: F401 (this module's callers use them)
 
 REST_ATTRIBUTE = ".neural_rom_rest"
 
@@ -101,17 +102,6 @@ def triangles(mesh: bpy.types.Mesh) -> np.ndarray:
     tri = np.empty(3 * len(mesh.loop_triangles), dtype=np.int32)
     mesh.loop_triangles.foreach_get("vertices", tri)
     return tri.reshape(-1, 3).astype(np.int64)
-
-
-def to_world(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Apply a 4x4 matrix to (n, 3) points."""
-    m = np.asarray(matrix, dtype=np.float64)
-    return points @ m[:3, :3].T + m[:3, 3]
-
-
-def to_local(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Apply the inverse of a 4x4 local-to-world matrix to (n, 3) world points."""
-    return to_world(points, np.linalg.inv(np.asarray(matrix, dtype=np.float64)))
 
 
 def matrix(obj: bpy.types.Object) -> np.ndarray:
@@ -266,6 +256,34 @@ def collider_transform(
     rigid, _ = split_scale(m)
     rigid[:3, 3] = to_world(np.asarray(centre, dtype=np.float64)[None], m)[0]
     return rigid
+
+
+def collider_frames(cols: list, kinds: list[str], mats: np.ndarray) -> tuple:
+    """The colliders ``cols`` as analytic shapes over frames (:func:`collider_shape` and
+    :func:`collider_transform` of each at each frame).
+
+    Parameters
+    ----------
+    kinds : the shape each collider is taken as ("plane", "sphere", "capsule")
+    mats : (F, 1 + colliders, 4, 4) world matrices per frame, the simulated object's first
+
+    Returns
+    -------
+    kind (F, C) str, radius and half_length (F, C) float (m), transform (F, C, 4, 4) rigid.
+    """
+    mats = np.asarray(mats, dtype=np.float64)
+    n, c = len(mats), len(cols)
+    kind = np.empty((n, c), dtype="<U8")
+    radius, half = np.zeros((n, c)), np.zeros((n, c))
+    transform = np.empty((n, c, 4, 4))
+    for j, col in enumerate(cols):
+        for k in range(n):
+            shape = collider_shape(col, kinds[j], mats[k, 1 + j])
+            kind[k, j] = shape["kind"]
+            radius[k, j] = shape["radius"]
+            half[k, j] = shape["half_length"]
+            transform[k, j] = collider_transform(col, shape["centre"], mats[k, 1 + j])
+    return kind, radius, half, transform
 
 
 def sample_matrices(

@@ -612,14 +612,16 @@ def _save_file() -> None:
 
 
 def _describe(obj) -> list[str]:
-    """``key: value`` lines of the object's Neural ROM properties that are set."""
+    """``key: value`` lines of the object's Neural ROM properties that are set and apply to
+    it (:meth:`.props.NEURAL_ROM_PG_object.applies`: no FEM settings for a cloth or a face,
+    a collider's only for a collider)."""
     settings = getattr(obj, "neural_rom", None)
     if settings is None:
         return []
     lines = []
     for prop in settings.bl_rna.properties:
         key = prop.identifier
-        if key in ("rna_type", "name"):
+        if key in ("rna_type", "name") or not settings.applies(key):
             continue
         try:
             value = getattr(settings, key)
@@ -638,6 +640,12 @@ def _describe(obj) -> list[str]:
         if value in ("", None):
             continue
         lines.append(f"{key}: {value}")
+    if settings.role != "COLLIDER" and settings.training_data_kind() == "cloth":
+        c = settings.cloth
+        lines.append(
+            f"cloth bake: {c.variants} variants of {c.frames} frames, seed {c.seed}, owner "
+            f"{c.owner or '(auto: its top-most parent, or itself)'}"
+        )
     face = getattr(settings, "face", None)
     if face is not None and face.path:
         lines.append(
@@ -645,7 +653,7 @@ def _describe(obj) -> list[str]:
             f"jaw {getattr(face.jaw, 'name', '-')}, {face.keys} shape keys ({face.held_out} held "
             f"out), drive {face.drive.lower()}, solve {face.solve.lower()}"
         )
-    if hasattr(settings, "method"):
+    if settings.role != "COLLIDER":
         method = settings.method()
         values = settings.method_values(method)
         if values:

@@ -101,24 +101,19 @@ def surface_hash(obj: bpy.types.Object) -> str:
 
 def open_cloth_bake(obj: bpy.types.Object, rec):
     """Open a recorded cloth bake, refusing with "cloth-bake it again" one whose mesh is
-    not the object's any more (:func:`surface_hash`), or that is missing or empty."""
-    from ..core.cache import BakeCache
+    not the object's any more (:func:`surface_hash`), or that is missing or empty
+    (:func:`..core.cache.open_for_training`)."""
+    from ..core.cache import open_for_training
 
-    if obj.type != "MESH" or surface_hash(obj) != rec.mesh_hash:
+    if is_stale(obj, rec):
         raise CacheError(
             f"'{obj.name}' was edited after cloth bake '{rec.name}' was made (its vertices or "
             "faces changed); cloth-bake it again."
         )
     path = load_path(rec.path)
-    try:
-        cache = BakeCache.open(path, expect_mesh_hash=rec.mesh_hash)
-    except FileNotFoundError as e:
-        raise CacheError(f"Cloth bake '{rec.name}' is missing ({path}); cloth-bake again.") from e
-    except CacheError as e:
-        raise CacheError(f"Cloth bake '{rec.name}' cannot be used ({e}); cloth-bake again.") from e
-    if cache.n_frames == 0:
-        raise CacheError(f"Cloth bake '{rec.name}' has no frames; cloth-bake again.")
-    return cache
+    return open_for_training(
+        path, rec.mesh_hash, name=rec.name, noun="Cloth bake", redo="cloth-bake again"
+    )
 
 
 def is_stale(obj: bpy.types.Object, rec) -> bool:
@@ -162,25 +157,16 @@ def track(obj, cols: list, mats: np.ndarray, frame0: int = 0) -> Track:
     mats : (F, 1 + colliders, 4, 4) world matrices per frame, the object's first
     """
     mats = np.asarray(mats, dtype=np.float64)
-    kinds = dict(collider_specs(obj))
-    n, c = len(mats), len(cols)
-    kind = np.empty((n, c), dtype="<U8")
-    radius, half = np.zeros((n, c)), np.zeros((n, c))
-    transform = np.empty((n, c, 4, 4))
-    for j, col in enumerate(cols):
-        for k in range(n):
-            shape = bm.collider_shape(col, kinds.get(col.name, "sphere"), mats[k, 1 + j])
-            kind[k, j] = shape["kind"]
-            radius[k, j] = shape["radius"]
-            half[k, j] = shape["half_length"]
-            transform[k, j] = bm.collider_transform(col, shape["centre"], mats[k, 1 + j])
+    baked = dict(collider_specs(obj))
+    kinds = [baked.get(col.name, "sphere") for col in cols]
+    kind, radius, half, transform = bm.collider_frames(cols, kinds, mats)
     return Track(
         frame0,
         mats[:, 0],
         kind,
         radius,
         half,
-        np.zeros(c),
+        np.zeros(len(cols)),
         transform,
         reference_frame=cb.rigid(mats[:, 0]),
     )

@@ -29,6 +29,22 @@ SIM_MODIFIER_NAME = "Neural ROM Simulation"
 SIM_JOB_DIR = "simulate.job"  # Bake Simulation's gathered inputs, until the job ends
 
 
+def pc2_destination(obj: bpy.types.Object, path: str | os.PathLike | None, default) -> Path:
+    """Where a PC2 of ``obj`` goes: ``path`` (Blender-relative allowed; None:
+    ``default(obj)``) with the ``.pc2`` suffix, its folder made; refused with what to do
+    when the folder cannot be made."""
+    path = Path(bpy.path.abspath(os.fspath(path))) if path is not None else default(obj)
+    if path.suffix.lower() != ".pc2":
+        path = path.with_suffix(".pc2")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise NeuralRomError(
+            f"Cannot create {path.parent} ({e.strerror or e}); pick another path."
+        ) from e
+    return path
+
+
 def default_pc2_path(obj: bpy.types.Object) -> Path:
     return cache_dir(obj) / f"{bpy.path.clean_name(obj.name)}.pc2"
 
@@ -50,15 +66,7 @@ def export_pc2(
 
     rec = find_bake(obj, bake_path)
     rm = RenderMap(obj, rec)
-    path = Path(bpy.path.abspath(os.fspath(path))) if path is not None else default_pc2_path(obj)
-    if path.suffix.lower() != ".pc2":
-        path = path.with_suffix(".pc2")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NeuralRomError(
-            f"Cannot create {path.parent} ({e.strerror or e}); pick another path."
-        ) from e
+    path = pc2_destination(obj, path, default_pc2_path)
     scene = scene_of(obj)
     n = rm.n_frames
     if bm.is_animated(obj):
@@ -133,20 +141,6 @@ def make_simulation_job(
     from . import face
 
     scene = scene or scene_of(obj)
-    if face.is_face(obj):  # the skin of a face model, from its sliders or markers
-        out = Path(bpy.path.abspath(os.fspath(path))) if path else default_sim_pc2_path(obj)
-        out = out if out.suffix.lower() == ".pc2" else out.with_suffix(".pc2")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return face.make_face_simulation_job(
-            obj,
-            scene,
-            out,
-            cache_dir(obj) / SIM_JOB_DIR,
-            frame_start=frame_start,
-            frame_end=frame_end,
-            read_colliders=simulate.collider_inputs,
-            paused=simulate.handlers_paused,
-        )
     start = int(scene.frame_start if frame_start is None else frame_start)
     end = int(scene.frame_end if frame_end is None else frame_end)
     if end < start:
@@ -156,18 +150,21 @@ def make_simulation_job(
             f"The simulation starts at rest at the scene's start frame {scene.frame_start}; "
             f"pick a start frame >= {scene.frame_start}."
         )
-    fields = simulate.model_job_fields(obj, scene)  # no model, stale, missing: raises here
-    path = (
-        Path(bpy.path.abspath(os.fspath(path))) if path is not None else default_sim_pc2_path(obj)
-    )
-    if path.suffix.lower() != ".pc2":
-        path = path.with_suffix(".pc2")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NeuralRomError(
-            f"Cannot create {path.parent} ({e.strerror or e}); pick another path."
-        ) from e
+    is_face = face.is_face(obj)  # the skin of a face model, from its sliders or markers
+    if not is_face:  # a face's job checks its own model
+        fields = simulate.model_job_fields(obj, scene)  # no model, stale, missing: raises here
+    path = pc2_destination(obj, path, default_sim_pc2_path)
+    if is_face:
+        return face.make_face_simulation_job(
+            obj,
+            scene,
+            path,
+            cache_dir(obj) / SIM_JOB_DIR,
+            start=start,
+            end=end,
+            read_colliders=simulate.collider_inputs,
+            paused=simulate.handlers_paused,
+        )
     cols = simulate.frame_colliders(obj, scene)
     f0 = int(scene.frame_start)
     if bm.is_animated(obj) or any(bm.is_animated(c) for c in cols):

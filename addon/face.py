@@ -39,6 +39,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ..core import faceinputs as fi
 from ..core import facejob
 from ..core.errors import CacheError, MeshError, NeuralRomError
 from ..core.simjob import Track
@@ -67,19 +68,6 @@ def is_face(obj) -> bool:
 
 # --------------------------------------------------------------------------------------
 # Set up
-
-
-def _rigid_local(obj: bpy.types.Object) -> np.ndarray:
-    """The skin's ``matrix_world`` (4, 4), refused when it scales: the face's physics is in
-    metres of the skin's local space."""
-    M = bm.matrix(obj)
-    scale = np.linalg.norm(M[:3, :3], axis=0)
-    if not np.allclose(scale, 1.0, atol=1e-4):
-        raise MeshError(
-            f"'{obj.name}' is scaled by {np.round(scale, 4).tolist()}: the face is simulated in "
-            "the skin's own metres. Apply the scale (Object > Apply > Scale) and set it up again."
-        )
-    return M
 
 
 def _in_skin_space(obj: bpy.types.Object, other: bpy.types.Object, S_inv: np.ndarray):
@@ -122,8 +110,7 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
             raise MeshError(f"The {role} of '{obj.name}' is the skin itself: pick the {role} mesh.")
     if f.skull == f.jaw:
         raise MeshError("The skull and the jaw are the same object: pick two meshes.")
-    S = _rigid_local(obj)
-    S_inv = np.linalg.inv(S)
+    S_inv = np.linalg.inv(fi.check_rigid(bm.matrix(obj), obj.name))
     skin_V, skin_F = bm.surface(obj, world=False)
     P, names = shape_keys(obj)
     if not names:
@@ -133,8 +120,8 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
         )
     skull_V, skull_F = _in_skin_space(obj, f.skull, S_inv)
     jaw_V, jaw_F = _in_skin_space(obj, f.jaw, S_inv)
-    J = S_inv @ bm.matrix(f.jaw)
-    axis = J[:3, 0] / np.linalg.norm(J[:3, 0])
+    J = S_inv @ bm.matrix(f.jaw)  # the jaw's rest, skin-local
+    pivot, axis = fi.jaw_hinge(J)
     folder = cache_dir(obj) / JOB_DIR
     folder.mkdir(parents=True, exist_ok=True)
     from ..core.files import write_npz
@@ -149,7 +136,7 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
             "skull_F": skull_F,
             "jaw_V": jaw_V,
             "jaw_F": jaw_F,
-            "jaw_pivot": J[:3, 3],
+            "jaw_pivot": pivot,
             "jaw_axis": axis,
             "key_positions": P,
         },
@@ -209,6 +196,19 @@ def check_face(obj: bpy.types.Object) -> Path:
             f"The skin of '{obj.name}' was edited after Set Up Face (its shape keys must have "
             "the vertex count and order of the face): run Set Up Face again."
         )
+    return path
+
+
+def check_face_model(obj: bpy.types.Object) -> Path:
+    """The model file of ``obj``'s face (:func:`check_face` first), refused with what to do
+    when there is none or it is missing; it is not loaded."""
+    check_face(obj)
+    s = obj.neural_rom
+    if not s.model.path:
+        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    path = load_path(s.model.path)
+    if not path.is_file():
+        raise CacheError(f"The model of '{obj.name}' is missing ({path}); train again.")
     return path
 
 
@@ -307,14 +307,13 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
 
     codes = np.asarray(load_model(model_path).arrays["codes"], float)
     names = slider_names(codes.shape[1])
-    lo, hi = codes.min(0), codes.max(0)
-    pad = 0.5 * (hi - lo) + 1e-3
+    lo, hi = fi.slider_ranges(codes)
     for i, name in enumerate(names):
         if name not in obj.keys():
             obj[name] = 0.0
         obj.id_properties_ui(name).update(
-            soft_min=float(lo[i] - pad[i]),
-            soft_max=float(hi[i] + pad[i]),
+            soft_min=float(lo[i]),
+            soft_max=float(hi[i]),
             description=f"Latent coordinate {i + 1} of the face (keyable: I over the field)",
         )
     for key in list(obj.keys()):
@@ -341,7 +340,7 @@ def training_codes(obj: bpy.types.Object) -> tuple[np.ndarray, list[str], np.nda
 
     codes = np.asarray(load_model(load_path(obj.neural_rom.model.path)).arrays["codes"], float)
     _, keys = load_face(check_face(obj))
-    train = np.flatnonzero(~np.asarray(keys.held_out, bool))[: len(codes)]
+    train = fi.training_keys(keys.held_out, len(codes))
     return codes, [keys.names[i] for i in train], np.asarray(keys.jaw, float)[train]
 
 
@@ -353,10 +352,14 @@ def set_jaw_angle(obj: bpy.types.Object, angle: float) -> None:
         return
     from mathutils import Matrix
 
-    c, s = np.cos(angle), np.sin(angle)
-    Rx = np.array([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1.0]])
-    rest = np.array(f.jaw_rest, dtype=np.float64).reshape(4, 4)
-    f.jaw.matrix_world = Matrix((bm.matrix(obj) @ rest @ Rx).tolist())
+    f.jaw.matrix_world = Matrix(fi.jaw_world(bm.matrix(obj), f.jaw_rest, angle).tolist())
+
+
+def set_pose(obj: bpy.types.Object, z: np.ndarray, angle: float) -> None:
+    """Set the sliders of ``obj`` to the latent code ``z`` (d,) and its jaw to ``angle`` (rad)."""
+    for name, v in zip(slider_names(len(z)), z, strict=True):
+        obj[name] = float(v)
+    set_jaw_angle(obj, angle)
 
 
 def pose_from_key(obj: bpy.types.Object, index: int) -> str:
@@ -367,19 +370,8 @@ def pose_from_key(obj: bpy.types.Object, index: int) -> str:
         raise NeuralRomError(
             f"The model has {len(codes)} training keys; pick one of 0..{len(codes) - 1}."
         )
-    for name, v in zip(slider_names(codes.shape[1]), codes[index], strict=True):
-        obj[name] = float(v)
-    set_jaw_angle(obj, float(jaw[index]))
+    set_pose(obj, codes[index], float(jaw[index]))
     return names[index]
-
-
-def key_jaw_matrix(obj: bpy.types.Object, angle: float) -> np.ndarray:
-    """The jaw's reference frame (skin-local, relative to rest) when it is open ``angle`` rad
-    about its hinge: what :meth:`..core.methods.active.ActiveModel.boundary` takes."""
-    c, s = np.cos(angle), np.sin(angle)
-    Rx = np.array([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1.0]])
-    rest = np.array(obj.neural_rom.face.jaw_rest, dtype=np.float64).reshape(4, 4)
-    return rest @ Rx @ np.linalg.inv(rest)
 
 
 def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -> dict:
@@ -389,10 +381,7 @@ def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -
     from ..core.files import write_npz
 
     s = obj.neural_rom
-    check_face(obj)
-    model = load_path(s.model.path) if s.model.path else None
-    if model is None or not model.is_file():
-        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
+    model = check_face_model(obj)
     keys = obj.data.shape_keys
     name = key_name or (obj.active_shape_key.name if obj.active_shape_key else "")
     kb = keys.key_blocks.get(name) if keys is not None else None
@@ -409,19 +398,17 @@ def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -
     inputs = folder / "fit_key.npz"
     write_npz(
         inputs,
-        {"targets": co.reshape(-1, 3).astype(np.float64), "jaw": key_jaw_matrix(obj, angle)},
+        {
+            "targets": co.reshape(-1, 3).astype(np.float64),
+            "jaw": fi.jaw_reference(s.face.jaw_rest, angle),
+        },
     )
-    fields = {}
-    try:
-        fields = registry.job_fields(registry.get(s.model.method))
-    except NeuralRomError:
-        pass  # unknown here: the worker says which methods it knows
     return {
         "kind": "face_fit_key",
         "name": obj.name,
         "model": str(model),
         "expect_mesh_hash": s.face.mesh_hash,
-        **fields,
+        **registry.job_fields_of(s.model.method),
         "inputs": str(inputs),
         "key": name,
         "jaw_angle": angle,
@@ -438,10 +425,7 @@ def on_fit_key_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | No
     """Set the sliders to the fitted code and the jaw to the key's angle."""
     if not result or result.get("cancelled") or "z" not in result:
         return None
-    z = np.asarray(result["z"], float)
-    for name, v in zip(slider_names(len(z)), z, strict=True):
-        obj[name] = float(v)
-    set_jaw_angle(obj, float(job["jaw_angle"]))
+    set_pose(obj, np.asarray(result["z"], float), float(job["jaw_angle"]))
     obj[FIT_KEY_PROP] = {
         "key": job["key"],
         "mean_mm": 1000.0 * float(result["mean_error_m"]),
@@ -457,23 +441,6 @@ def on_fit_key_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | No
 def markers_of(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
     """The marker empties bound to ``obj``'s skin, by name."""
     return sorted((o for o in scene.objects if o.get(MARKER_OF) == obj.name), key=lambda o: o.name)
-
-
-def spread_vertices(V: np.ndarray, count: int, seed: int, front: bool = True) -> np.ndarray:
-    """``count`` skin vertices spread by farthest-point sampling (seeded start), over the
-    front half of the face (local -y) when ``front``."""
-    V = np.asarray(V, float)
-    pool = np.flatnonzero(V[:, 1] < np.median(V[:, 1])) if front else np.arange(len(V))
-    if count > len(pool):
-        raise NeuralRomError(f"The skin has only {len(pool)} vertices to put {count} markers on.")
-    rng = np.random.default_rng(seed)
-    pick = [int(pool[rng.integers(len(pool))])]
-    d = np.linalg.norm(V[pool] - V[pick[0]], axis=1)
-    for _ in range(count - 1):
-        j = int(np.argmax(d))
-        pick.append(int(pool[j]))
-        d = np.minimum(d, np.linalg.norm(V[pool] - V[pool[j]], axis=1))
-    return np.array(pick)
 
 
 def add_markers(
@@ -495,7 +462,7 @@ def add_markers(
         obj.data.vertices.foreach_get("select", sel)
         vertices = np.flatnonzero(sel) if 0 < sel.sum() < len(sel) else None
     if vertices is None:
-        vertices = spread_vertices(V, count, seed)
+        vertices = fi.spread_vertices(V, count, seed)
     vertices = np.asarray(vertices, dtype=np.int64)
     if vertices.size == 0 or vertices.min() < 0 or vertices.max() >= len(V):
         raise NeuralRomError(f"Marker vertices must be skin vertices 0..{len(V) - 1}.")
@@ -524,28 +491,22 @@ def add_markers(
 
 
 def _now(obj, colliders, markers, n_sliders: int, read_colliders) -> dict:
-    """One frame's inputs read from Blender, in the skin's local space."""
-    S_inv = np.linalg.inv(_rigid_local(obj))
+    """One frame's inputs read from Blender, in the skin's local space
+    (:func:`..core.faceinputs.frame_inputs`)."""
     f = obj.neural_rom.face
-    jaw = None
-    if f.jaw is not None:
-        rest = np.array(f.jaw_rest, dtype=np.float64).reshape(4, 4)
-        jaw = S_inv @ bm.matrix(f.jaw) @ np.linalg.inv(rest)
-    cols = read_colliders(colliders)
-    return {
-        "jaw": jaw,
-        "kind": [c.kind for c in cols],
-        "radius": [c.radius for c in cols],
-        "half": [c.half_length for c in cols],
-        "friction": [c.friction for c in cols],
-        "transform": [S_inv @ c.transform for c in cols],
-        "sliders": slider_values(obj, n_sliders) if f.drive == "SLIDERS" else None,
-        "markers": (
-            bm.to_world(np.array([m.matrix_world.translation for m in markers]), S_inv)
+    return fi.frame_inputs(
+        bm.matrix(obj),
+        read_colliders(colliders),
+        name=obj.name,
+        jaw=None if f.jaw is None else bm.matrix(f.jaw),
+        jaw_rest=f.jaw_rest,
+        sliders=slider_values(obj, n_sliders) if f.drive == "SLIDERS" else None,
+        markers=(
+            np.array([m.matrix_world.translation for m in markers])
             if f.drive == "MARKERS"
             else None
         ),
-    }
+    )
 
 
 def gather_track(
@@ -595,35 +556,18 @@ def gather_track(
             finally:
                 scene.frame_set(current, subframe=sub)
         frame0 = frames[0]
-    n, c = len(rows), len(colliders)
-    tr = Track(
+    return fi.face_track(
         frame0,
-        np.broadcast_to(np.eye(4), (n, 4, 4)),
-        np.array([r["kind"] for r in rows], dtype="<U8").reshape(n, c),
-        np.array([r["radius"] for r in rows]).reshape(n, c),
-        np.array([r["half"] for r in rows]).reshape(n, c),
-        np.array(rows[0]["friction"]).reshape(c),
-        np.array([r["transform"] for r in rows]).reshape(n, c, 4, 4),
+        rows,
+        marker_vertices=[int(m[MARKER_VERTEX]) for m in markers],
+        marker_weights=[float(m.get(MARKER_WEIGHT, 1.0)) for m in markers],
     )
-    if f.drive == "SLIDERS":
-        tr.sliders = np.array([r["sliders"] for r in rows])
-    else:
-        tr.marker_vertices = np.array([int(m[MARKER_VERTEX]) for m in markers], dtype=np.int64)
-        tr.marker_weights = np.array([float(m.get(MARKER_WEIGHT, 1.0)) for m in markers])
-        tr.marker_positions = np.array([r["markers"] for r in rows])
-    if f.jaw is not None:
-        tr.reference_frame = np.array([r["jaw"] for r in rows])
-    return tr
 
 
 def set_solve(sim, solve: str) -> None:
     """Switch a face runtime (:func:`..core.facejob.face_runtime`) between its reduced and
     full solve ("REDUCED", "FULL")."""
     sim.mode = solve.lower()
-
-
-def _signature(track: Track) -> bytes:
-    return b"".join(np.ascontiguousarray(a).tobytes() for a in track.to_arrays().values())
 
 
 # --------------------------------------------------------------------------------------
@@ -645,13 +589,8 @@ class FaceDriver:
         from ..core.registry import load_simulator
 
         self.name = obj.name
-        check_face(obj)
+        path = check_face_model(obj)
         s = obj.neural_rom
-        if not s.model.path:
-            raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
-        path = load_path(s.model.path)
-        if not path.is_file():
-            raise CacheError(f"The model of '{obj.name}' is missing ({path}); train again.")
         try:
             self.sim, self.model = load_simulator(path, expect_mesh_hash=s.face.mesh_hash)
         except CacheError as e:
@@ -679,7 +618,7 @@ class FaceDriver:
         )
         solve = obj.neural_rom.face.solve
         set_solve(self.sim, solve)
-        sig = _signature(track) + solve.encode()
+        sig = fi.track_signature(track) + solve.encode()
         hit = self.cache.get(int(frame))
         if hit is not None and hit[0] == sig:
             return hit[1]
@@ -758,33 +697,19 @@ def shown_positions(obj: bpy.types.Object) -> np.ndarray:
 
 
 def make_face_simulation_job(
-    obj, scene, path: Path, folder: Path, *, frame_start, frame_end, read_colliders, paused
+    obj, scene, path: Path, folder: Path, *, start: int, end: int, read_colliders, paused
 ) -> dict:
-    """The worker job that plays the face over ``frame_start..frame_end`` (None: the scene's
-    range) from the scene's start frame and writes the skin (local) as a PC2 at ``path``,
-    its gathered inputs in ``folder``: the Bake Simulation job of
+    """The worker job that plays the face over frames ``start..end`` (checked by
+    :func:`.export.make_simulation_job`) from the scene's start frame and writes the skin (local) as
+    a PC2 at ``path``, its gathered inputs in ``folder``: the Bake Simulation job of
     :func:`.export.make_simulation_job` for a face (``read_colliders``, ``paused``: see
     :func:`gather_track`)."""
     from ..core import registry
     from ..core.modelfile import load_model
     from ..core.simjob import TRACK_FILE, write_track
 
-    start = int(scene.frame_start if frame_start is None else frame_start)
-    end = int(scene.frame_end if frame_end is None else frame_end)
-    if end < start:
-        raise NeuralRomError(f"Frame range {start}..{end} is empty; the end must be >= the start.")
-    if start < scene.frame_start:
-        raise NeuralRomError(
-            f"The simulation starts at the scene's start frame {scene.frame_start}; pick a "
-            f"start frame >= {scene.frame_start}."
-        )
     s = obj.neural_rom
-    check_face(obj)
-    if not s.model.path:
-        raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
-    model = load_path(s.model.path)
-    if not model.is_file():
-        raise CacheError(f"The model of '{obj.name}' is missing ({model}); train again.")
+    model = check_face_model(obj)
     n_sliders = int(np.asarray(load_model(model).arrays["codes"]).shape[1])
     f0 = int(scene.frame_start)
     track = gather_track(
@@ -796,18 +721,13 @@ def make_face_simulation_job(
         paused=paused,
     )
     inputs = write_track(folder / TRACK_FILE, track)
-    fields = {}
-    try:
-        fields = registry.job_fields(registry.get(s.model.method))
-    except NeuralRomError:
-        pass  # unknown here: the worker says which methods it knows
     return {
         "kind": "face_simulate",
         "name": obj.name,
         "solve": s.face.solve.lower(),
         "model": str(model),
         "expect_mesh_hash": s.face.mesh_hash,
-        **fields,
+        **registry.job_fields_of(s.model.method),
         "inputs": str(inputs),
         "out": str(path),
         "frame_start": start,

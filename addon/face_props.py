@@ -17,7 +17,7 @@ from bpy.props import (
     StringProperty,
 )
 
-_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+from .prefs import REL_PATH
 
 DRIVE_ITEMS = (
     (
@@ -84,7 +84,7 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
     )
 
     # ---- what Set Up Face recorded
-    path: StringProperty(name="Face", subtype="FILE_PATH", options=_REL)
+    path: StringProperty(name="Face", subtype="FILE_PATH", options=REL_PATH)
     tets: IntProperty(name="Tets")
     nodes: IntProperty(name="Nodes")
     skull_nodes: IntProperty(name="Skull Nodes")

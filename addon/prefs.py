@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-# Paths may be "//"-relative to the .blend; Blender 4.5+ warns unless the property says so.
-_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+#: ``options`` of every path property: paths may be "//"-relative to the .blend; Blender
+#: 4.5+ warns unless the property says so.
+REL_PATH = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
 # addon/prefs.py -> the extension's root package, whatever Blender names it
 # ("neural_rom" in development, "bl_ext.<repo>.neural_rom" when installed).
@@ -34,14 +35,14 @@ class NEURAL_ROM_AP_preferences(bpy.types.AddonPreferences):
     python_path: StringProperty(
         name="Job Python",
         subtype="FILE_PATH",
-        options=_REL,
+        options=REL_PATH,
         default="",
         description="Python interpreter that runs bake and training jobs; empty uses the Python running Blender",
     )
     cache_dir: StringProperty(
         name="Default Cache Directory",
         subtype="DIR_PATH",
-        options=_REL,
+        options=REL_PATH,
         default=DEFAULT_CACHE_DIR,
         description="Where tets, bakes and models go (// is the folder of the .blend file)",
     )

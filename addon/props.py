@@ -24,9 +24,7 @@ from bpy.props import (
 )
 
 from .face_props import NEURAL_ROM_PG_face
-
-# Paths may be "//"-relative to the .blend; Blender 4.5+ warns unless the property says so.
-_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
+from .prefs import REL_PATH
 
 ROLE_ITEMS = (
     ("NONE", "None", "Not simulated"),
@@ -124,7 +122,7 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
 
     # name: shown in the list
     path: StringProperty(
-        name="Path", subtype="DIR_PATH", options=_REL, description="The .nrbake directory"
+        name="Path", subtype="DIR_PATH", options=REL_PATH, description="The .nrbake directory"
     )
     variant: IntProperty(name="Variant")
     frames: IntProperty(name="Frames", description="Committed frames, the initial state included")
@@ -353,7 +351,7 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     """The trained reduced model of an object and what it was trained from."""
 
     path: StringProperty(
-        name="Model", subtype="FILE_PATH", options=_REL, description="The .nrmodel file"
+        name="Model", subtype="FILE_PATH", options=REL_PATH, description="The .nrmodel file"
     )
     method: StringProperty(name="Method")
     k: IntProperty(name="DOFs", description="Reduced degrees of freedom (basis size)")
@@ -542,8 +540,8 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     collider_friction: FloatProperty(name="Friction", default=0.0, min=0.0, soft_max=2.0)
 
     # ---- stage state: tets
-    tets_path: StringProperty(name="Tets", subtype="FILE_PATH", options=_REL)
-    embedding_path: StringProperty(name="Embedding", subtype="FILE_PATH", options=_REL)
+    tets_path: StringProperty(name="Tets", subtype="FILE_PATH", options=REL_PATH)
+    embedding_path: StringProperty(name="Embedding", subtype="FILE_PATH", options=REL_PATH)
     tets_nodes: IntProperty(name="Nodes")
     tets_count: IntProperty(name="Tets")
     tets_surface: IntProperty(name="Surface Nodes", description="Render vertices when not embedded")
@@ -589,6 +587,34 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         name="Playback", description="The mesh follows the active bake as the timeline moves"
     )
     preview_of: StringProperty(description="On a tet preview object: the object it previews")
+
+    #: The settings of the FEM pipeline (the Material, Tetrahedralize, Simulation and Training
+    #: Scenario boxes, and what Tetrahedralize recorded): an object whose data is Blender's
+    #: cloth or a face file has none (:meth:`applies`).
+    FEM_SETTINGS = frozenset(
+        (
+            "material_preset", "youngs_modulus", "poisson_ratio", "density", "pin_group",
+            "require_pins", "tet_size", "tet_quality", "embedding", "cage_resolution",
+            "dt_from_scene", "dt", "substeps", "damping_mass", "damping_stiffness", "scenario",
+            "frames", "seed", "variants", "scenario_params", "scenario_params_kind",
+            "tets_path", "embedding_path", "tets_nodes", "tets_count", "tets_surface",
+            "tets_quality_min", "tets_quality_mean", "tets_min_dihedral", "tets_embedded",
+            "tets_hash", "source_hash",
+        )
+    )  # fmt: skip
+    #: The settings of a collider (the role's box).
+    COLLIDER_SETTINGS = frozenset(("collider_shape", "collider_friction"))
+
+    def applies(self, name: str) -> bool:
+        """Whether setting ``name`` applies to the object as it is now: to a collider its role
+        and :data:`COLLIDER_SETTINGS`; to any other object all but those, the FEM pipeline's
+        (:data:`FEM_SETTINGS`) only when it trains on FEM bakes (:meth:`training_data_kind`:
+        not a cloth, not a face)."""
+        if self.role == "COLLIDER":
+            return name == "role" or name in self.COLLIDER_SETTINGS
+        if name in self.COLLIDER_SETTINGS:
+            return False
+        return name not in self.FEM_SETTINGS or self.training_data_kind() == "fem"
 
     def material_values(self) -> dict:
         """Young's modulus (Pa), Poisson ratio and density (kg/m^3) in effect."""
@@ -684,7 +710,7 @@ class NEURAL_ROM_PG_scene(bpy.types.PropertyGroup):
     cache_dir: StringProperty(
         name="Cache Directory",
         subtype="DIR_PATH",
-        options=_REL,
+        options=REL_PATH,
         default="",
         description="Where tets and bakes are written; empty uses the add-on preference (default //neural_rom/)",
     )

@@ -96,18 +96,9 @@ def gather_inputs(colliders: list[bpy.types.Object], mats: np.ndarray, frame0: i
     frame0 : the scene frame of ``mats[0]``.
     """
     mats = np.asarray(mats, dtype=np.float64)
-    n, c = len(mats), len(colliders)
-    kind = np.empty((n, c), dtype="<U8")
-    radius, half = np.zeros((n, c)), np.zeros((n, c))
-    transform = np.empty((n, c, 4, 4))
-    for j, col in enumerate(colliders):
-        for k in range(n):
-            m = mats[k, 1 + j]
-            shape = bm.collider_shape(col, col.neural_rom.collider_shape, m)
-            kind[k, j] = shape["kind"]
-            radius[k, j] = shape["radius"] if shape["kind"] != "plane" else 0.5
-            half[k, j] = shape["half_length"]
-            transform[k, j] = bm.collider_transform(col, shape["centre"], m)
+    kinds = [col.neural_rom.collider_shape for col in colliders]
+    kind, radius, half, transform = bm.collider_frames(colliders, kinds, mats)
+    radius[kind == "plane"] = 0.5  # a plane has no size: core.colliders.Collider's default
     friction = np.array([float(col.neural_rom.collider_friction) for col in colliders])
     return Track(frame0, mats[:, 0], kind, radius, half, friction, transform)
 
@@ -181,10 +172,8 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
         if t is not None and s.tets_embedded
         else "",
     }
-    try:  # a method registered outside the package: the worker imports its file
-        fields.update(registry.job_fields(registry.get(s.model.method)))
-    except NeuralRomError:
-        pass  # unknown here: the worker says which methods it knows
+    # a method registered outside the package: the worker imports its file
+    fields.update(registry.job_fields_of(s.model.method))
     fields.update(reference.job_fields(obj, scene))
     return fields
 

@@ -150,8 +150,10 @@ def object_bakes(
 
 
 def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
-    """Record the model a finished training job wrote on ``obj``; a cancelled job (no
-    model written) records nothing. Returns whether a model was recorded."""
+    """Record the model a finished training job wrote on ``obj``, and make its method the
+    panel's Train menu choice (a headless ``train --method`` or a family training chose it);
+    a cancelled job (no model written) records nothing. Returns whether a model was
+    recorded."""
     s = obj.neural_rom
     pending = json.loads(s.pending_train) if s.pending_train else {}
     s.pending_train = ""
@@ -179,6 +181,8 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.source_hash = str(pending.get("source_hash", s.source_hash))
     m.bakes = int(pending.get("bakes", 0))
     m.kind = str(pending.get("kind", "fem"))
+    if m.method:
+        s.model_method_name = m.method
     _forget_drivers(obj.name)
     record = next((r for r in registry.methods() if r.name == m.method), None)
     if record is not None and "sliders" in record.inputs:  # one keyable slider per latent

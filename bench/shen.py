@@ -27,11 +27,16 @@ Usage::
                          [--divisions 10,2,2] [--whip-divisions 40,2,2] [--variants 8]
                          [--frames 72] [--full] [--no-fulton] [--out DIR]
     python bench/shen.py --speed 56,8,8 [--np 10] [--nz 5]
+    python bench/shen.py --cubature MODEL --bakes DIR [--add 10] [--spread 4]
 
 Bakes already in ``--out DIR/<scene>/bakes`` (a previous run's) are reused.
 ``--speed`` times one step of each model on the 21,504-tet swung arm (:func:`speed`: the
 sizes of trained models, random weights), the issue's speed goal (>= 30x full space at
 10 + 5 DOFs, decoder derivatives < 2 ms per step).
+``--cubature`` compares, on a trained Shen model's subspace (:func:`cubature_table`), the
+greedy cubature, the neural weights ``W`` on its elements, the elements the selection network
+``S`` picks with NNLS weights and with ``W`` (:mod:`training.shen_cubature`), beside the
+paper's Table 1, and replays the held-out bakes with each rule.
 One process, one thread (BLAS and torch), torch on the CPU.
 """
 
@@ -421,12 +426,28 @@ def speed(
     return out
 
 
+#: Shen et al. 2021, Table 1 (Armadillo, 38K elements): relative cubature error in percent,
+#: neural [5 elements a round] and greedy, at 20 / 50 / 100 / 200 elements
+PAPER_TABLE1 = {20: (60.3, 66.6), 50: (37.1, 47.1), 100: (22.3, 31.2), 200: (15.7, 19.2)}
+
+
 def cubature_table(
-    model, paths, counts=(20, 50, 100, 200), poses: int = 150, epochs: int = 300
-) -> list[dict]:
-    """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`) on the
-    forces of a trained Shen model's subspace: relative reduced-force error on the held-out
-    bakes' frames as the model reproduces them, at each element count."""
+    model,
+    paths,
+    counts=(20, 50, 100, 200),
+    poses: int = 150,
+    epochs: int = 300,
+    add: int = 10,
+    spread: int = 4,
+    replay_counts=(20, 50, 100),
+) -> tuple[list[dict], dict]:
+    """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`: ``W`` on the
+    greedy's elements, ``S``'s elements with NNLS weights and with ``W``) on the forces of a
+    trained Shen model's subspace: relative reduced-force error on the held-out bakes' frames
+    as the model reproduces them, at each element count; at ``replay_counts`` the held-out
+    replay error of the model with each rule (:func:`cubature_replays`). Returns the rows of
+    :func:`training.shen_cubature.compare_cubatures` (with ``replay``) and the replays of
+    the model's own rule and of every element (the reference)."""
     from neural_rom.core.cache import BakeDataset
     from neural_rom.core.fem import TetFEM
     from neural_rom.core.registry import load_simulator
@@ -460,7 +481,80 @@ def cubature_table(
     xt, gt = frames(tr)
     xh, _ = frames(va)
     fem = TetFEM(sim.X, np.asarray(ds[0].T), latent._material(ds[0]))
-    return compare_cubatures(fem, sim.U, sim.mass, xt, gt, xh, counts, epochs=epochs)
+    rows = compare_cubatures(
+        fem, sim.U, sim.mass, xt, gt, xh, counts, epochs=epochs, add=add, spread=spread
+    )
+    for r in rows:
+        if r["count"] in replay_counts:
+            r["replay"] = cubature_replays(model, ds, va, r["rules"])
+    m = len(ds[0].T)
+    own = (sim.elements, sim.weights)
+    reference = cubature_replays(
+        model, ds, va, {"model's": own, "all elements": (np.arange(m), np.ones(m))}
+    )
+    return rows, reference
+
+
+class _PoseWeights:
+    """A Shen simulator whose cubature weights a :class:`training.shen_cubature.WeightNet`
+    sets from the pose ``c_n`` at the start of each step (lagged by the step: the Newton
+    matrix does not see ``dw/dc``), times ``scale``; everything else is the simulator's."""
+
+    def __init__(self, sim, net, scale: float = 1.0) -> None:
+        self.sim, self.net, self.scale = sim, net, scale
+
+    def __getattr__(self, name):
+        return getattr(self.sim, name)
+
+    def step(self, inputs):
+        import torch
+
+        with torch.no_grad():
+            w = self.net(torch.as_tensor(self.sim.q[None])).numpy()[0]
+        self.sim.weights = self.scale * w
+        return self.sim.step(inputs)
+
+
+#: Relative changes of the cubature weights each replay is repeated with: the whip's replay
+#: error moves by far more than the forces do (42 mm with single-threaded BLAS, 252 mm with
+#: several threads for the same model), so a rule is judged by the range over these.
+REPLAY_PERTURBATIONS = (0.0, 1e-9, -1e-9)
+
+
+def cubature_replays(model, ds, va, rules: dict) -> dict:
+    """Largest held-out replay error (m) of the model with each cubature rule in ``rules``
+    (name -> (elements, weights (c,) or a WeightNet)), once for each of
+    ``REPLAY_PERTURBATIONS`` of the weights: ``err`` is the list of them, ``iters`` the mean
+    Newton iterations a step."""
+    import dataclasses
+
+    from neural_rom.core.methods import shen as shen_method
+    from neural_rom.core.modelfile import load_model
+
+    base = load_model(model)
+
+    def make(el, w):
+        arrays = {**base.arrays, "cubature_elements": el, "cubature_weights": w}
+        return shen_method.load(dataclasses.replace(base, arrays=arrays))
+
+    out = {}
+    for name, (el, w) in rules.items():
+        errs, iters = [], []
+        for eps in REPLAY_PERTURBATIONS:
+            if isinstance(w, np.ndarray):
+                r = replay(lambda el=el, w=w, eps=eps: make(el, w * (1 + eps)), ds, va)
+            else:
+                r = replay(
+                    lambda el=el, w=w, eps=eps: _PoseWeights(
+                        make(el, np.ones(len(el))), w, 1 + eps
+                    ),
+                    ds,
+                    va,
+                )
+            errs.append(r["err"])
+            iters.append(r["iters"])
+        out[name] = {"elements": len(el), "err": errs, "iters": float(np.mean(iters))}
+    return out
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -495,21 +589,53 @@ def main(argv=None) -> int:
         "(with --bakes: its bakes)",
     )
     ap.add_argument("--bakes", default=None, help="folder of the model's bakes (*.nrbake)")
+    ap.add_argument(
+        "--add", type=int, default=10, help="elements S adds a round (--cubature; paper: 5, 10)"
+    )
+    ap.add_argument(
+        "--spread", type=int, default=4, help="face rings between a round's picks (--cubature)"
+    )
     args = ap.parse_args(argv)
     common.pin_this_process()
     if args.cubature:
-        rows = cubature_table(args.cubature, sorted(Path(args.bakes).glob("*.nrbake")))
+        rows, reference = cubature_table(
+            args.cubature,
+            sorted(Path(args.bakes).glob("*.nrbake")),
+            add=args.add,
+            spread=args.spread,
+        )
         print(
-            f"  {'elements':>8s} {'greedy':>8s} {'neural':>8s} (held-out relative force "
-            "error; training: greedy / neural)"
+            "  held-out relative force error, percent (training poses in brackets); greedy: its elements"
+            " (it may stop short); W: pose-dependent weights; S: the selection network"
+        )
+        print(
+            f"  {'count':>5s} {'greedy':>16s} {'greedy+W':>16s} {'S+NNLS':>16s} {'S+W':>16s}"
+            f"   paper: neural[5] / greedy"
         )
         for r in rows:
+            cells = [
+                f"{100 * r[n]:6.2f}% ({100 * r[n + '_train']:.2f}%)"
+                for n in ("greedy", "neural", "selected", "s_neural")
+            ]
+            paper = PAPER_TABLE1.get(r["count"])
             print(
-                f"  {r['elements']:8d} {r['greedy']:8.4f} {r['neural']:8.4f}   "
-                f"({r['greedy_train']:.4f} / {r['neural_train']:.4f}, best epoch "
-                f"{r['best_epoch']})",
+                f"  {r['count']:5d} "
+                + " ".join(f"{c:>16s}" for c in cells)
+                + (f"   {paper[0]:.1f}% / {paper[1]:.1f}%" if paper else "")
+                + f"   [greedy {r['elements']} el., {r['greedy_seconds']:.1f} s; S {r['selected_seconds']:.1f} s;"
+                f" W best epochs {r['neural_best_epoch']} / {r['s_neural_best_epoch']}]",
                 flush=True,
             )
+        print(f"  held-out replay error, mm, at weights x (1 + {REPLAY_PERTURBATIONS})")
+        for r in [{"count": None, "replay": reference}, *rows]:
+            for name, rp in r.get("replay", {}).items():
+                errs = " / ".join(f"{1000 * e:.1f}" for e in rp["err"])
+                at = f"{r['count']:4d} elements" if r["count"] else "   reference"
+                print(
+                    f"  {at}, {name:>12s} ({rp['elements']:3d} el.): {errs} mm, "
+                    f"{rp['iters']:.2f} Newton iterations a step",
+                    flush=True,
+                )
         return 0
     if args.speed:
         r = speed(args.speed, args.n_p, args.n_z)

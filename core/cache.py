@@ -281,8 +281,8 @@ def _read_meta(
     if expect_mesh_hash is not None and h != expect_mesh_hash:
         raise CacheError(
             f"bake {path} belongs to another mesh (hash {h[:12]}.., expected "
-            f"{expect_mesh_hash[:12]}..): the mesh changed since the bake; re-bake after "
-            "re-tetrahedralizing"
+            f"{expect_mesh_hash[:12]}..): the mesh changed since the bake; bake it again "
+            "for the current mesh"
         )
     table = meta.get("channels")
     if not isinstance(table, dict) or not table:
@@ -1032,6 +1032,23 @@ class BakeCache:
 
 
 # --------------------------------------------------------------------------- dataset
+
+
+def open_for_training(
+    path: str | os.PathLike, mesh_hash: str, *, name: str, noun: str = "Bake", redo: str = "re-bake"
+) -> BakeCache:
+    """The bake at ``path`` (of the mesh ``mesh_hash``) that a recorded bake ``name`` points
+    to, refused with a :class:`.errors.CacheError` saying what to do (``redo``) when it
+    cannot be used, is missing or has no frames; ``noun`` names the kind of bake."""
+    try:
+        cache = BakeCache.open(path, expect_mesh_hash=mesh_hash)
+    except CacheError as e:
+        raise CacheError(f"{noun} '{name}' cannot be used ({e}); {redo}.") from e
+    except FileNotFoundError as e:
+        raise CacheError(f"{noun} '{name}' is missing ({path}); {redo}.") from e
+    if cache.n_frames == 0:
+        raise CacheError(f"{noun} '{name}' has no frames; {redo}.")
+    return cache
 
 
 class BakeDataset:

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from scipy.optimize import nnls
 
 from .errors import CacheError, JobCancelled, NeuralRomError
@@ -393,6 +394,12 @@ class _IncrementalQR:
         active-set iterations do not converge (an ill-conditioned set)."""
         c = self.c
         R = self.R[:c, :c]
+        # The unconstrained least-squares weights, when none is negative, are the NNLS
+        # solution (R has full rank: dependent columns are refused): a triangular solve
+        # instead of the active-set iterations, which cost most of a fit of 100+ elements.
+        w = solve_triangular(R, self.qb[:c])
+        if np.all(w >= 0.0):
+            return w, self.b - self.Q[:, :c] @ self.qb[:c]
         try:
             w, _ = nnls(R, self.qb[:c], maxiter=50 * c + 100)
         except RuntimeError:
@@ -414,6 +421,7 @@ def optimized_cubature(
     validation_fraction: float = 0.0,
     groups: np.ndarray | None = None,
     refit: bool = True,
+    pool: int | None = None,
     progress: Progress | None = None,
     should_cancel: Callable[[], bool] | None = None,
 ) -> Cubature:
@@ -471,6 +479,13 @@ def optimized_cubature(
         With fewer than two groups, poses are held out at random instead.
     refit : bool
         With a validation share, re-solve the weights of the chosen elements on all poses.
+    pool : int, optional
+        Select from one seeded draw of ``pool`` elements whose columns are computed once
+        (memory ``P k pool``) and scored all together every iteration, instead of
+        ``candidates`` fresh elements per iteration: ``P x pool`` element gradients in all
+        instead of ``iterations x P x candidates``, for a fit that must be quick (LiCROM fits
+        each mesh's cubature when the mesh is loaded, :mod:`.methods.licrom`). The pool is
+        a uniform sample, so it stands for the mesh as the per-iteration draws do.
     progress : callable(done, total, info), optional
         Called after each iteration with ``total = max_elements`` and ``info`` holding
         ``rel_error`` and ``elements`` (and ``validation_rel_error`` with a validation share).
@@ -545,6 +560,14 @@ def optimized_cubature(
 
     rng = np.random.default_rng(seed)
     available = np.ones(m, dtype=bool)  # not selected and not excluded
+    columns, pool_size = None, None if pool is None else int(pool)
+    if pool_size is not None:
+        if pool_size < 1:
+            raise ValueError(f"pool must be at least 1, got {pool}")
+        drawn = np.sort(rng.choice(m, size=min(pool_size, m), replace=False))
+        available[:] = False
+        available[drawn] = True
+        columns = _PoolColumns(fem, U, x, scale, drawn)
     qr = _IncrementalQR(b, max_elements)
     selected: list[int] = []
     w = np.zeros(0)
@@ -570,8 +593,12 @@ def optimized_cubature(
         if pool.size == 0:
             stopped = "exhausted"
             break
-        cand = rng.choice(pool, size=min(n_cand, pool.size), replace=False)
-        best, col = _best_candidate(fem, U, x, scale, cand, r.reshape(P, k))
+        if columns is not None:
+            cand = pool
+            best, col = columns.best(available, r)
+        else:
+            cand = rng.choice(pool, size=min(n_cand, pool.size), replace=False)
+            best, col = _best_candidate(fem, U, x, scale, cand, r.reshape(P, k))
         iterations += 1
         stalls += 1
         if best < 0:
@@ -622,6 +649,7 @@ def optimized_cubature(
         "iterations": iterations,
         "max_elements": max_elements,
         "candidates": n_cand,
+        "pool": pool_size,
         "seed": int(seed),
         "train_poses": int(P),
         "k": int(k),
@@ -709,6 +737,33 @@ def _refit(fem, U, x, scale, b, val: _Validation, elements: np.ndarray):
         return None
     r_fit = A[: b.size] @ w_all - b
     return w_all, float(np.linalg.norm(r_fit) / np.linalg.norm(b))
+
+
+class _PoolColumns:
+    """The normalized columns of a fixed pool of elements, ``(pool, P k)``, computed once, so
+    that scoring every pooled element against a residual is one matrix-vector product."""
+
+    def __init__(self, fem, U: np.ndarray, x: np.ndarray, scale: np.ndarray, elements) -> None:
+        P, k = x.shape[0], U.shape[1]
+        self.elements = elements
+        self.A = np.empty((len(elements), P * k))
+        step = _blocks(len(elements), P, k)
+        for s in range(0, len(elements), step):
+            block = elements[s : s + step]
+            C = _columns(fem, _element_basis(fem, U, block), x, block, scale)
+            self.A[s : s + step] = C.reshape(len(block), P * k)
+        norm = np.linalg.norm(self.A, axis=1)
+        self.inv_norm = np.where(norm > 0, 1.0 / np.where(norm > 0, norm, 1.0), 0.0)
+
+    def best(self, available: np.ndarray, r: np.ndarray) -> tuple[int, np.ndarray | None]:
+        """As :func:`_best_candidate`, over the pooled elements still ``available`` (a mask
+        over all elements)."""
+        score = (self.A @ r) * self.inv_norm
+        score[~available[self.elements]] = -np.inf
+        i = int(np.argmax(score))
+        if not score[i] > 0.0:
+            return -1, None
+        return int(self.elements[i]), self.A[i].copy()
 
 
 def _best_candidate(fem, U, x, scale, cand, R):

@@ -426,6 +426,15 @@ def job_fields(method: Method) -> dict:
     return {"method": method.name, **({"method_origin": method.origin} if method.origin else {})}
 
 
+def job_fields_of(name: str) -> dict:
+    """:func:`job_fields` of the method called ``name``, or none when no method of that name
+    is registered here: the worker then says which methods it knows."""
+    try:
+        return job_fields(get(name))
+    except NeuralRomError:
+        return {}
+
+
 def check_inputs(method: Method, inputs) -> None:
     """Refuse a frame that lacks an input the method needs (SimulationError-style message)."""
     if inputs is None:

@@ -9,10 +9,9 @@ import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
 from ..addon import export, simulate, training
+from ..addon.prefs import REL_PATH
 from ..core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job, run_toggle, toggle_items
-
-_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
 
 def _has_model(context) -> bool:
@@ -134,7 +133,7 @@ class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
     bl_label = "Bake Simulation"
     bl_options = {"REGISTER"}  # the job wires the cache when it ends; no undo step to start it
 
-    filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=_REL, default="")
+    filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=REL_PATH, default="")
     filter_glob: StringProperty(default="*.pc2", options={"HIDDEN"})
     frame_start: IntProperty(name="Start", default=-1, description="-1: the scene's start frame")
     frame_end: IntProperty(name="End", default=-1, description="-1: the scene's end frame")

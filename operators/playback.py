@@ -6,10 +6,9 @@ import bpy
 from bpy.props import EnumProperty, StringProperty
 
 from ..addon import bakes, export
+from ..addon.prefs import REL_PATH
 from ..core.errors import NeuralRomError
 from ._common import active_deformable, fail, run_toggle, toggle_items
-
-_REL = {"PATH_SUPPORTS_BLEND_RELATIVE"} if bpy.app.version >= (4, 5, 0) else set()
 
 
 class NEURAL_ROM_OT_playback(bpy.types.Operator):
@@ -42,7 +41,7 @@ class NEURAL_ROM_OT_export_pc2(bpy.types.Operator):
     bl_label = "Export PC2"
     bl_options = {"REGISTER", "UNDO"}
 
-    filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=_REL, default="")
+    filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=REL_PATH, default="")
     filter_glob: StringProperty(default="*.pc2", options={"HIDDEN"})
 
     @classmethod

@@ -257,6 +257,23 @@ def test_train_from_cloth_bakes_headless(trained):
     print(f"model: {m.method}, {m.kind}, {m.k} modes, validation {1e3 * m.val_error:.1f} mm")
     assert m.method == "snp" and m.kind == "cloth" and m.k == 8 and m.bakes == VARIANTS
     assert m.mesh_hash == trained.sheet.neural_rom.bakes[0].mesh_hash
+    # the panel's Train menu shows the method the headless train used
+    assert trained.sheet.neural_rom.model_method == "snp"
+
+
+def test_info_prints_what_applies_to_a_cloth(trained, capsys):
+    """``info`` on a cloth object: its cloth bake settings, bakes and model, none of the FEM
+    pipeline's settings (material, tets, scenario) nor a collider's."""
+    from neural_rom.addon import cli
+
+    assert cli.main(["info", "--object", "Sheet"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    print(out)
+    assert f"cloth bake: {VARIANTS} variants of {FRAMES} frames, seed 0" in out
+    assert f"    bakes: {VARIANTS} (" in out and "snp settings:" in out
+    for fem in ("material_preset", "youngs_modulus", "tet_size", "scenario", "dt_from_scene"):
+        assert f"    {fem}:" not in out, fem
+    assert "collider_shape" not in out and "collider_friction" not in out
 
 
 def test_simulate_mutes_the_cloth_and_follows_the_runtime(trained):

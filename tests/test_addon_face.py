@@ -118,7 +118,7 @@ def _jaw_matrix(skin):
 # ----------------------------------------------------------------------------- set-up
 
 
-def test_demo_head_set_up_and_the_train_menu(env):
+def test_demo_head_set_up_and_the_train_menu(env, capsys):
     bpy, skin = _open(env)
     from neural_rom.core import facejob, registry
 
@@ -155,6 +155,13 @@ def test_demo_head_set_up_and_the_train_menu(env):
     assert {"NEURAL_ROM_PT_face", "NEURAL_ROM_PT_model", "NEURAL_ROM_PT_simulate"} <= shown
     assert not shown & {"NEURAL_ROM_PT_tets", "NEURAL_ROM_PT_bake", "NEURAL_ROM_PT_scenario"}
     assert f"{f.tets} tets" in texts(log) and "Latent 4" in texts(log)
+    # and ``info`` says what the panel shows: the face, none of the FEM pipeline's settings
+    from neural_rom.addon import cli
+
+    assert cli.main(["info", "--object", "Face"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert f"    face: {f.path}, {f.tets} tets, skull Face Skull, jaw Face Jaw" in out, out
+    assert "youngs_modulus" not in out and "tet_size" not in out and "scenario:" not in out
     # sliders: one keyable custom property per latent coordinate
     assert [k for k in skin.keys() if k.startswith("nrom_latent_")] == [
         f"nrom_latent_{i}" for i in range(1, TINY["latent_dim"] + 1)

@@ -119,6 +119,7 @@ def test_train_with_other_objects_bakes(addon, store, tmp_path, capsys):
     m = a.neural_rom.model
     print(f"model: {m.method}, {m.k} DOFs, {m.bakes} bakes, family {m.family!r}")
     assert m.method == "licrom" and m.family == "BarB" and m.bakes == 4
+    assert a.neural_rom.model_method == "licrom"  # the panel shows what train --method chose
     assert not b.neural_rom.model.path  # recorded on the owner only
     model = load_model(bpy.path.abspath(m.path))
     assert model.metadata["reference"] == "object_origin" and len(model.metadata["bakes"]) == 4

@@ -13,6 +13,7 @@ from neural_rom.core.cache import (
     BakeDataset,
     BakeWriter,
     Channel,
+    open_for_training,
 )
 from neural_rom.core.errors import CacheError, JobCancelled
 from neural_rom.core.files import mesh_hash
@@ -250,7 +251,7 @@ def test_foreign_mesh_and_schema(tmp_path, rng):
     assert BakeCache.open(p, expect_mesh_hash=mesh_hash(X, T)).n_frames == 2
     other = mesh_hash(*tet_mesh(shift=1e-9))
     assert other != mesh_hash(X, T)
-    with pytest.raises(CacheError, match="belongs to another mesh.*re-tetrahedraliz"):
+    with pytest.raises(CacheError, match="belongs to another mesh.*bake it again for the current mesh"):
         BakeCache.open(p, expect_mesh_hash=other)
     with pytest.raises(CacheError, match="another mesh"):
         BakeWriter.resume(p, expect_mesh_hash=other)
@@ -516,3 +517,25 @@ def test_metadata_update_and_json(tmp_path, rng):
     w.close("cancelled")
     assert BakeCache.open(p).status == "cancelled"
     assert cache_mod.FORMAT == json.loads((p / "meta.json").read_text())["format"]
+
+
+def test_open_for_training_refuses_saying_how_to_make_the_bake_again(tmp_path):
+    """What every recorded bake passes before use (FEM bakes and cloth bakes alike): an empty
+    bake, one of another mesh and a missing one are refused, each saying how to make it
+    again in the words of its kind."""
+    X, T = tet_mesh()
+    full, empty = tmp_path / "full.nrbake", tmp_path / "empty.nrbake"
+    write_bake(full, 2, np.random.default_rng(0), mesh_hash="m")
+    write_bake(empty, 0, np.random.default_rng(0), mesh_hash="m")
+    assert open_for_training(full, "m", name="b").n_frames == 2
+    cases = [
+        (empty, "m", "has no frames"),
+        (full, "other", r"cannot be used \(bake .* belongs to another mesh"),
+        (tmp_path / "gone.nrbake", "m", r"cannot be used \(no bake at"),
+    ]
+    for where, expect, says in cases:
+        with pytest.raises(CacheError, match=f"^Bake 'b' {says}.*; re-bake.$"):
+            open_for_training(where, expect, name="b")
+        with pytest.raises(CacheError, match=f"^Cloth bake 'b' {says}.*; cloth-bake again.$") as e:
+            open_for_training(where, expect, name="b", noun="Cloth bake", redo="cloth-bake again")
+        print(e.value)

@@ -161,7 +161,13 @@ def test_info_prints_the_objects_stages(addon, blend_file, capsys):
     out = capsys.readouterr().out
     assert f"neural_rom: file: {blend_file}" in out
     assert "Ball (MESH) role: DEFORMABLE" in out and "Cube (MESH) role: NONE" in out
-    assert "    frames: 3" in out
+    assert "    frames: 3" in out and "    youngs_modulus:" in out  # an FEM object's settings
+    assert "collider_shape" not in out and "cloth bake:" not in out
+    bpy.data.objects["Cube"].neural_rom.role = "COLLIDER"
+    assert cli().main(["info", "--object", "Cube"]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "    collider_shape: sphere" in out and "frames" not in out and "settings" not in out
 
 
 # ---------------------------------------------------------------------------------------

@@ -115,13 +115,15 @@ def family(bakes):
 
 
 def test_model_file_holds_a_field_not_a_basis(trained):
-    """No array of the file has the training mesh's node count as a dimension; no encoder."""
+    """No array of the file has the training mesh's node count as a dimension; no encoder (the
+    field, its domain, its pins and the latent codes (c, r) the cubature is fitted to)."""
     m = load_model(trained.out)
     n = len(trained.mesh.X)
     shapes = {k: v.shape for k, v in m.arrays.items()}
     print(shapes)
     assert not [k for k, s in shapes.items() if n in s or 3 * n in s]
-    assert all(k.startswith(("field", "domain", "pin")) for k in shapes)
+    assert all(k.startswith(("field", "domain", "pin", "cubature_codes")) for k in shapes)
+    assert shapes["cubature_codes"][1] == R
     assert m.metadata["latent_dim"] == R and m.method == "licrom"
 
 

@@ -337,16 +337,18 @@ def test_cli_trains_the_method_asked_for_whatever_the_panel_says(addon, tmp_path
     out = capsys.readouterr().out
     assert "training Body: autoencoder on 2 bake(s)" in out
     s = bpy.data.objects["Body"].neural_rom
-    assert s.model_method == "linear"  # the panel's choice is left as it was
+    assert s.model_method == "autoencoder"  # the panel shows the method of its model
     assert s.model.method == "autoencoder" and s.model.k == 2  # its own settings: latent 2
     from neural_rom.core.modelfile import load_model
 
     assert load_model(bpy.path.abspath(s.model.path)).metadata["subspace"]["k"] == 3
 
-    # --k means the basis size for both methods
-    assert cli().main([*base, "--k", "4", "--max-cubature", "20", "--save"]) == 0
+    # --k means the basis size for both methods; the method chosen last is the panel's
+    argv = [*base, "--method", "linear", "--k", "4", "--max-cubature", "20", "--save"]
+    assert cli().main(argv) == 0
     assert "Body: 4 DOFs" in capsys.readouterr().out
-    assert bpy.data.objects["Body"].neural_rom.model.method == "linear"
+    s = bpy.data.objects["Body"].neural_rom
+    assert s.model.method == "linear" and s.model_method == "linear"
     argv = [*base, "--method", "autoencoder", "--k", "4", "--epochs", "20", "--device", "cpu"]
     assert cli().main([*argv, "--save"]) == 0
     capsys.readouterr()
@@ -355,7 +357,8 @@ def test_cli_trains_the_method_asked_for_whatever_the_panel_says(addon, tmp_path
     assert m.method == "autoencoder" and meta["subspace"]["k"] == 4  # not the object's 3
 
     # an option the method does not have is refused, naming the method's settings
-    assert cli().main([*base, "--latent-dim", "3"]) == 2
+    assert bpy.data.objects["Body"].neural_rom.model_method == "autoencoder"
+    assert cli().main([*base, "--method", "linear", "--latent-dim", "3"]) == 2
     err = capsys.readouterr().err
     assert "--latent-dim: not a setting of the Linear (POD + cubature) method (linear)" in err
     assert "its settings are --k, --tolerance, --max-k" in err

@@ -108,6 +108,8 @@ def test_register_refuses_one_name_for_two_concepts_and_unregisters():
             and registry.job_fields(rec)["method_origin"] == rec.origin
         )
         assert registry.job_fields(registry.get("linear")) == {"method": "linear"}
+        assert registry.job_fields_of("toy") == registry.job_fields(rec)
+        assert registry.job_fields_of("no_such_method") == {}  # the worker names the known
     finally:
         registry.unregister("toy")
         registry._LISTENERS.clear()

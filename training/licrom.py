@@ -99,6 +99,10 @@ from .common import (
 #: Seconds between streamed metrics.
 _THROTTLE_S = 1.0
 
+#: Latent codes of training frames kept in the model file: the poses each mesh's fitted
+#: cubature is fitted to (a seeded sample when there are more frames).
+CUBATURE_CODES = 256
+
 
 # ------------------------------------------------------------------------------------------
 # Bakes of several meshes
@@ -491,6 +495,36 @@ def projection_errors(U: np.ndarray, u: np.ndarray, mass: np.ndarray) -> tuple[f
     return total, vmax
 
 
+def training_codes(
+    bases: list[np.ndarray],
+    frames_by_mesh: list[np.ndarray],
+    meshes: list[Mesh],
+    seed: int,
+    count: int = CUBATURE_CODES,
+    avoid: tuple[int, ...] = (),
+) -> np.ndarray:
+    """The latent codes (c, r) of the training frames, the mass-weighted least-squares fit of
+    each frame on its mesh's basis (what the runtime's ``latent_of`` computes); at most
+    ``count`` of them, a seeded sample, ``c`` bumped off the sizes in ``avoid`` (the meshes'
+    node counts: no array of a model has one as a dimension). The runtime fits each mesh's
+    cubature to the reduced forces of these poses (:mod:`core.methods.licrom`)."""
+    Q = []
+    for U, u, m in zip(bases, frames_by_mesh, meshes):
+        if len(u):
+            m3 = np.repeat(m.mass, 3)
+            G = U.T @ (m3[:, None] * U)
+            rhs = U.T @ (m3[:, None] * u.reshape(len(u), -1).T)
+            Q.append(np.linalg.lstsq(G, rhs, rcond=None)[0].T)
+    Q = np.concatenate(Q) if Q else np.zeros((0, bases[0].shape[1]))
+    # drop the rest frames (no force to fit) and keep a seeded sample
+    Q = Q[np.linalg.norm(Q, axis=1) > 0]
+    keep = min(count, len(Q))
+    while keep in avoid and keep > 1:
+        keep -= 1
+    pick = np.sort(np.random.default_rng([int(seed), 2]).choice(len(Q), keep, replace=False))
+    return np.ascontiguousarray(Q[pick], dtype=np.float64)
+
+
 # ------------------------------------------------------------------------------------------
 # The trainer
 # ------------------------------------------------------------------------------------------
@@ -739,6 +773,14 @@ def train(
         field_max_error_train_m=field_max,
         pod_max_error_train_m=pod_max,
     )
+    codes = training_codes(
+        [basis_of(m) for m in meshes],
+        frames_by_mesh,
+        meshes,
+        seed,
+        avoid=tuple(len(m.X) for m in meshes),
+    )
+    metrics["cubature_codes"] = len(codes)
     val_max = field_max
     if val_frames:
         val_max = max(
@@ -750,7 +792,7 @@ def train(
 
     b = run.bakes
     mesh_bake = b.heldout_bake() or b.ds[0]
-    save = functools.partial(save_licrom_model, field=fld, domain=domain, pins=pins)
+    save = functools.partial(save_licrom_model, field=fld, domain=domain, pins=pins, codes=codes)
     return run.finish(
         out,
         save,

@@ -274,6 +274,17 @@ def surface_sample(
     if len(points) <= count:
         return points
     P = points.positions(np.asarray(X, dtype=np.float64))
+    chosen = farthest_points(P, count, seed)
+    owner = cKDTree(P[chosen]).query(P)[1]
+    mass = np.bincount(owner, weights=points.mass, minlength=len(chosen))
+    return ContactPoints(points.nodes[chosen], mass, points.weights[chosen])
+
+
+def farthest_points(P: np.ndarray, count: int, seed: int = 0) -> np.ndarray:
+    """Indices (count,) of a farthest-point sample of points ``P`` (s, 3), starting from a
+    seeded random point; all of them when ``count >= s``."""
+    if count >= len(P):
+        return np.arange(len(P))
     rng = np.random.default_rng(seed)
     chosen = [int(rng.integers(len(P)))]
     d = np.linalg.norm(P - P[chosen[0]], axis=1)
@@ -281,10 +292,7 @@ def surface_sample(
         i = int(np.argmax(d))
         chosen.append(i)
         d = np.minimum(d, np.linalg.norm(P - P[i], axis=1))
-    chosen = np.array(chosen)
-    owner = cKDTree(P[chosen]).query(P)[1]
-    mass = np.bincount(owner, weights=points.mass, minlength=len(chosen))
-    return ContactPoints(points.nodes[chosen], mass, points.weights[chosen])
+    return np.array(chosen)
 
 
 class SubspaceModel(FrameMixin, SimulatorBase):

@@ -1,0 +1,139 @@
+"""The arithmetic of a face's inputs on the host's side (core/faceinputs.py), without
+Blender: the skin's rigid frame, the jaw hinge and its reference frame, slider ranges,
+marker spreading, and frames gathered into a track that is the same in any placement of
+the whole scene."""
+
+import numpy as np
+import pytest
+from neural_rom.core import faceinputs as fi
+from neural_rom.core.colliders import Collider
+from neural_rom.core.errors import MeshError, NeuralRomError
+from neural_rom.core.simjob import read_track, to_local, write_track
+
+
+def _rigid(seed: int) -> np.ndarray:
+    """A random rotation (det +1) and translation as a (4, 4) matrix."""
+    rng = np.random.default_rng(seed)
+    Q, R = np.linalg.qr(rng.normal(size=(3, 3)))
+    Q = Q * np.sign(np.diag(R))
+    if np.linalg.det(Q) < 0:
+        Q[:, 0] = -Q[:, 0]
+    M = np.eye(4)
+    M[:3, :3], M[:3, 3] = Q, rng.normal(size=3)
+    return M
+
+
+def test_check_rigid_passes_a_rigid_frame_and_refuses_a_scale():
+    S = _rigid(0)
+    assert np.array_equal(fi.check_rigid(S.tolist(), "Face"), S)
+    scaled = S @ np.diag([1.1, 1.0, 1.0, 1.0])
+    with pytest.raises(MeshError, match=r"'Face' is scaled by \[1.1, 1.0, 1.0\].*Apply > Scale"):
+        fi.check_rigid(scaled, "Face")
+
+
+def test_hinge_rotation_opens_about_x():
+    a, b = 0.3, -0.12
+    Rx = fi.hinge_rotation(a)
+    print(f"\nRx(0.3) e_y = {Rx[:3, 1].round(4).tolist()}")
+    assert np.allclose(Rx[:3, :3].T @ Rx[:3, :3], np.eye(3), atol=1e-15)
+    assert np.isclose(np.linalg.det(Rx), 1.0)
+    assert np.allclose(Rx[:3, 0], [1, 0, 0])  # the hinge axis stays
+    assert np.allclose(Rx[:3, 1], [0, np.cos(a), np.sin(a)])  # +y turns towards +z
+    assert np.allclose(fi.hinge_rotation(a) @ fi.hinge_rotation(b), fi.hinge_rotation(a + b))
+
+
+def test_jaw_frames_round_trip_and_fix_the_hinge():
+    S, R = _rigid(1), _rigid(2)
+    theta = 0.35
+    pivot, axis = fi.jaw_hinge(R.ravel())
+    assert np.allclose(pivot, R[:3, 3]) and np.isclose(np.linalg.norm(axis), 1.0)
+    F = fi.jaw_reference(R, theta)
+    # set the jaw in the world as Blender would, read it back as a frame's input
+    back = fi.jaw_relative(np.linalg.inv(S), fi.jaw_world(S, R, theta), R)
+    err = np.abs(back - F).max()
+    print(f"\njaw set then read back: max |difference| {err:.2e}")
+    assert err < 1e-12
+    assert np.allclose(fi.jaw_reference(R, 0.0), np.eye(4), atol=1e-12)
+    # a rotation about the hinge: points on the hinge line stay, others turn by theta
+    on_hinge = pivot + 0.07 * axis
+    assert np.allclose(F[:3, :3] @ on_hinge + F[:3, 3], on_hinge, atol=1e-12)
+    off = pivot + R[:3, 1] * 0.05
+    moved = F[:3, :3] @ off + F[:3, 3]
+    cos = np.dot(moved - pivot, off - pivot) / 0.05**2
+    assert np.isclose(np.linalg.norm(moved - pivot), 0.05) and np.isclose(cos, np.cos(theta))
+
+
+def test_slider_ranges_and_training_keys_by_hand():
+    codes = np.array([[0.0, 2.0], [1.0, 2.0], [-1.0, 2.0]])
+    lo, hi = fi.slider_ranges(codes)
+    # spread 2 -> pad 1.001; a constant coordinate still gets +-0.001
+    assert np.allclose(lo, [-2.001, 1.999]) and np.allclose(hi, [2.001, 2.001])
+    held = [False, True, False, False, True, False]
+    assert fi.training_keys(held, 3).tolist() == [0, 2, 3]
+    assert fi.training_keys(held, 4).tolist() == [0, 2, 3, 5]
+
+
+def test_spread_vertices_reach_the_ends_of_the_front_and_are_seeded():
+    x = np.linspace(0.0, 1.0, 11)
+    front = np.c_[x, -np.ones(11), np.zeros(11)]  # local -y: the front of the face
+    back = np.c_[x, np.ones(11), np.zeros(11)]
+    V = np.vstack([front, back, [[0.5, 1.0, 0.0]]])  # one more behind: the median is +1
+    pick = fi.spread_vertices(V, 4, seed=4)
+    print(f"\nfarthest-point picks {pick.tolist()} at x {V[pick, 0].tolist()}")
+    assert np.all(pick < 11)  # front only
+    # each pick is a front vertex farthest from the picks before it
+    for i in range(1, len(pick)):
+        d = np.linalg.norm(front[:, None] - front[pick[:i]][None], axis=2).min(1)
+        assert np.isclose(d[pick[i]], d.max())
+    assert np.array_equal(pick, fi.spread_vertices(V, 4, seed=4))
+    assert len(set(fi.spread_vertices(V, 20, seed=1, front=False).tolist())) == 20
+    with pytest.raises(NeuralRomError, match="only 11 vertices to put 12 markers"):
+        fi.spread_vertices(V, 12, seed=0)
+
+
+def _frame(G: np.ndarray, k: int) -> dict:
+    """Frame ``k`` of a scene (skin, jaw, a sphere, three markers) placed by the rigid ``G``."""
+    S = G @ _rigid(10)
+    R = _rigid(11)
+    jaw = S @ R @ fi.hinge_rotation(0.1 * k)
+    sphere = G @ _rigid(20 + k)
+    markers = np.array([[0.1, 0.0, 0.2], [0.0, -0.1, 0.0], [0.05, 0.05, 0.1 * k]])
+    markers = markers @ G[:3, :3].T + G[:3, 3]
+    col = Collider("sphere", radius=0.04, transform=sphere, friction=0.3)
+    return fi.frame_inputs(
+        S, [col], name="Face", jaw=jaw, jaw_rest=R.ravel(), sliders=[0.5 * k], markers=markers
+    )
+
+
+def test_a_track_is_in_the_skins_space_whatever_the_placement(tmp_path):
+    rows = [_frame(np.eye(4), k) for k in range(3)]
+    moved = [_frame(_rigid(5), k) for k in range(3)]
+    tr = fi.face_track(7, rows, marker_vertices=[3, 1, 4], marker_weights=[1.0, 0.5, 1.0])
+    tm = fi.face_track(7, moved, marker_vertices=[3, 1, 4], marker_weights=[1.0, 0.5, 1.0])
+    a, b = tr.to_arrays(), tm.to_arrays()
+    err = max(np.abs(np.asarray(a[k], float) - b[k]).max() for k in a if k != "collider_kind")
+    print(f"\ntrack of the scene moved rigidly: max |difference| {err:.2e}")
+    assert err < 1e-12
+    assert len(tr) == 3 and tr.frame0 == 7
+    S = _rigid(10)
+    # the jaw opened 0.1 k about its hinge; the sphere and the markers in the skin's space
+    assert np.allclose(tr.reference_frame[2], fi.jaw_reference(_rigid(11), 0.2), atol=1e-12)
+    assert np.allclose(tr.collider_transform[1, 0], np.linalg.inv(S) @ _rigid(21))
+    inputs = tr.inputs(2)
+    assert np.allclose(inputs.markers.positions[2], to_local(np.array([[0.05, 0.05, 0.2]]), S))
+    assert inputs.markers.weights.tolist() == [1.0, 0.5, 1.0] and inputs.sliders[0] == 1.0
+    assert inputs.colliders[0].kind == "sphere" and inputs.colliders[0].friction == 0.3
+    # the signature: equal after a file round trip, different when one slider moves
+    again = read_track(write_track(tmp_path / "t.npz", tr))
+    assert fi.track_signature(again) == fi.track_signature(tr)
+    tr.sliders[1, 0] += 1e-9
+    assert fi.track_signature(again) != fi.track_signature(tr)
+
+
+def test_a_track_without_jaw_markers_or_colliders_has_just_sliders():
+    S = _rigid(3)
+    rows = [fi.frame_inputs(S, [], name="Face", sliders=[1.0, 2.0])]
+    tr = fi.face_track(1, rows)
+    assert tr.reference_frame is None and tr.marker_vertices is None
+    assert tr.collider_kind.shape == (1, 0) and tr.sliders.tolist() == [[1.0, 2.0]]
+    assert np.array_equal(tr.object_matrix[0], np.eye(4))
