@@ -130,6 +130,7 @@ def run(
     instances: int,
     reps: int,
     workdir: str | Path,
+    overrides: dict | None = None,
 ) -> dict:
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
@@ -144,7 +145,8 @@ def run(
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, workdir, "block")
     bake_s = time.perf_counter() - t0
     out = workdir / "block.nrmodel"
-    res = train_snp(paths, out, SNPSettings(epochs=epochs), checkpoint_dir=workdir / "ckpt")
+    settings = SNPSettings(epochs=epochs, **(overrides or {}))
+    res = train_snp(paths, out, settings, checkpoint_dir=workdir / "ckpt")
     sim, model = registry.load_simulator(out)
     p = sim.p
 
@@ -215,10 +217,18 @@ def run(
     }
 
 
-def accuracy(variants: int, frames: int, epochs: int, mode_scaling: bool, workdir) -> dict:
+def accuracy(
+    variants: int,
+    frames: int,
+    epochs: int,
+    mode_scaling: bool,
+    workdir,
+    overrides: dict | None = None,
+) -> dict:
     """The held-out accuracy on the block of tests/test_snp.py (216 tets) with more data:
     ``variants`` bakes of ``frames`` frames, one in five held out, the default settings but
-    ``epochs`` and ``mode_scaling``; the mean vertex errors and what the data cost."""
+    ``epochs``, ``mode_scaling`` and ``overrides`` (settings by name); the mean vertex errors,
+    where they are (:func:`where_the_error_is`) and what the data cost."""
     from neural_rom.core import bake as bk
     from neural_rom.core.fem import Material
     from neural_rom.core.grid import grid_tetmesh
@@ -239,10 +249,12 @@ def accuracy(variants: int, frames: int, epochs: int, mode_scaling: bool, workdi
     t0 = time.perf_counter()
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, workdir, "block")
     bake_s = time.perf_counter() - t0
-    settings = SNPSettings(epochs=epochs, mode_scaling=mode_scaling)
-    res = train_snp(paths, workdir / "block.nrmodel", settings, checkpoint_dir=workdir / "ckpt")
+    settings = SNPSettings(epochs=epochs, mode_scaling=mode_scaling, **(overrides or {}))
+    out = workdir / "block.nrmodel"
+    res = train_snp(paths, out, settings, checkpoint_dir=workdir / "ckpt")
     h, i = res["heldout_mean_error_m"], res["initial_model_mean_error_m"]
     return {
+        **where_the_error_is(paths, out),
         "tets": len(T),
         "bakes": len(paths),
         "frames": frames,
@@ -257,7 +269,87 @@ def accuracy(variants: int, frames: int, epochs: int, mode_scaling: bool, workdi
     }
 
 
+def where_the_error_is(paths: list, model_path) -> dict:
+    """Where a trained model's error is, on its held-out and its training bakes: the mean
+    vertex error (m) of the rollout (the network's, and eq. 1 alone's) over the frames in
+    contact (some vertex of the bake inside a collider) and the free ones, and the same of
+    one step from the bake's own two previous states (teacher-forced). The rollouts are the
+    trainer's (:func:`training.snp.latent_rollout`, the runtime's step)."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from neural_rom.core import registry
+    from neural_rom.core.colliders import Collider
+    from neural_rom.training.common import open_bakes
+    from neural_rom.training.snp import collider_slots, latent_rollout, load_sequences
+
+    sim, model = registry.load_simulator(model_path)
+    p = sim.p
+    alone = replace(p, net=None)
+    sims = {"net": sim, "initial": type(sim)(alone, sim.settings)}
+    val = set(model.metadata["validation_trajectories"])
+    b = open_bakes(paths, None, 0.0, 0)  # every bake, in order (the split is the model's)
+    seqs, _, _ = load_sequences(SimpleNamespace(bakes=b), p.contact)
+    out = {}
+    for part in ("heldout", "train"):
+        err = {(k, m): [] for k in sims for m in ("rollout", "step")}
+        touching = []
+        for q in seqs:
+            if (q.bake in val) != (part == "heldout"):
+                continue
+            cache = b.ds[q.bake]
+            kinds, sizes = collider_slots(cache)
+            mats = np.asarray(cache.channel("colliders"), dtype=np.float64)
+            x = np.asarray(cache.channel("positions"), dtype=np.float64)
+            touching.append(
+                [
+                    any(
+                        Collider(k, radius=r, half_length=h, transform=M)
+                        .signed_distance(x[f])[0]
+                        .min()
+                        < 0
+                        for k, (r, h), M in zip(kinds, sizes, mats[f], strict=True)
+                    )
+                    for f in range(1, len(x))
+                ]
+            )
+            z = (q.y - p.mean).reshape(len(q.y), -1) @ p.U
+            target = q.y[2:]
+            for k, s in sims.items():
+                roll = latent_rollout(s, z[0], z[1], q.features)[2:]
+                step = s.predict_features(z[1:-1], z[:-2], q.features[2:])
+                for m, zz in (("rollout", roll), ("step", step)):
+                    y = p.mean + (zz @ p.U.T).reshape(target.shape)
+                    err[k, m].append(np.linalg.norm(y - target, axis=-1).mean(axis=1))
+        c = np.concatenate(touching)
+        for (k, m), e in err.items():
+            e = np.concatenate(e)
+            out[f"{part}_{m}_{k}_contact_mm"] = 1e3 * float(e[c].mean())
+            out[f"{part}_{m}_{k}_free_mm"] = 1e3 * float(e[~c].mean())
+            out[f"{part}_{m}_{k}_mm"] = 1e3 * float(e.mean())
+        out[f"{part}_contact_frames"] = int(c.sum())
+        out[f"{part}_frames"] = len(c)
+    return out
+
+
 def accuracy_report(r: dict) -> str:
+    lines = []
+    for part in ("heldout", "train"):
+        for m, what in (("rollout", "rollout"), ("step", "one step, teacher-forced")):
+            g = lambda k, w="", part=part, m=m: r[f"{part}_{m}_{k}{w}_mm"]  # noqa: E731
+            lines.append(
+                f"{part} bakes, {what}: network / eq. (1) alone {g('net'):.2f} / "
+                f"{g('initial'):.2f} mm = {g('net') / g('initial'):.3f}x; in contact "
+                f"({r[f'{part}_contact_frames']} of {r[f'{part}_frames']} frames) "
+                f"{g('net', '_contact'):.2f} / {g('initial', '_contact'):.2f} mm = "
+                f"{g('net', '_contact') / g('initial', '_contact'):.3f}x, free "
+                f"{g('net', '_free'):.2f} / {g('initial', '_free'):.2f} mm = "
+                f"{g('net', '_free') / g('initial', '_free'):.3f}x"
+            )
+    return "\n".join([_accuracy_summary(r), *lines])
+
+
+def _accuracy_summary(r: dict) -> str:
     return (
         f"{r['tets']} tets; {r['bakes']} bakes x {r['frames']} frames baked in "
         f"{r['bake_s']:.1f} s; {r['epochs']} epochs (per-mode scaling "
@@ -318,6 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-mode-scaling", action="store_true", help="train without per-mode input scaling"
     )
+    ap.add_argument(
+        "--settings",
+        help="other training settings, as JSON ('{\"contact_features\": true}')",
+    )
     args = ap.parse_args(argv)
     common.pin_this_process()
     import torch
@@ -330,13 +426,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.accuracy:
         with tempfile.TemporaryDirectory() as tmp:
-            r = accuracy(args.variants, args.frames, args.epochs, not args.no_mode_scaling, tmp)
+            r = accuracy(
+                args.variants,
+                args.frames,
+                args.epochs,
+                not args.no_mode_scaling,
+                tmp,
+                json.loads(args.settings) if args.settings else None,
+            )
         print(accuracy_report(r))
         if args.json:
             Path(args.json).write_text(json.dumps(r, indent=1))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        r = run(args.tets, args.variants, args.frames, args.epochs, args.instances, args.reps, tmp)
+        r = run(
+            args.tets,
+            args.variants,
+            args.frames,
+            args.epochs,
+            args.instances,
+            args.reps,
+            tmp,
+            json.loads(args.settings) if args.settings else None,
+        )
     print(report(r))
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))

@@ -286,73 +286,139 @@ def end_face_load(X, frames, seed, pull=500.0, torque=7.5):
     return F
 
 
-def test_finer_mesh_resolution(tmp_path_factory):
-    """The issue's resolution check, measured on a stocky block (0.15 x 0.1 x 0.1 m, pinned at
-    x = 0) three elements across, pulled and twisted at its free end (no bending, where linear
-    tets lock), trained on the 4x3x3 grid (three bakes) and a held-out load replayed on the
-    12x9x9 grid (three times finer, 27x the tets), the same traction on both grids.
+#: The seed of the held-out load of :func:`resolution_check` (the training loads are 0, 1, ...).
+HELD_LOAD = 9
 
-    What the field controls carries: the fine mesh's basis represents the coarse mesh's motion
-    (interpolated onto the fine nodes) within 1.5x the coarse basis' error. The issue's bound on
-    the replay against the fine mesh's own full-space bake (at most 1.5x the coarse error) is not
-    reachable with linear tets at any mesh this test can afford: the two full-space bakes differ
-    by ~19x the model's coarse error (the 3-across block is 28% stiffer in torsion; even a pure
-    pull with Poisson ratio 0, statically exact on both grids, differs by 18% dynamically), and a
-    basis learnt from coarse frames is coarse-shaped: Galerkin on the fine mesh in it is nearly
-    as stiff as the coarse mesh. What holds and is asserted: the fine replay is nearer the fine
-    mesh's physics than the coarse bake is. With 200 random cubature vertices instead of the exact
-    energy, a pure-pull replay on the fine mesh was 5x worse (1.40 vs 0.28 mm): exact here."""
-    d = tmp_path_factory.mktemp("licrom_block")
-    frames = 16
+
+def resolution_check(d, train_divs, replay_divs, frames=16, bakes=2, **settings) -> list[dict]:
+    """The issue's resolution check on the stocky bar ``BLOCK`` (pinned at x = 0), pulled and
+    twisted at its free end (:func:`end_face_load`, the same traction on every grid): LiCROM
+    trained on ``bakes`` loads of each grid of ``train_divs`` (latent 6, 30 epochs unless
+    ``settings`` say otherwise), a held-out load replayed on each grid of ``replay_divs``, each
+    replay measured against its own mesh's full-space bake of the load. The exact energy (no
+    random cubature draw), so the field alone is judged. Bakes are kept in ``d`` and reused.
+
+    Returns one row per replayed mesh, lengths in metres: ``grid``, ``tets``, ``amplitude``
+    (largest displacement of the full-space bake), ``gap`` (the first training grid's full-space
+    bake interpolated onto this mesh's nodes against this mesh's own: the discretization
+    difference that mesh's bakes cannot show), ``replay`` (the largest vertex error of the
+    model's replay), ``projection`` (of this mesh's own full-space motion on the field's basis
+    here: the best the basis can do) and ``carried`` (the same for the first training grid's
+    motion interpolated onto this mesh: what the field carries between that grid's nodes)."""
 
     def block(div):
         X, T = grid_tetmesh(BLOCK, div)
-        return SimpleNamespace(X=X, T=T, pinned=np.flatnonzero(X[:, 0] < 1e-9))
+        return SimpleNamespace(X=X, T=T, pinned=np.flatnonzero(X[:, 0] < 1e-9), div=tuple(div))
 
-    def bake(m, seed, name):
-        np.savez(d / f"{name}.npz", X=m.X, forces=end_face_load(m.X, frames, seed))
-        scene = {"kind": "replay_forces", "source": str(d / f"{name}.npz")}
-        return bk.bake(m, spec(m, scene, frames=frames), d / f"{name}.nrbake")
+    def bake(m, seed):
+        name = f"{'x'.join(map(str, m.div))}_{seed}"
+        if not (d / f"{name}.nrbake").exists():
+            np.savez(d / f"{name}.npz", X=m.X, forces=end_face_load(m.X, frames, seed))
+            scene = {"kind": "replay_forces", "source": str(d / f"{name}.npz")}
+            bk.bake(m, spec(m, scene, frames=frames), d / f"{name}.nrbake")
+        return d / f"{name}.nrbake"
 
-    coarse, fine = block((4, 3, 3)), block((12, 9, 9))
-    paths = [bake(coarse, s, f"coarse{s}") for s in range(3)]
-    held_c = BakeCache.open(bake(coarse, 3, "held_coarse"))
-    held_f = BakeCache.open(bake(fine, 3, "held_fine"))
-    m = _train(SimpleNamespace(dir=d, mesh=coarse), paths, "block", validation_fraction=0.0,
-               rollout=False, cubature_vertices=0)  # fmt: skip
-    x_c, x_f = held_c.channel("positions"), held_f.channel("positions")
-    x_cf = np.einsum("fc,tca->tfa", _interpolation(coarse.X, coarse.T, fine.X), x_c)
+    trained = [block(div) for div in train_divs]
+    coarse = trained[0]
+    paths = [bake(m, s) for m in trained for s in range(bakes)]
+    name = "block_" + "+".join("x".join(map(str, m.div)) for m in trained)
+    model = _train(SimpleNamespace(dir=d, mesh=coarse), paths, name, validation_fraction=0.0,
+                   rollout=False, cubature_vertices=0, **settings)  # fmt: skip
+    x_c = BakeCache.open(bake(coarse, HELD_LOAD)).channel("positions")
 
     def err(x, ref):
         return float(np.linalg.norm(x - ref, axis=2).max())
-
-    def replay(mesh, cache):
-        _, driver = bk.replay_scenario(cache)
-        sim = licrom.load_on_mesh(m.out, mesh.X, mesh.T, cubature_vertices=0)
-        return replay_bake(sim, cache, driver), sim.U
 
     def projected(U, mesh, x):
         u = (x - mesh.X).reshape(len(x), -1).T
         return (U @ np.linalg.lstsq(U, u, rcond=None)[0]).T.reshape(x.shape) + mesh.X
 
-    y_c, U_c = replay(coarse, held_c)
-    y_f, U_f = replay(fine, held_f)
-    e_c, e_f, gap = err(y_c, x_c), err(y_f, x_f), err(x_cf, x_f)
-    p_c = err(projected(U_c, coarse, x_c), x_c)
-    p_cf = err(projected(U_f, fine, x_cf), x_cf)
-    p_f = err(projected(U_f, fine, x_f), x_f)
-    amp = [err(x, mesh.X) for x, mesh in ((x_c, coarse), (x_f, fine))]
+    rows = []
+    for mesh in [block(div) for div in replay_divs]:
+        cache = BakeCache.open(bake(mesh, HELD_LOAD))
+        x = cache.channel("positions")
+        x_cf = np.einsum("fc,tca->tfa", _interpolation(coarse.X, coarse.T, mesh.X), x_c)
+        _, driver = bk.replay_scenario(cache)
+        sim = licrom.load_on_mesh(model.out, mesh.X, mesh.T, cubature_vertices=0)
+        y = replay_bake(sim, cache, driver)
+        r = {
+            "grid": mesh.div,
+            "tets": len(mesh.T),
+            "trained": mesh.div in [m.div for m in trained],
+            "amplitude": err(x, mesh.X),
+            "gap": err(x_cf, x),
+            "replay": err(y, x),
+            "projection": err(projected(sim.U, mesh, x), x),
+            "carried": err(projected(sim.U, mesh, x_cf), x_cf),
+        }
+        rows.append(r)
+        print(
+            f"{name} on {'x'.join(map(str, mesh.div))} ({r['tets']} tets"
+            f"{', trained' if r['trained'] else ''}): amplitude {r['amplitude'] * 1000:.3g} mm, "
+            f"full-space gap to {'x'.join(map(str, coarse.div))} {r['gap'] * 1000:.3g} mm "
+            f"({r['gap'] / r['amplitude']:.1%}); replay {r['replay'] * 1000:.3g} mm; projection "
+            f"{r['projection'] * 1000:.3g} mm, its motion carried {r['carried'] * 1000:.3g} mm"
+        )
+    return rows
+
+
+@pytest.fixture(scope="module")
+def block_dir(tmp_path_factory):
+    """Bakes of the stocky bar's grids, shared by the resolution tests."""
+    return tmp_path_factory.mktemp("licrom_block")
+
+
+def test_finer_mesh_from_one_coarse_mesh(block_dir):
+    """Trained on one coarse grid of the stocky bar (8x6x6, 1,728 tets), a held-out
+    pull-and-twist replayed on the 12x9x9 grid (3.4x the tets) against that mesh's own
+    full-space bake. The two meshes' full-space bakes differ by 8.5% of the motion, 2.9x the
+    model's coarse error (linear tets converge to first order under a twist: ``python
+    bench/licrom.py --resolution`` measures 34% at 4x3x3 -> 12x9x9, 15% at 8x6x6 -> 24x18x18,
+    4.7% at 12x9x9 -> 18x13x13). Bakes of one mesh show only that mesh's motion, so on a finer
+    mesh the model takes up part of the gap, not all of it (its error is 0.36-0.74x the gap
+    on the bench's meshes), whatever the model (latent 6 or 12, volume points or not, a
+    curvature penalty on the field: within 5%). The issue's bound (1.5x the coarse error) then
+    holds only where the gap is small against the coarse error: 1.14x on this load, 1.31-1.74x
+    in six runs on other loads and grids, 2.3x at 8x6x6 -> 24x18x18 (27x the tets). Asserted:
+    the fine replay is nearer the fine mesh's physics than the coarse mesh's physics is (under
+    0.75x the gap), and the field carries the coarse motion between the coarse nodes (within
+    1.5x of its projection error there)."""
+    c, f = resolution_check(block_dir, [(8, 6, 6)], [(8, 6, 6), (12, 9, 9)])
     print(
-        f"{len(coarse.T)} -> {len(fine.T)} tets; full space: amplitude {amp[0] * 1000:.3g} / "
-        f"{amp[1] * 1000:.3g} mm, coarse vs fine {gap * 1000:.3g} mm ({gap / e_c:.1f}x the coarse "
-        f"error); basis: coarse motion {p_c * 1000:.3g} mm on the coarse mesh, {p_cf * 1000:.3g} "
-        f"mm on the fine ({p_cf / p_c:.2f}x), fine motion {p_f * 1000:.3g} mm; replay: coarse "
-        f"{e_c * 1000:.3g} mm, fine vs its own full space {e_f * 1000:.3g} mm ({e_f / e_c:.1f}x, "
-        f"{e_f / gap:.2f}x the discretization gap)"
+        f"one mesh: fine replay {f['replay'] / c['replay']:.2f}x the coarse, "
+        f"{f['replay'] / f['gap']:.2f}x the gap ({f['gap'] / c['replay']:.1f}x the coarse error)"
     )
-    assert p_cf <= 1.5 * p_c  # the field carries the coarse motion between the nodes
-    assert e_f < gap  # the fine replay follows the fine mesh's physics more than the coarse's
-    assert gap > 5.0 * e_c  # why the issue's 1.5x on the replay is not asserted (see above)
+    assert f["tets"] >= 3 * c["tets"]
+    assert f["replay"] <= 0.75 * f["gap"]
+    assert f["carried"] <= 1.5 * c["projection"]
+
+
+def test_finer_mesh_from_two_coarse_meshes(block_dir):
+    """The resolution check in the form the paper trains (several resolutions of one object):
+    trained on the 4x3x3 and 8x6x6 grids of the stocky bar, a held-out pull-and-twist replayed
+    on the unseen 6x4x4 grid in between errs at most 1.5x the training grids' mean (1.20x here;
+    0.82-1.43x on three other loads), each against its own mesh's full-space bake, though those
+    differ by 17-27% of the motion: one model serves every resolution between its training
+    grids. Beyond the finer one, what sets the error is the gap to it, as with one grid: on the
+    12x9x9 grid (3.4x the tets of 8x6x6) 0.61 mm, 0.56x the 8x6x6 -> 12x9x9 gap, 1.35x the
+    8x6x6 error (the issue's 1.5x here, but 1.19-1.89x over four loads, so bounded at 2x and
+    stated), where the 8x6x6 model alone gives 0.42 mm (sharing the field with 4x3x3 costs
+    about 20% on 8x6x6: 0.45 against 0.37 mm; ``bench/licrom.py --resolution``). Against the
+    4x3x3 physics it follows the finer mesh's (under a quarter of that gap; the 4x3x3 model
+    alone: 0.56x)."""
+    c, m, f, between = resolution_check(
+        block_dir, [(4, 3, 3), (8, 6, 6)], [(4, 3, 3), (8, 6, 6), (12, 9, 9), (6, 4, 4)]
+    )
+    trained = (c["replay"] + m["replay"]) / 2
+    print(
+        f"two meshes: 12x9x9 {f['replay'] / m['replay']:.2f}x the 8x6x6 error, "
+        f"{f['replay'] / c['replay']:.2f}x the 4x3x3's, {f['replay'] / f['gap']:.2f}x its gap "
+        f"to 4x3x3; unseen 6x4x4 {between['replay'] / trained:.2f}x the training grids' mean"
+    )
+    assert f["tets"] >= 3 * m["tets"]
+    assert between["replay"] <= 1.5 * trained  # an unseen resolution between the trained ones
+    assert f["replay"] <= 0.25 * f["gap"]  # it follows the fine mesh's physics, not 4x3x3's
+    assert f["replay"] <= 2.0 * m["replay"]  # 3.4x the tets beyond the finest training grid
 
 
 def test_mesh_swap_continues_like_full_space(family):

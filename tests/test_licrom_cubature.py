@@ -42,10 +42,10 @@ def model(tmp_path_factory):
     paths += bk.bake_variants(mesh, base.spec(mesh, base.POKES, seed=11, variants=3), d, "pokes")
     out = d / "bar.nrmodel"
     settings = {"latent_dim": base.R, "epochs": 30, "validation_fraction": 0.25, "rollout": False}
-    train(paths, out, settings, device="cpu")
+    res = train(paths, out, settings, device="cpu")
     meta = load_model(out).metadata
     held = [meta["bakes"][i] for i in meta["validation_trajectories"]]
-    return SimpleNamespace(out=out, mesh=mesh, held=held, dir=d)
+    return SimpleNamespace(out=out, mesh=mesh, held=held, dir=d, res=res)
 
 
 def _poses(sim, cache) -> np.ndarray:
@@ -61,6 +61,9 @@ def test_fitted_cubature_beats_random_at_the_same_count(model):
     X, T = model.mesh.X, model.mesh.T
     sim = licrom.load_on_mesh(model.out, X, T)
     assert sim.cubature_info["method"] == "optimized" and not sim.warnings
+    # the trainer reports the rule the runtime fits on the training mesh
+    assert model.res["cubature_elements"] == len(sim.elements)
+    assert model.res["cubature_train_rel_error"] == sim.cubature_info["train_rel_error"]
     fem = TetFEM(X, T, base.MATERIAL)
     poses = _poses(sim, BakeCache.open(model.held[0]))
     c = len(sim.elements)
@@ -122,7 +125,7 @@ def test_swaps_with_fitted_cubature_never_raise_kinetic_energy(model):
 
 def test_a_model_without_codes_falls_back_to_random_cubature(model):
     """A model file from before fitted cubature has no codes: random cubature, with a warning
-    that says to retrain."""
+    that says to retrain; codes that deform nothing give random cubature too."""
     X, T = model.mesh.X, model.mesh.T
     loaded = licrom.load_on_mesh(model.out, X, T)
     field, pins, codes = loaded.field, loaded.pins, loaded.codes
@@ -130,6 +133,9 @@ def test_a_model_without_codes_falls_back_to_random_cubature(model):
     sim = licrom.LicromSimulation(field, X, T, base.MATERIAL, pins=pins, cubature_vertices=40)
     assert sim.cubature == "random" and sim.cubature_info["method"] == "random"
     assert "retrain" in sim.warnings[0]
+    # codes that deform nothing (rest poses): nothing to fit, the random rule
+    rest = licrom.LicromSimulation(field, X, T, base.MATERIAL, pins=pins, codes=0 * codes[:3])
+    assert rest.cubature_info["method"] == "random" and "fallback" in rest.cubature_info
     with pytest.raises(licrom.SimulationError, match="cubature"):
         licrom.LicromSimulation(field, X, T, base.MATERIAL, cubature="uniform", codes=codes)
 

@@ -184,53 +184,6 @@ def test_numpy_export_equals_torch_with_omega_scale_and_filter():
     np.testing.assert_allclose(jt.Hdd[2:].sum(), dq @ H.numpy() @ dq, rtol=1e-12)
 
 
-def test_neural_cubature_starts_at_the_greedy_rule_and_fits_no_worse():
-    """training/shen_cubature.py: the weight network's initial weights are the greedy NNLS
-    weights for every pose (squared output, zero last layer), non-negative always; trained,
-    its error on the poses it fits is no worse than the greedy rule's."""
-    from neural_rom.core.cubature import optimized_cubature
-    from neural_rom.core.fem import TetFEM, mass_matrix
-    from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.core.subspace import modal_basis
-    from neural_rom.training.shen_cubature import (
-        _coords,
-        _normalized,
-        relative_error,
-        train_weight_net,
-    )
-
-    X, T = grid_tetmesh((0.4, 0.1, 0.1), (6, 2, 2))
-    mat = Material(youngs_modulus=5e4, poisson_ratio=0.4, density=1000.0)
-    fem = TetFEM(X, T, mat)
-    mass = mass_matrix(X, T, mat.density)
-    pins = np.flatnonzero(X[:, 0] < 1e-9)
-    sub = modal_basis(fem, mass, pins, k=6)
-    rng = np.random.default_rng(0)
-    q = rng.normal(size=(60, 6)) * np.array([0.3, 0.3, 0.1, 0.1, 0.05, 0.05])
-    poses = sub.decode(q)
-    cub = optimized_cubature(fem, sub.U, poses[:40], target=1e-9, max_elements=8)
-    A, b, keep = _normalized(fem, sub.U, poses, cub.elements)
-    c = _coords(fem, sub.U, mass, poses)[keep]
-    net, info = train_weight_net(
-        A[:40], b[:40], c[:40], A[40:], b[40:], c[40:], cub.weights, epochs=0
-    )
-    with torch.no_grad():
-        w = net(torch.as_tensor(c)).numpy()
-    np.testing.assert_allclose(w, np.broadcast_to(cub.weights, w.shape), rtol=1e-12)
-    net, info = train_weight_net(
-        A[:40], b[:40], c[:40], A[40:], b[40:], c[40:], cub.weights, epochs=60
-    )
-    with torch.no_grad():
-        w = net(torch.as_tensor(c)).numpy()
-    g, n = relative_error(A[:40], b[:40], cub.weights), relative_error(A[:40], b[:40], w[:40])
-    print(
-        f"8 elements: greedy {g:.4f}, neural {n:.4f} on the fitted poses; held out "
-        f"{relative_error(A[40:], b[40:], cub.weights):.4f} / "
-        f"{relative_error(A[40:], b[40:], w[40:]):.4f}"
-    )
-    assert np.all(w >= 0) and n <= g * (1 + 1e-9)
-
-
 def test_latent_size_from_a_tolerance(bakes, tmp_path):
     """Latent Size 0: sizes 1, 2, 4, ... until the held-out error meets the tolerance; a
     tolerance nothing meets tries every size up to the cap and keeps the most accurate, with

@@ -46,8 +46,9 @@ Where we depart from the paper, each measured on the bakes of tests/test_licrom.
 * A ``time_budget`` cuts the epochs (with a warning) on a slow machine.
 
 The exported model holds the field (numpy :class:`core.nnet.MLP`), its normalization, a volume
-sample of the training domain and the pinned regions (:mod:`core.methods.licrom`); the
-encoder is not exported. Checkpoints every ``checkpoint_every`` epochs (torch state,
+sample of the training domain, the pinned regions and the least-squares latent codes of up to
+:data:`CUBATURE_CODES` training frames, the poses each mesh's cubature is fitted to when the
+model is put on it (:mod:`core.methods.licrom`); the encoder is not exported. Checkpoints every ``checkpoint_every`` epochs (torch state,
 ``weights_only`` on load) let a cancelled or killed run resume.
 """
 
@@ -72,6 +73,7 @@ from ..core.errors import CacheError, NeuralRomError
 from ..core.files import ensure_writable_dir
 from ..core.frame import to_pin_frame
 from ..core.methods.licrom import (
+    CUBATURE_POOL,
     NAME,
     PIN_TOLERANCE,
     REFERENCE_OBJECT,
@@ -79,6 +81,8 @@ from ..core.methods.licrom import (
     Domain,
     Field,
     PinRegion,
+    fitted_cubature,
+    mesh_seed,
 )
 from ..core.methods.licrom import save as save_licrom_model
 from ..core.subspace import mass_weighted_pod
@@ -781,6 +785,24 @@ def train(
         avoid=tuple(len(m.X) for m in meshes),
     )
     metrics["cubature_codes"] = len(codes)
+    # the rule the runtime fits on the primary mesh, reported (size, error) as other methods'
+    cubature = None
+    if values["cubature"] == "fitted" and values["cubature_vertices"] > 0:
+        try:
+            cubature = fitted_cubature(
+                pm.X,
+                pm.T,
+                material,
+                basis_of(pm),
+                codes,
+                target=values["cubature_target"],
+                max_elements=values["max_cubature"],
+                poses=values["cubature_poses"],
+                pool=CUBATURE_POOL,
+                seed=mesh_seed(seed, pm.X, pm.T),
+            )
+        except NeuralRomError:  # no training pose deforms it: the runtime's random rule
+            cubature = None
     val_max = field_max
     if val_frames:
         val_max = max(
@@ -799,6 +821,7 @@ def train(
         k=r,
         dofs=r,
         max_error_val_m=val_max,
+        cubature=cubature,
         metrics=metrics,
         metadata={
             "mesh_bake": str(Path(mesh_bake.path).resolve()),
