@@ -49,12 +49,14 @@ SETTINGS = SNPSettings(contact_features=True, epochs=40)
 # 0.662x at 100, 0.863x at 150, 1.03x at 200 and 0.911x at 400, and without the contact
 # features 0.887x (400 epochs; 0.915x at 40, 0.894x at 100): the colliders' end-of-frame
 # positions miss a sphere that crosses 17 cm a frame. Three bakes are over-fitted past ~100
-# epochs. Bounds: the measured 0.675 and 37x, with room for other CPUs' rounding (training
+# epochs. One held-out bake: on other bakes the gain is smaller (training/snp.py's
+# docstring). Bounds: the measured 0.675 and 37x, with room for other CPUs' rounding (training
 # is deterministic on one thread).
 RATIO_INITIAL = 0.70
 FLOOR_FACTOR = 40.0
 # Colliders ten times farther out, spun and removed: largest displacement 17.9 mm against the
-# bakes' 183 mm (28.9 mm with Adam's former weight decay, 122 mm without contact features). Bound: never beyond what the bakes showed.
+# bakes' 183 mm (28.9 mm with Adam's former weight decay, 122 mm without contact features).
+# Bound: never beyond what the bakes showed.
 BOUNDED_FACTOR = 1.0
 # Zeroing the collider input moves the prediction by 24.4 mm (median of 8 contact frames; 18.7
 # mm with Adam's former weight decay, 4.9 mm without contact features, 12.7 mm before per-mode
