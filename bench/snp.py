@@ -44,7 +44,8 @@ bakes the network fits them (v000: 4.3 mm against the initial model's 18.9 mm), 
 does not (17.5 against 17.9 mm): at the default settings (Adam's weight decay 1e-2, added to
 the gradient) every weight of the 20-bake network had decayed to 0 (34 steps an epoch, the
 zero last layer giving the hidden layers no gradient), so the model was eq. (1) alone (the
-trainer now warns). Alive networks do no better on unseen paths: weight decay 1e-4 and
+trainer's decay is now decoupled and pulls towards the initial weights, and off by
+default: training/snp.py). Alive networks do no better on unseen paths: weight decay 1e-4 and
 learning rate 1e-3, 100 epochs 0.958x; weight decay 1e-4, 400 epochs 1.314x (overfitted);
 learning rate 3e-4 0.970x; 6 layers, weight decay 1e-4, 200 epochs 0.969x (its hidden
 weights 0 again); decoupled decay (AdamW)

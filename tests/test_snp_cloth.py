@@ -132,11 +132,13 @@ def test_cloth_heldout_rollout_beats_the_initial_model(trained):
     diag = float(np.linalg.norm(held.X.max(0) - held.X.min(0)))
     assert np.all(np.isfinite(y)) and np.abs(y - x).max() < diag  # bounded over 1,000 frames
     assert e <= e_raw
-    # The goal is 0.6x. With per-mode input scaling this data (20 bakes of seed 0)
-    # gave 0.59x in two runs (0.62x and 0.64x before it); Blender's cloth in contact is not
-    # bit-reproducible from run to run (39.6 vs 39.8 mm mean swing), and the ratio moved by
-    # about 0.02 between runs before: the bound leaves that margin and a little more.
-    assert e <= 0.65 * e0
+    # The goal is 0.6x. Without weight decay (the default since Adam's coupled decay
+    # killed networks trained on many windows) this data (20 bakes of seed 0) gave 0.518x, and
+    # 0.533x with the training seed 1 (0.59x with Adam's weight decay 1e-2 before). Blender's
+    # cloth in contact is not always bit-reproducible from run to run (39.6 vs 39.8 mm mean
+    # swing), and the ratio moved by about 0.02 between runs: the bound holds with
+    # that margin and more.
+    assert e <= 0.6 * e0
     assert e <= 12.0 * floor
 
 

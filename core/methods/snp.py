@@ -1351,22 +1351,26 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     Setting(
         "epochs",
         "int",
-        400,
+        None,
         "Epochs",
-        "Passes over the training windows (the time budget may end them sooner)",
+        "Passes over the training windows (the time budget may end them sooner); automatic: "
+        "about 3,200 AMSGrad steps in all, at most 100 epochs",
         minimum=1,
         maximum=1_000_000,
         soft_maximum=20000,
+        auto=True,
     ),
     Setting(
         "batch_size",
         "int",
-        8,
+        None,
         "Batch Size",
-        "Windows per AMSGrad step (the paper: 16; 8 gives twice the steps on small bake sets)",
+        "Windows per AMSGrad step (the paper: 16); automatic: about 64 steps an epoch, "
+        "batches of 8 to 32 windows",
         minimum=1,
         maximum=1_000_000,
         soft_maximum=4096,
+        auto=True,
     ),
     Setting(
         "learning_rate",
@@ -1390,12 +1394,13 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     Setting(
         "weight_decay",
         "float",
-        1e-2,
+        0.0,
         "Weight Decay",
-        "AMSGrad weight decay (an L2 pull of the network's weights to zero, i.e. towards the "
-        "initial model)",
+        "Decoupled weight decay (AdamW's): each step pulls the network's weights back towards "
+        "their start, i.e. towards the initial model alone, by learning rate x this fraction "
+        "of their departure",
         minimum=0.0,
-        maximum=1.0,
+        maximum=1000.0,
         advanced=True,
     ),
     Setting(
