@@ -149,7 +149,10 @@ test's); the same bake held out of 20 (16 trained on, weight decay 1e-4, learnin
 thinnest, but the issue's 0.6x holds for one held-out bake, not in general: over 12 held-out
 bakes it is 0.845x with 48 bakes trained on. The network still fits the training bakes
 3-10x better than unseen ones; more data of this kind helps slowly (the paper's bunny:
-200,000 frames).
+200,000 frames). At the defaults of no weight decay and automatic epochs (a later change;
+the numbers above had Adam's coupled decay): 20 bakes 1.083x with the features, 1.091x
+without; the 60 bakes (12 held out) 1.033x with, 7.08x without (that network drifts ~110 mm
+on every held-out bake, where eq. 1 errs 2-86 mm).
 
 Resume. The checkpoints (:class:`.common.Checkpoints`) are the PCA basis and the network
 (its weights, AMSGrad's state, the epoch, the loss history). A killed run started again with
