@@ -355,6 +355,7 @@ def fitted_cubature(
     poses: int = CUBATURE_POSES,
     pool: int = CUBATURE_POOL,
     seed: int = 0,
+    basis_key: bytes | None = None,
 ) -> Cubature:
     """Cubature fitted on a mesh to its basis (An et al. 2008, :func:`.cubature.optimized_cubature`):
     non-negative element weights whose reduced forces match the exact ``U^T g(x)`` at the poses
@@ -371,20 +372,27 @@ def fitted_cubature(
         ``cubature_codes``)
 
     The result is kept (a few per process) under a digest of everything it depends on, so
-    a mesh loaded again gets it back at once (``info["cached"]``).
+    a mesh loaded again gets it back at once (``info["cached"]``). ``basis_key`` (bytes that
+    determine ``U``: the field's weights and the pins) stands for ``U`` in that digest when
+    given: a basis evaluated again need not repeat its last bits (BLAS kernels may round
+    differently with the arrays' alignment), and the rule would then be fitted again.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     T = np.ascontiguousarray(T, dtype=np.int64)
     U = np.ascontiguousarray(U, dtype=np.float64)
     codes = np.ascontiguousarray(codes, dtype=np.float64)
     h = hashlib.blake2b(digest_size=16)
-    for a in (X, T, U, codes):
+    for a in (X, T, codes) + ((U,) if basis_key is None else ()):
         h.update(str(a.shape).encode())
         h.update(a.tobytes())
+    if basis_key is not None:
+        h.update(str(U.shape).encode())
+        h.update(basis_key)
     h.update(json.dumps([material.to_dict(), target, max_elements, poses, pool, seed]).encode())
     key = h.hexdigest()
     if key in _FITTED_CACHE:
-        c = _FITTED_CACHE[key]
+        c = _FITTED_CACHE.pop(key)  # the most recently used goes last, evicted last
+        _FITTED_CACHE[key] = c
         return Cubature(c.elements.copy(), c.weights.copy(), {**c.info, "cached": True})
     fem = _fem.TetFEM(X, T, material)
     pick = np.unique(np.linspace(0, len(codes) - 1, min(int(poses), len(codes))).round())
@@ -501,6 +509,18 @@ class LicromSimulation(ReducedSimulation):
         self._build(X, T, settings, colliders)
         self.reset()
 
+    def _basis_key(self, pinned: np.ndarray) -> bytes:
+        """Bytes that determine the basis on a mesh besides its nodes: the field's weights,
+        the origin and the pinned nodes (for :func:`fitted_cubature`'s cache)."""
+        h = hashlib.blake2b(digest_size=16)
+        arrays, _ = self.field.to_arrays()
+        for name in sorted(arrays):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(arrays[name]).tobytes())
+        h.update(np.ascontiguousarray(self.origin, dtype=np.float64).tobytes())
+        h.update(np.ascontiguousarray(pinned, dtype=np.int64).tobytes())
+        return h.digest()
+
     def _build(self, X, T, settings, colliders) -> None:
         """Basis, pins, cubature and everything :meth:`_setup` derives, on mesh ``(X, T)``."""
         X = np.ascontiguousarray(X, dtype=np.float64)
@@ -536,6 +556,7 @@ class LicromSimulation(ReducedSimulation):
                     poses=self.cubature_poses,
                     pool=CUBATURE_POOL,
                     seed=mesh_seed(self.seed, X, T),
+                    basis_key=self._basis_key(pinned),
                 )
                 cub, self.cubature_info = (c.elements, c.weights), dict(c.info)
             except NeuralRomError:
