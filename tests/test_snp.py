@@ -464,7 +464,8 @@ def test_model_plays_without_torch_and_refuses_another_frame_rate(block, tmp_pat
 
 
 def test_training_resumes_from_its_checkpoint_to_the_same_model(block, tmp_path):
-    s = SNPSettings(epochs=6, checkpoint_every=2, rollout=False, window=16)
+    # keep_best: the best epoch's weights and error travel in the checkpoint too
+    s = SNPSettings(epochs=6, checkpoint_every=2, rollout=False, window=16, keep_best=True)
     whole = train_snp(block.paths, tmp_path / "a.nrmodel", s, checkpoint_dir=tmp_path / "a")
     calls = []
 
@@ -482,6 +483,7 @@ def test_training_resumes_from_its_checkpoint_to_the_same_model(block, tmp_path)
         )
     resumed = train_snp(block.paths, tmp_path / "b.nrmodel", s, checkpoint_dir=tmp_path / "b")
     assert resumed["epochs_trained"] == whole["epochs_trained"] == 6
+    assert resumed["best_epoch"] == whole["best_epoch"]
     a, _ = registry.load_simulator(whole["model"])
     b, _ = registry.load_simulator(resumed["model"])
     for Wa, Wb in zip(a.p.net.W + a.p.net.b, b.p.net.W + b.p.net.b):
@@ -542,6 +544,39 @@ def train_network(Z, W, settings):
         alone = rollout(None, z[:, 0], z[:, 1], w, *trainer._args())
     ratio = float((pred - z)[:, 2:].abs().mean() / (alone - z)[:, 2:].abs().mean())
     return largest, ratio, len(trainer.windows)
+
+
+@pytest.mark.parametrize("keep_best", [True, False])
+def test_keep_best_returns_the_epoch_with_the_least_held_out_rollout_error(keep_best):
+    """A learning rate far too high (0.05) makes the held-out rollout error jump from epoch to
+    epoch; with ``keep_best`` the trainer returns the epoch whose held-out rollouts erred
+    least (the initial model alone, epoch 0, when none beat it), otherwise the last one."""
+    from neural_rom.training.snp import _NetTrainer, fit_initial_model
+
+    Z, W = forced_oscillators(sequences=24)
+    Zt, Wt, Zv, Wv = Z[:18], W[:18], Z[18:], W[18:]
+    alpha, beta = fit_initial_model(Zt)
+    Zc = np.concatenate(Zt)
+    s = SNPSettings(epochs=8, batch_size=8, window=8, learning_rate=0.05, keep_best=keep_best)
+    trainer = _NetTrainer(
+        s, Zt, Wt, Zv, Wv, alpha, beta, float(Zc[:, 0].std()), Zc.min(0), Zc.max(0), DT, 10,
+        torch.device("cpu"), SimpleNamespace(file=lambda *a: None), lambda: False,
+        lambda values: None, lambda *a: None, in_scale=Zc.std(0),
+    )  # fmt: skip
+    seen = []
+    measure = trainer.validation_rms
+    trainer.validation_rms = lambda net: seen.append(measure(net)) or seen[-1]
+    net, state = trainer.fit(deadline=float("inf"))
+    final = measure(net)
+    print(f"keep_best {keep_best}: held-out rollout rms by epoch {np.round(seen, 5)}, "
+          f"returned {final:.5f} (epoch {state['best_epoch']})")  # fmt: skip
+    if keep_best:
+        assert len(seen) == 9  # the initial model, then every epoch
+        assert final == min(seen) and state["best_epoch"] == int(np.argmin(seen))
+        assert final <= seen[0]
+        assert max(seen) > 1.2 * min(seen)  # the epochs did differ: the choice mattered
+    else:
+        assert final == seen[-1]  # the last epoch's (measured at the end, whatever the throttle)
 
 
 def test_a_strong_weight_decay_pulls_to_the_initial_model_and_never_kills_the_network(
