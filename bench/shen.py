@@ -516,8 +516,10 @@ class _PoseWeights:
 
 
 #: Relative changes of the cubature weights each replay is repeated with: the whip's replay
-#: error moves by far more than the forces do (42 mm with single-threaded BLAS, 252 mm with
-#: several threads for the same model), so a rule is judged by the range over these.
+#: error moved by far more than the forces do (42 mm with single-threaded BLAS, 252 mm with
+#: several threads for the same model) until a crawling Newton step was halved instead of
+#: left to end on whichever root rounding picked (``core.methods.shen``, ``_CRAWL_ITERS``:
+#: 42.1 mm at each of these now); a rule is still judged by the range over these.
 REPLAY_PERTURBATIONS = (0.0, 1e-9, -1e-9)
 
 

@@ -44,7 +44,27 @@ reads ``p``; once, kept when both halves converge without a fallback): that bake
 no fallback, 2 halved steps, 6.2 Newton iterations a step; the replay over both held-out
 bakes 136.2 mm, 0.63x PCA-5's. The stall is found late (about 40 crawling iterations); calling
 three line-search steps under 1/16 (or 1/64, 1/256) of Newton's a stall cut that bake's
-iterations to 5.1 a step but the halves then crawled too: 2 fallbacks (25.4 mm), not taken. With ``D(z)`` the stalls are minima of ``|phi|^2`` that are
+iterations to 5.1 a step but the halves then crawled too: 2 fallbacks (25.4 mm), not taken.
+A crawl is also where the step's root depends on rounding: given its 30 iterations, Newton
+at the whip's release (frame 10 of ``bench/shen.py``'s held-out bake) either stalled (then
+halved: 42.1 mm) or converged in its 29th iteration on a root 15 mm away with ``z`` farther
+out (-1.05, 1.17 against -0.20, 0.43), after which ``z`` stayed there and the replay went
+to 280 mm, whichever the last bits decided: cubature weights x (1 - 1e-9), or two BLAS
+threads, took the far root (42 / 42 / 280 mm at x 1, 1 + 1e-9, 1 - 1e-9; 221-302 mm with
+two threads). So where a step may still be halved, Newton gets ``_CRAWL_ITERS`` (12)
+iterations, not ``max_newton_iters``: a step that needs more (quadratic convergence takes
+3-7 here) is halved, whatever root the crawl would have reached. The whip then replays
+42.1 mm at every perturbation tried (x 1 +- 1e-12 ... 1e-6, one or two threads; the same for
+limits of 6-20 iterations), the swung arm at 3 + 2 its stalling bake 25.4 mm with 0 um
+between the perturbed replays (27.4-28.3 mm, 0.5 mm apart, before), and both take fewer
+Newton iterations a step (whip 3.51 -> 3.38, swung arm 4.82 -> 4.04: the crawl is cut
+short). Left: poor models still meet steps whose outcome rounding decides. Of 19 small
+whips (120 tets, 300 epochs, seeds 0-7 and 1-5, one or two BLAS threads) the replays under
+x (1 +- 1e-9) spread more than 1 mm for 6 before (16-1,130 mm) and for 3 now (62-706 mm),
+all three models that replay 140-700 mm off a 300 mm swing (``z`` leaves its training
+range); one of them was 0.013 mm before (a step that converged in 8 iterations at x 1 and
+crawled at x (1 - 1e-9)). ``tests/test_shen_whip.py`` replays one that was 15.9 mm.
+With ``D(z)`` the stalls are minima of ``|phi|^2`` that are
 not roots (below) and halving leads ``z`` astray (the convergence test's random decoder), so
 there the fallback stays the step (``D(z)`` at 3 + 2:
 220 mm, PCA-5 215). Cost (``--speed``, 21,504 tets, 10 + 5):
@@ -188,6 +208,9 @@ _MAX_BACKTRACKS = 30
 _LM_TRIES = 12
 #: Times a stalled step is halved (two eq. (10) steps of h / 2) before the variational step.
 _MAX_SPLITS = 1
+#: Newton iterations after which a step that may still be halved is judged stalled: a crawl
+#: ends on whichever root rounding picks (module docstring, "Newton"); 6-20 measured alike.
+_CRAWL_ITERS = 12
 
 
 class ShenSimulation(SubspaceModel):
@@ -581,8 +604,10 @@ class ShenSimulation(SubspaceModel):
         tol = s.newton_tol * self.length_scale
         rep.timings["decoder"] = 0.0  # the decoder's derivatives (jet, left contraction)
         rep.converged = False
-        r, c, step = self._newton(system, self.r + h * self.rdot, tol, rep)  # warm start
-        if not rep.converged and self.split_stalls and depth < _MAX_SPLITS:
+        can_split = self.split_stalls and depth < _MAX_SPLITS
+        iters = min(_CRAWL_ITERS, s.max_newton_iters) if can_split else s.max_newton_iters
+        r, c, step = self._newton(system, self.r + h * self.rdot, tol, rep, iters)  # warm start
+        if not rep.converged and can_split:
             # Newton stalled: the step moves r too far for eq. (10)'s expansion (see the
             # module docstring). Two implicit Euler steps of h / 2 on eq. (10) instead, kept
             # when both converge with no variational step anywhere in them
@@ -620,12 +645,11 @@ class ShenSimulation(SubspaceModel):
             self._advance_frame(None)
         return rep
 
-    def _newton(self, system, r: np.ndarray, tol: float, rep: StepReport):
+    def _newton(self, system, r: np.ndarray, tol: float, rep: StepReport, max_iters: int):
         """Newton on ``phi`` from ``r`` (the merit line search, the Levenberg-Marquardt step
         where Newton's fails); sets ``rep.converged``. Returns ``(r, c(r), last step (m))``:
         not converged when Newton stalled (three Levenberg-Marquardt steps in a row) or ran
         out of iterations."""
-        s = self.settings
         c = None
         t0 = time.perf_counter()
         phi, A, c, t_dec = system(r, True)
@@ -634,7 +658,7 @@ class ShenSimulation(SubspaceModel):
         m = 0.5 * phi @ phi
         step = np.inf
         lm_run = 0  # consecutive Levenberg-Marquardt steps: Newton has stalled at 3
-        for _ in range(max(int(s.max_newton_iters), 1)):
+        for _ in range(max(int(max_iters), 1)):
             if not (np.isfinite(m) and np.all(np.isfinite(A))):
                 break
             t0 = time.perf_counter()
