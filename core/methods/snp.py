@@ -403,7 +403,10 @@ def _kind_groups(kinds: tuple) -> tuple:
 def _dot3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Dot products over the last axis (3), written out: the same sum in the same order
     whatever the shape (a reduction's order may depend on it)."""
-    return (a * b).sum(axis=-1)
+    out = a[..., 0] * b[..., 0]
+    out += a[..., 1] * b[..., 1]
+    out += a[..., 2] * b[..., 2]
+    return out
 
 
 def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
@@ -445,8 +448,12 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
             reach += size[:, 1] * sc[:, 2]
         step = t1 - t0
         reach += 0.5 * np.sqrt(_dot3(step, step))
-        d = X[None] - 0.5 * (t0 + t1)[:, None]  # (S', n, 3)
-        loc, vert = np.nonzero(_dot3(d, d) < reach[:, None] * reach[:, None])
+        # |x - mid|^2 < reach^2 by one product (a filter, so its round-off only needs a
+        # margin: a vertex it lets through that is out of reach is not pushed out)
+        mid = 0.5 * (t0 + t1)
+        xx, mm = _dot3(X, X), _dot3(mid, mid)
+        d2 = (xx - 2.0 * (mid @ X.T)) + mm[:, None]  # (S', n)
+        loc, vert = np.nonzero(d2 < (reach * reach + 1e-9 * mm)[:, None] + 1e-9 * xx)
         if not len(loc):
             return out
     s = _SWEEP[None, :, None, None]
@@ -454,7 +461,7 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
     A = M[..., :3]
     scales = np.sqrt(_colsq(A))  # (S', K, 3) column norms
     axis = A[..., 2] / np.maximum(scales[..., 2], 1e-300)[..., None]  # (S', K, 3)
-    d = X[vert][:, None] - M[loc, :, :, 3]  # (P, K, 3)
+    d = X[vert][:, None] - np.ascontiguousarray(M[..., 3])[loc]  # (P, K, 3)
     if kind == "plane":
         depth = -_dot3(d, axis[loc])
     else:
@@ -464,7 +471,9 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
         dist = np.sqrt(_dot3(d, d))
         depth = (size[:, 0, None] * scales.max(axis=2))[loc] - dist
     best = np.argmax(depth, axis=1)  # the first sample on a tie
-    deepest = depth.max(axis=1)  # depth[best], exactly
+    deepest = depth[:, 0].copy()  # depth[best], exactly (a max over few columns, as columns)
+    for j in range(1, depth.shape[1]):
+        np.maximum(deepest, depth[:, j], out=deepest)
     inside = np.flatnonzero(deepest > 0.0)
     if not len(inside):
         return out
@@ -503,7 +512,10 @@ _ZERO = np.zeros(1, dtype=np.int64)
 
 def _colsq(A: np.ndarray) -> np.ndarray:
     """Squared column norms (..., 3) of matrices A (..., 3, 3), summed in row order."""
-    return (A * A).sum(axis=-2)
+    out = A[..., 0, :] * A[..., 0, :]
+    out += A[..., 1, :] * A[..., 1, :]
+    out += A[..., 2, :] * A[..., 2, :]
+    return out
 
 
 #: Up to this many sweeps :func:`_swept_features` tests each against the rest shape's ball in
