@@ -369,6 +369,8 @@ def batch_contact_features(
     depend on the batch it is in; the per-sweep sums are :func:`numpy.bincount`'s, in vertex
     order as :func:`contact_features`' mean."""
     B, c = before.shape[:2]
+    if B == 1:  # one instance: the per-collider loop, the same bits in fewer array calls
+        return contact_features(X, before[0], after[0], kinds, sizes[0], bound)[None]
     groups = _kind_groups(tuple(kinds))
     if len(groups) == 1:  # one kind (the common case): every slot at once
         f = _swept_features(
@@ -415,7 +417,6 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
     out = np.zeros((S, CONTACT_FEATURES))
     if kind == "plane":
         act = np.arange(S)
-        loc, vert = np.repeat(act, n), np.tile(np.arange(n), S)
     else:
         if bound is None:
             act = np.arange(S)
@@ -440,6 +441,9 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
             return out
         if len(act) < S:
             before, after, size = before[act], after[act], size[act]
+    if kind == "plane" or len(act) * n <= _ALL_PAIRS:  # every vertex of every sweep
+        loc, vert = _all_pairs(len(act), n)
+    else:
         t0, t1 = before[:, :3, 3], after[:, :3, 3]
         # a blend's column norms are at most the larger end's (the norm is convex)
         sc = np.sqrt(np.maximum(_colsq(before[:, :3, :3]), _colsq(after[:, :3, :3])))
@@ -507,6 +511,20 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
 
 
 _XYZ = np.arange(3)
+#: Up to this many (sweep, vertex) pairs :func:`_swept_features` takes them all: the filter of
+#: the vertices within reach (a dozen array calls) costs more than it saves (the same features:
+#: a vertex out of reach is not inside).
+_ALL_PAIRS = 1024
+
+
+@functools.lru_cache(maxsize=16)
+def _all_pairs(S: int, n: int) -> tuple:
+    """(sweep, vertex) index pairs of every vertex of S sweeps, sweep-major."""
+    loc, vert = np.repeat(np.arange(S), n), np.tile(np.arange(n), S)
+    loc.flags.writeable = vert.flags.writeable = False
+    return loc, vert
+
+
 _ZERO = np.zeros(1, dtype=np.int64)
 
 
