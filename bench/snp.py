@@ -21,18 +21,20 @@ Everything runs in this process pinned to one core with one BLAS thread
 inputs played forward and back). Memory: the model file's size and its arrays' bytes (the
 basis ``U``, the network, the rest).
 
-Results (default run, the folded step, per-mode input scaling; the shared 2-core machine
-loaded by other sessions, load average 10, so read them as upper bounds): 1,050 tets, u = 60,
-network 123-90-90-90-60; full-space step 57.3 ms, model step 52.8 us (1,085x; 57 us on a
-quiet machine before the folded step), decode 70.9 us; 100 instances in one batched step
-1.24 ms against 10.2 ms as 100 single steps (8.2x); held-out mean vertex error 26.96 mm
-(initial model 31.64, PCA floor 0.38); model file 727 KiB.
+Results (default run, re-measured with the current trainer's defaults (decoupled weight decay,
+off): one core, load 1.5-2): 1,050 tets, u = 60, network 123-90-90-90-60, 100 epochs in
+11.8 s; full-space step 24.3 ms, model step 31.9 us (762x), decode 20.9 us; 100 instances in
+one batched step 564 us against 4.04 ms as 100 single steps (7.2x); held-out mean vertex error
+27.23 mm (initial model 31.64, PCA floor 0.38); model file 727 KiB. (The former trainer, Adam's
+weight decay 1e-2, load 10: 26.96 mm; step 52.8 us, batch 1.24 ms, loaded.)
 
 ``--accuracy``: no timings; the held-out accuracy on the block of tests/test_snp.py (216 tets,
 grid 3 x 3 x 4) from ``--variants`` bakes of ``--frames`` frames (the test's seed, so its 4
 bakes are the first 4), one in five held out, ``--epochs`` (and ``--no-mode-scaling``); it
 prints the held-out mean vertex error over the initial model alone's (issue 11's goal: at most
-0.6x) and the bake and training seconds. Measured (the shared 2-core machine, two trainings
+0.6x) and the bake and training seconds. Old numbers, measured with the former trainer (Adam's
+weight decay 1e-2 added to the gradient, before its fix; not re-run: the 20-bake runs take
+5 min each) (the shared 2-core machine, two trainings
 at a time, load average 2.5-3.5; mean vertex error, network / initial model alone, over the
 held-out bakes): 4 bakes (the test), 400 epochs: 0.887x (57 s of training); 20 bakes (16
 trained on, 1.6 s a bake on one core), 400 epochs: 0.969x (306 s), per-mode scaling off the
@@ -60,9 +62,12 @@ the experiments). The test's 4 bakes, 60 epochs (a quiet machine, load 1-2): wit
 held-out 15.47 mm against eq. (1)'s 23.49 mm, 0.659x (in contact frames 0.712x, free 0.634x;
 one step teacher-forced 0.910x); without 0.942x (contact 0.851x, free 0.983x; one step
 1.088x, worse than eq. 1). Their training bakes 0.274x with, 0.785x without. Timing run
-(1,050 tets, 288 vertices, 5 epochs, load 1-3): model step 30.5 us without, 93.6 us with
-(a swept signed distance per vertex within reach, 4 samples); 100 instances in one batched
-step 571 us without, 5.84 ms with (the contact features are a loop over instances).
+(1,050 tets, 288 vertices, 5 epochs, one core, load 2-2.5, old and new code A/B in the same
+minutes): model step 32.6 us without, 93.4 us with (96.8 before; a swept signed distance per
+vertex within reach, 4 samples); 100 instances in one batched step 559 us without, 1.13 ms
+with, 6.38 ms when the contact features were a loop over instances (now
+:func:`~core.methods.snp.batch_contact_features`, vectorized over instances and colliders,
+bit-for-bit the per-instance features): 10.5 ms as 100 single steps.
 
 Usage::
 
