@@ -143,8 +143,7 @@ default, measured as held-out error over the initial model alone's (flag: 4 held
 * ``warmup_epochs``: the learning rate ramps up linearly, step by step. 5 epochs: flag 0.832x
   and 0.759x (seeds 0 and 1, against 0.886x and 0.882x; dead 10-13% instead of 36-48%),
   but cloth 0.620x and 0.590x (against 0.518x and 0.533x; dead 3% and 6% instead of 14% and
-  25% in the last layer) and block 0.744x; 2 epochs: flag
-  0.902x, cloth 0.606x. It helps the flag and hurts the two tests' sets, so it is not the
+  25% in the last layer) and block 0.744x; 2 epochs: flag 0.902x, cloth 0.606x. It helps the flag and hurts the two tests' sets, so it is not the
   default; a user with a flag-like set (thousands of windows, a hard-swung cloth) may set it.
 
 Dead units are not what holds the flag back: reviving them all made it worse, and the
@@ -788,10 +787,11 @@ class _NetTrainer:
         return total / max(N, 1)
 
     @torch.no_grad()
-    def forced_inputs(self) -> torch.Tensor:
-        """(N (S - 2), 2u + v) the network's inputs ``[z_bar, z_{t-1}, w_t]`` of every frame
-        ``t >= 2`` of the training windows, from the bakes' own frames (teacher-forced)."""
-        z, w = self.Zw, self.Ww
+    def forced_inputs(self, windows: slice = slice(None)) -> torch.Tensor:
+        """(n (S - 2), 2u + v) the network's inputs ``[z_bar, z_{t-1}, w_t]`` of every frame
+        ``t >= 2`` of the training windows (those of ``windows``), from the bakes' own frames
+        (teacher-forced)."""
+        z, w = self.Zw[windows], self.Ww[windows]
         si = self.scale if self.in_scale is None else self.in_scale
         prev2, prev = z[:, :-2], z[:, 1:-1]
         z_bar = self.alpha * prev + self.beta * (prev - prev2)
@@ -801,13 +801,15 @@ class _NetTrainer:
     def activity(self, net) -> list[torch.Tensor]:
         """Per hidden layer, (width,) bool: whether each ReLU is positive on at least one
         network input of the training windows (:meth:`forced_inputs`)."""
-        x = self.forced_inputs()
-        active = []
-        for m in list(net)[:-1]:
-            x = m(x)
-            if isinstance(m, torch.nn.ReLU):
-                active.append((x > 0).any(dim=0))
-        return active
+        active = None
+        for start in range(0, len(self.windows), 1024):  # bounded memory on large sets
+            x, seen = self.forced_inputs(slice(start, start + 1024)), []
+            for m in list(net)[:-1]:
+                x = m(x)
+                if isinstance(m, torch.nn.ReLU):
+                    seen.append((x > 0).any(dim=0))
+            active = seen if active is None else [a | b for a, b in zip(active, seen)]
+        return active or []
 
     def dead_units(self, net) -> list[float]:
         """Per hidden layer, the share of its ReLUs never active over the training windows."""
