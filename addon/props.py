@@ -527,10 +527,11 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     seed: IntProperty(name="Seed", default=0, min=0)
     variants: IntProperty(
         name="Variants",
-        default=1,
+        default=4,
         min=1,
         soft_max=64,
-        description="Randomized bakes of the scenario (seeds derived from Seed)",
+        description="Randomized bakes of the scenario (seeds derived from Seed). Train holds "
+        "whole bakes out to check the model on motion it never saw, which takes 2 or more",
     )
     scenario_params: CollectionProperty(type=NEURAL_ROM_PG_scenario_param)
     scenario_params_kind: StringProperty(description="Scenario the parameters were filled for")

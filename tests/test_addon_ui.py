@@ -137,6 +137,7 @@ def ball(bpy, name="Ball", frames=2):
     obj.neural_rom.role = "DEFORMABLE"
     obj.neural_rom.tet_size = 0.3
     obj.neural_rom.frames = frames
+    obj.neural_rom.variants = 1  # one bake per Bake (the default bakes 4)
     return obj
 
 

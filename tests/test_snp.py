@@ -859,6 +859,75 @@ def test_the_sweep_of_the_collider_reaches_the_network(block):
     assert change > SWEEP_CHANGE_M
 
 
+def test_batched_contact_features_are_each_instances_bit_for_bit():
+    """The runtime's contact features of B instances at once (:func:`batch_contact_features`,
+    vectorized over instances and colliders) are each instance's :func:`contact_features` (the
+    trainer's, a loop over colliders) to the last bit, with and without the rest shape's
+    bounding ball: rotated and scaled spheres, capsules and planes, still and far sweeps, a
+    vertex at a sampled centre; and an instance's features do not depend on its batch."""
+    from neural_rom.core.methods.snp import (
+        SWEEP_SAMPLES,
+        batch_contact_features,
+        contact_features,
+    )
+    from scipy.spatial.transform import Rotation
+
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-0.1, 0.1, size=(80, 3)) * [1.0, 1.0, 1.5]
+    centre = 0.5 * (X.min(0) + X.max(0))
+    bound = (centre, float(np.linalg.norm(X - centre, axis=1).max()))
+    kinds = ["sphere", "capsule", "plane", "sphere"]
+    B, c = 150, len(kinds)
+
+    def transforms():
+        M = np.tile(np.eye(4), (B, c, 1, 1))
+        R = Rotation.random(B * c, random_state=rng).as_matrix().reshape(B, c, 3, 3)
+        M[..., :3, :3] = R * rng.uniform(0.7, 1.4, size=(B, c, 1, 3))
+        M[..., :3, 3] = rng.uniform(-0.3, 0.3, size=(B, c, 3))
+        return M
+
+    before, after = transforms(), transforms()
+    after[::3] = before[::3]  # still
+    after[1::7, :, :3, 3] = before[1::7, :, :3, 3] = 5.0  # far
+    sizes = np.stack([rng.uniform(0.02, 0.15, (B, c)), rng.uniform(0.0, 0.1, (B, c))], axis=-1)
+    sizes[:, 0, 1] = 0.0
+    # instance 2's first sphere has a sample centred on a vertex (the push-out's fallback axis)
+    k = 1
+    s = k / (SWEEP_SAMPLES - 1)
+    before[2, 0, :3, 3] = X[0] - s * (after[2, 0, :3, 3] - X[0]) / (1.0 - s)
+    for bd in (None, bound):
+        batched = batch_contact_features(X, before, after, kinds, sizes, bd)
+        single = np.array(
+            [contact_features(X, before[b], after[b], kinds, sizes[b], bd) for b in range(B)]
+        )
+        alone = np.array(
+            [
+                batch_contact_features(
+                    X, before[b : b + 1], after[b : b + 1], kinds, sizes[b : b + 1], bd
+                )[0]
+                for b in range(0, B, 7)
+            ]
+        )
+        touched = np.count_nonzero(single.reshape(B, c, -1)[..., 3], axis=0)
+        print(
+            f"bound {bd is not None}: {B} instances x {c} colliders, sweeps touching the rest "
+            f"shape per collider {touched.tolist()}; batched - per instance: "
+            f"{np.abs(batched - single).max():.1e}"
+        )
+        assert np.all(touched > 10)
+        np.testing.assert_array_equal(batched, single)
+        np.testing.assert_array_equal(batched[::7], alone)
+    assert single[2, 3] > 0.0  # the centred vertex is inside
+    # a batch of one kind takes the one-group path: the same features
+    sphere = [i for i, k in enumerate(kinds) if k == "sphere"]
+    np.testing.assert_array_equal(
+        batch_contact_features(
+            X, before[:, sphere], after[:, sphere], ["sphere"] * 2, sizes[:, sphere], bound
+        ),
+        single.reshape(B, c, -1)[:, sphere].reshape(B, -1),
+    )
+
+
 def _oscillator_trainer(settings, sequences=12):
     """The trainer's network stage on :func:`forced_oscillators` (no held-out sequences)."""
     from neural_rom.training.snp import _NetTrainer, fit_initial_model

@@ -200,6 +200,7 @@ def test_settings_survive_save_reload_and_a_moved_folder(addon, blend_file, tmp_
     obj.neural_rom.scenario = "random_pokes"
     obj.neural_rom.scenario_params["count"].int_value = 7
     obj.neural_rom.frames = 2
+    obj.neural_rom.variants = 1
     tetrahedralize_object(obj)
     run_bake(obj, bpy.context.scene)
     bpy.ops.wm.save_mainfile()
@@ -227,6 +228,7 @@ def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_fil
     scene = bpy.context.scene
     obj = make_ball(bpy)
     obj.neural_rom.frames = 4
+    obj.neural_rom.variants = 1
     tetrahedralize_object(obj)
     bpy.ops.object.empty_add(type="SPHERE", location=(0, 0, 3))
     coll = bpy.context.object
@@ -273,6 +275,7 @@ def test_pins_animated_with_the_object(addon, blend_file):
     obj.neural_rom.role = "DEFORMABLE"
     obj.neural_rom.embedding = "NEVER"
     obj.neural_rom.frames = 3
+    obj.neural_rom.variants = 1
     top = [v.index for v in obj.data.vertices if v.co.z > 0]
     obj.vertex_groups.new(name="top").add(top, 1.0, "REPLACE")
     obj.neural_rom.pin_group = "top"
@@ -332,6 +335,7 @@ def _transformed_ball(bpy):
     obj.rotation_euler = (0.3, 0.2, 0.1)
     obj.scale = (1.2, 1.2, 1.2)
     obj.neural_rom.frames = 3
+    obj.neural_rom.variants = 1
     obj.neural_rom.scenario = "random_pokes"
     obj.neural_rom.scenario_params["strength"].float_value = 20.0
     bpy.context.view_layer.update()
@@ -409,6 +413,7 @@ def test_stale_bake_refused_and_scene_unchanged(addon, blend_file):
     scene = bpy.context.scene
     obj = make_ball(bpy)
     obj.neural_rom.frames = 1
+    obj.neural_rom.variants = 1
     tetrahedralize_object(obj)
     run_bake(obj, scene)
     obj.data.vertices[0].co.z += 0.05  # edit after the bake
@@ -509,6 +514,7 @@ def test_animated_object_plays_back_in_place(addon, blend_file):
     scene = bpy.context.scene
     obj = make_ball(bpy)
     obj.neural_rom.frames = 3
+    obj.neural_rom.variants = 1
     obj.neural_rom.embedding = "NEVER"
     for f, x in ((1, 0.0), (4, 2.0)):
         obj.location.x = x
@@ -539,6 +545,7 @@ def test_shape_keys_refuse_playback_but_export(addon, blend_file):
 
     obj = make_ball(bpy)
     obj.neural_rom.frames = 1
+    obj.neural_rom.variants = 1
     tetrahedralize_object(obj)
     run_bake(obj, bpy.context.scene)
     obj.shape_key_add(name="Basis")
