@@ -3,25 +3,12 @@ tiny run of our side of bench/fullspace.py (pbatoolkit and pyamg are not needed 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from .bench_modules import BENCH, load_bench
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-common = _load("common")
+common = load_bench("common")
 
 
 def _faces(T):
@@ -80,7 +67,7 @@ def test_run_case_reports_a_failing_worker_with_its_message():
 
 
 def test_fullspace_ours_one_step_centre_of_mass_falls_less_than_free_fall():
-    fullspace = _load("fullspace")
+    fullspace = load_bench("fullspace")
     r = fullspace.run_ours(100, 1, "superlu")
     (step,) = r["steps"]
     assert r["tets"] == 192 and step["converged"] and step["iters"] >= 1
@@ -103,7 +90,7 @@ def test_snp_bench_tiny_run_times_every_row_and_the_batch_agrees():
     pytest.importorskip("torch")
     import tempfile
 
-    snp = _load("snp")
+    snp = load_bench("snp")
     with tempfile.TemporaryDirectory() as tmp:
         r = snp.run(48, variants=3, frames=12, epochs=2, instances=4, reps=5, workdir=tmp)
     assert r["tets"] == 72 and r["bakes"] == 3 and r["epochs"] == 2 and r["instances"] == 4

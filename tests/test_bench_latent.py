@@ -4,25 +4,13 @@ exactly, refused when the trajectories do not fit together) and the mesh-resolut
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from .bench_modules import load_bench
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-latent = _load("latent")
+latent = load_bench("latent")
 
 
 def _scene(frames: int = 4):

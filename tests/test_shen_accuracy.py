@@ -6,25 +6,12 @@ bench/shen.py (too slow for the suite)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from .bench_modules import load_bench
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-latent = _load("latent")
-bench_shen = _load("shen")
+latent = load_bench("latent")
+bench_shen = load_bench("shen")
 
 
 @pytest.fixture(scope="module")

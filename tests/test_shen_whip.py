@@ -8,7 +8,6 @@ its cubature weights scaled by 1 +- 1e-9."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,19 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from .bench_modules import load_bench
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-latent = _load("latent")
-bench_shen = _load("shen")
+latent = load_bench("latent")
+bench_shen = load_bench("shen")
 
 
 def _replays(model, ds, va, eps):
@@ -114,8 +104,13 @@ def whip(tmp_path_factory):
     out = tmp_path_factory.mktemp("whip")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     env["MKL_NUM_THREADS"] = "1"
-    run = subprocess.run(
-        [sys.executable, __file__, str(out)], env=env, capture_output=True, text=True, check=False
+    run = subprocess.run(  # as a module of the tests package (its relative import)
+        [sys.executable, "-m", "tests.test_shen_whip", str(out)],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
