@@ -104,12 +104,18 @@ DT = 1.0 / 24.0
 
 def scene(n_tets: int, frames: int, variants: int):
     """The block's tet mesh (X, T) and the bake spec of the benchmark."""
-    from neural_rom.core import bake
-    from neural_rom.core.fem import Material
     from neural_rom.core.grid import grid_for_tet_count
 
     X, T = grid_for_tet_count(n_tets, aspect=(2.0, 2.0, 3.0), length=0.2)
-    spec = bake.BakeSpec(
+    return X, T, block_spec(X, frames, variants)
+
+
+def block_spec(X: np.ndarray, frames: int, variants: int):
+    """The bake spec of a soft block clamped at z = 0 and hit by keyframed colliders."""
+    from neural_rom.core import bake
+    from neural_rom.core.fem import Material
+
+    return bake.BakeSpec(
         material=Material(youngs_modulus=3e4, poisson_ratio=0.4, density=1000.0).to_dict(),
         scenario={"kind": "keyframed_colliders", "keys": 4},
         frames=frames,
@@ -119,7 +125,6 @@ def scene(n_tets: int, frames: int, variants: int):
         variants=variants,
         contact_stiffness=None,
     )
-    return X, T, spec
 
 
 def ping_pong(n: int, reps: int, start: int = 0) -> list[int]:
@@ -245,22 +250,12 @@ def accuracy(
     ``epochs``, ``mode_scaling`` and ``overrides`` (settings by name); the mean vertex errors,
     where they are (:func:`where_the_error_is`) and what the data cost."""
     from neural_rom.core import bake as bk
-    from neural_rom.core.fem import Material
     from neural_rom.core.grid import grid_tetmesh
     from neural_rom.training.snp import SNPSettings, train_snp
 
     workdir = Path(workdir)
     X, T = grid_tetmesh((0.2, 0.2, 0.3), (3, 3, 4))
-    spec = bk.BakeSpec(
-        material=Material(youngs_modulus=3e4, poisson_ratio=0.4, density=1000.0).to_dict(),
-        scenario={"kind": "keyframed_colliders", "keys": 4},
-        frames=frames,
-        pinned=np.flatnonzero(X[:, 2] < 1e-9).tolist(),
-        damping=(0.5, 0.0),
-        seed=3,
-        variants=variants,
-        contact_stiffness=None,
-    )
+    spec = block_spec(X, frames, variants)
     t0 = time.perf_counter()
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, workdir, "block")
     bake_s = time.perf_counter() - t0
