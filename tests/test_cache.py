@@ -251,7 +251,9 @@ def test_foreign_mesh_and_schema(tmp_path, rng):
     assert BakeCache.open(p, expect_mesh_hash=mesh_hash(X, T)).n_frames == 2
     other = mesh_hash(*tet_mesh(shift=1e-9))
     assert other != mesh_hash(X, T)
-    with pytest.raises(CacheError, match="belongs to another mesh.*bake it again for the current mesh"):
+    with pytest.raises(
+        CacheError, match="belongs to another mesh.*bake it again for the current mesh"
+    ):
         BakeCache.open(p, expect_mesh_hash=other)
     with pytest.raises(CacheError, match="another mesh"):
         BakeWriter.resume(p, expect_mesh_hash=other)

@@ -508,33 +508,25 @@ def forced_oscillators(sequences=24, length=40, u=4, seed=0):
     return Z, W
 
 
-def train_network(Z, W, settings):
-    """The trainer's network stage alone on coordinates ``Z`` and inputs ``W``: the network,
-    its largest hidden weight, and its windows' rollout error over eq. (1)'s alone."""
+def net_trainer(settings, Z, W, Z_val=(), W_val=()):
+    """The trainer's network stage (``_NetTrainer``) on coordinates ``Z`` and inputs ``W``
+    (held out: ``Z_val``, ``W_val``), with no checkpoints."""
     from neural_rom.training.snp import _NetTrainer, fit_initial_model
 
     alpha, beta = fit_initial_model(Z)
     Zc = np.concatenate(Z)
-    trainer = _NetTrainer(
-        settings,
-        Z,
-        W,
-        [],
-        [],
-        alpha,
-        beta,
-        float(Zc[:, 0].std()),
-        Zc.min(0),
-        Zc.max(0),
-        DT,
-        10,
-        torch.device("cpu"),
-        SimpleNamespace(file=lambda *a: None),  # no checkpoints
-        lambda: False,
-        lambda values: None,
-        lambda *a: None,
-        in_scale=Zc.std(0),
-    )
+    return _NetTrainer(
+        settings, Z, W, list(Z_val), list(W_val), alpha, beta, float(Zc[:, 0].std()),
+        Zc.min(0), Zc.max(0), DT, 10, torch.device("cpu"),
+        SimpleNamespace(file=lambda *a: None), lambda: False, lambda values: None,
+        lambda *a: None, in_scale=Zc.std(0),
+    )  # fmt: skip
+
+
+def train_network(Z, W, settings):
+    """The trainer's network stage alone on coordinates ``Z`` and inputs ``W``: the network,
+    its largest hidden weight, and its windows' rollout error over eq. (1)'s alone."""
+    trainer = net_trainer(settings, Z, W)
     net, _ = trainer.fit(deadline=float("inf"))
     hidden = [m.weight for m in net if isinstance(m, torch.nn.Linear)][:-1]
     largest = max(float(w.detach().abs().max()) for w in hidden)
@@ -551,18 +543,9 @@ def test_keep_best_returns_the_epoch_with_the_least_held_out_rollout_error(keep_
     """A learning rate far too high (0.05) makes the held-out rollout error jump from epoch to
     epoch; with ``keep_best`` the trainer returns the epoch whose held-out rollouts erred
     least (the initial model alone, epoch 0, when none beat it), otherwise the last one."""
-    from neural_rom.training.snp import _NetTrainer, fit_initial_model
-
     Z, W = forced_oscillators(sequences=24)
-    Zt, Wt, Zv, Wv = Z[:18], W[:18], Z[18:], W[18:]
-    alpha, beta = fit_initial_model(Zt)
-    Zc = np.concatenate(Zt)
     s = SNPSettings(epochs=8, batch_size=8, window=8, learning_rate=0.05, keep_best=keep_best)
-    trainer = _NetTrainer(
-        s, Zt, Wt, Zv, Wv, alpha, beta, float(Zc[:, 0].std()), Zc.min(0), Zc.max(0), DT, 10,
-        torch.device("cpu"), SimpleNamespace(file=lambda *a: None), lambda: False,
-        lambda values: None, lambda *a: None, in_scale=Zc.std(0),
-    )  # fmt: skip
+    trainer = net_trainer(s, Z[:18], W[:18], Z[18:], W[18:])
     seen = []
     measure = trainer.validation_rms
     trainer.validation_rms = lambda net: seen.append(measure(net)) or seen[-1]
@@ -932,16 +915,7 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
 
 def _oscillator_trainer(settings, sequences=12):
     """The trainer's network stage on :func:`forced_oscillators` (no held-out sequences)."""
-    from neural_rom.training.snp import _NetTrainer, fit_initial_model
-
-    Z, W = forced_oscillators(sequences=sequences)
-    alpha, beta = fit_initial_model(Z)
-    Zc = np.concatenate(Z)
-    return _NetTrainer(
-        settings, Z, W, [], [], alpha, beta, float(Zc[:, 0].std()), Zc.min(0), Zc.max(0), DT,
-        10, torch.device("cpu"), SimpleNamespace(file=lambda *a: None), lambda: False,
-        lambda values: None, lambda *a: None, in_scale=Zc.std(0),
-    )  # fmt: skip
+    return net_trainer(settings, *forced_oscillators(sequences=sequences))
 
 
 def test_reviving_dead_relus_keeps_the_output_and_wakes_them():
