@@ -63,6 +63,22 @@ def scene_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.t
     ]
 
 
+def ignored_collision_objects(
+    obj: bpy.types.Object, scene: bpy.types.Scene
+) -> list[bpy.types.Object]:
+    """Objects of ``scene`` with a Collision modifier (Blender's own physics sees them) whose
+    Neural ROM role is not Collider: an FEM bake does not know their shape, so it ignores
+    them, and the user is told (a ground plane set up for Blender's soft body or cloth)."""
+    return [
+        o
+        for o in scene.objects
+        if o is not obj
+        and o.neural_rom.role == "NONE"
+        and not o.neural_rom.preview_of
+        and any(m.type == "COLLISION" for m in getattr(o, "modifiers", ()))
+    ]
+
+
 def scene_dt(scene: bpy.types.Scene) -> float:
     """Seconds per frame of ``scene``."""
     return float(scene.render.fps_base) / float(scene.render.fps)
@@ -94,7 +110,8 @@ def make_bake_job(
     -------
     dict: ``kind`` "bake", ``mesh`` (abs path of the world tets .npz), ``spec``
     (``BakeSpec.to_dict()``), ``out_dir``, ``name``, ``shard`` [i, N], ``restart``,
-    ``overwrite``, ``processes`` (see ``worker.run_bake``).
+    ``overwrite``, ``processes`` (see ``worker.run_bake``), ``warnings`` (for the user,
+    not the worker: objects with a Collision modifier the bake ignores).
     """
     from ..core import bake as core_bake
     from ..core import fem
@@ -199,8 +216,15 @@ def make_bake_job(
             "source_hash": s.source_hash,
         }
     )
+    warnings = [
+        f"'{o.name}' has a Collision modifier but its Neural ROM role is None, so the bake "
+        "ignores it; set its role to Collider (and its Shape, e.g. Plane for a ground) to "
+        "bake against it"
+        for o in ignored_collision_objects(obj, scene)
+    ]
     return {
         "kind": "bake",
+        "warnings": warnings,
         "mesh": str(mesh_path),
         "spec": spec.to_dict(),
         "out_dir": str(out_dir),

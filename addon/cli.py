@@ -614,14 +614,15 @@ def _save_file() -> None:
 def _describe(obj) -> list[str]:
     """``key: value`` lines of the object's Neural ROM properties that are set and apply to
     it (:meth:`.props.NEURAL_ROM_PG_object.applies`: no FEM settings for a cloth or a face,
-    a collider's only for a collider)."""
+    a collider's only for a collider); hidden bookkeeping (a job in flight, the method's
+    name behind the menu) is left out."""
     settings = getattr(obj, "neural_rom", None)
     if settings is None:
         return []
     lines = []
     for prop in settings.bl_rna.properties:
         key = prop.identifier
-        if key in ("rna_type", "name") or not settings.applies(key):
+        if key in ("rna_type", "name") or prop.is_hidden or not settings.applies(key):
             continue
         try:
             value = getattr(settings, key)
@@ -719,6 +720,8 @@ def cmd_bake(args) -> int:
             processes=args.processes,
         )
         spec["shard"] = list(args.shard)
+        for warning in spec.get("warnings") or ():
+            print(f"neural_rom: warning: {obj.name}: {warning}", file=sys.stderr)
         if args.out:
             spec["out_dir"] = str(_abspath(args.out))
         i, n = args.shard

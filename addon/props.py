@@ -558,8 +558,12 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     # ---- stage state: bakes
     bakes: CollectionProperty(type=NEURAL_ROM_PG_bake)
     active_bake: IntProperty(name="Active Bake")
-    pending_bake: StringProperty(description="JSON record of the bake job in flight")
-    pending_train: StringProperty(description="JSON record of the training job in flight")
+    pending_bake: StringProperty(
+        description="JSON record of the bake job in flight", options={"HIDDEN"}
+    )
+    pending_train: StringProperty(
+        description="JSON record of the training job in flight", options={"HIDDEN"}
+    )
     cloth: PointerProperty(type=NEURAL_ROM_PG_cloth)
 
     # ---- reduced model: training settings (generated from the method registry)
@@ -570,7 +574,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         set=_set_method,
         description="The reduced-model method Train uses",
     )
-    model_method_name: StringProperty(description="The chosen method, by name")
+    model_method_name: StringProperty(description="The chosen method, by name", options={"HIDDEN"})
     method_settings: PointerProperty(type=NEURAL_ROM_PG_method_settings)
 
     # ---- face set-up (addon/face.py): a skin with shape keys over a skull and a jaw

@@ -72,7 +72,7 @@ def launch_job(
     Simulation and Compare with Bake.
 
     ``make_job(obj, scene)`` builds the job spec (NeuralRomError -> error report, nothing
-    changed); ``on_done(obj, result)`` records the result; ``pending`` names the object
+    changed; its ``warnings`` are reported and the job starts); ``on_done(obj, result)`` records the result; ``pending`` names the object
     setting that marks a job in flight (cleared if the start fails); ``discard(job)``
     removes the job's own files once it ended or failed to start; ``summary(obj)`` is the
     report of a background (blocking) run.
@@ -90,6 +90,8 @@ def launch_job(
         job = make_job(obj, context.scene)
     except NeuralRomError as e:
         return fail(op, str(e))
+    for warning in job.get("warnings") or ():
+        op.report({"WARNING"}, warning)
 
     def done(result: dict) -> None:
         try:

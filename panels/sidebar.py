@@ -46,18 +46,18 @@ class _DeformableSub(_Sidebar):
     @classmethod
     def poll(cls, context):
         obj = _deformable(context)
-        return obj is not None and (cls.for_faces or not obj.neural_rom.face.path)
+        return obj is not None and (cls.for_faces or obj.neural_rom.training_data_kind() != "face")
 
 
 class _FemSub(_DeformableSub):
-    """A panel of the FEM pipeline (material, tets, scenario, bake): not for a cloth object,
-    whose data is Blender's own cloth (:class:`NEURAL_ROM_PT_cloth_bake`)."""
+    """A panel of the FEM pipeline (material, tets, scenario, bake): only for an object that
+    trains on FEM bakes (not a cloth, whose data is Blender's own cloth:
+    :class:`NEURAL_ROM_PT_cloth_bake`; not a face)."""
 
     @classmethod
     def poll(cls, context):
-        from ..addon.cloth import is_cloth
-
-        return super().poll(context) and not is_cloth(_deformable(context))
+        obj = _deformable(context)
+        return obj is not None and obj.neural_rom.training_data_kind() == "fem"
 
 
 class NEURAL_ROM_UL_bakes(bpy.types.UIList):

@@ -433,3 +433,27 @@ def test_preferences_and_interpreter_check(addon):
     with pytest.raises(RuntimeError, match="cannot run"):
         bpy.ops.neural_rom.check_interpreter()
     assert "cannot run" in p.last_check
+
+
+def test_a_collision_object_the_bake_ignores_is_named_in_a_warning(addon, blend_file):
+    """A ground set up for Blender's own physics (a Collision modifier, role None) is not
+    part of an FEM bake (its shape is unknown): Bake says so and still starts; once it is a
+    Collider the bake uses it and the warning is gone."""
+    from neural_rom.addon.bakes import make_bake_job
+
+    bpy = addon.bpy
+    obj = ball(bpy, frames=1)
+    bpy.ops.mesh.primitive_plane_add(size=4, location=(0, 0, -1))
+    ground = bpy.context.object
+    ground.name = "Ground"
+    ground.modifiers.new("Collision", "COLLISION")
+    select_only(bpy, obj)
+    bpy.ops.neural_rom.tetrahedralize()
+    job = make_bake_job(obj, bpy.context.scene)
+    assert len(job["warnings"]) == 1
+    assert "'Ground'" in job["warnings"][0] and "Collider" in job["warnings"][0]
+    assert job["spec"]["colliders"] == []
+    ground.neural_rom.role = "COLLIDER"
+    ground.neural_rom.collider_shape = "plane"
+    job = make_bake_job(obj, bpy.context.scene)
+    assert job["warnings"] == [] and [c["kind"] for c in job["spec"]["colliders"]] == ["plane"]

@@ -157,6 +157,7 @@ def test_stage_errors_are_user_errors(addon, capsys):
 def test_info_prints_the_objects_stages(addon, blend_file, capsys):
     bpy = addon.bpy
     make_ball(bpy)
+    bpy.data.objects["Ball"].neural_rom.model_method = "linear"  # chosen in the menu
     bpy.ops.mesh.primitive_cube_add()
     assert cli().main(["info"]) == 0
     out = capsys.readouterr().out
@@ -164,6 +165,9 @@ def test_info_prints_the_objects_stages(addon, blend_file, capsys):
     assert "Ball (MESH) role: DEFORMABLE" in out and "Cube (MESH) role: NONE" in out
     assert "    frames: 3" in out and "    youngs_modulus:" in out  # an FEM object's settings
     assert "collider_shape" not in out and "cloth bake:" not in out
+    # the method once, by its menu; no hidden bookkeeping (its name behind the menu, jobs)
+    assert out.count("    model_method: linear") == 1 and "model_method_name" not in out
+    assert "pending_" not in out
     bpy.data.objects["Cube"].neural_rom.role = "COLLIDER"
     assert cli().main(["info", "--object", "Cube"]) == 0
     out = capsys.readouterr().out

@@ -98,6 +98,7 @@ from torch import nn
 
 from ..core.cubature import optimized_cubature, reduced_element_forces, reduced_forces
 from ..core.methods.common import farthest_points
+from .shen import Sin
 
 
 class WeightNet(nn.Module):
@@ -119,18 +120,13 @@ class WeightNet(nn.Module):
                     lin.weight.zero_()
             mods.append(lin)
             if i < len(sizes) - 2:
-                mods.append(_Sin())
+                mods.append(Sin(1.0))
         self.net = nn.Sequential(*mods)
         self.register_buffer("sqrt_w0", torch.as_tensor(np.sqrt(w0)))
         self.scale = float(scale)
 
     def forward(self, c: torch.Tensor) -> torch.Tensor:
         return (self.sqrt_w0 + self.sqrt_w0.mean() * self.net(c / self.scale)) ** 2
-
-
-class _Sin(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(x)
 
 
 def _normalized(fem, V, poses, elements):
@@ -252,7 +248,7 @@ class SelectionNet(nn.Module):
         self.gamma = nn.ModuleList(
             [nn.Linear(features, channels, bias=False), nn.Linear(channels, channels, bias=False)]
         )
-        self.fc = nn.Sequential(nn.Linear(channels, channels), _Sin(), nn.Linear(channels, 1))
+        self.fc = nn.Sequential(nn.Linear(channels, channels), Sin(1.0), nn.Linear(channels, 1))
         with torch.no_grad():
             for lin in [*self.gamma, self.fc[0], self.fc[2]]:
                 bound = math.sqrt(3.0 / lin.in_features)
