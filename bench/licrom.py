@@ -333,6 +333,122 @@ def resolution(out: Path, json_path: str | None) -> None:
         Path(json_path).write_text(json.dumps(cases, indent=1))
 
 
+def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None:
+    """World-space field against the floating frame on tests/test_licrom.py's superellipsoid
+    family (its own code and settings: exponents 2, 4, 10 dropped twice each, latent 10, 60
+    epochs, exact energy): the held-out drops, the same starts spun at 8 rad/s, a mesh swap of
+    a spinning body, and the step cost of each."""
+    import importlib.util
+
+    from neural_rom.core import bake as bk
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.compare import replay_bake
+    from neural_rom.core.methods import licrom
+    from neural_rom.training.licrom import train
+
+    tests = Path(__file__).resolve().parents[1] / "tests" / "test_licrom.py"
+    spec_ = importlib.util.spec_from_file_location("test_licrom_for_bench", tests)
+    t = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(t)
+    meshes = {p: t.superellipsoid(p) for p in t.TRAIN_P + t.UNSEEN_P}
+    meshes["4 fine"] = t.superellipsoid(4, edge=0.06 / 1.6)
+
+    def drop(seed, variants=1):
+        return bk.BakeSpec(material=t.SOFT.to_dict(), scenario=t.DROP, frames=16, seed=seed,
+                           damping=(0.5, 0.0), variants=variants)  # fmt: skip
+
+    paths = []
+    for p in t.TRAIN_P:
+        paths += sorted(out.glob(f"train_{p}_v*.nrbake")) or bk.bake_variants(
+            meshes[p], drop(p, 2), out, f"train_{p}"
+        )
+    held = {}
+    for p, m in meshes.items():
+        f = out / f"held_{p}.nrbake".replace(" ", "_")
+        held[p] = BakeCache.open(f if f.exists() else bk.bake(m, drop(100), f))
+    rows, spins, models = [], [], {}
+    for frame in ("world", "floating"):
+        model = out / f"shapes_{frame}_{latent}_{epochs}.nrmodel"
+        t0 = time.perf_counter()
+        if not model.exists():
+            train(paths, model, {"latent_dim": latent, "epochs": epochs, "validation_fraction": 0.0,
+                                 "cubature_vertices": 0, "rollout": False,
+                                 "floating_frame": frame == "floating"}, device="cpu")  # fmt: skip
+        models[frame] = model
+        print(f"{frame}: trained in {time.perf_counter() - t0:.1f} s", flush=True)
+        for p, m in meshes.items():
+            cache = held[p]
+            _, driver = bk.replay_scenario(cache)
+            sim = licrom.load_on_mesh(model, m.X, m.T, colliders=driver.colliders(0))
+            secs: list[float] = []
+            x = replay_bake(sim, cache, driver, step_seconds=secs)
+            full = np.asarray(cache.channel("positions"))
+            rows.append({
+                "frame": frame, "shape": str(p), "tets": len(m.T), "k": sim.k,
+                "error_mm": 1000 * float(np.linalg.norm(x - full, axis=2).max()),
+                "shape_mm": 1000 * t.rigid_removed_error(m.X, sim.mass, x, full),
+                "turn_deg": t.turn_degrees(m.X, sim.mass, full[-1]),
+                "off_deg": max(t.turn_degrees(m.X, sim.mass, a, b) for a, b in zip(x, full)),
+                "step_ms": 1000 * float(np.median(secs[1:])),
+            })  # fmt: skip
+            print(rows[-1], flush=True)
+    shapes = SimpleNamespace(
+        out=None, meshes=meshes, drivers={p: bk.replay_scenario(c)[1] for p, c in held.items()}
+    )
+    for p, axis in ((4, (0, 0, 1)), (10, (0, 0, 1)), (2, (0, 0, 1)), (2, (1, 0, 0))):
+        for frame, model in models.items():
+            shapes.out = model
+            sim, full = t.spun(shapes, p, axis)
+            m = meshes[p]
+            x, ref = [], []
+            for _ in range(16):
+                sim.step()
+                full.step()
+                x.append(sim.positions())
+                ref.append(full.x.copy())
+            x, ref = np.array(x), np.array(ref)
+            spins.append({
+                "frame": frame, "shape": str(p), "axis": axis,
+                "error_mm": 1000 * float(np.linalg.norm(x - ref, axis=2).max()),
+                "shape_mm": 1000 * t.rigid_removed_error(m.X, sim.mass, x, ref),
+                "turn_deg": t.turn_degrees(m.X, sim.mass, ref[-1]),
+                "off_deg": max(t.turn_degrees(m.X, sim.mass, a, b) for a, b in zip(x, ref)),
+            })  # fmt: skip
+            print(spins[-1], flush=True)
+    # a spinning body swapped to the finer mesh mid-run, against a run there from the start
+    shapes.out = models["floating"]
+    run, _ = t.spun(shapes, 4, (0, 0, 1))
+    ref, full = t.spun(shapes, 4, (0, 0, 1), mesh=meshes["4 fine"])
+    for _ in range(6):
+        run.step()
+        ref.step()
+        full.step()
+    rep = run.swap_mesh(meshes["4 fine"].X, meshes["4 fine"].T)
+    gap = err = 0.0
+    for _ in range(10):
+        run.step()
+        ref.step()
+        full.step()
+        gap = max(gap, float(np.linalg.norm(run.positions() - ref.positions(), axis=1).max()))
+        err = max(err, float(np.linalg.norm(run.positions() - full.x, axis=1).max()))
+    swap = {"seconds": rep.seconds, "kinetic_before": rep.kinetic_before,
+            "kinetic_after": rep.kinetic_after, "gap_mm": 1000 * gap, "error_mm": 1000 * err}  # fmt: skip
+    print(swap)
+    print("\n| field | shape | tets | k | error mm | shape alone mm | turned deg | frame off deg "
+          "| ms per step |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    for r in rows:
+        print(f"| {r['frame']} | p = {r['shape']} | {r['tets']} | {r['k']} | {r['error_mm']:.3g} | "
+              f"{r['shape_mm']:.3g} | {r['turn_deg']:.1f} | {r['off_deg']:.2f} | "
+              f"{r['step_ms']:.2f} |")  # fmt: skip
+    print("\n| field | shape | spun about | error mm | shape alone mm | turned deg | frame off deg |"
+          "\n|---|---|---|---:|---:|---:|---:|")  # fmt: skip
+    for r in spins:
+        print(f"| {r['frame']} | p = {r['shape']} | {r['axis']} | {r['error_mm']:.3g} | "
+              f"{r['shape_mm']:.3g} | {r['turn_deg']:.0f} | {r['off_deg']:.2f} |")  # fmt: skip
+    if json_path:
+        Path(json_path).write_text(json.dumps({"drops": rows, "spins": spins, "swap": swap}))
+
+
 def force_error(sim, cache) -> float:
     """Relative reduced-force error of ``sim``'s cubature on the poses of a held-out bake
     (its frames projected on the field's basis: poses the cubature was not fitted to)."""
@@ -383,6 +499,12 @@ def main() -> None:
         action="store_true",
         help="only the resolution check: coarse and finer meshes of the stocky bar",
     )
+    ap.add_argument(
+        "--floating",
+        action="store_true",
+        help="only world-space field against the floating frame on the tests' shape family",
+    )
+    ap.add_argument("--latent", type=int, default=10, help="latent size of --floating")
     a = ap.parse_args()
     common.pin_this_process()
     import torch
@@ -392,6 +514,11 @@ def main() -> None:
         out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_res_"))
         out.mkdir(parents=True, exist_ok=True)
         resolution(out, a.json)
+        return
+    if a.floating:
+        out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_float_"))
+        out.mkdir(parents=True, exist_ok=True)
+        floating(out, a.json, a.latent, 60 if a.epochs == 300 else a.epochs)
         return
     from neural_rom.core import bake
     from neural_rom.core.cache import BakeCache
