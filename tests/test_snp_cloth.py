@@ -28,7 +28,7 @@ from neural_rom.core.methods.snp import SNPSimulation
 from neural_rom.core.sim import FrameInputs
 from neural_rom.training.snp import SNPSettings, train_snp
 
-from .cloth_scenes import build_sheet
+from .cloth_scenes import build_sheet, replay
 
 SHEET = 12  # vertices per side
 TRAIN_BAKES, TRAIN_FRAMES, HELD_FRAMES = 20, 160, 1000
@@ -90,25 +90,6 @@ def trained(tmp_path_factory):
         f"beside it done at {t_held:.1f} s"
     )
     return result, BakeCache.open(held)
-
-
-def replay(sim, bake, *, colliders=True):
-    """World positions (F, n, 3) of the simulator driven by the bake's colliders and reference
-    frame, from rest, as Simulate drives it."""
-    C = np.asarray(bake.channel("colliders"))
-    R = np.asarray(bake.channel("reference_frame"))
-    shapes = bake.meta["colliders"]
-    far = np.eye(4)
-    sim.reset()
-    out = [sim.positions()]
-    for f in range(1, bake.n_frames):
-        cols = [
-            Collider(c["kind"], c["radius"], c["half_length"], C[f, j] if colliders else far)
-            for j, c in enumerate(shapes)
-        ]
-        sim.step(FrameInputs(colliders=cols, reference_frame=R[f]))
-        out.append(sim.positions())
-    return np.array(out)
 
 
 def test_cloth_heldout_rollout_beats_the_initial_model(trained):
