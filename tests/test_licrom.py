@@ -436,9 +436,20 @@ def test_finer_mesh_from_two_coarse_meshes(block_dir):
     4x3x3 physics it follows the finer mesh's (under a quarter of that gap; the 4x3x3 model
     alone: 0.56x)."""
     c, m, f, between = resolution_check(
-        block_dir, [(4, 3, 3), (8, 6, 6)], [(4, 3, 3), (8, 6, 6), (12, 9, 9), (6, 4, 4)]
+        block_dir,
+        [(4, 3, 3), (8, 6, 6)],
+        [(4, 3, 3), (8, 6, 6), (12, 9, 9), (6, 4, 4)],
+        reference=(12, 9, 9),
     )
     trained = (c["replay"] + m["replay"]) / 2
+    print(
+        "against the finest full-space mesh (12x9x9): "
+        + ", ".join(
+            f"{'x'.join(map(str, r['grid']))} replay {r['to_reference'] * 1000:.3g} mm (its own "
+            f"full space {r['full_to_reference'] * 1000:.3g} mm)"
+            for r in (c, between, m, f)
+        )
+    )
     print(
         f"two meshes: 12x9x9 {f['replay'] / m['replay']:.2f}x the 8x6x6 error, "
         f"{f['replay'] / c['replay']:.2f}x the 4x3x3's, {f['replay'] / f['gap']:.2f}x its gap "
