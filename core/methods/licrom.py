@@ -872,8 +872,10 @@ class LicromSimulation(ReducedSimulation):
 
     # ------------------------------------------------------------- poses <-> states
     def latent_of(self, x: np.ndarray) -> np.ndarray:
-        """The latent code (r,) of world positions ``x`` (n, 3) of this mesh: the mass-weighted
-        least-squares fit on the field basis (the runtime never needs the encoder)."""
+        """The latent code (k,) of world positions ``x`` (n, 3) of this mesh: the mass-weighted
+        least-squares fit on the basis in the frame of ``x`` (the runtime never needs the
+        encoder); ``k = r``, or ``r + 6`` with a floating frame (the rigid coordinates last,
+        near zero: the frame is ``x``'s best rigid motion)."""
         y, _, _ = self._in_pin_frame(np.asarray(x, dtype=np.float64))
         return self.closest_q(y)
 
