@@ -842,6 +842,12 @@ class LicromSimulation(ReducedSimulation):
         state = self.get_state()
         try:
             self._build(X, T, self.settings, self.colliders)
+            if self.k != len(state["q"]):
+                raise SimulationError(
+                    "The new mesh has pinned nodes where the old one had none (or the reverse): "
+                    "a free body's state (six rigid coordinates) does not carry over to a "
+                    "pinned one. Swap to a mesh pinned as the old one, or start a new run."
+                )
         except Exception:
             self.__dict__.update(old)
             raise
