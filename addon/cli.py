@@ -289,6 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"
     )
     cloth.add_argument("--overwrite", action="store_true", help="replace bakes that exist")
+    cloth.add_argument(
+        "--processes",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="background Blenders baking variants at once; default 0: one per CPU core",
+    )
 
     pc2 = sub.add_parser(
         "export-pc2",
@@ -766,6 +773,7 @@ def cmd_cloth_bake(args) -> int:
             owner=args.owner,
             out_dir=_abspath(args.out) if args.out else None,
             overwrite=args.overwrite,
+            processes=args.processes,
         )
         _out(
             f"cloth-baking {obj.name}: {spec['variants']} variants of {spec['frames']} frames, "

@@ -32,6 +32,7 @@ What it handles, and what it refuses (with what to do):
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -288,8 +289,13 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
 def run(spec_dict: dict) -> dict:
     """The worker's ``cloth_bake`` handler (see the module docstring).
 
+    With ``processes`` above 1 (0: one per usable core) and more than one variant, the
+    variants are shared out between that many child processes
+    (:func:`_bake_in_processes`); otherwise this process bakes its shard's variants one
+    after another.
+
     Result: ``paths`` (the bakes with committed frames), ``frames`` (path -> committed
-    frames), ``warnings``, ``seconds``.
+    frames), ``warnings``, ``seconds``, ``processes``.
     """
     if not bpy.app.background:
         raise NeuralRomError(
@@ -302,30 +308,105 @@ def run(spec_dict: dict) -> dict:
     if not Path(spec.blend).is_file():
         raise cb.ClothBakeError(f"The file to bake {spec.blend} does not exist: save it first.")
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
-    for v in range(spec.variants):
+    mine = spec.shard_variants()
+    for v in mine:
         if spec.path(v).exists() and not spec.overwrite:
             raise cb.ClothBakeError(
                 f"A bake exists at {spec.path(v)}: pass overwrite, or another name."
             )
-    meter = jobs.Progress(spec.variants * (spec.frames + 1), min_interval=0.2)
+    processes = min(spec.processes or jobs.usable_cores(), len(mine))
+    if processes > 1:
+        return _bake_in_processes(spec, processes, spec_dict.get("cancel_file"))
+    meter = jobs.Progress(len(mine) * (spec.frames + 1), min_interval=0.2)
     t0 = time.perf_counter()
     paths, warnings = [], []
     try:
-        for v in range(spec.variants):
-            path, w = _bake_variant(spec, v, meter, v * (spec.frames + 1))
+        for i, v in enumerate(mine):
+            path, w = _bake_variant(spec, v, meter, i * (spec.frames + 1))
             paths.append(str(path))
             warnings += [x for x in w if x not in warnings]
     except JobCancelled as exc:
-        exc.result = _result(spec, time.perf_counter() - t0, warnings)
+        exc.result = _result(spec, time.perf_counter() - t0, warnings, 1)
         raise
     for w in warnings:
         jobs.emit("warning", message=w)
-    return _result(spec, time.perf_counter() - t0, warnings)
+    return _result(spec, time.perf_counter() - t0, warnings, 1)
 
 
-def _result(spec: cb.ClothBakeSpec, seconds: float, warnings: list) -> dict:
+def _bake_in_processes(spec: cb.ClothBakeSpec, processes: int, cancel_file: str | None) -> dict:
+    """Bake the variants in ``processes`` child workers at once, child ``i`` baking the
+    variants ``v % processes == i`` (its ``shard``) one after another, as a serial bake
+    bakes them: each commits its own ``.nrbake`` frame by frame.
+
+    The children are Blender's own binary in the background when this is Blender
+    (``bpy.app.binary_path``), this interpreter otherwise (the PyPI ``bpy``). This worker
+    reports one progress (the frames of all the children), forwards their warnings once
+    each, and forwards a cancel to each; a child that fails leaves the others running and
+    what it committed valid, and the job then fails with its message.
+    """
+    blender = bool(bpy.app.binary_path)
+    python = bpy.app.binary_path if blender else sys.executable
+    log_dir = Path(cancel_file).parent if cancel_file else Path(spec.out_dir) / "logs"
+    parent_id = Path(cancel_file).name.removesuffix(".cancel") if cancel_file else None
+    meter = jobs.Progress(spec.variants * (spec.frames + 1), min_interval=0.2)
+    t0 = time.perf_counter()
+    running, ended, done = {}, {}, {}
+    for i in range(processes):
+        child = {
+            "kind": "cloth_bake",
+            **spec.to_dict(),
+            "shard": [i, processes],
+            "processes": 1,
+        }
+        running[i] = jobs.Job.start(
+            child,
+            python,
+            log_dir,
+            job_id=f"{parent_id}.p{i}" if parent_id else None,
+            check_python=False,
+            env=jobs.ONE_THREAD_ENV,
+            blender=blender,
+        )
+        done[i] = 0
+    head = f"{spec.variants} variants in {processes} processes"
+    warnings: list[str] = []
+    cancelling = False
+    while running:
+        if not cancelling and jobs.should_cancel():
+            cancelling = True
+            for job in running.values():
+                job.cancel()
+        for i, job in list(running.items()):
+            for event in job.poll():
+                if event.get("event") == "progress":
+                    done[i] = int(event.get("done", done[i]))
+            if job.finished:
+                ended[i] = running.pop(i)
+                done[i] = max(done[i], job.done_units)
+                warnings += [w for w in job.warnings if w not in warnings]
+        total = sum(done.values())
+        meter.update(total, f"frame {total}/{meter.total} ({head})")
+        if running:
+            time.sleep(0.05)
+    result = _result(spec, time.perf_counter() - t0, warnings, processes)
+    failed = [job for _, job in sorted(ended.items()) if job.state == jobs.FAILED]
+    if failed:
+        message = "; ".join(dict.fromkeys(job.message for job in failed))
+        if any(job.crashed for job in failed):
+            raise RuntimeError(f"{message} (log: {failed[0].log_path})")
+        raise NeuralRomError(message)
+    if cancelling or any(job.state == jobs.CANCELLED for job in ended.values()):
+        exc = JobCancelled(f"cloth bake cancelled ({len(result['paths'])} bakes with frames)")
+        exc.result = result
+        raise exc
+    for w in warnings:
+        jobs.emit("warning", message=w)
+    return result
+
+
+def _result(spec: cb.ClothBakeSpec, seconds: float, warnings: list, processes: int) -> dict:
     frames = {}
-    for v in range(spec.variants):
+    for v in spec.shard_variants():
         p = spec.path(v)
         if p.exists():
             frames[str(p)] = BakeCache.open(p).n_frames
@@ -334,6 +415,7 @@ def _result(spec: cb.ClothBakeSpec, seconds: float, warnings: list) -> dict:
         "frames": frames,
         "warnings": warnings,
         "seconds": seconds,
+        "processes": processes,
     }
 
 

@@ -79,6 +79,13 @@ def test_spec_refuses_bad_settings_with_what_to_do():
         cb.ClothBakeSpec.from_dict({"blend": "x", "object": "S", "out_dir": ".", "frame": 3})
     with pytest.raises(cb.ClothBakeError, match='no "blend"'):
         cb.ClothBakeSpec.from_dict({"object": "S", "out_dir": "."})
+    with pytest.raises(cb.ClothBakeError, match="one per CPU core"):
+        cb.ClothBakeSpec(blend="x", object="S", out_dir=".", processes=-1)
+    with pytest.raises(cb.ClothBakeError, match="0 <= i < N"):
+        cb.ClothBakeSpec(blend="x", object="S", out_dir=".", shard=[2, 2])
+    spec = cb.ClothBakeSpec(blend="x", object="S", out_dir=".", variants=7, shard=[1, 3])
+    assert spec.shard_variants() == [1, 4]
+    assert cb.ClothBakeSpec.from_dict(spec.to_dict()) == spec  # JSON round trip
 
 
 def test_blender_command_runs_the_worker_in_background_blender():
@@ -100,7 +107,7 @@ def sheet(tmp_path_factory):
 def baked(sheet, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("clothbake")
     t0 = time.perf_counter()
-    job = bake(tmp, sheet, name="s", frames=40, variants=2, seed=3)
+    job = bake(tmp, sheet, name="s", frames=40, variants=2, seed=3, processes=1)
     print(f"cloth bake, 2 variants x 41 frames of 144 vertices: {time.perf_counter() - t0:.2f} s")
     assert job.state == jobs.DONE, job.message
     return tmp, job
@@ -165,6 +172,69 @@ def test_cloth_bake_is_seeded(baked, sheet):
     a, b = (np.asarray(c.channel("positions")) for c in (first, second))
     print("max difference of two bakes of one seed", np.abs(a - b).max())
     assert np.abs(a - b).max() < 1e-4
+
+
+def test_cloth_bake_in_processes_bakes_what_one_process_bakes(baked, sheet):
+    """Variants shared out between two child processes (each its own .nrbake, committed
+    frame by frame) are the variants one process bakes: the same random keys exactly, the
+    same cloth to Blender's round-off (see the test above)."""
+    tmp, job = baked
+    t0 = time.perf_counter()
+    par = bake(tmp / "par", sheet, name="s", frames=40, variants=3, seed=3, processes=2)
+    print(f"3 variants x 41 frames in 2 processes: {time.perf_counter() - t0:.2f} s")
+    assert par.state == jobs.DONE, par.message
+    assert par.result["processes"] == 2 and len(par.result["paths"]) == 3
+    logs = sorted(p.name for p in (tmp / "par" / "logs").glob("*.p[01].log"))
+    assert len(logs) == 2  # one log per child
+    worst = 0.0
+    for serial, parallel in zip(job.result["paths"], par.result["paths"]):
+        a, b = BakeCache.open(serial), BakeCache.open(parallel)
+        assert b.status == "complete" and b.n_frames == a.n_frames == 41
+        assert a.meta["motion"] == b.meta["motion"] and a.meta["variant"] == b.meta["variant"]
+        for c in ("colliders", "reference_frame"):
+            assert np.array_equal(a.channel(c), b.channel(c))
+        worst = max(
+            worst, np.abs(np.asarray(a.channel("positions")) - b.channel("positions")).max()
+        )
+    print(f"largest difference to the one-process bakes: {worst:.2g} m")
+    assert worst < 1e-4
+    third = BakeCache.open(par.result["paths"][2])
+    first = BakeCache.open(par.result["paths"][0])
+    assert third.meta["variant"] == 2 and third.n_frames == 41
+    assert third.meta["motion"] != first.meta["motion"]
+
+
+def test_cancelled_bake_in_processes_keeps_each_variants_prefix(sheet, tmp_path):
+    job = jobs.Job.start(
+        {
+            "kind": "cloth_bake",
+            "blend": str(sheet),
+            "object": "Sheet",
+            "out_dir": str(tmp_path / "bakes"),
+            "frames": 3000,
+            "variants": 2,
+            "processes": 2,
+            "durable": False,
+        },
+        PY,
+        tmp_path / "logs",
+        check_python=False,
+    )
+    deadline = time.monotonic() + 60
+    while job.done_units < 40 and time.monotonic() < deadline and not job.finished:
+        job.poll()
+        time.sleep(0.02)
+    job.cancel()
+    job.wait(timeout=60)
+    assert job.state == jobs.CANCELLED, job.message
+    counts = []
+    for v in range(2):
+        b = BakeCache.open(tmp_path / "bakes" / f"cloth_{v:03d}.nrbake")
+        assert b.status == "cancelled" and job.result["frames"][str(b.path)] == b.n_frames
+        assert np.all(np.isfinite(np.asarray(b.channel("positions"))))
+        counts.append(b.n_frames)
+    print(f"cancelled after {counts} committed frames")
+    assert min(counts) >= 1 and sum(counts) >= 40 and max(counts) < 3001
 
 
 def test_cloth_bake_refuses_a_modifier_that_changes_the_vertex_count(tmp_path):

@@ -44,6 +44,12 @@ Where we depart from the paper, each measured on the bakes of tests/test_licrom.
   :meth:`core.methods.licrom.LicromSimulation.latent_of`) may follow; on the two-mesh test
   family they changed nothing (12.54x vs 12.56x POD on the notched bar), so the default is 0.
 * A ``time_budget`` cuts the epochs (with a warning) on a slow machine.
+* A free body (no training mesh has pins) is trained in its body frame when
+  ``floating_frame`` is on (the default): each frame's best rigid motion, a mass-weighted
+  Kabsch fit about the centre of mass, is taken out of its displacements, so the field, its
+  projection metrics and the cubature codes are the body's deformation alone; the model
+  records ``frame: floating`` and the runtime adds six rigid modes in a moving frame
+  (:mod:`core.methods.licrom`). A pinned body is trained in its pins' frame as before.
 
 The exported model holds the field (numpy :class:`core.nnet.MLP`), its normalization, a volume
 sample of the training domain, the pinned regions and the least-squares latent codes of up to
@@ -74,6 +80,8 @@ from ..core.files import ensure_writable_dir
 from ..core.frame import to_pin_frame
 from ..core.methods.licrom import (
     CUBATURE_POOL,
+    FRAME_FLOATING,
+    FRAME_WORLD,
     NAME,
     PIN_TOLERANCE,
     REFERENCE_OBJECT,
@@ -81,6 +89,7 @@ from ..core.methods.licrom import (
     Domain,
     Field,
     PinRegion,
+    body_frames,
     fitted_cubature,
     mesh_seed,
 )
@@ -189,9 +198,16 @@ class Mesh:
         self.mass = _fem.mass_matrix(self.X, self.T, material.density, lumped=True)
         self.bakes: list[int] = []
 
-    def displacements(self, cache: BakeCache, frames: np.ndarray) -> np.ndarray:
-        """Displacements (F, n, 3) of ``frames`` of a bake, in the pins' frame, metres."""
+    def displacements(
+        self, cache: BakeCache, frames: np.ndarray, floating: bool = False
+    ) -> np.ndarray:
+        """Displacements (F, n, 3) of ``frames`` of a bake, metres: in the pins' frame, or with
+        ``floating`` in the body frame (each frame's best rigid motion taken out,
+        :func:`core.methods.licrom.body_frames`)."""
         x = np.asarray(cache.channel("positions"))[frames]
+        if floating:
+            R, c = body_frames(self.X, x, self.mass)
+            return np.einsum("fia,fab->fib", x - c[:, None], R) - self.X  # R^T (x - c) - X
         return to_pin_frame(x, self.X, self.pinned) - self.X
 
 
@@ -583,6 +599,8 @@ def train(
         started,
     )
     run.say(0.02, f"{len(caches)} bakes of {len(meshes)} meshes")
+    # a free body's field is trained in its body frame; a pinned one in the pins' frame
+    floating = bool(values["floating_frame"]) and not any(m.pinned.size for m in meshes)
 
     # ---- frames, spread evenly over the training bakes
     per_bake = max(1, values["max_frames"] // max(len(train_i), 1))
@@ -590,7 +608,7 @@ def train(
     for g in train_i:
         m = meshes[mesh_of[g]]
         frames_by_mesh[mesh_of[g]].append(
-            m.displacements(caches[g], even_indices(caches[g].n_frames, per_bake))
+            m.displacements(caches[g], even_indices(caches[g].n_frames, per_bake), floating)
         )
     frames_by_mesh = [
         np.concatenate(f) if f else np.zeros((0, len(m.X), 3))
@@ -599,7 +617,9 @@ def train(
     val_frames = [
         (
             mesh_of[g],
-            meshes[mesh_of[g]].displacements(caches[g], even_indices(caches[g].n_frames, per_bake)),
+            meshes[mesh_of[g]].displacements(
+                caches[g], even_indices(caches[g].n_frames, per_bake), floating
+            ),
         )
         for g in val_i
     ]
@@ -827,6 +847,7 @@ def train(
             "mesh_bake": str(Path(mesh_bake.path).resolve()),
             "mesh_bake_origin": [float(v) for v in meshes[primary].origin],
             "reference": REFERENCE_OBJECT if by_object else REFERENCE_WORLD,
+            "frame": FRAME_FLOATING if floating else FRAME_WORLD,
             "bakes": [str(c.path) for c in caches],
             "train_trajectories": [int(i) for i in train_i],
             "validation_trajectories": [int(i) for i in val_i],

@@ -59,21 +59,49 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   scale ``qdot`` down when the new mesh's reduced mass would raise the kinetic energy, so a
   swap never injects energy.
 
-A known limit: a free body that rolls. The displacement is linear in ``q``, so a finite
-rotation is followed only in part. The p = 2 superellipsoid (a ball) of tests/test_licrom.py
-rolls 14.2 degrees in its held-out drop (the other exponents under 0.5 degree): its replay
-rolls 9.7 degrees and errs by 18.9 mm, but with each frame's rigid motion taken out of both
-(Kabsch) the error is 2.53 mm, as the p = 4 and p = 10 shapes' 1.13 and 1.45 mm. Training and
-running in a floating frame (each frame's best rigid motion removed, as the pins' frame does
-for a pinned body) would take the roll out of the field; not done. Two shortcuts measured
-(scratch runs): the frame alone at runtime (each step's pose fitted by Kabsch to the
-inertial prediction ``2 x_n - x_{n-1}``, the solve in it by :class:`.frame.FrameMixin`'s
-exact inertial terms), with the field as trained, errs 19.9 mm (the frame only follows the
-rotation the world-trained field makes); a field trained in the body frame with no rigid
-DOFs in the solve cannot fall or be stopped by the ground (errors of 0.5 m). What is needed:
-the field trained in the body frame, six rigid modes (translations, infinitesimal rotations
-about the centre of mass) added to the basis in the solve, and their part of ``q`` and
-``qdot`` moved into the frame's pose after every step.
+* **A floating frame for free bodies** (``floating_frame``, on by default; the model's
+  ``frame`` metadata: :data:`FRAME_FLOATING`). The displacement is linear in ``q``, so a
+  field trained in world space follows a finite rotation only in part: the p = 2
+  superellipsoid (a ball) of tests/test_licrom.py rolls 14.2 degrees in its held-out drop and
+  the world-space field's replay errs 18.9 mm (2.53 mm with each frame's rigid motion taken
+  out); spun at 8 rad/s the shapes err 200-264 mm. For a body with no pins the trainer takes
+  each training frame's best rigid motion out (mass-weighted Kabsch about the centre of mass,
+  :func:`body_frames`), so the field holds deformation only, and the runtime moves in a frame
+  ``x = R y + c``, ``y = X + U q``, whose basis is the field's plus six rigid modes
+  (:func:`rigid_modes`: translations and infinitesimal rotations about the training domain's
+  centre, the same point on every mesh). Each substep (:meth:`LicromSimulation.step`):
+
+  1. predicts the frame: the mass-weighted Kabsch fit of the rest mesh onto the inertial
+     prediction ``2 x_n - x_{n-1}``, from the state's mass moments in O(k)
+     (:meth:`~LicromSimulation._predict_frame`);
+  2. solves backward Euler in that frame, the frame's motion entering exactly through
+     :class:`.frame.FrameMixin`'s inertial and damping targets (centrifugal, Coriolis and
+     Euler terms included), gravity, forces and colliders taken into it;
+  3. moves the rigid part of the solved ``q`` (translation ``t``, rotation vector ``w``) into
+     the frame (``y -> R_w (y - o) + o + t``) and projects the positions on the basis there;
+     ``qdot = (q - q_n) / h`` between the two frames, so the frame's last two poses carry the
+     rigid velocity exactly (:meth:`~LicromSimulation._move_rigid_into_frame`).
+
+  Without step 1 the rigid modes linearize a whole step's turn (a ball spun at 21 rad/s
+  kept a fifth of its spin); without step 3 the results were the same to three digits. With
+  the body-frame POD of a bake of the ball spinning at 5 rad/s onto the ground (16 modes, the
+  bake's own shapes), this runtime replays that bake to 0.64 mm: the frame's kinematics are
+  exact and what is left is the field's. Measured on the tests' family (latent 10, 60
+  epochs, exact energy; ``python bench/licrom.py --floating``): held-out drops replay at
+  1.09 / 0.73 mm on the training shapes p = 4 / 10 (world space: 1.45 / 1.69), 2.14 / 1.24 mm
+  on the unseen p = 3 / 6 (2.32 / 1.22), 1.59 mm on the 3.2x-finer p = 4 mesh (1.82); the
+  shapes alone (rigid motion taken out) 0.6-1.5 mm (0.95-1.65). The rounded cube spun at 8
+  rad/s about the vertical replays at 1.67 mm (world space: 238 mm). What is not followed is
+  the ball's rocking on its contact patch: its held-out drop rocks 9 degrees one way and back,
+  driven by where its polyhedral surface presses on the ground, and the replay errs 25.8 mm
+  (world space: 18.9 mm; the shape alone 1.93 mm against 2.53); a field with latent 20 and
+  200 epochs: 11.7 mm. A ball rolling in place (spun about a horizontal axis) presses the
+  ground with patches of its surface no training drop pressed: shape 10.5 mm, replay 19.7 mm.
+  A step costs the six more modes and about 0.4 ms for the frame (0.86 against 0.43 ms on the
+  rounded cube with its 35 fitted cubature tets; 1.2-1.3x with the exact energy). A mesh swap
+  keeps the frame, and only when the new mesh would raise the kinetic energy puts the frame's
+  velocity into ``qdot`` (:meth:`~LicromSimulation._settle_frame`) to scale it. A pinned body
+  moves in its pins' frame as before.
 
 The model file holds the field network and its normalization, the domain sample and the pin
 boxes: no array has a training mesh's vertex count as a dimension. A model opened without
@@ -101,6 +129,7 @@ from ..colliders import Collider
 from ..cubature import Cubature, optimized_cubature
 from ..errors import CacheError, NeuralRomError, SimulationError
 from ..files import mesh_hash as _mesh_hash
+from ..frame import Pose
 from ..modelfile import Model, load_model, save_model
 from ..nnet import MLP
 from ..registry import Method, Setting
@@ -125,6 +154,12 @@ PIN_TOLERANCE = 1e-4
 #: once; a model put on a mesh is then given that mesh's object origin, ``mesh=(X, T, o)``).
 REFERENCE_WORLD = "world"
 REFERENCE_OBJECT = "object_origin"
+
+#: The frame the model's field was trained in (``frame`` in its metadata): the bakes' (pins')
+#: frame, or the floating body frame of a free body (each training frame's best rigid motion
+#: removed; the runtime adds six rigid modes and moves their motion into the frame).
+FRAME_WORLD = "world"
+FRAME_FLOATING = "floating"
 
 ACTIVATIONS = ("elu", "tanh", "softplus", "relu")
 SOLVERS = ("newton", "gradient")
@@ -311,6 +346,63 @@ class PinRegion:
         return np.flatnonzero(inside)
 
 
+def rigid_modes(X: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """The six rigid modes (3n, 6) of nodes ``X`` (n, 3): translations along x, y, z (metres
+    per unit) and infinitesimal rotations ``e_i x (X - centre)`` about x, y, z (metres per
+    radian)."""
+    d = np.asarray(X, dtype=np.float64) - np.asarray(centre, dtype=np.float64)
+    n = len(d)
+    P = np.zeros((n, 3, 6))
+    P[:, [0, 1, 2], [0, 1, 2]] = 1.0
+    P[:, 1, 3], P[:, 2, 3] = -d[:, 2], d[:, 1]  # e_x x d
+    P[:, 0, 4], P[:, 2, 4] = d[:, 2], -d[:, 0]  # e_y x d
+    P[:, 0, 5], P[:, 1, 5] = -d[:, 1], d[:, 0]  # e_z x d
+    return P.reshape(3 * n, 6)
+
+
+def _rotation(w: np.ndarray) -> np.ndarray:
+    """The rotation (3, 3) by the rotation vector ``w`` (3,), radians (Rodrigues; scipy's
+    Rotation costs ~0.1 ms a call, more than a small model's step)."""
+    a = float(np.linalg.norm(w))
+    if a < 1e-300:
+        return np.eye(3)
+    k = w / a
+    K = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + math.sin(a) * K + (1.0 - math.cos(a)) * (K @ K)
+
+
+def _orthonormal(R: np.ndarray) -> np.ndarray:
+    """``R`` (3, 3), a product of rotations, made orthonormal again (one Newton step of the
+    polar decomposition, ``R (3 I - R^T R) / 2``), so the frame's rounding does not grow over
+    a long run."""
+    return R @ (3.0 * np.eye(3) - R.T @ R) / 2.0
+
+
+def body_frames(X: np.ndarray, x: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The best rigid motion of each frame: ``(R (F, 3, 3), c (F, 3))`` minimizing
+    ``sum_i m_i |R_f X_i + c_f - x_fi|^2`` (mass-weighted Kabsch about the centre of mass:
+    ``R_f`` maps the rest centre of mass ``X_bar`` to the frame's, ``c_f = x_bar_f - R_f X_bar``).
+
+    Parameters
+    ----------
+    X : (n, 3) rest positions, metres; x : (F, n, 3) or (n, 3) positions, metres
+    mass : (n,) lumped masses, kg
+    """
+    x = np.asarray(x, dtype=np.float64)
+    one = x.ndim == 2
+    x = x[None] if one else x
+    w = np.asarray(mass, dtype=np.float64) / float(np.sum(mass))
+    Xb = w @ X
+    xb = np.einsum("i,fia->fa", w, x)
+    H = np.einsum("i,fia,ib->fab", w, x - xb[:, None], X - Xb)  # (F, 3, 3)
+    A, _, Bt = np.linalg.svd(H)
+    d = np.sign(np.linalg.det(A @ Bt))
+    A[:, :, 2] *= np.where(d == 0, 1.0, d)[:, None]
+    R = A @ Bt
+    c = xb - np.einsum("fab,b->fa", R, Xb)
+    return (R[0], c[0]) if one else (R, c)
+
+
 def mesh_seed(seed: int, X: np.ndarray, T: np.ndarray) -> int:
     """The cubature seed of a mesh: ``seed`` mixed with the mesh's hash (a mesh keeps its
     cubature across runs; two meshes do not share their random draws)."""
@@ -456,6 +548,10 @@ class LicromSimulation(ReducedSimulation):
     origin : (3,) float array, metres: the point of ``X``'s space that is the reference
         space's origin (the field, its pins and its domain are evaluated at ``X - origin``;
         the simulation itself runs in ``X``'s space); None: zero
+    floating : the field was trained in the body frame (:data:`FRAME_FLOATING`): on a mesh
+        with no pinned node the basis gets six rigid modes (:func:`rigid_modes`, about the
+        training domain's centre) and their motion is moved into the frame after every step
+        (see the module doc); ``q`` is then (r + 6,)
     """
 
     def __init__(
@@ -478,6 +574,7 @@ class LicromSimulation(ReducedSimulation):
         cubature_target: float = CUBATURE_TARGET,
         max_cubature: int = 500,
         cubature_poses: int = CUBATURE_POSES,
+        floating: bool = False,
     ) -> None:
         if solver not in SOLVERS:
             raise SimulationError(f"Unknown LiCROM solver {solver!r}; use one of {SOLVERS}.")
@@ -506,6 +603,10 @@ class LicromSimulation(ReducedSimulation):
         self.solver = solver
         self.gradient_iterations = int(gradient_iterations)
         self.origin = np.zeros(3) if origin is None else np.asarray(origin, np.float64).reshape(3)
+        self.floating_field = bool(floating)
+        # the rotations' centre: one point of the model's space, the same on every mesh, so a
+        # state carries over a mesh swap (any point spans the same six modes)
+        self.rigid_centre = np.asarray(field.center, np.float64) + self.origin
         self._build(X, T, settings, colliders)
         self.reset()
 
@@ -568,8 +669,27 @@ class LicromSimulation(ReducedSimulation):
             self.cubature_info.update(method="random", vertices=self.cubature_vertices)
         self.cubature_info["seconds"] = time.perf_counter() - t0
         self.T = T
+        self.r = U.shape[1]
+        # a free body of a body-frame field: the rigid modes join the basis in the solve
+        self.floating = self.floating_field and not pinned.size
+        if self.floating:
+            U = np.hstack([U, rigid_modes(X, self.rigid_centre)])
         self._setup(X, T, self.material, U, settings, pinned, cub, None, colliders)
         self._gd = None
+        # the contact terms kept for the last q and the plane rows belong to the old basis
+        self.__dict__.pop("_contact_memo", None)
+        self.__dict__.pop("_plane_cache", None)
+        self._moments = None
+        if self.floating:
+            # mass moments of y = X + U q about the rest centre of mass, linear in q: the
+            # Kabsch fit of a predicted pose costs O(9 k) (see _predict_frame)
+            w = self.mass / self.mass.sum()
+            Xb = w @ self.X
+            Uv = self.U.reshape(len(self.X), 3, self.k)
+            dX = (self.mass[:, None] * (self.X - Xb)).T  # (3, n)
+            S0 = dX @ self.X  # sum_i m_i (X_i - Xb) X_i^T, transposed below
+            S = np.einsum("bn,nak->kab", dX, Uv)  # (k, 3, 3): sum_i m_i U_ij (X_i - Xb)^T
+            self._moments = (Xb, S0.T, S, np.einsum("n,nak->ak", w, Uv))
 
     def set_state(self, state: dict) -> None:
         """:meth:`ReducedSimulation.set_state`; the pins' targets of a state saved on another
@@ -581,8 +701,77 @@ class LicromSimulation(ReducedSimulation):
 
     # ---------------------------------------------------------------------- mesh swaps
     def kinetic_energy(self) -> float:
-        """``1/2 qdot^T M~ qdot`` (J) on the current mesh."""
-        return 0.5 * float(self.qdot @ self.M_red @ self.qdot)
+        """``1/2 qdot^T M~ qdot`` (J) on the current mesh; with a floating frame, the kinetic
+        energy of the velocity ``(x_n - x_{n-1}) / h`` the state and the frame's last two
+        poses give (the rigid motion included)."""
+        if not self.floating or self.pose_prev is self.pose:
+            return 0.5 * float(self.qdot @ self.M_red @ self.qdot)
+        h = self.settings.dt / self.settings.substeps
+        n = len(self.X)
+        y = self.X + (self.U @ self.q).reshape(n, 3)
+        y_p = self.X + (self.U @ (self.q - h * self.qdot)).reshape(n, 3)
+        now, prev = self.pose, self.pose_prev
+        v = (y - ((y_p @ prev.R.T + prev.c - now.c) @ now.R)) / h  # in the frame of now
+        return 0.5 * float(self.mass @ (v**2).sum(1))
+
+    def _settle_frame(self) -> None:
+        """Carry the floating frame's velocity in ``qdot`` (the last pose's image of the
+        previous positions projected on the basis) and stop the frame: the motion is the
+        same but for the part of the velocity outside the basis."""
+        if self.pose_prev is self.pose:
+            return
+        h = self.settings.dt / self.settings.substeps
+        q_p = self.q - h * self.qdot
+        z = np.zeros_like(q_p)
+        q_p = self.pin_frame().targets(h, q_p, z, self.pose_prev, self.pose_prev, self.pose)[1]
+        self.qdot = (self.q - q_p) / h
+        self.pose_prev = self.pose
+
+    def _predict_frame(self, h: float) -> Pose:
+        """The frame a step of ``h`` s goes into: the best rigid motion (mass-weighted Kabsch
+        of the rest mesh) onto the inertial prediction ``2 x_n - x_{n-1}``, from the state's
+        mass moments (O(k), no pass over the mesh). Solved in it, the rigid modes only
+        correct the prediction, so a fast spin is not linearized over a whole step."""
+        Xb, S0, S, Ub = self._moments
+        now, prev = self.pose, self.pose_prev
+        q_n = self.q
+        q_p = q_n - h * self.qdot
+        Q = now.R.T @ prev.R
+        d = now.R.T @ (prev.c - now.c)
+        # H = sum_i m_i x~_i (X_i - Xb)^T with x~ = 2 y_n - (Q y_p + d) in the frame of now
+        H = 2.0 * (S0 + np.tensordot(q_n, S, 1)) - Q @ (S0 + np.tensordot(q_p, S, 1))
+        A, _, Bt = np.linalg.svd(H)
+        if np.linalg.det(A @ Bt) < 0:
+            A[:, 2] = -A[:, 2]
+        K = A @ Bt
+        mean = 2.0 * (Xb + Ub @ q_n) - (Q @ (Xb + Ub @ q_p) + d)
+        return Pose(_orthonormal(now.R @ K), now.R @ (mean - K @ Xb) + now.c)
+
+    def _move_rigid_into_frame(self, q_n: np.ndarray, h: float, frame_n: Pose) -> None:
+        """After a step of ``h`` s from ``q_n`` in the frame ``pose`` (the frame stayed), move
+        the rigid part of the new ``q`` (translation ``t``, rotation vector ``w`` about
+        :attr:`rigid_centre`) into the frame: the new frame is ``pose`` followed by the rigid
+        motion ``y -> R_w (y - o) + o + t``, ``q`` the projection of the solved positions in
+        it and ``qdot = (q - q_n) / h``, so the frame's last two poses carry the rigid
+        velocity and :class:`.frame.FrameMixin` the exact inertial terms of its motion."""
+        r, o = self.r, self.rigid_centre
+        t, w = self.q[r : r + 3], self.q[r + 3 : r + 6]
+        dR = _rotation(w)
+        now = self.pose
+        new = Pose(_orthonormal(now.R @ dR), now.R @ (o + t - dR @ o) + now.c)
+        z = np.zeros_like(self.q)
+        q = self.pin_frame().targets(h, self.q, z, now, now, new)[1]
+        self.qdot = (q - q_n) / h
+        self.q = q
+        self.pose_prev, self.pose = frame_n, new
+
+    def frame_of(self, x: np.ndarray) -> Pose:
+        """The frame of world positions ``x`` (n, 3): with a floating frame the best rigid
+        motion of the rest mesh onto them (:func:`body_frames`), else the pins' frame."""
+        if not self.floating:
+            return super().frame_of(x)
+        R, c = body_frames(self.X, np.asarray(x, dtype=np.float64), self.mass)
+        return Pose(R, c)
 
     def swap_mesh(self, X: np.ndarray, T: np.ndarray) -> SwapReport:
         """Continue on another mesh of the object (a remesh, a cut, a hole, elements removed)
@@ -594,20 +783,26 @@ class LicromSimulation(ReducedSimulation):
         """
         t0 = time.perf_counter()
         before = self.kinetic_energy()
+        old = self.__dict__.copy()
         state = self.get_state()
-        old = (self.X, self.T, self.__dict__.copy())
         try:
             self._build(X, T, self.settings, self.colliders)
         except Exception:
-            self.__dict__.update(old[2])
+            self.__dict__.update(old)
             raise
         self._pin_frame = None
         self.set_state(state)
         # the pins' targets are the new pinned nodes where the frame has put them
         self.pin_targets = self.pose.apply(self.X[self.pinned])
         after = self.kinetic_energy()
+        if after > before and self.floating:
+            # the frame's velocity into qdot (projected: no more energy), where it can scale
+            self._settle_frame()
+            after = self.kinetic_energy()
         if after > before:
-            self.qdot = self.qdot * math.sqrt(before / after) if after > 0 else self.qdot
+            # a hair under the old energy, so the rounding of the scaled one cannot top it
+            scale = math.sqrt(before / after) * (1.0 - 1e-12)
+            self.qdot = self.qdot * scale if after > 0 else self.qdot
             after = self.kinetic_energy()
         return SwapReport(
             time.perf_counter() - t0,
@@ -622,10 +817,20 @@ class LicromSimulation(ReducedSimulation):
 
     # ------------------------------------------------------------------------- solvers
     def step(self, inputs: FrameInputs | None = None) -> StepReport:
-        """Advance one frame with the Newton solver (default) or the paper's gradient steps."""
-        if self.solver == "gradient":
-            return run_frame(self, inputs, self._gradient_descent, "LiCROM")
-        return run_frame(self, inputs, self._backward_euler, "LiCROM")
+        """Advance one frame with the Newton solver (default) or the paper's gradient steps;
+        with a floating frame, each substep's rigid motion is then moved into the frame."""
+        solve = self._gradient_descent if self.solver == "gradient" else self._backward_euler
+        if not self.floating:
+            return run_frame(self, inputs, solve, "LiCROM")
+
+        def substep(h, f_ext, colliders, pose=None):
+            q_n, frame_n = self.q, self.pose
+            rep = solve(h, f_ext, colliders, self._predict_frame(h))
+            if self.q is not q_n:  # the step was accepted
+                self._move_rigid_into_frame(q_n, h, frame_n)
+            return rep
+
+        return run_frame(self, inputs, substep, "LiCROM")
 
     def _gradient_setup(self, h: float):
         """``(cho(M~/h^2), step)`` of the gradient scheme for substep ``h``: the step
@@ -652,6 +857,9 @@ class LicromSimulation(ReducedSimulation):
             g_c = self._contact(q, colliders, hessian=False)[1]
             if g_c is not None:
                 g = g + g_c
+            if not np.all(np.isfinite(g)):  # diverged: run_frame restores and says so
+                rep.converged = rep.line_search_ok = False
+                return rep
             q = q - a * cho_solve(cho, g)
             rep.newton_iters += 1
         rep.converged = bool(np.all(np.isfinite(q)))
@@ -777,6 +985,7 @@ def load_on_mesh(
         cubature_poses=train.get("cubature_poses", CUBATURE_POSES)
         if cubature_poses is None
         else cubature_poses,
+        floating=meta.get("frame", FRAME_WORLD) == FRAME_FLOATING,
     )
 
 
@@ -925,6 +1134,16 @@ SETTINGS = (
         advanced=True,
     ),
     TRAINER_SETTING["checkpoint_every"],
+    Setting(
+        "floating_frame",
+        "bool",
+        True,
+        "Floating Frame",
+        "For a free body (no pins): train the field in the body frame (each frame's rigid "
+        "motion taken out) and simulate with six rigid modes whose motion moves the frame, so "
+        "a body that rolls or spins is followed; pinned bodies move in their pins' frame",
+        advanced=True,
+    ),
     Setting(
         "cubature",
         "enum",
