@@ -77,6 +77,9 @@ DROP_STRAIN = 0.15  # uniform compression whose strain energy equals the impact'
 DROP_HEIGHT_DIAGONALS = (0.1, 1.0)  # bounds of the height, bounding-box diagonals
 DROP_LANDS_WITHIN = 0.4  # share of the bake by which the fall from rest lands
 DROP_VARIANT_SHARE = (0.5, 1.0)  # each variant drops from this share of the sized height
+# keyframed_colliders' presses start and end this many bounding-box diagonals clear of
+# the surface, so that the sphere comes in along the normal, not sideways across the surface
+PRESS_CLEARANCE = 0.05
 
 _DEFAULTS: dict[str, dict] = {
     "gravity_drop": {
@@ -103,6 +106,10 @@ _DEFAULTS: dict[str, dict] = {
         "reach": 0.6,
         "move_pins": False,
         "pin_amplitude": 0.2,
+        "press": 0.0,
+        "speed": 0.0,
+        "hold": 0.0,
+        "slide": 0.0,
         "ground": False,
     },
     "replay_forces": {
@@ -160,6 +167,23 @@ PARAMETER_HELP: dict[str, dict[str, tuple[str, str]]] = {
         "reach": (_DIAG, "how far the keys wander beyond the object's bounding box"),
         "move_pins": ("", "the pinned vertices follow random rigid translations too"),
         "pin_amplitude": (_DIAG, "largest pin translation"),
+        "press": (
+            _DIAG,
+            "when > 0, each key is a press: the sphere comes in along the surface normal of a "
+            "random free spot (not facing the pins) and sinks into the rest surface by half to "
+            "all of this, then backs out; 'keys' counts the presses",
+        ),
+        "speed": (
+            "m/s",
+            "when > 0, the keys are timed so the sphere moves at most this fast (the keys that "
+            "do not fit in the bake are dropped); 0: random key frames",
+        ),
+        "hold": ("s", "with 'press': how long the sphere rests at each press"),
+        "slide": (
+            _DIAG,
+            "with 'press': the pressed sphere then slides, at the same depth, to a spot up to "
+            "this far away on the same side",
+        ),
         "ground": _GROUND,
     },
     "replay_forces": {
@@ -384,7 +408,31 @@ class ScenarioDriver:
         centre = 0.5 * (lo + hi)
         reach = float(p["reach"]) * diag
         n_keys = max(1, int(p["keys"]))
-        if not ctx.colliders:
+        if not ctx.colliders and (p["press"] > 0 or p["speed"] > 0):
+            radius = float(p["radius"]) * diag
+            start = centre + np.array([0.0, 0.0, 0.5 * (hi - lo)[2] + radius + 0.05 * diag])
+            if p["press"] > 0:
+                keys, holds = self._press_keys(p, rng, start, radius)
+            else:
+                keys = [start] + [
+                    centre + rng.uniform(-1.0, 1.0, size=3) * (0.5 * (hi - lo) + reach)
+                    for _ in range(n_keys)
+                ]
+                holds = [0.0] * len(keys)
+            key_frames, values = _time_keys(
+                np.array(keys), np.array(holds), float(p["speed"]), F, ctx.dt, rng
+            )
+            path = _smooth_keys(key_frames, values, F)
+            self._add_sphere(path, radius)
+            speed = np.linalg.norm(np.diff(path, axis=0), axis=1).max(initial=0.0) / ctx.dt
+            self.summary.append(
+                f"is pressed by a sphere of {radius:.3f} m radius through {len(key_frames) - 1} "
+                f"keys, at up to {speed:.2f} m/s"
+                if p["press"] > 0
+                else f"is met by a sphere of {radius:.3f} m radius moving through "
+                f"{len(key_frames) - 1} keys at up to {speed:.2f} m/s"
+            )
+        elif not ctx.colliders:
             radius = float(p["radius"]) * diag
             key_frames = np.sort(
                 rng.choice(np.arange(1, F + 1), size=min(n_keys, F), replace=False)
@@ -396,17 +444,7 @@ class ScenarioDriver:
                 centre + rng.uniform(-1.0, 1.0, size=3) * (0.5 * (hi - lo) + reach)
                 for _ in key_frames[1:]
             ]
-            path = _smooth_keys(key_frames, np.array(keys), F)
-            mats = np.tile(np.eye(4), (F + 1, 1, 1))
-            mats[:, :3, 3] = path
-            self.collider_dicts.append(
-                {
-                    "kind": "sphere",
-                    "radius": radius,
-                    "half_length": 0.0,
-                    "transforms": mats.tolist(),
-                }
-            )
+            self._add_sphere(_smooth_keys(key_frames, np.array(keys), F), radius)
         if p["move_pins"] and len(ctx.pinned):
             key_frames = np.concatenate(
                 [[0], np.sort(rng.choice(np.arange(1, F + 1), size=min(n_keys, F), replace=False))]
@@ -414,6 +452,63 @@ class ScenarioDriver:
             amp = float(p["pin_amplitude"]) * diag
             offs = np.vstack([np.zeros(3), rng.uniform(-amp, amp, size=(len(key_frames) - 1, 3))])
             self.pin_targets += _smooth_keys(key_frames, offs, F)[:, None, :]
+
+    def _add_sphere(self, path: np.ndarray, radius: float) -> None:
+        """A generated sphere collider whose centre follows ``path`` (F+1, 3)."""
+        mats = np.tile(np.eye(4), (len(path), 1, 1))
+        mats[:, :3, 3] = path
+        self.collider_dicts.append(
+            {"kind": "sphere", "radius": radius, "half_length": 0.0, "transforms": mats.tolist()}
+        )
+
+    def _press_keys(
+        self, p: dict, rng: np.random.Generator, start: np.ndarray, radius: float
+    ) -> tuple[list, list]:
+        """The sphere's key positions (and rest times, s) for ``keys`` presses: per press, a
+        point :data:`PRESS_CLEARANCE` diagonals clear of a random free surface spot along its
+        outward normal, the sphere sunk into the rest surface there (by half to all of
+        ``press`` diagonals), optionally slid to a spot nearby on the same side, and backed
+        out along the normal; between presses it goes around the object, never through it."""
+        ctx = self.ctx
+        X = ctx.X
+        diag = _diagonal(X)
+        normals = _surface_normals(X, ctx.T, ctx.surface)
+        spots = ctx.surface[~np.isin(ctx.surface, ctx.pinned)]
+        if len(ctx.pinned):
+            # a press from the side of the pins would crush the sphere into the clamp
+            towards = X[ctx.pinned].mean(0) - X.mean(0)
+            if np.linalg.norm(towards) > 1e-9 * diag:
+                towards /= np.linalg.norm(towards)
+                facing = spots[normals[spots] @ towards < 0.5]
+                spots = facing if len(facing) else spots
+        if len(spots) == 0:
+            raise NeuralRomError(
+                "keyframed_colliders with 'press' needs a free surface vertex to press; "
+                "every surface vertex is pinned."
+            )
+        clear = radius + PRESS_CLEARANCE * diag
+        tree = cKDTree(X)
+        keys, holds = [start], [0.0]
+        for _ in range(max(1, int(p["keys"]))):
+            s = spots[rng.integers(len(spots))]
+            depth = float(p["press"]) * diag * rng.uniform(0.5, 1.0)
+            approach = X[s] + normals[s] * clear
+            for point in _around(keys[-1], approach, X, tree, radius):
+                keys.append(point)
+                holds.append(0.0)
+            keys += [approach, X[s] + normals[s] * (radius - depth)]
+            holds += [0.0, float(p["hold"])]
+            if p["slide"] > 0:
+                near = spots[
+                    (np.linalg.norm(X[spots] - X[s], axis=1) <= float(p["slide"]) * diag)
+                    & (normals[spots] @ normals[s] > 0.9)
+                ]
+                s = near[rng.integers(len(near))]  # s itself is near
+                keys.append(X[s] + normals[s] * (radius - depth))
+                holds.append(float(p["hold"]))
+            keys.append(X[s] + normals[s] * clear)
+            holds.append(0.0)
+        return keys, holds
 
     def _replay_forces(self, p: dict, rng: np.random.Generator) -> None:
         src_X, src_F = _load_force_source(p["source"])
@@ -557,9 +652,21 @@ def describe(spec: dict) -> str:
             f"each, {size}{ground}."
         )
     if k == "keyframed_colliders":
+        pace = f" at up to {spec['speed']:g} m/s" if spec["speed"] > 0 else ""
+        if spec["press"] > 0:
+            rest = f", resting {spec['hold']:g} s" if spec["hold"] > 0 else ""
+            slide = (
+                f", sliding up to {spec['slide']:g} of its diagonal" if spec["slide"] > 0 else ""
+            )
+            what = (
+                f"Presses a sphere {spec['keys']} times into random free spots of the object's "
+                f"surface, up to {spec['press']:g} of its diagonal deep{pace}{rest}{slide}"
+            )
+        else:
+            what = f"Moves a sphere through {spec['keys']} random keys around and through the object{pace}"
         return (
-            f"Moves a sphere through {spec['keys']} random keys around and through the object "
-            "(the scene's Collider objects, with their own animation, when there are any)"
+            what
+            + " (the scene's Collider objects, with their own animation, when there are any)"
             + (", and the pins too" if spec["move_pins"] else "")
             + f"{ground}."
         )
@@ -662,6 +769,84 @@ def _smooth_keys(key_frames: np.ndarray, values: np.ndarray, F: int) -> np.ndarr
     s = s * s * (3 - 2 * s)
     out[:] = (1 - s)[:, None] * values[seg] + s[:, None] * values[nxt]
     return out
+
+
+def _surface_normals(X: np.ndarray, T: np.ndarray | None, surface: np.ndarray) -> np.ndarray:
+    """(n, 3) unit outward normals at the surface vertices (area-weighted over the boundary
+    triangles of the tets ``T``; without tets, the direction from the bounding box's centre),
+    zero elsewhere."""
+    if T is None:
+        d = X - 0.5 * (X.min(0) + X.max(0))
+    else:
+        from .tetmesh import TetMesh
+
+        F = TetMesh(X, np.asarray(T)).boundary_faces()
+        a = np.cross(X[F[:, 1]] - X[F[:, 0]], X[F[:, 2]] - X[F[:, 0]])  # 2 x area, outward
+        d = np.zeros_like(X)
+        for j in range(3):
+            np.add.at(d, F[:, j], a)
+    out = np.zeros_like(X)
+    length = np.linalg.norm(d[surface], axis=1, keepdims=True)
+    out[surface] = d[surface] / np.maximum(length, 1e-300)
+    return out
+
+
+def _around(
+    a: np.ndarray, b: np.ndarray, X: np.ndarray, tree: cKDTree, radius: float
+) -> list[np.ndarray]:
+    """Waypoints (not ``a`` or ``b``) that take a sphere of ``radius`` from ``a`` to ``b``
+    around the points ``X`` instead of through them: none when the straight segment stays
+    ``radius`` clear of every point; else ``a`` and ``b`` lifted onto the ball about the
+    points' centre that clears them all, and the arc between, in steps of at most 30 degrees
+    (a straight step between them then stays clear too)."""
+    samples = a + np.linspace(0.0, 1.0, 33)[:, None] * (b - a)
+    if tree.query(samples)[0].min() >= radius:
+        return []
+    c = 0.5 * (X.min(0) + X.max(0))
+    R = (float(np.linalg.norm(X - c, axis=1).max()) + radius) / np.cos(np.radians(15.0))
+    ua, ub = a - c, b - c
+    ua /= max(np.linalg.norm(ua), 1e-300)
+    ub /= max(np.linalg.norm(ub), 1e-300)
+    mid = ua + ub
+    if np.linalg.norm(mid) < 1e-6:  # opposite sides: over the top
+        mid = np.array([0.0, 0.0, 1.0]) - ua[2] * ua
+        if np.linalg.norm(mid) < 1e-6:
+            mid = np.array([1.0, 0.0, 0.0])
+    mid /= np.linalg.norm(mid)
+    out = []
+    for u0, u1 in ((ua, mid), (mid, ub)):
+        angle = float(np.arccos(np.clip(u0 @ u1, -1.0, 1.0)))
+        steps = max(1, int(np.ceil(angle / np.radians(30.0))))
+        for t in np.linspace(0.0, 1.0, steps + 1)[: -1 if u1 is mid else None]:
+            u = (np.sin((1 - t) * angle) * u0 + np.sin(t * angle) * u1) / max(np.sin(angle), 1e-12)
+            if angle < 1e-9:
+                u = u0
+            out.append(c + R * u / np.linalg.norm(u))
+    return out
+
+
+def _time_keys(
+    keys: np.ndarray, holds: np.ndarray, speed: float, F: int, dt: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Key frames and values for :func:`_smooth_keys` from key positions (K, 3) and the rest
+    time at each (s). With ``speed`` (m/s) > 0 each segment takes the frames in which its
+    smoothstep, whose peak is 1.5x its mean speed, stays within ``speed``, a rest adds a
+    repeated key; the keys beyond frame ``F`` are dropped but the first (the path heads for
+    it). Else the keys (rests ignored) land on random frames, as the random keys do."""
+    if speed <= 0:
+        frames = np.sort(rng.choice(np.arange(1, F + 1), size=min(len(keys) - 1, F), replace=False))
+        return np.concatenate([[0], frames]), keys[: len(frames) + 1]
+    frames, values = [0], [keys[0]]
+    for k in range(1, len(keys)):
+        if frames[-1] >= F:
+            break
+        dist = float(np.linalg.norm(keys[k] - keys[k - 1]))
+        frames.append(frames[-1] + max(1, int(np.ceil(1.5 * dist / (speed * dt)))))
+        values.append(keys[k])
+        if holds[k] > 0 and frames[-1] < F:
+            frames.append(frames[-1] + max(1, int(round(holds[k] / dt))))
+            values.append(keys[k])
+    return np.array(frames), np.array(values)
 
 
 def _load_force_source(source: str) -> tuple[np.ndarray, np.ndarray]:

@@ -180,3 +180,47 @@ def test_bad_pins_are_refused_before_anything_is_written(mesh, tmp_path):
     with pytest.raises(NeuralRomError, match="Pinned vertex"):
         bk.bake(mesh, s, tmp_path / "bad.nrbake")
     assert not (tmp_path / "bad.nrbake").exists()
+
+
+def test_presses_sink_a_sphere_into_the_surface_at_a_bounded_speed():
+    """keyframed_colliders' presses (the soft block of tests/test_snp.py): the sphere comes in
+    along the surface normal, sinks at most ``press`` diagonals into the rest shape (it goes
+    around the object between presses, never through it), never moves faster than ``speed``,
+    and stays in contact for many frames at a time."""
+    X, T = grid_tetmesh((0.2, 0.2, 0.3), (3, 3, 4))
+    diag = float(np.linalg.norm(X.max(0) - X.min(0)))
+    frames, press, speed = 96, 0.15, 1.0
+    ctx = SceneContext(
+        X=X,
+        surface=boundary_vertices(T),
+        mass=mass_matrix(X, T, 1000.0, lumped=True),
+        pinned=np.flatnonzero(X[:, 2] < 1e-9),
+        frames=frames,
+        dt=1 / 24,
+        gravity=np.array([0, 0, -9.81]),
+        colliders=[],
+        T=T,
+    )
+    sc = validate_scenario(
+        {"kind": "keyframed_colliders", "keys": 3, "press": press, "speed": speed, "hold": 0.2}
+    )
+    depths, fastest, runs = [], 0.0, []
+    for seed in range(12):
+        d = ScenarioDriver(sc, ctx, seed)
+        c = np.stack([d.collider_matrices(f)[0, :3, 3] for f in range(frames + 1)])
+        r = d.colliders(0)[0].radius
+        depth = r - np.linalg.norm(X[None] - c[:, None], axis=2).min(axis=1)  # (F+1,)
+        depths.append(depth.max())
+        fastest = max(fastest, float(np.linalg.norm(np.diff(c, axis=0), axis=1).max()) * 24)
+        touching = np.concatenate([[0], (depth > 0).astype(int), [0]])
+        edges = np.flatnonzero(np.diff(touching))
+        runs += list(edges[1::2] - edges[::2])
+    depths = np.array(depths) / diag
+    print(
+        f"12 bakes of 3 presses: deepest {depths.min():.3f}-{depths.max():.3f} diagonals "
+        f"(press {press}), fastest {fastest:.3f} m/s (speed {speed}), {len(runs)} contacts of "
+        f"{np.mean(runs):.1f} frames on average (median {np.median(runs):.0f})"
+    )
+    assert depths.max() <= press + 1e-9 and depths.min() >= 0.5 * press - 1e-9
+    assert fastest <= speed + 1e-9
+    assert np.median(runs) >= 8

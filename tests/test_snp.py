@@ -1,7 +1,7 @@
 """Subspace Neural Physics (Holden et al. 2019): the initial model's fit, the window loss and
 its gradient through the whole rollout, the torch-free runtime against the torch rollout,
-state save/restore, clipping, and a soft block hit by a keyframed sphere (our FEM bakes):
-the held-out rollout against the initial model alone and the PCA floor.
+state save/restore, clipping, and a soft block pressed by a sphere (our FEM bakes): the
+held-out rollout of whole bakes against the initial model alone and the PCA floor.
 """
 
 from __future__ import annotations
@@ -36,35 +36,31 @@ from neural_rom.training.snp import (  # noqa: E402
     window_loss,
 )
 
+from .bench_modules import load_bench  # noqa: E402
+
 DT = 1.0 / 24.0
 # The block's model: contact features (the colliders' sweep through the rest shape) and 40
-# epochs (see the numbers below; 400 over-fit 3 bakes).
-SETTINGS = SNPSettings(contact_features=True, epochs=40)
-# Measured on the block below (4 bakes x 48 frames, 216 tets, 3 trained on, SETTINGS, batches
-# of 8, no weight decay: 16.8 s of training on one loaded core): held-out mean vertex error
-# 15.86 mm with the network, 23.49 mm with the initial model alone (eq. 1): 0.675x (0.708x at
-# 60 epochs; with weight decay 1 0.887x at 40, 1.05x at 60); 0.43 mm for the PCA projection
-# (the floor), 37x. With Adam's former coupled weight decay 1e-2 (which killed networks
-# trained on many windows, training/snp.py): 0.693x at 20 epochs, 0.650x at 40, 0.659x at 60,
-# 0.662x at 100, 0.863x at 150, 1.03x at 200 and 0.911x at 400, and without the contact
-# features 0.887x (400 epochs; 0.915x at 40, 0.894x at 100): the colliders' end-of-frame
-# positions miss a sphere that crosses 17 cm a frame. Three bakes are over-fitted past ~100
-# epochs. One held-out bake: on other bakes the gain is smaller (training/snp.py's
-# docstring). Bounds: the measured 0.675 and 37x, with room for other CPUs' rounding (training
-# is deterministic on one thread).
-RATIO_INITIAL = 0.70
-FLOOR_FACTOR = 40.0
-# Colliders ten times farther out, spun and removed: largest displacement 17.9 mm against the
-# bakes' 183 mm (28.9 mm with Adam's former weight decay, 122 mm without contact features).
-# Bound: never beyond what the bakes showed.
+# epochs; two of the six bakes held out, whole.
+SETTINGS = SNPSettings(contact_features=True, epochs=40, validation_fraction=1 / 3)
+# Measured on the block below (216 tets, pressed by a sphere: bench/snp.py's PRESSES, 6 bakes
+# of 72 frames, 4 trained on, SETTINGS, batches of 8, u = 18; 10.3 s of training on one core,
+# load 2-6): held-out mean vertex error 2.657 mm with the network, 6.178 mm with the initial
+# model alone (eq. 1): 0.430x (per bake 0.447x and 0.409x); 0.319 mm for the PCA projection
+# (the floor), 8.3x. The pair is easier than most: the same four training bakes judged on 12
+# other bakes of the scene give 0.510x (per bake 0.43-0.71, median 0.50), and without contact features
+# 0.911x over those 12 (training/snp.py's docstring has the table). Bounds: the issue's 0.6x
+# and 10x the floor (training is deterministic on one thread).
+RATIO_INITIAL = 0.60
+FLOOR_FACTOR = 10.0
+# Colliders ten times farther out, spun and removed: largest displacement 14.2 mm against the
+# bakes' 72.4 mm. Bound: never beyond what the bakes showed.
 BOUNDED_FACTOR = 1.0
-# Zeroing the collider input moves the prediction by 24.4 mm (median of 8 contact frames; 18.7
-# mm with Adam's former weight decay, 4.9 mm without contact features, 12.7 mm before per-mode
-# input scaling).
+# Zeroing the collider input moves the prediction by 9.09 mm (median of 16 contact frames).
 CONTACT_CHANGE_M = 3e-3
-# Replacing the sphere's sweep (83 mm deep into the rest block) by a sphere that did not move
-# moves the prediction by 6.5 mm (13.0 mm with Adam's former weight decay).
-SWEEP_CHANGE_M = 5e-3
+# In the frame whose sweep differs most from a sphere that stayed where it ended (26 mm deep
+# into the rest block; the sphere moves at most 4 cm a frame), the sweep moves the prediction
+# by 4.90 mm.
+SWEEP_CHANGE_M = 2e-3
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -169,7 +165,7 @@ def test_the_gradient_flows_through_the_whole_window():
 
 
 # ------------------------------------------------------------------------------------------
-# A soft block hit by a keyframed sphere: our FEM bakes
+# A soft block pressed by a sphere: our FEM bakes
 # ------------------------------------------------------------------------------------------
 
 
@@ -177,16 +173,7 @@ def test_the_gradient_flows_through_the_whole_window():
 def block(tmp_path_factory):
     d = tmp_path_factory.mktemp("snp")
     X, T = grid_tetmesh((0.2, 0.2, 0.3), (3, 3, 4))
-    spec = bk.BakeSpec(
-        material=Material(youngs_modulus=3e4, poisson_ratio=0.4, density=1000.0).to_dict(),
-        scenario={"kind": "keyframed_colliders", "keys": 4},
-        frames=48,
-        pinned=np.flatnonzero(X[:, 2] < 1e-9).tolist(),
-        damping=(0.5, 0.0),
-        seed=3,
-        variants=4,
-        contact_stiffness=None,  # the rest rule: a softer contact bakes 4x faster
-    )
+    spec = load_bench("snp").block_spec(X, frames=72, variants=6)  # pressed by a sphere
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, d, "block")
     out = d / "block.nrmodel"
     res = train_snp(paths, out, SETTINGS, checkpoint_dir=d / "ckpt")
@@ -194,12 +181,12 @@ def block(tmp_path_factory):
     return SimpleNamespace(paths=paths, X=X, T=T, res=res, out=out, sim=sim, model=model, dir=d)
 
 
-def heldout(block):
-    """The first held-out bake and its scenario driver."""
+def heldout(block, i=0):
+    """The i-th held-out bake and its scenario driver."""
     from neural_rom.core.bake import BakeSpec, setup_scenario
 
     val = block.model.metadata["validation_trajectories"]
-    cache = BakeCache.open(block.paths[val[0]])
+    cache = BakeCache.open(block.paths[val[i]])
     _, driver = setup_scenario(block.X, block.T, BakeSpec.from_dict(cache.meta["spec"]))
     return cache, driver
 
@@ -209,27 +196,39 @@ def mean_error(a, b):
 
 
 def test_heldout_rollout_beats_the_initial_model_near_the_pca_floor(block):
-    """The held-out bake replayed through the model file as a user loads it: the network
+    """The held-out bakes replayed through the model file as a user loads it: the network
     improves on eq. (1) alone and stays within a stated factor of the PCA floor."""
-    cache, driver = heldout(block)
-    full = np.asarray(cache.positions)
-    pushed = mean_error(replay_bake(block.sim, cache, driver)[1:], full[1:])
-    block.sim.push_out = False  # the trainer's measure has no render-time push-out
-    try:
-        snp = replay_bake(block.sim, cache, driver)
-    finally:
-        block.sim.push_out = True
-    alone = SNPSimulation(replace(block.sim.p, net=None), block.sim.settings)
-    alone.push_out = False
-    initial = replay_bake(alone, cache, driver)
-    floor = closest_shapes(block.sim, full[1:])
-    e_snp, e_init = mean_error(snp[1:], full[1:]), mean_error(initial[1:], full[1:])
-    e_floor = mean_error(floor, full[1:])
+    val = block.model.metadata["validation_trajectories"]
+    errors = {"snp": [], "initial": [], "floor": [], "pushed": []}
+    for i in range(len(val)):
+        cache, driver = heldout(block, i)
+        full = np.asarray(cache.positions)
+        pushed = mean_error(replay_bake(block.sim, cache, driver)[1:], full[1:])
+        block.sim.push_out = False  # the trainer's measure has no render-time push-out
+        try:
+            snp = replay_bake(block.sim, cache, driver)
+        finally:
+            block.sim.push_out = True
+        alone = SNPSimulation(replace(block.sim.p, net=None), block.sim.settings)
+        alone.push_out = False
+        initial = replay_bake(alone, cache, driver)
+        errors["snp"].append(mean_error(snp[1:], full[1:]))
+        errors["initial"].append(mean_error(initial[1:], full[1:]))
+        errors["floor"].append(mean_error(closest_shapes(block.sim, full[1:]), full[1:]))
+        errors["pushed"].append(pushed)
+        print(
+            f"held-out bake {val[i]}: model {1e3 * errors['snp'][-1]:.3f} mm, initial model "
+            f"{1e3 * errors['initial'][-1]:.3f} mm "
+            f"({errors['snp'][-1] / errors['initial'][-1]:.3f}x), PCA floor "
+            f"{1e3 * errors['floor'][-1]:.3f} mm"
+        )
+    # the bakes have the same length: the mean over their frames is the mean of their means
+    e_snp, e_init, e_floor, pushed = (float(np.mean(errors[k])) for k in errors)
     print(
-        f"held-out mean vertex error: model {1e3 * e_snp:.3f} mm, initial model "
-        f"{1e3 * e_init:.3f} mm, PCA floor {1e3 * e_floor:.3f} mm; "
-        f"training {block.res['train_seconds']:.1f} s; with the render-time push-out "
-        f"(sec. 6.4) {1e3 * pushed:.3f} mm"
+        f"{len(val)} held-out bakes: model {1e3 * e_snp:.3f} mm, initial model "
+        f"{1e3 * e_init:.3f} mm ({e_snp / e_init:.3f}x), PCA floor {1e3 * e_floor:.3f} mm "
+        f"({e_snp / e_floor:.1f}x); training {block.res['train_seconds']:.1f} s; with the "
+        f"render-time push-out (sec. 6.4) {1e3 * pushed:.3f} mm"
     )
     assert pushed <= e_snp
     # the trainer's own measure (latent rollouts) is the same replay
@@ -239,7 +238,7 @@ def test_heldout_rollout_beats_the_initial_model_near_the_pca_floor(block):
     assert res["projection_mean_error_m"] == pytest.approx(e_floor, rel=1e-9)
     assert e_snp < RATIO_INITIAL * e_init
     assert e_snp < FLOOR_FACTOR * e_floor
-    assert res["method"] == "snp" and res["rollout"]["frames"] == 48
+    assert res["method"] == "snp" and res["rollout"]["frames"] == 72
     # no advice about modes and cubature, which a learned model without a solve has not
     assert not [w for w in res["warnings"] if "cubature" in w]
 
@@ -797,8 +796,19 @@ def test_swept_push_out_is_the_capsule_a_moving_sphere_sweeps_to_sampling():
     plane = swept_push_out(P, lo, hi, "plane", np.zeros(2))
     np.testing.assert_allclose(plane[:, 2], np.maximum(0.1 - P[:, 2], 0.0), atol=1e-12)
     assert not plane[:, :2].any()
-    # the features: mean push-out, deepest, fraction inside; zero for a sweep that misses
+    # the features: mean push-out, deepest, fraction inside; zero for a sweep that misses. A
+    # sphere that only translates takes the exact capsule (the fast path), one that turns too
+    # the sampled sweep
     f = contact_features(P, before[None], after[None], ["sphere"], size[None])
+    q = P - (a + s[:, None] * ab)
+    capsule = exact[:, None] * q / dist[:, None]
+    want = [*capsule.mean(0), exact.max(), inside.mean()]
+    np.testing.assert_allclose(f, want, rtol=1e-12, atol=1e-15)
+    turned = after.copy()
+    turned[:3, :3] = [[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    f = contact_features(P, before[None], turned[None], ["sphere"], size[None])
+    push = swept_push_out(P, before, turned, "sphere", size)
+    depth = np.linalg.norm(push, axis=1)
     np.testing.assert_allclose(f, [*push.mean(0), depth.max(), (depth > 0).mean()], rtol=1e-12)
     far = after.copy()
     far[:3, 3] = [0.0, 0.0, 5.0]
@@ -825,8 +835,11 @@ def test_the_sweep_of_the_collider_reaches_the_network(block):
         before = driver.colliders(f - 1) if moving else None
         return sim.features(driver.colliders(f), (IDENT,) * 3, before)
 
-    depth = [feats(f)[at + 3] for f in range(1, len(full))]
-    f = 1 + int(np.argmax(depth))
+    # the frame whose sweep differs most from a sphere that stayed where it ended (the
+    # deepest frames are rests, where the two are the same)
+    moved = [np.abs(feats(f)[at:] - feats(f, False)[at:]).max() for f in range(1, len(full))]
+    f = 1 + int(np.argmax(moved))
+    depth = feats(f)[at + 3]
     z1 = p.U.T @ (full[f - 1] - p.mean).reshape(-1)
     z2 = p.U.T @ (full[max(f - 2, 0)] - p.mean).reshape(-1)
 
@@ -835,10 +848,10 @@ def test_the_sweep_of_the_collider_reaches_the_network(block):
 
     change = np.linalg.norm(predict(feats(f)) - predict(feats(f, moving=False)), axis=1).max()
     print(
-        f"frame {f}: the sphere swept {1e3 * max(depth):.1f} mm deep into the rest block; "
+        f"frame {f}: the sphere swept {1e3 * depth:.1f} mm deep into the rest block; "
         f"without the sweep the prediction moves by {1e3 * change:.2f} mm"
     )
-    assert max(depth) > 0.01 and not np.array_equal(feats(f)[at:], feats(f, False)[at:])
+    assert depth > 0.01 and not np.array_equal(feats(f)[at:], feats(f, False)[at:])
     assert change > SWEEP_CHANGE_M
 
 
@@ -846,8 +859,9 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     """The runtime's contact features of B instances at once (:func:`batch_contact_features`,
     vectorized over instances and colliders) are each instance's :func:`contact_features` (the
     trainer's, a loop over colliders) to the last bit, with and without the rest shape's
-    bounding ball: rotated and scaled spheres, capsules and planes, still and far sweeps, a
-    vertex at a sampled centre; and an instance's features do not depend on its batch (150
+    bounding ball: rotated and scaled spheres, spheres that only translate, capsules and
+    planes, still and far sweeps, a vertex at a sampled centre and one on a translating
+    sphere's path; and an instance's features do not depend on its batch (150
     at once or in twos: each path of the vectorized code)."""
     from neural_rom.core.methods.snp import (
         SWEEP_SAMPLES,
@@ -879,6 +893,10 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     k = 1
     s = k / (SWEEP_SAMPLES - 1)
     before[2, 0, :3, 3] = X[0] - s * (after[2, 0, :3, 3] - X[0]) / (1.0 - s)
+    # spheres that only translate (the exact capsule's fast path) in a quarter of the
+    # instances; instance 5's first one passes through vertex 1 (its fallback axis)
+    after[1::4, :, :3, :3] = before[1::4, :, :3, :3]
+    before[5, 0, :3, 3] = 2.0 * X[1] - after[5, 0, :3, 3]
     for bd in (None, bound):
         batched = batch_contact_features(X, before, after, kinds, sizes, bd)
         single = np.array(
@@ -902,7 +920,7 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
         assert np.all(touched > 10)
         np.testing.assert_array_equal(batched, single)
         np.testing.assert_array_equal(twos, single)
-    assert single[2, 3] > 0.0  # the centred vertex is inside
+    assert single[2, 3] > 0.0 and single[5, 3] > 0.0  # the centred vertices are inside
     # a batch of one kind takes the one-group path: the same features
     sphere = [i for i, k in enumerate(kinds) if k == "sphere"]
     np.testing.assert_array_equal(

@@ -76,7 +76,13 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
      (:meth:`~LicromSimulation._predict_frame`);
   2. solves backward Euler in that frame, the frame's motion entering exactly through
      :class:`.frame.FrameMixin`'s inertial and damping targets (centrifugal, Coriolis and
-     Euler terms included), gravity, forces and colliders taken into it;
+     Euler terms included), gravity, forces (held in world axes: a poke keeps its direction
+     while the body turns under it) and colliders taken into it; where the solution's
+     rotation modes turn the frame by more than :data:`FRAME_TURN` (forces turned the body
+     beyond its inertia's prediction), solves again in the turned frame, since a linear
+     rotation by ``w`` stretches the body by ``w^2 / 2`` and that stretch's elastic energy
+     resists the turn (40 N on one end of the rounded cube turned it at half full space's
+     rate, 366 mm off; solved again, 0.73 mm);
   3. moves the rigid part of the solved ``q`` (translation ``t``, rotation vector ``w``) into
      the frame (``y -> R_w (y - o) + o + t``) and projects the positions on the basis there;
      ``qdot = (q - q_n) / h`` between the two frames, so the frame's last two poses carry the
@@ -85,8 +91,8 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   Without step 1 the rigid modes linearize a whole step's turn (a ball spun at 21 rad/s
   kept a fifth of its spin); without step 3 the results were the same to three digits. With
   the body-frame POD of a bake of the ball spinning at 5 rad/s onto the ground (16 modes, the
-  bake's own shapes), this runtime replays that bake to 0.64 mm: the frame's kinematics are
-  exact and what is left is the field's. Measured on the tests' family (latent 10, 60
+  bake's own shapes), this runtime replays that bake to 0.23 mm (8 modes: 0.62 mm): the
+  frame's kinematics are exact and what is left is the field's. Measured on the tests' family (latent 10, 60
   epochs, exact energy; ``python bench/licrom.py --floating``): held-out drops replay at
   1.09 / 0.73 mm on the training shapes p = 4 / 10 (world space: 1.45 / 1.69), 2.14 / 1.24 mm
   on the unseen p = 3 / 6 (2.32 / 1.22), 1.59 mm on the 3.2x-finer p = 4 mesh (1.82); the
@@ -96,11 +102,15 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   driven by where its polyhedral surface presses on the ground, and the replay errs 25.8 mm
   (world space: 18.9 mm; the shape alone 1.93 mm against 2.53); a field with latent 20 and
   200 epochs: 11.7 mm. A ball rolling in place (spun about a horizontal axis) presses the
-  ground with patches of its surface no training drop pressed: shape 10.5 mm, replay 19.7 mm.
-  A step costs the six more modes and the frame's k x k terms; a mesh swap keeps the frame,
-  and only when the new mesh would raise the kinetic energy puts the frame's velocity into
-  ``qdot`` (:meth:`~LicromSimulation._settle_frame`) to scale it. A pinned body moves in its
-  pins' frame as before.
+  ground with patches of its surface no training drop pressed: its shape errs 10.5 mm and
+  the contact forces on those patches turn it wrongly (35 degrees off, 64 mm); a body in
+  flight poked at one end follows full space (the rounded cube and the ball: 0.73 and 2.78
+  mm, the centre of mass to rounding).
+  A step costs the six more modes and about 0.4 ms for the frame (0.86 against 0.43 ms on the
+  rounded cube with its 35 fitted cubature tets; 1.2-1.3x with the exact energy). A mesh swap
+  keeps the frame, and only when the new mesh would raise the kinetic energy puts the frame's
+  velocity into ``qdot`` (:meth:`~LicromSimulation._settle_frame`) to scale it. A pinned body
+  moves in its pins' frame as before.
 
 The model file holds the field network and its normalization, the domain sample and the pin
 boxes: no array has a training mesh's vertex count as a dimension. A model opened without
@@ -122,7 +132,6 @@ from pathlib import Path
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, eigh
 from scipy.spatial import cKDTree
-from scipy.spatial.transform import Rotation
 
 from .. import fem as _fem
 from ..colliders import Collider
@@ -178,6 +187,18 @@ CUBATURE_TARGET = 0.01
 #: each pose cost a full-mesh gradient, most of a fit on a big mesh: 16 poses fit the 20K-tet
 #: bar in 0.55 s under load 9 (32: 0.99 s) with replays as close to the exact energy's.
 CUBATURE_POSES = 16
+
+#: A floating frame's substep is solved again in the frame its solution turned to while the
+#: rotation modes' part of it exceeds this many radians (a linear rotation by ``w`` stretches
+#: the body by ``w^2 / 2``; the elastic energy of that stretch resisted a torque's turn: a
+#: couple on the rounded cube turned it 5.4 degrees in one frame where full space turns it
+#: 10), at most :data:`FRAME_SOLVES` solves.
+FRAME_TURN = 0.01
+FRAME_SOLVES = 4
+
+#: Types of a floating frame's held forces in a state: loaded rows, their forces in world
+#: axes (r, 3), N, and their reduced force when they were given (k,).
+HELD_TYPES = (np.int64, np.float64, np.float64)
 
 #: Fitted rules kept per process (:func:`fitted_cubature`'s result for one basis, mesh and
 #: material), so going back to a mesh (a reset after a swap, a model loaded again) is free.
@@ -358,6 +379,24 @@ def rigid_modes(X: np.ndarray, centre: np.ndarray) -> np.ndarray:
     P[:, 0, 4], P[:, 2, 4] = d[:, 2], -d[:, 0]  # e_y x d
     P[:, 0, 5], P[:, 1, 5] = -d[:, 1], d[:, 0]  # e_z x d
     return P.reshape(3 * n, 6)
+
+
+def _rotation(w: np.ndarray) -> np.ndarray:
+    """The rotation (3, 3) by the rotation vector ``w`` (3,), radians (Rodrigues; scipy's
+    Rotation costs ~0.1 ms a call, more than a small model's step)."""
+    a = float(np.linalg.norm(w))
+    if a < 1e-300:
+        return np.eye(3)
+    k = w / a
+    K = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + math.sin(a) * K + (1.0 - math.cos(a)) * (K @ K)
+
+
+def _orthonormal(R: np.ndarray) -> np.ndarray:
+    """``R`` (3, 3), a product of rotations, made orthonormal again (one Newton step of the
+    polar decomposition, ``R (3 I - R^T R) / 2``), so the frame's rounding does not grow over
+    a long run."""
+    return R @ (3.0 * np.eye(3) - R.T @ R) / 2.0
 
 
 def body_frames(X: np.ndarray, x: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -673,6 +712,12 @@ class LicromSimulation(ReducedSimulation):
             S = np.einsum("bn,nak->kab", dX, Uv)  # (k, 3, 3): sum_i m_i U_ij (X_i - Xb)^T
             self._moments = (Xb, S0.T, S, np.einsum("n,nak->ak", w, Uv))
 
+    _held_forces = None
+
+    def reset(self, q: np.ndarray | None = None, qdot: np.ndarray | None = None) -> None:
+        super().reset(q, qdot)
+        self._held_forces = None
+
     def set_state(self, state: dict) -> None:
         """:meth:`ReducedSimulation.set_state`; the pins' targets of a state saved on another
         mesh of the object (another pinned count) are those of this mesh's pinned nodes in
@@ -680,6 +725,29 @@ class LicromSimulation(ReducedSimulation):
         super().set_state(state)
         if len(self.pin_targets) != len(self.pinned):
             self.pin_targets = self.pose.apply(self.X[self.pinned])
+        held = state.get("held_forces")
+        self._held_forces = None
+        if held is not None and len(held[1]) and max(held[0], default=-1) < len(self.X):
+            self._held_forces = tuple(np.array(a, dtype=a_t) for a, a_t in zip(held, HELD_TYPES))
+
+    def get_state(self) -> dict:
+        """:meth:`ReducedSimulation.get_state`, with a floating frame's held forces."""
+        state = super().get_state()
+        if getattr(self, "_held_forces", None) is not None:
+            state["held_forces"] = [np.array(a).tolist() for a in self._held_forces]
+        return state
+
+    def project_forces(self, forces: np.ndarray) -> np.ndarray:
+        """Reduced external force ``U^T f`` of per-vertex forces (n, 3) given in the frame's
+        axes. With a floating frame the forces are also kept in world axes (loaded rows only),
+        so each substep takes them into the frame it solves in: a poke keeps its world
+        direction while the body turns under it."""
+        f = super().project_forces(forces)
+        if self.floating:
+            F = np.asarray(forces, dtype=float).reshape(-1, 3)
+            rows = np.flatnonzero(np.any(F != 0, axis=1))
+            self._held_forces = (rows, F[rows] @ self.pose.R.T, f)
+        return f
 
     # ---------------------------------------------------------------------- mesh swaps
     def kinetic_energy(self) -> float:
@@ -727,8 +795,15 @@ class LicromSimulation(ReducedSimulation):
             A[:, 2] = -A[:, 2]
         K = A @ Bt
         mean = 2.0 * (Xb + Ub @ q_n) - (Q @ (Xb + Ub @ q_p) + d)
-        R = Rotation.from_matrix(now.R @ K).as_matrix()  # rotations stay orthonormal
-        return Pose(R, now.R @ (mean - K @ Xb) + now.c)
+        return Pose(_orthonormal(now.R @ K), now.R @ (mean - K @ Xb) + now.c)
+
+    def _turned(self, pose: Pose, q: np.ndarray) -> Pose:
+        """``pose`` followed by the rigid part of ``q`` (translation ``t``, rotation vector
+        ``w`` about :attr:`rigid_centre` ``o``) as a rigid motion: ``y -> R_w (y - o) + o + t``."""
+        r, o = self.r, self.rigid_centre
+        t, w = q[r : r + 3], q[r + 3 : r + 6]
+        dR = _rotation(w)
+        return Pose(_orthonormal(pose.R @ dR), pose.R @ (o + t - dR @ o) + pose.c)
 
     def _move_rigid_into_frame(self, q_n: np.ndarray, h: float, frame_n: Pose) -> None:
         """After a step of ``h`` s from ``q_n`` in the frame ``pose`` (the frame stayed), move
@@ -737,12 +812,8 @@ class LicromSimulation(ReducedSimulation):
         motion ``y -> R_w (y - o) + o + t``, ``q`` the projection of the solved positions in
         it and ``qdot = (q - q_n) / h``, so the frame's last two poses carry the rigid
         velocity and :class:`.frame.FrameMixin` the exact inertial terms of its motion."""
-        r, o = self.r, self.rigid_centre
-        t, w = self.q[r : r + 3], self.q[r + 3 : r + 6]
-        dR = Rotation.from_rotvec(w).as_matrix()
         now = self.pose
-        R = Rotation.from_matrix(now.R @ dR).as_matrix()  # rotations stay orthonormal
-        new = Pose(R, now.R @ (o + t - dR @ o) + now.c)
+        new = self._turned(now, self.q)
         z = np.zeros_like(self.q)
         q = self.pin_frame().targets(h, self.q, z, now, now, new)[1]
         self.qdot = (q - q_n) / h
@@ -771,11 +842,18 @@ class LicromSimulation(ReducedSimulation):
         state = self.get_state()
         try:
             self._build(X, T, self.settings, self.colliders)
+            if self.k != len(state["q"]):
+                raise SimulationError(
+                    "The new mesh has pinned nodes where the old one had none (or the reverse): "
+                    "a free body's state (six rigid coordinates) does not carry over to a "
+                    "pinned one. Swap to a mesh pinned as the old one, or start a new run."
+                )
         except Exception:
             self.__dict__.update(old)
             raise
         self._pin_frame = None
         self.set_state(state)
+        self._held_forces = None  # rows of the old mesh; its reduced force is kept
         # the pins' targets are the new pinned nodes where the frame has put them
         self.pin_targets = self.pose.apply(self.X[self.pinned])
         after = self.kinetic_energy()
@@ -784,7 +862,9 @@ class LicromSimulation(ReducedSimulation):
             self._settle_frame()
             after = self.kinetic_energy()
         if after > before:
-            self.qdot = self.qdot * math.sqrt(before / after) if after > 0 else self.qdot
+            # a hair under the old energy, so the rounding of the scaled one cannot top it
+            scale = math.sqrt(before / after) * (1.0 - 1e-12)
+            self.qdot = self.qdot * scale if after > 0 else self.qdot
             after = self.kinetic_energy()
         return SwapReport(
             time.perf_counter() - t0,
@@ -805,11 +885,36 @@ class LicromSimulation(ReducedSimulation):
         if not self.floating:
             return run_frame(self, inputs, solve, "LiCROM")
 
+        n_sub, done = int(self.settings.substeps), [0]
+
         def substep(h, f_ext, colliders, pose=None):
-            q_n, frame_n = self.q, self.pose
-            rep = solve(h, f_ext, colliders, self._predict_frame(h))
-            if self.q is not q_n:  # the step was accepted
-                self._move_rigid_into_frame(q_n, h, frame_n)
+            start = (self.q, self.qdot, self.pose, self.pose_prev)
+            new = self._predict_frame(h)
+            done[0] += 1
+            held = self._held_forces
+            iters = 0
+            for attempt in range(FRAME_SOLVES):
+                f = f_ext
+                if held is not None and len(held[0]):
+                    # run_frame projected this frame's forces in the frame at its start:
+                    # their share of this substep's force is taken in the frame solved in
+                    rows, F, f_start = held
+                    Ur = self.U.reshape(-1, 3, self.k)[rows]
+                    f_new = np.einsum("rak,ra->k", Ur, F @ new.R)
+                    f = f_ext + (done[0] / n_sub) * (f_new - f_start)
+                rep = solve(h, f, colliders, new)
+                iters += rep.newton_iters
+                if self.q is start[0]:  # not accepted: run_frame restores and says so
+                    return rep
+                w = float(np.linalg.norm(self.q[self.r + 3 : self.r + 6]))
+                if w <= FRAME_TURN or attempt == FRAME_SOLVES - 1:
+                    break
+                # the forces turned the body further than its inertia predicted: a turn this
+                # large is not linear in the rotation modes, so solve again in the turned frame
+                new = self._turned(new, self.q)
+                self.q, self.qdot, self.pose, self.pose_prev = start
+            rep.newton_iters = iters
+            self._move_rigid_into_frame(start[0], h, start[2])
             return rep
 
         return run_frame(self, inputs, substep, "LiCROM")
@@ -839,6 +944,9 @@ class LicromSimulation(ReducedSimulation):
             g_c = self._contact(q, colliders, hessian=False)[1]
             if g_c is not None:
                 g = g + g_c
+            if not np.all(np.isfinite(g)):  # diverged: run_frame restores and says so
+                rep.converged = rep.line_search_ok = False
+                return rep
             q = q - a * cho_solve(cho, g)
             rep.newton_iters += 1
         rep.converged = bool(np.all(np.isfinite(q)))
@@ -851,8 +959,10 @@ class LicromSimulation(ReducedSimulation):
 
     # ------------------------------------------------------------- poses <-> states
     def latent_of(self, x: np.ndarray) -> np.ndarray:
-        """The latent code (r,) of world positions ``x`` (n, 3) of this mesh: the mass-weighted
-        least-squares fit on the field basis (the runtime never needs the encoder)."""
+        """The latent code (k,) of world positions ``x`` (n, 3) of this mesh: the mass-weighted
+        least-squares fit on the basis in the frame of ``x`` (the runtime never needs the
+        encoder); ``k = r``, or ``r + 6`` with a floating frame (the rigid coordinates last,
+        near zero: the frame is ``x``'s best rigid motion)."""
         y, _, _ = self._in_pin_frame(np.asarray(x, dtype=np.float64))
         return self.closest_q(y)
 
