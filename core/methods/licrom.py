@@ -92,8 +92,9 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   kept a fifth of its spin); without step 3 the results were the same to three digits. With
   the body-frame POD of a bake of the ball spinning at 5 rad/s onto the ground (16 modes, the
   bake's own shapes), this runtime replays that bake to 0.23 mm (8 modes: 0.62 mm): the
-  frame's kinematics are exact and what is left is the field's. Measured on the tests' family (latent 10, 60
-  epochs, exact energy; ``python bench/licrom.py --floating``): held-out drops replay at
+  frame's kinematics are exact and what is left is the field's. Measured on the tests'
+  family (latent 10, 60 epochs, exact energy; ``python bench/licrom.py --floating``; the
+  Blender poke's case in its tables too): held-out drops replay at
   1.09 / 0.73 mm on the training shapes p = 4 / 10 (world space: 1.45 / 1.69), 2.14 / 1.24 mm
   on the unseen p = 3 / 6 (2.32 / 1.22), 1.59 mm on the 3.2x-finer p = 4 mesh (1.82); the
   shapes alone (rigid motion taken out) 0.6-1.5 mm (0.95-1.65). The rounded cube spun at 8
