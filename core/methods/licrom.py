@@ -101,13 +101,13 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   rad/s about the vertical replays at 1.67 mm (world space: 238 mm). What is not followed is
   the ball's rocking on its contact patch: its held-out drop rocks 9 degrees one way and back,
   driven by where its polyhedral surface presses on the ground, and the replay errs 25.8 mm
-  (world space: 18.9 mm; the shape alone 1.93 mm against 2.53); a field with latent 20 and
-  200 epochs: 11.7 mm. A ball rolling in place (spun about a horizontal axis) presses the
-  ground with patches of its surface no training drop pressed: its shape errs 10.5 mm and
-  the contact forces on those patches turn it wrongly (35 degrees off, 64 mm); a body in
-  flight poked at one end follows full space (the rounded cube and the ball: 0.73 and 2.78
-  mm, the centre of mass to rounding).
-  A step costs the six more modes and about 0.4 ms for the frame (0.86 against 0.43 ms on the
+  (world space: 18.9 mm; the shape alone 1.93 mm against 2.53); with latent 20 and 200
+  epochs the floating field errs 12.1 mm and the world-space one 18.4. A ball rolling in
+  place (spun about a horizontal axis) presses the ground with patches of its surface no
+  training drop pressed: its shape errs 10.5 mm and the contact forces on those patches turn
+  it wrongly (35 degrees off, 64 mm). A body in flight poked at one end follows full space
+  (the rounded cube and the ball: 0.73 and 2.78 mm, the centre of mass to rounding; the
+  world-space field, whose drops never moved sideways: 1.2-1.6 m). A step costs the six more modes and about 0.4 ms for the frame (0.86 against 0.43 ms on the
   rounded cube with its 35 fitted cubature tets; 1.2-1.3x with the exact energy). A mesh swap
   keeps the frame, and only when the new mesh would raise the kinetic energy puts the frame's
   velocity into ``qdot`` (:meth:`~LicromSimulation._settle_frame`) to scale it. A pinned body
