@@ -236,9 +236,9 @@ and bodies in flight poked at one end (40 N, fixed in world axes, for 8 frames, 
 * The ball rocks on its polyhedral contact patch (9 degrees one way and back in its held-out
   drop), driven by where its surface presses on the ground: neither field follows that
   (world 18.9 mm, floating 25.8 mm, though the floating field's shape is closer: 1.93 against
-  2.53 mm); latent 20 and 200 epochs: 11.7 mm. Rolling in place, the ball presses patches no
-  training drop pressed: its shape errs 10.5 mm and the contact forces there turn it wrongly
-  (64 mm). With the body-frame POD of a bake of the ball spinning onto the ground (its own
+  2.53 mm); with latent 20 and 200 epochs the floating field errs 12.1 mm, the world-space
+  one 18.4. Rolling in place, the ball presses patches no training drop pressed: its shape
+  errs 10.5 mm and the contact forces there turn it wrongly (64 mm). With the body-frame POD of a bake of the ball spinning onto the ground (its own
   16 shapes) the same runtime replays that bake to 0.23 mm: the limit is the field's.
 * Unseen shapes against training shapes (the issue's 2x): 0.18x (world 0.24x) on the replay
   errors, which the ball's roll dominates; 1.16x on the shapes alone (world 0.76x).

@@ -571,8 +571,9 @@ def shapes(tmp_path_factory):
             f"p={p}: {len(m.T)} tets, held-out drop error {errors[p] * 1000:.3g} mm, "
             f"{rigid[p] * 1000:.3g} mm with each frame's rigid motion taken out (squash "
             f"{np.ptp(full[:, :, 2], axis=1).min() * 1000:.3g} of "
-            f"{np.ptp(m.X[:, 2]) * 1000:.3g} mm tall; turned {turn_degrees(m.X, sim.mass, full[-1]):.1f} "
-            f"deg, the replay {turn_degrees(m.X, sim.mass, x[-1]):.1f})"
+            f"{np.ptp(m.X[:, 2]) * 1000:.3g} mm tall; turned "
+            f"{turn_degrees(m.X, sim.mass, full[-1]):.1f} deg, the replay "
+            f"{turn_degrees(m.X, sim.mass, x[-1]):.1f})"
         )
     return SimpleNamespace(
         out=out, meshes=meshes, errors=errors, rigid=rigid, reports=reports, drivers=drivers
