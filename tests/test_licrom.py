@@ -571,8 +571,9 @@ def shapes(tmp_path_factory):
             f"p={p}: {len(m.T)} tets, held-out drop error {errors[p] * 1000:.3g} mm, "
             f"{rigid[p] * 1000:.3g} mm with each frame's rigid motion taken out (squash "
             f"{np.ptp(full[:, :, 2], axis=1).min() * 1000:.3g} of "
-            f"{np.ptp(m.X[:, 2]) * 1000:.3g} mm tall; turned {turn_degrees(m.X, sim.mass, full[-1]):.1f} "
-            f"deg, the replay {turn_degrees(m.X, sim.mass, x[-1]):.1f})"
+            f"{np.ptp(m.X[:, 2]) * 1000:.3g} mm tall; turned "
+            f"{turn_degrees(m.X, sim.mass, full[-1]):.1f} deg, the replay "
+            f"{turn_degrees(m.X, sim.mass, x[-1]):.1f})"
         )
     return SimpleNamespace(
         out=out, meshes=meshes, errors=errors, rigid=rigid, reports=reports, drivers=drivers
@@ -725,7 +726,8 @@ def test_poked_free_bodies_turn_as_full_space(shapes):
 def test_free_body_continues_across_a_mesh_swap(shapes):
     """The spinning rounded cube swapped to its 3.2x-finer mesh at frame 6, and back: the
     kinetic energy does not rise at a swap, the frame does not jump, and the motion goes on
-    as a run on the new mesh from the start (the field is one field on both)."""
+    as a run on the new mesh from the start (the field is one field on both). A swap to a
+    mesh with pinned nodes is refused and changes nothing."""
     coarse, fine = shapes.meshes[4], shapes.meshes["4 fine"]
     for a, b in ((coarse, fine), (fine, coarse)):
         run, _ = spun(shapes, 4, (0, 0, 1), mesh=a)
@@ -748,6 +750,12 @@ def test_free_body_continues_across_a_mesh_swap(shapes):
         )
         assert rep.kinetic_after <= rep.kinetic_before
         assert jump < 1e-3 and max(gaps) < 1e-3
+    # a free body's state has six rigid coordinates a pinned mesh has not: refused, unchanged
+    before = run.get_state()
+    run.pins = licrom.PinRegion(np.array([[[-1.0, -1.0, -1.0], [1.0, 1.0, -0.09]]]))
+    with pytest.raises(SimulationError, match="pinned"):
+        run.swap_mesh(coarse.X, coarse.T)
+    assert run.floating and np.array_equal(run.get_state()["q"], before["q"])
 
 
 def test_body_frames_take_out_exactly_the_rigid_motion():

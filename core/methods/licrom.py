@@ -92,21 +92,22 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   kept a fifth of its spin); without step 3 the results were the same to three digits. With
   the body-frame POD of a bake of the ball spinning at 5 rad/s onto the ground (16 modes, the
   bake's own shapes), this runtime replays that bake to 0.23 mm (8 modes: 0.62 mm): the
-  frame's kinematics are exact and what is left is the field's. Measured on the tests' family (latent 10, 60
-  epochs, exact energy; ``python bench/licrom.py --floating``): held-out drops replay at
+  frame's kinematics are exact and what is left is the field's. Measured on the tests'
+  family (latent 10, 60 epochs, exact energy; ``python bench/licrom.py --floating``; the
+  Blender poke's case in its tables too): held-out drops replay at
   1.09 / 0.73 mm on the training shapes p = 4 / 10 (world space: 1.45 / 1.69), 2.14 / 1.24 mm
   on the unseen p = 3 / 6 (2.32 / 1.22), 1.59 mm on the 3.2x-finer p = 4 mesh (1.82); the
   shapes alone (rigid motion taken out) 0.6-1.5 mm (0.95-1.65). The rounded cube spun at 8
   rad/s about the vertical replays at 1.67 mm (world space: 238 mm). What is not followed is
   the ball's rocking on its contact patch: its held-out drop rocks 9 degrees one way and back,
   driven by where its polyhedral surface presses on the ground, and the replay errs 25.8 mm
-  (world space: 18.9 mm; the shape alone 1.93 mm against 2.53); a field with latent 20 and
-  200 epochs: 11.7 mm. A ball rolling in place (spun about a horizontal axis) presses the
-  ground with patches of its surface no training drop pressed: its shape errs 10.5 mm and
-  the contact forces on those patches turn it wrongly (35 degrees off, 64 mm); a body in
-  flight poked at one end follows full space (the rounded cube and the ball: 0.73 and 2.78
-  mm, the centre of mass to rounding).
-  A step costs the six more modes and about 0.4 ms for the frame (0.86 against 0.43 ms on the
+  (world space: 18.9 mm; the shape alone 1.93 mm against 2.53); with latent 20 and 200
+  epochs the floating field errs 12.1 mm and the world-space one 18.4. A ball rolling in
+  place (spun about a horizontal axis) presses the ground with patches of its surface no
+  training drop pressed: its shape errs 10.5 mm and the contact forces on those patches turn
+  it wrongly (35 degrees off, 64 mm). A body in flight poked at one end follows full space
+  (the rounded cube and the ball: 0.73 and 2.78 mm, the centre of mass to rounding; the
+  world-space field, whose drops never moved sideways: 1.2-1.6 m). A step costs the six more modes and about 0.4 ms for the frame (0.86 against 0.43 ms on the
   rounded cube with its 35 fitted cubature tets; 1.2-1.3x with the exact energy). A mesh swap
   keeps the frame, and only when the new mesh would raise the kinetic energy puts the frame's
   velocity into ``qdot`` (:meth:`~LicromSimulation._settle_frame`) to scale it. A pinned body
@@ -842,6 +843,12 @@ class LicromSimulation(ReducedSimulation):
         state = self.get_state()
         try:
             self._build(X, T, self.settings, self.colliders)
+            if self.k != len(state["q"]):
+                raise SimulationError(
+                    "The new mesh has pinned nodes where the old one had none (or the reverse): "
+                    "a free body's state (six rigid coordinates) does not carry over to a "
+                    "pinned one. Swap to a mesh pinned as the old one, or start a new run."
+                )
         except Exception:
             self.__dict__.update(old)
             raise
