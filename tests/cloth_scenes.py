@@ -2,7 +2,8 @@
 
 A square sheet of ``n x n`` vertices hangs in the world XZ plane from its top row (the
 pin group ``pin`` of its Cloth modifier), under an empty ``Owner`` it is parented to; a
-UV sphere ``Ball`` with a Collision modifier waits in front of it.
+UV sphere ``Ball`` with a Collision modifier waits in front of it. :func:`replay` plays a
+cloth bake's inputs through a model (tests/test_snp_cloth.py, bench/snp_cloth.py).
 """
 
 from __future__ import annotations
@@ -72,3 +73,27 @@ def build_sheet(
     path = Path(path)
     bpy.ops.wm.save_as_mainfile(filepath=str(path))
     return path
+
+
+def replay(sim, bake, *, colliders=True):
+    """World positions (F, n, 3) of the simulator ``sim`` driven by the cloth bake's colliders
+    and reference frame, from rest, as Simulate drives it; ``colliders`` False puts every
+    collider at the world origin instead (the collider input zeroed: the sheet hangs 0.5 m
+    above it, out of reach)."""
+    from neural_rom.core.colliders import Collider
+    from neural_rom.core.sim import FrameInputs
+
+    C = np.asarray(bake.channel("colliders"))
+    R = np.asarray(bake.channel("reference_frame"))
+    shapes = bake.meta["colliders"]
+    far = np.eye(4)
+    sim.reset()
+    out = [sim.positions()]
+    for f in range(1, bake.n_frames):
+        cols = [
+            Collider(c["kind"], c["radius"], c["half_length"], C[f, j] if colliders else far)
+            for j, c in enumerate(shapes)
+        ]
+        sim.step(FrameInputs(colliders=cols, reference_frame=R[f]))
+        out.append(sim.positions())
+    return np.array(out)
