@@ -874,6 +874,7 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     X = rng.uniform(-0.1, 0.1, size=(80, 3)) * [1.0, 1.0, 1.5]
     centre = 0.5 * (X.min(0) + X.max(0))
     bound = (centre, float(np.linalg.norm(X - centre, axis=1).max()))
+    box = (X.min(0).tolist(), X.max(0).tolist())  # the runtime's bound has the box too
     kinds = ["sphere", "capsule", "plane", "sphere"]
     B, c = 150, len(kinds)
 
@@ -897,7 +898,7 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     # instances; instance 5's first one passes through vertex 1 (its fallback axis)
     after[1::4, :, :3, :3] = before[1::4, :, :3, :3]
     before[5, 0, :3, 3] = 2.0 * X[1] - after[5, 0, :3, 3]
-    for bd in (None, bound):
+    for bd in (None, bound, (*bound, box)):
         batched = batch_contact_features(X, before, after, kinds, sizes, bd)
         single = np.array(
             [contact_features(X, before[b], after[b], kinds, sizes[b], bd) for b in range(B)]
