@@ -44,7 +44,7 @@ DT = 1.0 / 24.0
 SETTINGS = SNPSettings(contact_features=True, epochs=40, validation_fraction=1 / 3)
 # Measured on the block below (216 tets, pressed by a sphere: bench/snp.py's PRESSES, 6 bakes
 # of 72 frames, 4 trained on, SETTINGS, batches of 8, u = 18; 10-17 s of training on one core,
-# load 2-6): held-out mean vertex error 2.657 mm with the network, 6.178 mm with the initial
+# load 2-6): held-out mean vertex error 2.659 mm with the network, 6.178 mm with the initial
 # model alone (eq. 1): 0.430x (per bake 0.447x and 0.409x); 0.319 mm for the PCA projection
 # (the floor), 8.3x. The pair is easier than most: the same four training bakes judged on 12
 # other bakes of the scene give 0.510x (per bake 0.43-0.71, median 0.50), and without contact features
