@@ -70,7 +70,8 @@ Where we depart from the paper, and why:
   calls: the pressed block's step at u = 64 (80 vertices, a held-out bake's 72 frames, min
   of 60 passes, the former and this runtime in one process on one core, load 4.3) 121.5 ->
   87.5 us with contact features, 27-28 us without (the issue's goal of 60 us is met without
-  them only: the features cost 60 us, were 94); the contact features of one press of
+  them only: the features cost 60 us, were 94); with the runtime's bounding box, a sweep whose
+  capsule's box misses the rest shape's returns at once: 82 -> 78 us (load 2.5); the contact features of one press of
   bench/snp.py's 288-vertex block 150 -> 82 us (load 4). Cost of the sampled sweep: a signed distance per vertex
   within reach of the sweep, per sample and collider: the test block's step (80 vertices, one
   sphere) 26.3 -> 74.5 us (one core, min of 5 passes over a held-out bake the sphere keeps
@@ -330,7 +331,8 @@ def contact_features(
     are the capsule's, exactly (:func:`_sphere_sweeps`); the other colliders are sampled
     (:func:`swept_push_out`).
 
-    ``bound``: ``(centre (3,), radius)`` of a ball holding ``X`` (the runtime's, computed once):
+    ``bound``: ``(centre (3,), radius)`` of a ball holding ``X``, optionally with X's bounding
+    box ``(lo, hi)`` (the runtime's, computed once):
     a collider whose sweep stays outside it is skipped with a few scalar operations (most
     frames; the same features: it would push nothing out)."""
     out = np.zeros((len(kinds), CONTACT_FEATURES))
@@ -342,7 +344,8 @@ def contact_features(
         ):
             continue
         if kind == "sphere" and _translates(before[i], after[i]):
-            out[i] = _sphere_sweeps(X, before[i, None], after[i, None], sizes[i, None, 0])[0]
+            box = bound[2] if bound is not None and len(bound) > 2 else None
+            out[i] = _sphere_sweeps(X, before[i, None], after[i, None], sizes[i, None, 0], box)[0]
             continue
         P = swept_push_out(X, before[i], after[i], kind, sizes[i])
         depth = np.sqrt(_dot3(P, P))
@@ -356,7 +359,7 @@ def _sweep_misses(bound: tuple, before: np.ndarray, after: np.ndarray, size) -> 
     ball ``bound`` (centre, radius): the distance from the ball's centre to the segment its
     centre moves along, against the radii and a capsule's half length times the larger axis
     scale (at most sqrt(3) times the largest matrix entry), in Python floats."""
-    (cx, cy, cz), rb = bound
+    (cx, cy, cz), rb = bound[0], bound[1]
     ax, ay, az = float(before[0, 3]), float(before[1, 3]), float(before[2, 3])
     ux, uy, uz = float(after[0, 3]) - ax, float(after[1, 3]) - ay, float(after[2, 3]) - az
     wx, wy, wz = cx - ax, cy - ay, cz - az
@@ -446,7 +449,7 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
         elif S <= _SCALAR_SWEEPS:  # a few: in Python floats
             act = [j for j in range(S) if not _sweep_misses(bound, before[j], after[j], size[j])]
         else:  # _sweep_misses on arrays (the same arithmetic)
-            centre, rb = bound
+            centre, rb = bound[0], bound[1]
             t0 = before[:, :3, 3]
             u = after[:, :3, 3] - t0
             w = centre - t0
@@ -553,7 +556,11 @@ def _translates(before: np.ndarray, after: np.ndarray) -> bool:
 
 
 def _sphere_sweeps(
-    X: np.ndarray, before: np.ndarray, after: np.ndarray, radius: np.ndarray
+    X: np.ndarray,
+    before: np.ndarray,
+    after: np.ndarray,
+    radius: np.ndarray,
+    box: tuple | None = None,
 ) -> np.ndarray:
     """(S, 5) contact features (:func:`contact_features`) of S spheres that only translate
     over the frame, from ``before`` to ``after`` (S, 4, 4) (the same rotation and scale),
@@ -564,7 +571,8 @@ def _sphere_sweeps(
     array calls of :func:`swept_push_out`'s sampled sweep. Elementwise per (sweep, vertex) pair,
     the sums in vertex order (:func:`numpy.bincount`), so a sweep's features do not depend on
     the other sweeps: one sweep broadcasts over the vertices, several gather their pairs,
-    with the same bits."""
+    with the same bits. ``box``: ``(lo, hi)`` the bounding box of X (the runtime's ``bound``):
+    one sweep whose capsule's box misses it returns the zeros at once."""
     S, n = len(before), len(X)
     out = np.zeros((S, CONTACT_FEATURES))
     A = before[:, :3, :3]
@@ -580,6 +588,18 @@ def _sphere_sweeps(
         r0 = float(radius[0]) * math.sqrt(max(c0, c1, c2))
         b0, b1, b2 = before[0, :3, 3].tolist()
         e0, e1, e2 = after[0, :3, 3].tolist()
+        # the capsule's box clear of the vertices' box: nothing inside (frames near the object
+        # but not on it; the features are the zeros the arithmetic below would give)
+        (l0, l1, l2), (h0, h1, h2) = box if box is not None else ((-math.inf,) * 3, (math.inf,) * 3)
+        if (
+            min(b0, e0) - r0 > h0
+            or max(b0, e0) + r0 < l0
+            or min(b1, e1) - r0 > h1
+            or max(b1, e1) + r0 < l1
+            or min(b2, e2) - r0 > h2
+            or max(b2, e2) + r0 < l2
+        ):
+            return out
         u0, u1, u2 = e0 - b0, e1 - b1, e2 - b2
         uu = u0 * u0 + u1 * u1 + u2 * u2
         uu = uu if uu > 0.0 else 1.0  # a sphere that did not move: u = 0, s = 0
@@ -1019,7 +1039,11 @@ class SNPSimulation(SimulatorBase):
         )
         self._far = self.p.far_transform()
         centre = 0.5 * (self.p.X.min(0) + self.p.X.max(0))  # a ball holding the rest shape
-        self._bound = (centre, float(np.linalg.norm(self.p.X - centre, axis=1).max()))
+        self._bound = (
+            centre,
+            float(np.linalg.norm(self.p.X - centre, axis=1).max()),
+            (self.p.X.min(axis=0).tolist(), self.p.X.max(axis=0).tolist()),
+        )
         self._folded = FoldedStep(self.p)
         self._driven: dict[bytes, Pose] = {}  # driver matrix -> pose (see driven_poses)
         self._initial_colliders = list(colliders or [])
