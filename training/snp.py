@@ -323,7 +323,7 @@ class SNPSettings:
     noise: float = 0.01
     epochs: int | None = None
     batch_size: int | None = None
-    learning_rate: float = 3e-3
+    learning_rate: float | None = None
     lr_decay: float = 0.995
     weight_decay: float = 0.0
     clip_margin: float = 0.0
@@ -336,7 +336,7 @@ class SNPSettings:
     revive_dead: bool = False
     warmup_epochs: int = 0
     mode_scaling: bool = True
-    contact_features: bool = False
+    contact_features: str = "auto"
 
     def __post_init__(self) -> None:
         self.__dict__.update(registry.get(NAME).validate(asdict(self)))
@@ -413,6 +413,39 @@ def frame_origin(X: np.ndarray) -> np.ndarray:
     """The point whose motion is the reference frame's velocity and acceleration features:
     the centre of the rest bounding box (:func:`core.methods.snp.frame_features`)."""
     return 0.5 * (X.min(0) + X.max(0))
+
+
+#: The automatic learning rate (:func:`learning_rate`): 3e-3 up to this many PCA modes, 1e-3
+#: above.
+LR_MODES = 40
+
+
+def learning_rate(s: SNPSettings, u: int) -> float:
+    """The AMSGrad step size: the setting, or automatic: 3e-3 for at most :data:`LR_MODES`
+    modes, 1e-3 for more. With per-mode scaling, many modes at 3e-3 did not train (the
+    pressed block's 16 bakes, u = 49: 0.788x the initial model, 1e-3 0.387x; the flag, u =
+    60: 0.886x, 1e-3 0.872x), where few did best at 3e-3 (the cloth test's sheet, u = 24:
+    0.52x, 1e-3 0.57x; the block's 8 bakes, u = 34, 0.481x). See the module docstring."""
+    if s.learning_rate is not None:
+        return float(s.learning_rate)
+    return 3e-3 if u <= LR_MODES else 1e-3
+
+
+def wants_contact(s: SNPSettings, ds) -> bool:
+    """Whether the model gets contact features: the setting "on" / "off", or "auto": on for
+    soft-body (FEM) bakes with a collider that moves in some bake, off for Blender cloth
+    bakes (a ball through a hanging sheet: 0.55x the initial model with them, 0.52x without,
+    and the step 3x slower) and where no collider moves (the sweep is always the same)."""
+    if s.contact_features != "auto":
+        return s.contact_features == "on"
+    if is_cloth_bake(ds[0].meta):
+        return False
+    for cache in ds:
+        if "colliders" in cache.channels:
+            mats = np.asarray(cache.channel("colliders"), dtype=np.float64)
+            if mats.size and np.ptp(mats, axis=0).max() > 0.0:
+                return True
+    return False
 
 
 def load_sequences(
@@ -760,6 +793,7 @@ class _NetTrainer:
         in_scale=None,
     ):
         self.s, self.dt, self.scale = s, float(dt), float(scale)
+        self.lr = learning_rate(s, Z[0].shape[1])
         self.n_vertices = int(n_vertices)
         self.device, self.dtype = device, torch.float32
         self.size = min([s.window] + [len(z) for z in Z])
@@ -801,12 +835,12 @@ class _NetTrainer:
 
     def epoch(self, net, opt, epoch: int) -> float:
         s, N = self.s, len(self.windows)
-        lr = s.learning_rate * s.lr_decay**epoch
+        lr = self.lr * s.lr_decay**epoch
         steps = -(-N // self.batch)
         # AdamW's decoupled decay: ``lr * weight_decay`` of the departure from the initial
         # model a step. Each AMSGrad step moves a weight by about ``lr``, so the departure
         # settles near ``1 / weight_decay`` whatever the number of steps an epoch has.
-        shrink = s.learning_rate * s.lr_decay**epoch * s.weight_decay
+        shrink = self.lr * s.lr_decay**epoch * s.weight_decay
         rng = np.random.default_rng([s.seed, epoch])
         perm = rng.permutation(N)
         total = 0.0
@@ -936,7 +970,7 @@ class _NetTrainer:
         # the initial model's weights, the weight decay's anchor (the same seeded network on a
         # resume: it is not checkpointed)
         self.anchor = [p.detach().clone() for p in net.parameters()]
-        opt = torch.optim.Adam(net.parameters(), lr=s.learning_rate, amsgrad=True)
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr, amsgrad=True)
         f = self.checkpoints.file("snp_net", ".pt")
         keep = s.keep_best and bool(self.val)
         state = {"epoch": 0, "losses": [], "stopped": "", "best_epoch": 0, "best_val": None}
@@ -1127,7 +1161,9 @@ def train(
     Returns
     -------
     The result record of :meth:`.common.TrainingRun.finish` with this method's metrics:
-    ``pca_max_error_train_m``/``_val_m``, ``external_modes``, ``network`` (layer sizes),
+    ``pca_max_error_train_m``/``_val_m``, ``external_modes``, ``learning_rate`` and
+    ``contact_features`` (as chosen, :func:`learning_rate`, :func:`wants_contact`),
+    ``network`` (layer sizes),
     ``epochs_trained``, ``train_loss``, ``stopped``, ``network_seconds`` and, over the
     held-out bakes rolled out in the subspace, the mean vertex errors of the model
     (``heldout_mean_error_m``), of the initial model alone (``initial_model_mean_error_m``)
@@ -1149,7 +1185,8 @@ def train(
     b = run.bakes
     sim_settings = b.sim_settings
     dt = float(sim_settings.dt)
-    seqs, kinds, sizes = load_sequences(run, s.contact_features)
+    contact = wants_contact(s, b.ds)
+    seqs, kinds, sizes = load_sequences(run, contact)
     train_seqs = [q for q in seqs if q.bake in set(b.train.tolist())]
     val_seqs = [q for q in seqs if q.bake in set(b.val.tolist())]
     run.check_cancel("Training cancelled before the basis was computed.")
@@ -1223,6 +1260,7 @@ def train(
             lambda done, total, msg: run.say(0.12 + 0.7 * done / max(total, 1), msg),
             in_scale=in_scale,
         )
+        run.emit({"learning_rate": trainer.lr, "contact_features": contact})
         net_t, state = trainer.fit(deadline=time.perf_counter() + s.time_budget)
     network_seconds = time.perf_counter() - t_net
     if state["stopped"] == "time budget":
@@ -1251,7 +1289,7 @@ def train(
         triangles=cloth_triangles(b.ds),
         frame_origin=frame_origin(b.X),
         input_scale=in_scale,
-        contact=s.contact_features,
+        contact=contact,
     )
     check = (Z_val or Z)[0], (val_seqs or train_seqs)[0].features
     _verify_export(net_t, params, *check)
@@ -1291,6 +1329,8 @@ def train(
             "best_epoch": state["best_epoch"] if s.keep_best and val_seqs else None,
             "epochs": trainer.epochs,
             "batch_size": trainer.batch,
+            "learning_rate": trainer.lr,
+            "contact_features": contact,
             "train_loss": state["losses"][-1] if state["losses"] else None,
             "stopped": state["stopped"],
             "windows": int(len(trainer.windows)),
