@@ -290,6 +290,9 @@ def accuracy(
         "frames": frames,
         "bake_s": bake_s,
         "epochs": res["epochs_trained"],
+        "k": res["k"],
+        "learning_rate": res["learning_rate"],
+        "contact_features": res["contact_features"],
         "mode_scaling": mode_scaling,
         "train_s": res["train_seconds"],
         "heldout_mm": 1e3 * h,
@@ -382,8 +385,9 @@ def accuracy_report(r: dict) -> str:
 def _accuracy_summary(r: dict) -> str:
     return (
         f"{r['tets']} tets; {r['bakes']} bakes x {r['frames']} frames baked in "
-        f"{r['bake_s']:.1f} s; {r['epochs']} epochs (per-mode scaling "
-        f"{'on' if r['mode_scaling'] else 'off'}) in {r['train_s']:.1f} s\n"
+        f"{r['bake_s']:.1f} s; {r['epochs']} epochs (u = {r['k']}, learning rate "
+        f"{r['learning_rate']:g}, contact features {'on' if r['contact_features'] else 'off'}, "
+        f"per-mode scaling {'on' if r['mode_scaling'] else 'off'}) in {r['train_s']:.1f} s\n"
         f"held-out mean vertex error {r['heldout_mm']:.2f} mm, initial model alone "
         f"{r['initial_mm']:.2f} mm: {r['ratio']:.3f}x (goal 0.6x); PCA floor "
         f"{r['floor_mm']:.2f} mm ({r['heldout_mm'] / r['floor_mm']:.0f}x)"
@@ -427,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tets", type=int, default=1000, help="tets of the block (about)")
     ap.add_argument("--variants", type=int, default=5, help="bakes (one in five held out)")
     ap.add_argument("--frames", type=int, default=72, help="frames per bake")
-    ap.add_argument("--epochs", type=int, default=100, help="training epochs")
+    ap.add_argument("--epochs", type=int, default=100, help="training epochs (0: automatic)")
     ap.add_argument("--instances", type=int, default=100, help="instances of the batch")
     ap.add_argument("--reps", type=int, default=200, help="frames timed per measurement")
     ap.add_argument("--json", help="also write the raw results to this JSON file")
@@ -442,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--settings",
-        help="other training settings, as JSON ('{\"contact_features\": true}')",
+        help='other training settings, as JSON (\'{"contact_features": "off"}\')',
     )
     args = ap.parse_args(argv)
     common.pin_this_process()

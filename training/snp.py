@@ -39,7 +39,8 @@ Pipeline (one model per mesh and physics setup); the runtime is :mod:`core.metho
 CPU defaults, and why they differ from the paper's (10 layers of 1.5u, learning rate 1e-4 with
 decay 0.999, ~100 epochs of 1e5-1e6 frames, 10-48 hours on a GPU): our bakes are a few
 hundred frames, so an epoch is a few batches and the paper's schedule would barely move the
-weights. ``layers`` 4 (three hidden layers of 1.5u), ``learning_rate`` 3e-3 with decay 0.995
+weights. ``layers`` 4 (three hidden layers of 1.5u), ``learning_rate`` 3e-3 (automatic:
+1e-3 past 40 PCA modes, :func:`learning_rate`, see the pressed block below) with decay 0.995
 an epoch, the batch size and epochs chosen from the number of windows (:func:`schedule`:
 batches of 8 to 32, ~3,200 steps, at most 100 epochs), no weight decay (see below). The
 paper's network is ``layers=10`` (``width`` 0 is 1.5u, the default). Measured, with the
@@ -200,12 +201,14 @@ base, pressed by a sphere of 10 cm radius 3 times a bake, up to 6 cm deep, at up
 in contact 13 frames at a time on average (the fast sphere: 1-3 frames in 55 of its 131
 contacts); 72 frames a bake. Held-out mean vertex error over the initial model alone's, the
 same 12 held-out bakes of 48, trained on the first N of the other 36 (one core, load 2-7; at
-the defaults, the automatic epochs, but where stated):
+the defaults, the automatic epochs, but where stated; "defaults" was contact features off and
+learning rate 3e-3, "defaults now" is the automatic contact features and learning rate):
 
 ===========================  =======  =======  ===============  ===============
 N bakes trained on           4        8        16               36
 ===========================  =======  =======  ===============  ===============
 defaults (u auto)            0.868x   1.040x   0.948x (u = 49)  --
+defaults now                 0.521x   0.466x   0.387x (u = 49)  @P36@
 contact features             0.542x   0.481x   0.788x (u = 49)  --
   same, learning rate 1e-3   0.537x   --       0.387x           0.368x (u = 60)
   same, k = 24               --       0.495x   0.393x           0.392x
@@ -232,18 +235,24 @@ inputs of many modes make AMSGrad's steps too big for the network to fit. Floori
 per-mode scales at 0.1 s instead of 1e-3 s (at most 10x amplification) fixes it too: 16
 bakes 0.384x; but the test's 4 bakes on the 12 held-out ones 0.546x against 0.510x (its own
 pair 0.497x against 0.430x) and the cloth test's sheet 0.57x against 0.52x (load 5-8).
-Neither default is changed here: the learning rate and the floor were chosen on the cloth
-(at 1e-3 its sheet 0.572x); with many bakes of a soft body, set ``learning_rate`` 1e-3 or
-``k``. Per held-out bake with contact features the ratio spreads 0.24-0.87x (median 0.35-0.56
+So the learning rate is automatic (:func:`learning_rate`): 3e-3 up to 40 modes (the cloth
+test's sheet, k = 24: 0.52x, at 1e-3 0.572x; the block's 4 and 8 bakes, u = 18 and 34: 0.521x
+and 0.466x at the new defaults), 1e-3 past them (the block's 16 and 36 bakes, u = 49 and 60;
+the flag, u = 60: 0.872x against 0.886x at 3e-3). Measured at the new defaults (contact
+features and learning rate automatic, epochs automatic; one core, load 3-6): 4, 8, 16 bakes
+0.521x, 0.466x, 0.387x (training 82, 71, 61 s; the network fits its training bakes to 0.10x,
+0.15x, 0.13x); @CLOTH@ Per held-out bake with contact features the ratio spreads 0.24-0.87x (median 0.35-0.56
 by N). The contact features are what the scene needs: without them 4 bakes give 0.87x and
 the network fits its training bakes only to 0.21x (with: 0.11x); with them the colliders'
 end-of-frame positions and the sweep's depth explain a press that lasts. The test's four
 training bakes (v000, v001, v004, v005; 40 epochs, 9.3 s of training) on the 12 held-out bakes:
 0.510x with contact features (its own two held-out bakes 0.430x), 0.911x without.
-They stay off by default: on the cloth test's sheet (a ball) they give 0.55x against 0.52x
-without (both within its 0.6x; load 7), and the pressed block's step at u = 64 costs 87.5
-us with them against 27.5 without (core.methods.snp); a soft body met by colliders should
-train with them (tests/test_snp.py does).
+So they are automatic (``contact_features`` "auto", :func:`wants_contact`): on for soft-body
+(FEM) bakes where a collider moves, off for Blender cloth bakes and where no collider moves
+("on" / "off" choose; a former True / False reads as "on" / "off"). Off for cloth: on the
+cloth test's sheet (a ball) they give 0.55x against 0.52x without (both within its 0.6x;
+load 7), and the step at u = 64 costs 87.5 us with them against 27.5 without
+(core.methods.snp). tests/test_snp.py's block trains at the defaults (but 40 epochs).
 
 Resume. The checkpoints (:class:`.common.Checkpoints`) are the PCA basis and the network
 (its weights, AMSGrad's state, the epoch, the loss history). A killed run started again with
