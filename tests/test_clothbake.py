@@ -31,6 +31,16 @@ def bake(tmp, blend, *, timeout=120, **spec):
     return job
 
 
+def cancel_after(job, units):
+    """Cancel ``job`` once it reported ``units`` frames done (or after a minute), and wait."""
+    deadline = time.monotonic() + 60
+    while job.done_units < units and time.monotonic() < deadline and not job.finished:
+        job.poll()
+        time.sleep(0.02)
+    job.cancel()
+    job.wait(timeout=60)
+
+
 # ------------------------------------------------------------------------- no bpy
 
 
@@ -220,12 +230,7 @@ def test_cancelled_bake_in_processes_keeps_each_variants_prefix(sheet, tmp_path)
         tmp_path / "logs",
         check_python=False,
     )
-    deadline = time.monotonic() + 60
-    while job.done_units < 40 and time.monotonic() < deadline and not job.finished:
-        job.poll()
-        time.sleep(0.02)
-    job.cancel()
-    job.wait(timeout=60)
+    cancel_after(job, 40)
     assert job.state == jobs.CANCELLED, job.message
     counts = []
     for v in range(2):
@@ -263,12 +268,7 @@ def test_cancelled_cloth_bake_keeps_a_valid_prefix(sheet, tmp_path):
         "frames": 3000,
     }
     job = jobs.Job.start(spec, PY, tmp_path / "logs", check_python=False)
-    deadline = time.monotonic() + 60
-    while job.done_units < 20 and time.monotonic() < deadline and not job.finished:
-        job.poll()
-        time.sleep(0.02)
-    job.cancel()
-    job.wait(timeout=60)
+    cancel_after(job, 20)
     assert job.state == jobs.CANCELLED, job.message
     b = BakeCache.open(tmp_path / "bakes" / "cloth_000.nrbake")
     print(f"cancelled after {b.n_frames} committed frames")
