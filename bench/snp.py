@@ -35,10 +35,12 @@ grid 3 x 3 x 4) from ``--variants`` bakes of ``--frames`` frames (the test's see
 bakes are the first 4), one in five held out, ``--epochs`` (and ``--no-mode-scaling``); it
 prints the held-out mean vertex error over the initial model alone's (issue 11's goal: at most
 0.6x) and the bake and training seconds. The pressed block (72 frames a bake, the default
-settings, the automatic epochs; one core, load 3-5): 20 bakes (16 trained on, 4 held out),
-contact features 1.311x, without 1.002x: the automatic modes (1% of the diagonal; ~49 at 16
-bakes) are too many for the automatic 47 epochs, the network fits not even its training bakes
-(1.30x and 0.99x there) where 24 modes reach 0.39x on 12 held-out bakes of 48
+settings, the automatic epochs: ``--epochs 0``; one core, load 1-4): 20 bakes (16 trained on,
+4 held out, u = 45) at today's defaults (contact features and learning rate automatic: on,
+1e-3) 0.508x (4.08 / 8.04 mm; 38.9 s of training, 47 epochs; in contact 0.464x, free 0.630x;
+its training bakes 0.172x). At the former defaults (learning rate 3e-3): contact features
+1.311x, without 1.002x: at 3e-3 the automatic modes (1% of the diagonal; ~49 at 16 bakes)
+were too many for the network to fit even its training bakes (1.30x and 0.99x there)
 (training/snp.py's table). The former scene (48 frames a bake): re-run with the current trainer: the test's 4 bakes,
 400 epochs, no contact features: 0.690x (16.20 / 23.49 mm; 33.8 s of training, load 1.3-2),
 against the old 0.887x. The rest are OLD numbers, measured with the former trainer (Adam's
