@@ -4,7 +4,7 @@ trained on whole bakes and measured on a held-out bake of 1,000 frames replayed 
 runtime as Simulate drives it (colliders and the reference frame per frame).
 
 Scene size: the issue asks for a sheet of about 2,500 vertices; the test uses 12 x 12 = 144
-(20 bakes in 12-38 s in two processes, training 70-120 s: about 2.5 minutes in all) and states
+(20 bakes in 10-38 s in two processes, training 40-120 s: 1-2.5 minutes by load) and states
 its numbers. The 50 x 50 sheet was measured the same way (the same ball, box, seeds and
 held-out bake; ``bench/snp_cloth.py --heldout-frames 1000`` runs it): Blender's cloth steps
 it at 38 ms a frame in one process (it threads its step over ~1.7 of the 2 cores), 23 ms a
