@@ -984,48 +984,6 @@ def _oscillator_trainer(settings, sequences=12):
     return net_trainer(settings, *forced_oscillators(sequences=sequences))
 
 
-def test_reviving_dead_relus_keeps_the_output_and_wakes_them():
-    """Units killed by hand (a bias of -1e3: never active on any training input) are
-    re-initialized by :meth:`_NetTrainer.revive`: the network's output on the training
-    windows' (teacher-forced) inputs is unchanged to the bit (their outgoing weights start at zero), they fire again,
-    and the next epoch's gradient moves their outgoing weights. A learning rate
-    far too high (0.05) kills most of the deeper ReLUs (measured: 5 of 6 in each of the last
-    two hidden layers after 8 epochs); with ``revive_dead`` at most one stays dead."""
-    trainer = _oscillator_trainer(SNPSettings(epochs=1, batch_size=8, window=8, seed=3))
-    net = trainer.network()
-    trainer.anchor = [p.detach().clone() for p in net.parameters()]
-    lin = [m for m in net if isinstance(m, torch.nn.Linear)]
-    with torch.no_grad():
-        lin[-1].weight.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
-        lin[1].bias[:3] = -1e3  # three units of the second hidden layer: dead everywhere
-    x = trainer.forced_inputs()
-    out = lambda: net(x).detach()  # noqa: E731
-    before, dead = out(), trainer.dead_units(net)
-    alive = trainer.activity(net)[2]  # the next layer's units that keep their weights
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3, amsgrad=True)
-    revived = trainer.revive(net, opt, epoch=0)
-    after = trainer.dead_units(net)
-    print(f"dead share per hidden layer {np.round(dead, 3)} -> {np.round(after, 3)}, "
-          f"{revived} units revived")  # fmt: skip
-    assert dead[1] >= 0.5 and revived >= 3 and after[1] < dead[1]
-    assert bool(trainer.activity(net)[1][:3].all())  # the killed units fire again
-    assert torch.equal(out(), before)
-    outgoing = lambda: float(lin[2].weight[alive][:, :3].detach().abs().max())  # noqa: E731
-    assert outgoing() == 0.0
-    trainer.epoch(net, opt, 0)
-    assert outgoing() > 0.0  # they learn again
-
-    ends = {}
-    for revive in (False, True):
-        s = SNPSettings(epochs=8, batch_size=8, window=8, learning_rate=0.05, revive_dead=revive)
-        trainer = _oscillator_trainer(s)
-        _, state = trainer.fit(deadline=float("inf"))
-        ends[revive] = state["dead_units"]
-    print(f"learning rate 0.05, 8 epochs: dead share per hidden layer without revival "
-          f"{np.round(ends[False], 3)}, with {np.round(ends[True], 3)}")  # fmt: skip
-    assert max(ends[False]) >= 0.5 and max(ends[True]) <= 1 / 6 + 1e-6
-
-
 def test_warm_up_ramps_the_learning_rate_step_by_step():
     """``warmup_epochs`` 2: the learning rate of step j (from 0) of the first two epochs is
     ``(j + 1) / (2 x steps an epoch)`` of the decayed rate, then the decayed rate itself."""

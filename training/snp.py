@@ -132,17 +132,14 @@ Dead ReLUs (``dead_units`` in the metrics: per hidden layer, the share of units 
 positive on any teacher-forced input of the training windows, :meth:`_NetTrainer.activity`).
 The flag at the defaults ends with 0%, 48% and 48% of its three hidden layers dead (seed 1:
 0, 42, 36%), the cloth test's sheet 0, 8 and 14%, the block (contact features, 40 epochs)
-0, 4 and 12%. Two remedies that keep the ReLU MLP (the runtime unchanged), both off by
-default, measured as held-out error over the initial model alone's (flag: 4 held-out bakes,
+0, 4 and 12%. Two remedies that keep the ReLU MLP (the runtime unchanged), measured as held-out error over the initial model alone's (flag: 4 held-out bakes,
 49 epochs of 32; cloth: harness of tests/test_snp_cloth.py; block: tests/test_snp.py's):
 
-* ``revive_dead``: at the end of each epoch, the dead units get fresh incoming weights and
-  zero outgoing ones (:meth:`_NetTrainer.revive`; the output on the training inputs is
-  unchanged). Flag 0.925x against 0.886x (485 revivals, none dead at the end, training loss
-  0.158 against 0.164), cloth 0.580x against 0.518x, block 0.848x against 0.675x: the units
-  stay alive but the held-out error is worse everywhere. (Zeroing the revived weights'
-  AMSGrad second moments too made their first steps several times the learning rate: the
-  flag diverged, 2.68x.)
+* Re-initializing the dead units each epoch (fresh incoming weights, zero outgoing ones, so
+  the output on the training inputs was unchanged; a ``revive_dead`` setting, since removed):
+  flag 0.925x against 0.886x (485 revivals, none dead at the end), cloth 0.580x against
+  0.518x, block 0.848x against 0.675x: the units stayed alive but the held-out error was
+  worse everywhere. Dead units are not what holds these sets back.
 * ``warmup_epochs``: the learning rate ramps up linearly, step by step. 5 epochs: flag 0.832x
   and 0.759x (seeds 0 and 1, against 0.886x and 0.882x; dead 10-13% instead of 36-48%),
   but cloth 0.620x and 0.590x (against 0.518x and 0.533x; dead 3% and 6% instead of 14% and
@@ -353,7 +350,6 @@ class SNPSettings:
     seed: int = 0
     rollout: bool = True
     keep_best: bool = False
-    revive_dead: bool = False
     warmup_epochs: int = 0
     mode_scaling: bool = True
     contact_features: str = "auto"
@@ -891,8 +887,6 @@ class _NetTrainer:
             opt.step()
             self.decay(net, shrink)
             total += float(loss.detach()) * len(b)
-        if s.revive_dead:
-            self.revive(net, opt, epoch)
         return total / max(N, 1)
 
     @torch.no_grad()
@@ -923,42 +917,6 @@ class _NetTrainer:
     def dead_units(self, net) -> list[float]:
         """Per hidden layer, the share of its ReLUs never active over the training windows."""
         return [float((~a).float().mean()) for a in self.activity(net)]
-
-    @torch.no_grad()
-    def revive(self, net, opt, epoch: int) -> int:
-        """Re-initialize the hidden ReLUs dead over the training windows (:meth:`activity`):
-        fresh incoming weights and bias (``torch.nn.Linear``'s default uniform bounds, drawn
-        from the seed and the epoch), zero outgoing weights, so the network's output on
-        those inputs is unchanged and the unit learns again from the next step; its AMSGrad momentum and its
-        weight decay anchor restart with it, its second moments are kept (zeroed, they
-        made the first steps several times the learning rate: the flag's training
-        diverged). The network stays a ReLU MLP (same runtime).
-        Returns the number of units revived."""
-        lin = [m for m in net if isinstance(m, torch.nn.Linear)]
-        gen = torch.Generator().manual_seed(int(self.s.seed) * 100_003 + int(epoch) + 1)
-        anchor = dict(zip([id(p) for p in net.parameters()], self.anchor, strict=True))
-        revived = 0
-        for i, a in enumerate(self.activity(net)):
-            dead = torch.nonzero(~a).flatten()
-            if len(dead) == 0:
-                continue
-            inc, out = lin[i], lin[i + 1]
-            bound = 1.0 / np.sqrt(inc.in_features)
-            wd = (torch.rand((len(dead), inc.in_features), generator=gen) * 2 - 1) * bound
-            bd = (torch.rand((len(dead),), generator=gen) * 2 - 1) * bound
-            inc.weight[dead] = wd.to(inc.weight)
-            inc.bias[dead] = bd.to(inc.bias)
-            out.weight[:, dead] = 0.0
-            for p in (inc.weight, inc.bias):
-                anchor[id(p)][dead] = p[dead]
-                if "exp_avg" in opt.state.get(p, {}):
-                    opt.state[p]["exp_avg"][dead] = 0.0
-            anchor[id(out.weight)][:, dead] = 0.0
-            if "exp_avg" in opt.state.get(out.weight, {}):
-                opt.state[out.weight]["exp_avg"][:, dead] = 0.0
-            revived += len(dead)
-        self.revived = getattr(self, "revived", 0) + revived
-        return revived
 
     @torch.no_grad()
     def decay(self, net, shrink: float) -> None:
@@ -1357,7 +1315,6 @@ def train(
             "windows": int(len(trainer.windows)),
             "network_seconds": network_seconds,
             "dead_units": state["dead_units"],
-            "revived_units": getattr(trainer, "revived", 0),
             **measures,
         },
     )

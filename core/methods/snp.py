@@ -1815,17 +1815,6 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         advanced=True,
     ),
     Setting(
-        "revive_dead",
-        "bool",
-        False,
-        "Revive Dead Units",
-        "At the end of each epoch, hidden ReLUs never active over the training windows get "
-        "fresh incoming weights and zero outgoing ones (the runtime is unchanged). Off by "
-        "default: the units stay alive but the held-out error was worse on the flag, the "
-        "cloth test and the block (0.93x, 0.58x, 0.85x against 0.89x, 0.52x, 0.68x)",
-        advanced=True,
-    ),
-    Setting(
         "warmup_epochs",
         "int",
         0,
