@@ -23,65 +23,39 @@ Everything runs in this process pinned to one core with one BLAS thread
 inputs played forward and back). Memory: the model file's size and its arrays' bytes (the
 basis ``U``, the network, the rest).
 
-Results (former scene, 48 frames a bake; default run, re-measured with the current trainer's
-defaults (decoupled weight decay, off): one core, load 1.5-2): 1,050 tets, u = 60, network 123-90-90-90-60, 100 epochs in
-11.8 s; full-space step 24.3 ms, model step 31.9 us (762x), decode 20.9 us; 100 instances in
-one batched step 564 us against 4.04 ms as 100 single steps (7.2x); held-out mean vertex error
-27.23 mm (initial model 31.64, PCA floor 0.38); model file 727 KiB. (The former trainer, Adam's
-weight decay 1e-2, load 10: 26.96 mm; step 52.8 us, batch 1.24 ms, loaded.)
+Results (default run, the pressed block, 72 frames a bake, today's defaults: contact features
+and learning rate automatic, on and 3e-3; one core, load 1-2): 1,050 tets, u = 21, network
+50-32-32-32-21, 100 epochs in 22.6 s; full-space step 33.9 ms, model step 80.3 us (422x; about
+50 us of it the contact features), decode 19.9 us; 100 instances in one batched step 873 us
+against 12.8 ms as 100 single steps (14.7x), batched decode 2.3 ms (the push-out is per
+instance); held-out mean vertex error 4.23 mm (initial model 6.74, PCA floor 0.28); model file
+240 KiB. Without contact features (the former scene's run) the step was 31.9 us and the batch
+564 us.
 
 ``--accuracy``: no timings; the held-out accuracy on the block of tests/test_snp.py (216 tets,
 grid 3 x 3 x 4) from ``--variants`` bakes of ``--frames`` frames (the test's seed, so its 4
 bakes are the first 4), one in five held out, ``--epochs`` (and ``--no-mode-scaling``); it
 prints the held-out mean vertex error over the initial model alone's (issue 11's goal: at most
 0.6x) and the bake and training seconds. The pressed block (72 frames a bake, the default
-settings, the automatic epochs; one core, load 3-5): 20 bakes (16 trained on, 4 held out),
-contact features 1.311x, without 1.002x: the automatic modes (1% of the diagonal; ~49 at 16
-bakes) are too many for the automatic 47 epochs, the network fits not even its training bakes
-(1.30x and 0.99x there) where 24 modes reach 0.39x on 12 held-out bakes of 48
-(training/snp.py's table). The former scene (48 frames a bake): re-run with the current trainer: the test's 4 bakes,
-400 epochs, no contact features: 0.690x (16.20 / 23.49 mm; 33.8 s of training, load 1.3-2),
-against the old 0.887x. The rest are OLD numbers, measured with the former trainer (Adam's
-weight decay 1e-2 added to the gradient, before its fix; not re-run: the 20-bake runs take
-5 min each) (the shared 2-core machine, two trainings at a time, load average 2.5-3.5; mean vertex error, network / initial model alone, over the
-held-out bakes): 4 bakes (the test), 400 epochs: 0.887x (57 s of training); 20 bakes (16
-trained on, 1.6 s a bake on one core), 400 epochs: 0.969x (306 s), per-mode scaling off the
-same 0.969x; 100 epochs 0.971x (83 s); learning rate 1e-3 and weight decay 1e-4: 0.958x;
-window 8: 0.970x; the outlier bake (v008, a vertex pushed 564 mm) left out: 0.966x; 8
-bakes, 200 epochs: 1.124x (learning rate 1e-3: 1.102x). The goal is far: more bakes did not
-help on the block, unlike on Blender's cloth. Replaying the training bakes themselves: with 4
-bakes the network fits them (v000: 4.3 mm against the initial model's 18.9 mm), with 20 it
-does not (17.5 against 17.9 mm): at the default settings (Adam's weight decay 1e-2, added to
-the gradient) every weight of the 20-bake network had decayed to 0 (34 steps an epoch, the
-zero last layer giving the hidden layers no gradient), so the model was eq. (1) alone (the
-trainer's decay is now decoupled and pulls towards the initial weights, and off by
-default: training/snp.py). Alive networks do no better on unseen paths: weight decay 1e-4 and
-learning rate 1e-3, 100 epochs 0.958x; weight decay 1e-4, 400 epochs 1.314x (overfitted);
-learning rate 3e-4 0.970x; 6 layers, weight decay 1e-4, 200 epochs 0.969x (its hidden
-weights 0 again); decoupled decay (AdamW)
-1.068x on 20 bakes and 0.925x on the test's 4 (so Adam stays); with AdamW the training bakes
-are no better either (v000 19.1 against 17.9 mm). The initial model, which has no input, is
-off by about each bake's mean displacement from its first frame; the network learns a little
-of the contact response from 16 bakes of 48 frames, and the 0.6x of the cloth needs a
-different input (a contact feature) or far more data than a CI test can bake.
-
-Contact features (``--settings '{"contact_features": true}'``, training/snp.py's docstring has
-the experiments). The test's 4 bakes, 60 epochs (a quiet machine, load 1-2): with them
-held-out 15.47 mm against eq. (1)'s 23.49 mm, 0.659x (in contact frames 0.712x, free 0.634x;
-one step teacher-forced 0.910x); without 0.942x (contact 0.851x, free 0.983x; one step
-1.088x, worse than eq. 1). Their training bakes 0.274x with, 0.785x without. Timing run
-(1,050 tets, 288 vertices, 5 epochs, one core, load 2-2.5, old and new code A/B in the same
-minutes): model step 32.6 us without, 93.4 us with (96.8 before; a swept signed distance per
-vertex within reach, 4 samples); 100 instances in one batched step 559 us without, 1.13 ms
-with, 6.38 ms when the contact features were a loop over instances (now
-:func:`~core.methods.snp.batch_contact_features`, vectorized over instances and colliders,
-bit-for-bit the per-instance features): 10.5 ms as 100 single steps.
+settings, the automatic epochs: ``--epochs 0``; one core, load 1-4): 20 bakes (16 trained on,
+4 held out, u = 45) at today's defaults (contact features and learning rate automatic: on,
+1e-3) 0.508x (4.08 / 8.04 mm; 38.9 s of training, 47 epochs; in contact 0.464x, free 0.630x;
+its training bakes 0.172x). At the former defaults (learning rate 3e-3): contact features
+1.311x, without 1.002x: at 3e-3 the automatic modes (1% of the diagonal; ~49 at 16 bakes)
+were too many for the network to fit even its training bakes (1.30x and 0.99x there)
+(training/snp.py's table). The former scene (a sphere through 4 random keys at up to 0.74 m a frame, 48 frames a bake):
+the test's 4 bakes, 400 epochs, no contact features 0.690x; with 20 bakes the network did no
+better than eq. (1) whatever the settings (0.958-1.314x, with Adam's former coupled weight
+decay, which had also decayed every weight to 0); with contact features (the sweep through the
+rest shape) the test's 4 bakes 0.659x, 12 held-out bakes of 60 0.845x: the sphere touched for
+1-3 frames, which is why the scenario now presses (training/snp.py's docstring has the
+experiments).
 
 Usage::
 
-    python bench/snp.py [--tets 1000] [--variants 5] [--frames 48] [--epochs 100]
+    python bench/snp.py [--tets 1000] [--variants 5] [--frames 72] [--epochs 100]
                         [--instances 100] [--reps 200] [--json F]
-    python bench/snp.py --accuracy --variants 20 --epochs 400 [--no-mode-scaling]
+    python bench/snp.py --accuracy --variants 20 --epochs 0 [--no-mode-scaling]
 """
 
 from __future__ import annotations
@@ -290,6 +264,9 @@ def accuracy(
         "frames": frames,
         "bake_s": bake_s,
         "epochs": res["epochs_trained"],
+        "k": res["k"],
+        "learning_rate": res["learning_rate"],
+        "contact_features": res["contact_features"],
         "mode_scaling": mode_scaling,
         "train_s": res["train_seconds"],
         "heldout_mm": 1e3 * h,
@@ -382,8 +359,9 @@ def accuracy_report(r: dict) -> str:
 def _accuracy_summary(r: dict) -> str:
     return (
         f"{r['tets']} tets; {r['bakes']} bakes x {r['frames']} frames baked in "
-        f"{r['bake_s']:.1f} s; {r['epochs']} epochs (per-mode scaling "
-        f"{'on' if r['mode_scaling'] else 'off'}) in {r['train_s']:.1f} s\n"
+        f"{r['bake_s']:.1f} s; {r['epochs']} epochs (u = {r['k']}, learning rate "
+        f"{r['learning_rate']:g}, contact features {'on' if r['contact_features'] else 'off'}, "
+        f"per-mode scaling {'on' if r['mode_scaling'] else 'off'}) in {r['train_s']:.1f} s\n"
         f"held-out mean vertex error {r['heldout_mm']:.2f} mm, initial model alone "
         f"{r['initial_mm']:.2f} mm: {r['ratio']:.3f}x (goal 0.6x); PCA floor "
         f"{r['floor_mm']:.2f} mm ({r['heldout_mm'] / r['floor_mm']:.0f}x)"
@@ -427,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tets", type=int, default=1000, help="tets of the block (about)")
     ap.add_argument("--variants", type=int, default=5, help="bakes (one in five held out)")
     ap.add_argument("--frames", type=int, default=72, help="frames per bake")
-    ap.add_argument("--epochs", type=int, default=100, help="training epochs")
+    ap.add_argument("--epochs", type=int, default=100, help="training epochs (0: automatic)")
     ap.add_argument("--instances", type=int, default=100, help="instances of the batch")
     ap.add_argument("--reps", type=int, default=200, help="frames timed per measurement")
     ap.add_argument("--json", help="also write the raw results to this JSON file")
@@ -442,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--settings",
-        help="other training settings, as JSON ('{\"contact_features\": true}')",
+        help='other training settings, as JSON (\'{"contact_features": "off"}\')',
     )
     args = ap.parse_args(argv)
     common.pin_this_process()

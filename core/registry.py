@@ -82,7 +82,8 @@ class Setting:
     unit : "" or an SI unit ("m", "s", "Pa", ...)
     minimum, maximum : inclusive bounds (None: unbounded); for int_list, of each entry
     soft_maximum : where the panel's slider ends (None: ``maximum``)
-    items : the choices of an enum, as (identifier, label, help)
+    items : the choices of an enum, as (identifier, label, help); an enum with items "on"
+        and "off" (a tri-state that was a bool: "auto", "on", "off") also takes True / False
     auto : None is allowed and means "choose automatically"; the panel and the CLI write
         it as 0 (numbers) and say so in the help
     advanced : shown under the panel's Advanced fold (always on the CLI)
@@ -147,7 +148,10 @@ class Setting:
                 return bool(value)
             raise bad
         if self.kind == "enum":
-            if value not in [i[0] for i in self.items]:
+            names = [i[0] for i in self.items]
+            if isinstance(value, bool) and {"on", "off"} <= set(names):
+                return "on" if value else "off"  # a former bool setting's old values
+            if value not in names:
                 raise bad
             return str(value)
         if self.kind == "int_list":

@@ -39,9 +39,10 @@ from neural_rom.training.snp import (  # noqa: E402
 from .bench_modules import load_bench  # noqa: E402
 
 DT = 1.0 / 24.0
-# The block's model: contact features (the colliders' sweep through the rest shape) and 40
-# epochs; two of the six bakes held out, whole.
-SETTINGS = SNPSettings(contact_features=True, epochs=40, validation_fraction=1 / 3)
+# The block's model: the defaults (contact features automatic: on for these soft-body bakes
+# with a moving collider; learning rate automatic: 3e-3 at u = 18) but 40 epochs (the
+# automatic 100 overfit four bakes) and two of the six bakes held out, whole.
+SETTINGS = SNPSettings(epochs=40, validation_fraction=1 / 3)
 # Measured on the block below (216 tets, pressed by a sphere: bench/snp.py's PRESSES, 6 bakes
 # of 72 frames, 4 trained on, SETTINGS, batches of 8, u = 18; 10-17 s of training on one core,
 # load 2-6): held-out mean vertex error 2.659 mm with the network, 6.178 mm with the initial
@@ -239,6 +240,9 @@ def test_heldout_rollout_beats_the_initial_model_near_the_pca_floor(block):
     assert e_snp < RATIO_INITIAL * e_init
     assert e_snp < FLOOR_FACTOR * e_floor
     assert res["method"] == "snp" and res["rollout"]["frames"] == 72
+    # chosen automatically: a soft body pressed by a moving sphere, 18 modes
+    assert res["contact_features"] is True and block.sim.p.contact
+    assert res["k"] == 18 and res["learning_rate"] == 3e-3
     # no advice about modes and cubature, which a learned model without a solve has not
     assert not [w for w in res["warnings"] if "cubature" in w]
 
@@ -604,6 +608,48 @@ def test_record_settings_and_registration():
         SNPSettings(window=2)
 
 
+def test_automatic_contact_features_and_learning_rate():
+    """Contact features "auto": on for soft-body bakes where a collider moves, off for Blender
+    cloth bakes (whatever their colliders do) and where no collider moves; "on" / "off" and
+    a former bool setting's True / False choose. The automatic learning rate: 3e-3 up to 40
+    PCA modes, 1e-3 above; a given one is kept."""
+    from neural_rom.core.clothbake import SOURCE
+    from neural_rom.core.errors import NeuralRomError
+    from neural_rom.training.snp import LR_MODES, learning_rate, wants_contact
+
+    def bake(moves, cloth=False, colliders=True):
+        M = np.tile(np.eye(4), (5, 1, 1, 1))
+        if moves:
+            M[3, 0, 2, 3] += 0.01
+        channels = {"colliders": M} if colliders else {}
+        meta = {"source": SOURCE} if cloth else {"spec": {}}
+        return SimpleNamespace(meta=meta, channels=channels, channel=channels.__getitem__)
+
+    auto = SNPSettings()
+    assert auto.contact_features == "auto" and auto.learning_rate is None
+    cases = {
+        "soft body, a collider moves in one bake": ([bake(False), bake(True)], True),
+        "soft body, static colliders": ([bake(False), bake(False)], False),
+        "soft body, no colliders": ([bake(False, colliders=False)], False),
+        "cloth, a collider moves": ([bake(True, cloth=True)], False),
+    }
+    for name, (ds, expected) in cases.items():
+        print(f"{name}: contact features {wants_contact(auto, ds)}")
+        assert wants_contact(auto, ds) is expected
+        assert wants_contact(SNPSettings(contact_features="on"), ds) is True
+        assert wants_contact(SNPSettings(contact_features="off"), ds) is False
+    # the setting was a bool: old settings keep their meaning
+    assert SNPSettings(contact_features=True).contact_features == "on"
+    assert SNPSettings(contact_features=False).contact_features == "off"
+    with pytest.raises(NeuralRomError, match="one of auto, on, off"):
+        SNPSettings(contact_features="sometimes")
+    rates = {u: learning_rate(auto, u) for u in (1, 18, 24, LR_MODES, LR_MODES + 1, 49, 60)}
+    print("automatic learning rate by modes:", rates)
+    assert all(r == (3e-3 if u <= LR_MODES else 1e-3) for u, r in rates.items())
+    assert learning_rate(SNPSettings(learning_rate=3e-4), 60) == 3e-4
+    assert SNPSettings(learning_rate=0).learning_rate is None  # 0: automatic, as the panel says
+
+
 def test_reference_frame_features_are_its_motion_in_the_frame():
     """Gravity, velocity, acceleration, angular velocity and angular acceleration of a moving
     reference frame, expressed in it (zero, and gravity as it is, for the world)."""
@@ -659,6 +705,7 @@ def test_a_scene_whose_external_state_never_changes_trains_and_plays(tmp_path):
     res = train_snp(paths, out, SNPSettings(epochs=4, window=8))
     sim, _ = registry.load_simulator(out)
     assert sim.p.encoder.size == 0 and res["dofs"] > 0
+    assert res["contact_features"] is False and not sim.p.contact  # no collider moves
     cache = BakeCache.open(paths[0])
     _, driver = bk.replay_scenario(cache)
     P = replay_bake(sim, cache, driver)
@@ -935,48 +982,6 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
 def _oscillator_trainer(settings, sequences=12):
     """The trainer's network stage on :func:`forced_oscillators` (no held-out sequences)."""
     return net_trainer(settings, *forced_oscillators(sequences=sequences))
-
-
-def test_reviving_dead_relus_keeps_the_output_and_wakes_them():
-    """Units killed by hand (a bias of -1e3: never active on any training input) are
-    re-initialized by :meth:`_NetTrainer.revive`: the network's output on the training
-    windows' (teacher-forced) inputs is unchanged to the bit (their outgoing weights start at zero), they fire again,
-    and the next epoch's gradient moves their outgoing weights. A learning rate
-    far too high (0.05) kills most of the deeper ReLUs (measured: 5 of 6 in each of the last
-    two hidden layers after 8 epochs); with ``revive_dead`` at most one stays dead."""
-    trainer = _oscillator_trainer(SNPSettings(epochs=1, batch_size=8, window=8, seed=3))
-    net = trainer.network()
-    trainer.anchor = [p.detach().clone() for p in net.parameters()]
-    lin = [m for m in net if isinstance(m, torch.nn.Linear)]
-    with torch.no_grad():
-        lin[-1].weight.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
-        lin[1].bias[:3] = -1e3  # three units of the second hidden layer: dead everywhere
-    x = trainer.forced_inputs()
-    out = lambda: net(x).detach()  # noqa: E731
-    before, dead = out(), trainer.dead_units(net)
-    alive = trainer.activity(net)[2]  # the next layer's units that keep their weights
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3, amsgrad=True)
-    revived = trainer.revive(net, opt, epoch=0)
-    after = trainer.dead_units(net)
-    print(f"dead share per hidden layer {np.round(dead, 3)} -> {np.round(after, 3)}, "
-          f"{revived} units revived")  # fmt: skip
-    assert dead[1] >= 0.5 and revived >= 3 and after[1] < dead[1]
-    assert bool(trainer.activity(net)[1][:3].all())  # the killed units fire again
-    assert torch.equal(out(), before)
-    outgoing = lambda: float(lin[2].weight[alive][:, :3].detach().abs().max())  # noqa: E731
-    assert outgoing() == 0.0
-    trainer.epoch(net, opt, 0)
-    assert outgoing() > 0.0  # they learn again
-
-    ends = {}
-    for revive in (False, True):
-        s = SNPSettings(epochs=8, batch_size=8, window=8, learning_rate=0.05, revive_dead=revive)
-        trainer = _oscillator_trainer(s)
-        _, state = trainer.fit(deadline=float("inf"))
-        ends[revive] = state["dead_units"]
-    print(f"learning rate 0.05, 8 epochs: dead share per hidden layer without revival "
-          f"{np.round(ends[False], 3)}, with {np.round(ends[True], 3)}")  # fmt: skip
-    assert max(ends[False]) >= 0.5 and max(ends[True]) <= 1 / 6 + 1e-6
 
 
 def test_warm_up_ramps_the_learning_rate_step_by_step():

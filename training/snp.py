@@ -39,7 +39,8 @@ Pipeline (one model per mesh and physics setup); the runtime is :mod:`core.metho
 CPU defaults, and why they differ from the paper's (10 layers of 1.5u, learning rate 1e-4 with
 decay 0.999, ~100 epochs of 1e5-1e6 frames, 10-48 hours on a GPU): our bakes are a few
 hundred frames, so an epoch is a few batches and the paper's schedule would barely move the
-weights. ``layers`` 4 (three hidden layers of 1.5u), ``learning_rate`` 3e-3 with decay 0.995
+weights. ``layers`` 4 (three hidden layers of 1.5u), ``learning_rate`` 3e-3 (automatic:
+1e-3 past 40 PCA modes, :func:`learning_rate`, see the pressed block below) with decay 0.995
 an epoch, the batch size and epochs chosen from the number of windows (:func:`schedule`:
 batches of 8 to 32, ~3,200 steps, at most 100 epochs), no weight decay (see below). The
 paper's network is ``layers=10`` (``width`` 0 is 1.5u, the default). Measured, with the
@@ -124,23 +125,21 @@ training bakes 0.32x. Its third hidden layer has 12 of 90 ReLUs active on a bake
 16 (learning rate 3e-3) none was: the network a constant, 1.01x. At learning rate 1e-3 the
 flag did better (window 16 0.795x, window 32 0.872x) but the cloth test worse (0.572x,
 0.593x against 0.52x) and the block with contact features too (0.794x, 0.926x against
-0.675x): not the default.
+0.675x): not the default below 40 modes, but the automatic rate past them (:func:`learning_rate`),
+which the flag's 60 modes get.
 
 Dead ReLUs (``dead_units`` in the metrics: per hidden layer, the share of units never
 positive on any teacher-forced input of the training windows, :meth:`_NetTrainer.activity`).
 The flag at the defaults ends with 0%, 48% and 48% of its three hidden layers dead (seed 1:
 0, 42, 36%), the cloth test's sheet 0, 8 and 14%, the block (contact features, 40 epochs)
-0, 4 and 12%. Two remedies that keep the ReLU MLP (the runtime unchanged), both off by
-default, measured as held-out error over the initial model alone's (flag: 4 held-out bakes,
+0, 4 and 12%. Two remedies that keep the ReLU MLP (the runtime unchanged), measured as held-out error over the initial model alone's (flag: 4 held-out bakes,
 49 epochs of 32; cloth: harness of tests/test_snp_cloth.py; block: tests/test_snp.py's):
 
-* ``revive_dead``: at the end of each epoch, the dead units get fresh incoming weights and
-  zero outgoing ones (:meth:`_NetTrainer.revive`; the output on the training inputs is
-  unchanged). Flag 0.925x against 0.886x (485 revivals, none dead at the end, training loss
-  0.158 against 0.164), cloth 0.580x against 0.518x, block 0.848x against 0.675x: the units
-  stay alive but the held-out error is worse everywhere. (Zeroing the revived weights'
-  AMSGrad second moments too made their first steps several times the learning rate: the
-  flag diverged, 2.68x.)
+* Re-initializing the dead units each epoch (fresh incoming weights, zero outgoing ones, so
+  the output on the training inputs was unchanged; a ``revive_dead`` setting, since removed):
+  flag 0.925x against 0.886x (485 revivals, none dead at the end), cloth 0.580x against
+  0.518x, block 0.848x against 0.675x: the units stayed alive but the held-out error was
+  worse everywhere. Dead units are not what holds these sets back.
 * ``warmup_epochs``: the learning rate ramps up linearly, step by step. 5 epochs: flag 0.832x
   and 0.759x (seeds 0 and 1, against 0.886x and 0.882x; dead 10-13% instead of 36-48%),
   but cloth 0.620x and 0.590x (against 0.518x and 0.533x; dead 3% and 6% instead of 14% and
@@ -200,12 +199,14 @@ base, pressed by a sphere of 10 cm radius 3 times a bake, up to 6 cm deep, at up
 in contact 13 frames at a time on average (the fast sphere: 1-3 frames in 55 of its 131
 contacts); 72 frames a bake. Held-out mean vertex error over the initial model alone's, the
 same 12 held-out bakes of 48, trained on the first N of the other 36 (one core, load 2-7; at
-the defaults, the automatic epochs, but where stated):
+the defaults, the automatic epochs, but where stated; "defaults" was contact features off and
+learning rate 3e-3, "defaults now" is the automatic contact features and learning rate):
 
 ===========================  =======  =======  ===============  ===============
 N bakes trained on           4        8        16               36
 ===========================  =======  =======  ===============  ===============
 defaults (u auto)            0.868x   1.040x   0.948x (u = 49)  --
+defaults now                 0.521x   0.466x   0.387x (u = 49)  0.368x (u = 60)
 contact features             0.542x   0.481x   0.788x (u = 49)  --
   same, learning rate 1e-3   0.537x   --       0.387x           0.368x (u = 60)
   same, k = 24               --       0.495x   0.393x           0.392x
@@ -232,18 +233,34 @@ inputs of many modes make AMSGrad's steps too big for the network to fit. Floori
 per-mode scales at 0.1 s instead of 1e-3 s (at most 10x amplification) fixes it too: 16
 bakes 0.384x; but the test's 4 bakes on the 12 held-out ones 0.546x against 0.510x (its own
 pair 0.497x against 0.430x) and the cloth test's sheet 0.57x against 0.52x (load 5-8).
-Neither default is changed here: the learning rate and the floor were chosen on the cloth
-(at 1e-3 its sheet 0.572x); with many bakes of a soft body, set ``learning_rate`` 1e-3 or
-``k``. Per held-out bake with contact features the ratio spreads 0.24-0.87x (median 0.35-0.56
+So the learning rate is automatic (:func:`learning_rate`): 3e-3 up to 40 modes (the cloth
+test's sheet, k = 24: 0.52x, at 1e-3 0.572x; the block's 4 and 8 bakes, u = 18 and 34: 0.521x
+and 0.466x at the new defaults), 1e-3 past them (the block's 16 and 36 bakes, u = 49 and 60;
+the flag, u = 60: 0.872x against 0.886x at 3e-3). Measured at the new defaults (contact
+features and learning rate automatic, epochs automatic; one core, load 3-6): 4, 8, 16 bakes
+0.521x, 0.466x, 0.387x (training 82, 71, 61 s; the network fits its training bakes to 0.10x,
+0.15x, 0.13x); 36 bakes (u = 60) 0.368x (130 s); bench/snp.py --accuracy --variants 20
+--epochs 0 (16 trained on, u = 45) 0.508x (38.9 s), against 1.311x at the former defaults
+with contact features and 1.002x without. The cloth test's data (tests/test_snp_cloth.py's
+sheet, 20 bakes, the 1,000-frame held-out bake; 40 epochs of 32): at its k = 24 unchanged,
+0.518x (3e-3, no contact features); at the automatic modes (u = 60) 0.521x with the
+automatic 1e-3, 0.997x at 3e-3 (the network a no-op: the same failure as the block's).
+Why not 1e-3 everywhere: the cloth test's k = 24 at 1e-3 0.593x (against 0.518x: the test's
+0.6x bound all but gone), the block's 8 bakes (u = 34) 0.470x against 0.466x. On the
+2,500-vertex sheet (bench/snp_cloth.py's; 20 bakes, 40 epochs, measured by the cloth
+engineer) 1e-3 did as well or better at every k: k = 24 0.715x against 0.765x, k = 64 0.703x
+against 4.33x (which the rule gives 1e-3). Per held-out bake with contact features the ratio spreads 0.24-0.87x (median 0.35-0.56
 by N). The contact features are what the scene needs: without them 4 bakes give 0.87x and
 the network fits its training bakes only to 0.21x (with: 0.11x); with them the colliders'
 end-of-frame positions and the sweep's depth explain a press that lasts. The test's four
 training bakes (v000, v001, v004, v005; 40 epochs, 9.3 s of training) on the 12 held-out bakes:
 0.510x with contact features (its own two held-out bakes 0.430x), 0.911x without.
-They stay off by default: on the cloth test's sheet (a ball) they give 0.55x against 0.52x
-without (both within its 0.6x; load 7), and the pressed block's step at u = 64 costs 87.5
-us with them against 27.5 without (core.methods.snp); a soft body met by colliders should
-train with them (tests/test_snp.py does).
+So they are automatic (``contact_features`` "auto", :func:`wants_contact`): on for soft-body
+(FEM) bakes where a collider moves, off for Blender cloth bakes and where no collider moves
+("on" / "off" choose; a former True / False reads as "on" / "off"). Off for cloth: on the
+cloth test's sheet (a ball) they give 0.55x against 0.52x without (both within its 0.6x;
+load 7), and the step at u = 64 costs 87.5 us with them against 27.5 without
+(core.methods.snp). tests/test_snp.py's block trains at the defaults (but 40 epochs).
 
 Resume. The checkpoints (:class:`.common.Checkpoints`) are the PCA basis and the network
 (its weights, AMSGrad's state, the epoch, the loss history). A killed run started again with
@@ -323,7 +340,7 @@ class SNPSettings:
     noise: float = 0.01
     epochs: int | None = None
     batch_size: int | None = None
-    learning_rate: float = 3e-3
+    learning_rate: float | None = None
     lr_decay: float = 0.995
     weight_decay: float = 0.0
     clip_margin: float = 0.0
@@ -333,10 +350,9 @@ class SNPSettings:
     seed: int = 0
     rollout: bool = True
     keep_best: bool = False
-    revive_dead: bool = False
     warmup_epochs: int = 0
     mode_scaling: bool = True
-    contact_features: bool = False
+    contact_features: str = "auto"
 
     def __post_init__(self) -> None:
         self.__dict__.update(registry.get(NAME).validate(asdict(self)))
@@ -413,6 +429,40 @@ def frame_origin(X: np.ndarray) -> np.ndarray:
     """The point whose motion is the reference frame's velocity and acceleration features:
     the centre of the rest bounding box (:func:`core.methods.snp.frame_features`)."""
     return 0.5 * (X.min(0) + X.max(0))
+
+
+#: The automatic learning rate (:func:`learning_rate`): 3e-3 up to this many PCA modes, 1e-3
+#: above.
+LR_MODES = 40
+
+
+def learning_rate(s: SNPSettings, u: int) -> float:
+    """The AMSGrad step size: the setting, or automatic: 3e-3 for at most :data:`LR_MODES`
+    modes, 1e-3 for more. With per-mode scaling, many modes at 3e-3 did not train (the
+    pressed block's 16 bakes, u = 49: 0.788x the initial model, 1e-3 0.387x; the flag, u =
+    60: 0.886x, 1e-3 0.872x), where few did best at 3e-3 (the cloth test's sheet, u = 24:
+    0.52x, 1e-3 0.59x; the block's 8 bakes, u = 34, 0.466x, 1e-3 0.470x); the cloth test's
+    sheet at the automatic 60 modes: 3e-3 0.997x, 1e-3 0.521x. See the module docstring."""
+    if s.learning_rate is not None:
+        return float(s.learning_rate)
+    return 3e-3 if u <= LR_MODES else 1e-3
+
+
+def wants_contact(s: SNPSettings, ds) -> bool:
+    """Whether the model gets contact features: the setting "on" / "off", or "auto": on for
+    soft-body (FEM) bakes with a collider that moves in some bake, off for Blender cloth
+    bakes (a ball through a hanging sheet: 0.55x the initial model with them, 0.52x without,
+    and the step 3x slower) and where no collider moves (the sweep is always the same)."""
+    if s.contact_features != "auto":
+        return s.contact_features == "on"
+    if is_cloth_bake(ds[0].meta):
+        return False
+    for cache in ds:
+        if "colliders" in cache.channels:
+            mats = np.asarray(cache.channel("colliders"), dtype=np.float64)
+            if mats.size and np.ptp(mats, axis=0).max() > 0.0:
+                return True
+    return False
 
 
 def load_sequences(
@@ -760,6 +810,7 @@ class _NetTrainer:
         in_scale=None,
     ):
         self.s, self.dt, self.scale = s, float(dt), float(scale)
+        self.lr = learning_rate(s, Z[0].shape[1])
         self.n_vertices = int(n_vertices)
         self.device, self.dtype = device, torch.float32
         self.size = min([s.window] + [len(z) for z in Z])
@@ -801,12 +852,12 @@ class _NetTrainer:
 
     def epoch(self, net, opt, epoch: int) -> float:
         s, N = self.s, len(self.windows)
-        lr = s.learning_rate * s.lr_decay**epoch
+        lr = self.lr * s.lr_decay**epoch
         steps = -(-N // self.batch)
         # AdamW's decoupled decay: ``lr * weight_decay`` of the departure from the initial
         # model a step. Each AMSGrad step moves a weight by about ``lr``, so the departure
         # settles near ``1 / weight_decay`` whatever the number of steps an epoch has.
-        shrink = s.learning_rate * s.lr_decay**epoch * s.weight_decay
+        shrink = self.lr * s.lr_decay**epoch * s.weight_decay
         rng = np.random.default_rng([s.seed, epoch])
         perm = rng.permutation(N)
         total = 0.0
@@ -836,8 +887,6 @@ class _NetTrainer:
             opt.step()
             self.decay(net, shrink)
             total += float(loss.detach()) * len(b)
-        if s.revive_dead:
-            self.revive(net, opt, epoch)
         return total / max(N, 1)
 
     @torch.no_grad()
@@ -870,42 +919,6 @@ class _NetTrainer:
         return [float((~a).float().mean()) for a in self.activity(net)]
 
     @torch.no_grad()
-    def revive(self, net, opt, epoch: int) -> int:
-        """Re-initialize the hidden ReLUs dead over the training windows (:meth:`activity`):
-        fresh incoming weights and bias (``torch.nn.Linear``'s default uniform bounds, drawn
-        from the seed and the epoch), zero outgoing weights, so the network's output on
-        those inputs is unchanged and the unit learns again from the next step; its AMSGrad momentum and its
-        weight decay anchor restart with it, its second moments are kept (zeroed, they
-        made the first steps several times the learning rate: the flag's training
-        diverged). The network stays a ReLU MLP (same runtime).
-        Returns the number of units revived."""
-        lin = [m for m in net if isinstance(m, torch.nn.Linear)]
-        gen = torch.Generator().manual_seed(int(self.s.seed) * 100_003 + int(epoch) + 1)
-        anchor = dict(zip([id(p) for p in net.parameters()], self.anchor, strict=True))
-        revived = 0
-        for i, a in enumerate(self.activity(net)):
-            dead = torch.nonzero(~a).flatten()
-            if len(dead) == 0:
-                continue
-            inc, out = lin[i], lin[i + 1]
-            bound = 1.0 / np.sqrt(inc.in_features)
-            wd = (torch.rand((len(dead), inc.in_features), generator=gen) * 2 - 1) * bound
-            bd = (torch.rand((len(dead),), generator=gen) * 2 - 1) * bound
-            inc.weight[dead] = wd.to(inc.weight)
-            inc.bias[dead] = bd.to(inc.bias)
-            out.weight[:, dead] = 0.0
-            for p in (inc.weight, inc.bias):
-                anchor[id(p)][dead] = p[dead]
-                if "exp_avg" in opt.state.get(p, {}):
-                    opt.state[p]["exp_avg"][dead] = 0.0
-            anchor[id(out.weight)][:, dead] = 0.0
-            if "exp_avg" in opt.state.get(out.weight, {}):
-                opt.state[out.weight]["exp_avg"][:, dead] = 0.0
-            revived += len(dead)
-        self.revived = getattr(self, "revived", 0) + revived
-        return revived
-
-    @torch.no_grad()
     def decay(self, net, shrink: float) -> None:
         """Decoupled weight decay (AdamW's, Loshchilov & Hutter 2019) towards the initial
         model: ``p <- p - shrink (p - p_0)`` with ``p_0`` the initial weights, whose zero last
@@ -936,7 +949,7 @@ class _NetTrainer:
         # the initial model's weights, the weight decay's anchor (the same seeded network on a
         # resume: it is not checkpointed)
         self.anchor = [p.detach().clone() for p in net.parameters()]
-        opt = torch.optim.Adam(net.parameters(), lr=s.learning_rate, amsgrad=True)
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr, amsgrad=True)
         f = self.checkpoints.file("snp_net", ".pt")
         keep = s.keep_best and bool(self.val)
         state = {"epoch": 0, "losses": [], "stopped": "", "best_epoch": 0, "best_val": None}
@@ -1127,7 +1140,9 @@ def train(
     Returns
     -------
     The result record of :meth:`.common.TrainingRun.finish` with this method's metrics:
-    ``pca_max_error_train_m``/``_val_m``, ``external_modes``, ``network`` (layer sizes),
+    ``pca_max_error_train_m``/``_val_m``, ``external_modes``, ``learning_rate`` and
+    ``contact_features`` (as chosen, :func:`learning_rate`, :func:`wants_contact`),
+    ``network`` (layer sizes),
     ``epochs_trained``, ``train_loss``, ``stopped``, ``network_seconds`` and, over the
     held-out bakes rolled out in the subspace, the mean vertex errors of the model
     (``heldout_mean_error_m``), of the initial model alone (``initial_model_mean_error_m``)
@@ -1149,7 +1164,8 @@ def train(
     b = run.bakes
     sim_settings = b.sim_settings
     dt = float(sim_settings.dt)
-    seqs, kinds, sizes = load_sequences(run, s.contact_features)
+    contact = wants_contact(s, b.ds)
+    seqs, kinds, sizes = load_sequences(run, contact)
     train_seqs = [q for q in seqs if q.bake in set(b.train.tolist())]
     val_seqs = [q for q in seqs if q.bake in set(b.val.tolist())]
     run.check_cancel("Training cancelled before the basis was computed.")
@@ -1223,6 +1239,7 @@ def train(
             lambda done, total, msg: run.say(0.12 + 0.7 * done / max(total, 1), msg),
             in_scale=in_scale,
         )
+        run.emit({"learning_rate": trainer.lr, "contact_features": contact})
         net_t, state = trainer.fit(deadline=time.perf_counter() + s.time_budget)
     network_seconds = time.perf_counter() - t_net
     if state["stopped"] == "time budget":
@@ -1251,7 +1268,7 @@ def train(
         triangles=cloth_triangles(b.ds),
         frame_origin=frame_origin(b.X),
         input_scale=in_scale,
-        contact=s.contact_features,
+        contact=contact,
     )
     check = (Z_val or Z)[0], (val_seqs or train_seqs)[0].features
     _verify_export(net_t, params, *check)
@@ -1291,12 +1308,13 @@ def train(
             "best_epoch": state["best_epoch"] if s.keep_best and val_seqs else None,
             "epochs": trainer.epochs,
             "batch_size": trainer.batch,
+            "learning_rate": trainer.lr,
+            "contact_features": contact,
             "train_loss": state["losses"][-1] if state["losses"] else None,
             "stopped": state["stopped"],
             "windows": int(len(trainer.windows)),
             "network_seconds": network_seconds,
             "dead_units": state["dead_units"],
-            "revived_units": getattr(trainer, "revived", 0),
             **measures,
         },
     )

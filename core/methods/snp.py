@@ -52,7 +52,8 @@ Where we depart from the paper, and why:
   above the object (:data:`FAR_DIAGONALS` bounding-box diagonals), which the input clipping
   turns into the farthest place above it that training saw: "no collider" means "out of
   reach", not "at its average position", which may be in contact.
-* Contact features (the ``contact_features`` setting, off by default): per collider, how it
+* Contact features (the ``contact_features`` setting; automatic: on for soft-body bakes whose
+  colliders move, off for Blender cloth bakes): per collider, how it
   swept through the rest shape over the frame (:func:`contact_features`: the mean push-out
   vector, the deepest penetration, the fraction of vertices inside, from
   :data:`SWEEP_SAMPLES` positions between its last transform and this one, or exactly for a
@@ -1736,11 +1737,14 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     Setting(
         "learning_rate",
         "float",
-        3e-3,
+        None,
         "Learning Rate",
-        "AMSGrad step size (the paper: 1e-4 over ~100 epochs of 1e5-1e6 frames)",
+        "AMSGrad step size (the paper: 1e-4 over ~100 epochs of 1e5-1e6 frames); automatic: "
+        "3e-3 up to 40 PCA modes, 1e-3 above (many modes did not train at 3e-3: the cloth "
+        "test's sheet at 60 modes 1.00x alpha/beta, at 1e-3 0.52x)",
         minimum=1e-7,
         maximum=1.0,
+        auto=True,
     ),
     Setting(
         "lr_decay",
@@ -1811,17 +1815,6 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         advanced=True,
     ),
     Setting(
-        "revive_dead",
-        "bool",
-        False,
-        "Revive Dead Units",
-        "At the end of each epoch, hidden ReLUs never active over the training windows get "
-        "fresh incoming weights and zero outgoing ones (the runtime is unchanged). Off by "
-        "default: the units stay alive but the held-out error was worse on the flag, the "
-        "cloth test and the block (0.93x, 0.58x, 0.85x against 0.89x, 0.52x, 0.68x)",
-        advanced=True,
-    ),
-    Setting(
         "warmup_epochs",
         "int",
         0,
@@ -1846,12 +1839,22 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     ),
     Setting(
         "contact_features",
-        "bool",
-        False,
+        "enum",
+        "auto",
         "Contact Features",
         "The network also sees, per collider, how deep and from which side it swept through "
         "the rest shape over the frame (a collider's end-of-frame position misses a fast "
         "hit); costs a signed distance per vertex within reach per frame",
+        items=(
+            (
+                "auto",
+                "Automatic",
+                "On for soft-body (FEM) bakes whose colliders move, off for Blender cloth bakes "
+                "and bakes without moving colliders",
+            ),
+            ("on", "On", "Always (the colliders' sweep is an input of the network)"),
+            ("off", "Off", "Never (the colliders' end-of-frame positions only, the paper's)"),
+        ),
         advanced=True,
     ),
 )
