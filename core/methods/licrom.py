@@ -128,7 +128,12 @@ search; it takes a non-orthonormal basis). Where we depart from the paper:
   replay: mean 0.43 mm, max 5.39, 0.14 degrees off at frame 48 (``L_z`` -0.0115). It is off
   by default because contact forces still see the subspace's rotation (not the shape's) and
   because it turned the poked rounded cube of tests/test_licrom.py 1.79 degrees off full
-  space (replay 3.97 mm) where the default is 0.15 degrees (0.73 mm).
+  space (replay 3.97 mm) where the default is 0.15 degrees (0.73 mm). The yaw is the linear
+  subspace's, not the frame's: fields trained 120 epochs on the ring's three other drops
+  (60 s each) yaw 1.10 degrees by frame 48 in world space (floating frame off: ``L_z`` 0.11,
+  mean 4.03 mm), 0.87 with the floating frame (0.063, 2.14 mm) and 0.66 with
+  ``invariant_rotation`` (0.054, 1.57 mm): on that field the contact forces' share, the
+  torque ``-<(e x y)_perp, f_c>`` of the ground's pressure through the subspace, dominates.
 
 The model file holds the field network and its normalization, the domain sample and the pin
 boxes: no array has a training mesh's vertex count as a dimension. A model opened without
