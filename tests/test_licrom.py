@@ -1019,3 +1019,33 @@ def test_timeline_continues_across_a_mesh_swap(trained):
     print(f"frame 8 at the coarse nodes: {gap * 1000:.3g} mm from the run that never swapped "
           f"(sag {sag * 1000:.3g} mm)")  # fmt: skip
     assert sag > 1e-3 and gap < 0.25 * sag
+
+
+def test_a_tight_time_budget_plans_the_whole_schedule(bakes, tmp_path, monkeypatch):
+    """With too little time for the epochs asked, the run times its first epochs and plans
+    fewer, with the learning-rate drops at the same fractions, and runs the plan to its end
+    (not cut at the budget before the drops). A fake clock (every reading 10 ms later) makes the timings, and so the plan, the same on every
+    machine."""
+    from neural_rom.training import licrom as trainer
+
+    clock = iter(np.arange(1, 1e7) * 0.01)
+    monkeypatch.setattr(trainer.time, "perf_counter", lambda: float(next(clock)))
+    lrs = []
+    factor = trainer._lr_factor
+    monkeypatch.setattr(
+        trainer, "_lr_factor", lambda e, n: lrs.append(factor(e, n)) or factor(e, n)
+    )
+    settings = {"latent_dim": 4, "epochs": 400, "projection_epochs": 0, "time_budget": 1.0,
+                "validation_fraction": 0.0, "rollout": False, "checkpoint_every": 5}  # fmt: skip
+    res = train(bakes.plain, tmp_path / "planned.nrmodel", settings, device="cpu")
+    planned, done = res["epochs_planned"], res["epochs_done"]
+    print(f"400 epochs asked, {planned} planned, {done} run; learning-rate factors "
+          f"{sorted(set(lrs), reverse=True)}; {res['warnings']}")  # fmt: skip
+    assert trainer._PLAN_AFTER < planned < 400 and done == planned
+    assert sorted(set(lrs), reverse=True) == [1.0, 0.2, 0.02]  # the schedule's three rates
+    assert any("planned" in w and "Time Budget" in w for w in res["warnings"])
+    assert not any("ran out" in w for w in res["warnings"])
+    # the plan is what fits: its epochs take about the budget's share on this clock
+    assert trainer.planned_epochs(0.02, 1.0, 0, 400) == 45
+    assert trainer._split_plan(45, 300, 100, 3) == (34, 11)
+    assert trainer._split_plan(45, 300, 100, 40) == (41, 4)  # never fewer than the done

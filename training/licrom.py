@@ -43,7 +43,10 @@ Where we depart from the paper, each measured on the bakes of tests/test_licrom.
   ``projection_epochs`` more passes on least-squares codes (what the runtime computes,
   :meth:`core.methods.licrom.LicromSimulation.latent_of`) may follow; on the two-mesh test
   family they changed nothing (12.54x vs 12.56x POD on the notched bar), so the default is 0.
-* A ``time_budget`` cuts the epochs (with a warning) on a slow machine.
+* A ``time_budget``: from its third epoch on the run times its epochs and, when the whole
+  schedule would not fit, plans fewer (shrinking the plan as timings come, while the field
+  trains), with the learning-rate drops at the same fractions (:func:`planned_epochs`, with
+  a warning); a run that still overruns is cut.
 * A free body (no training mesh has pins) is trained in its body frame when
   ``floating_frame`` is on (the default): each frame's best rigid motion, a mass-weighted
   Kabsch fit about the centre of mass, is taken out of its displacements, so the field, its
@@ -490,6 +493,28 @@ def projection_loss(field: nn.Sequential, data: _Data, r: int) -> float:
     return total
 
 
+#: Epochs timed before the run plans its schedule into the time budget (:func:`planned_epochs`).
+_PLAN_AFTER = 3
+#: The share of the time budget a plan fills (the rest: the closing refit, rounding, load).
+_PLAN_SHARE = 0.9
+
+
+def planned_epochs(per_epoch: float, budget: float, before: int, total: int) -> int:
+    """How many epochs in all (at most ``total``) fit ``budget`` seconds of network training at
+    ``per_epoch`` seconds each, ``before`` of them already run by an earlier (resumed) run
+    outside this budget's clock. Cutting the epochs at the budget instead would stop the
+    paper's schedule before its learning-rate drops (a 1,370-tet ring at the defaults stopped
+    at epoch 848 of 1,500, still at the first rate)."""
+    return int(min(total, before + max(1, math.floor(_PLAN_SHARE * budget / per_epoch))))
+
+
+def _split_plan(fit: int, epochs: int, projection: int, done: int) -> tuple[int, int]:
+    """(field epochs, projection epochs) of a plan of ``fit`` epochs, in the settings' ratio,
+    never fewer field epochs than the ``done`` already run plus one."""
+    field = max(done + 1, round(fit * epochs / (epochs + projection)))
+    return field, max(fit - field, 0)
+
+
 def _lr_factor(epoch: int, epochs: int) -> float:
     """The paper's schedule: 1, then / 5 after a third of the epochs, / 50 after two thirds."""
     if epoch < epochs / 3:
@@ -664,6 +689,9 @@ def train(
             opt.load_state_dict(st["optimizer"])
             gen.set_state(st["generator"].cpu())
             state = {"epoch": int(st["epoch"]), "train_loss": float(st["train_loss"])}
+            if "plan_epochs" in st:  # the schedule the run planned into its time budget
+                epochs, proj_epochs = int(st["plan_epochs"]), int(st["plan_projection"])
+                total = epochs + proj_epochs
             run.say(0.05, f"resumed at epoch {state['epoch']}")
         # no more points than the largest mesh has nodes (a small mesh gives all of its own)
         P = min(int(values["points_per_frame"]), max(len(m.X) for m in meshes))
@@ -676,6 +704,8 @@ def train(
         budget = float(values["time_budget"])
         last = 0.0
         stopped = None
+        first = state["epoch"]
+        planned = 0  # the epochs asked, once the run planned fewer into the budget
         while state["epoch"] < total:
             e = state["epoch"]
             projection = e >= epochs
@@ -704,6 +734,12 @@ def train(
             state = {"epoch": e + 1, "train_loss": float(np.mean(losses))}
             done = state["epoch"]
             elapsed = time.perf_counter() - t_train
+            if done - first >= _PLAN_AFTER and done < epochs:  # re-planned as timings come
+                fit = planned_epochs(elapsed / (done - first), budget, first, total)
+                if fit < total:  # the whole schedule, compressed into the budget
+                    planned = planned or total
+                    epochs, proj_epochs = _split_plan(fit, epochs, proj_epochs, done)
+                    total = epochs + proj_epochs
             if done < total and elapsed / done * total > budget and elapsed > budget:
                 stopped = "time budget"
             end = done == total or stopped is not None or run.should_cancel()
@@ -715,6 +751,8 @@ def train(
                         "encoder": encoder.state_dict(),
                         "optimizer": opt.state_dict(),
                         "generator": gen.get_state(),
+                        "plan_epochs": torch.tensor(epochs),
+                        "plan_projection": torch.tensor(proj_epochs),
                         **{k: torch.tensor(v) for k, v in state.items()},
                     },
                 )
@@ -740,6 +778,12 @@ def train(
                     f"({budget:g} s) ran out; raise Time Budget for a closer fit."
                 )
                 break
+        if planned:
+            run.warnings.append(
+                f"Training planned {total} of {planned} epochs to fit the time budget "
+                f"({budget:g} s; the learning rate dropped at the same fractions); raise Time "
+                "Budget for a closer fit."
+            )
         if state["epoch"] >= epochs:  # keep the closed-form head where it fits better
             before = {k: v.clone() for k, v in field.state_dict().items()}
             loss_before = projection_loss(field, data, r)
@@ -767,6 +811,7 @@ def train(
     metrics = {
         "meshes": len(meshes),
         "epochs_done": state["epoch"],
+        "epochs_planned": epochs + proj_epochs,
         "train_loss": state["train_loss"],
         "network_seconds": train_seconds,
         "export_max_abs_error": export_error,
