@@ -480,13 +480,7 @@ def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None
             shapes.out = model
             sim, full = t.spun(shapes, p, axis)
             m = meshes[p]
-            x, ref = [], []
-            for _ in range(16):
-                sim.step()
-                full.step()
-                x.append(sim.positions())
-                ref.append(full.x.copy())
-            x, ref = np.array(x), np.array(ref)
+            x, ref = t.side_by_side(sim, full, 16)
             spins.append({
                 "frame": frame, "shape": str(p), "axis": axis,
                 "error_mm": 1000 * float(np.linalg.norm(x - ref, axis=2).max()),
@@ -496,7 +490,7 @@ def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None
             })  # fmt: skip
             print(spins[-1], flush=True)
     # pokes in flight: 40 N at one end (fixed in world axes) for 8 frames, then let go
-    from neural_rom.core.sim import FrameInputs, Simulation
+    from neural_rom.core.sim import Simulation
 
     for p in (4, 2):
         m = meshes[p]
@@ -506,14 +500,7 @@ def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None
             F = np.zeros_like(m.X)
             tip = np.flatnonzero(m.X[:, 0] > m.X[:, 0].max() - 0.02)
             F[tip] = [0.0, 40.0 / len(tip), 20.0 / len(tip)]
-            x, ref = [], []
-            for f in range(16):
-                inputs = FrameInputs(forces=F if f < 8 else np.zeros_like(F))
-                sim.step(inputs)
-                full.step(inputs)
-                x.append(sim.positions())
-                ref.append(full.x.copy())
-            x, ref = np.array(x), np.array(ref)
+            x, ref = t.side_by_side(sim, full, 16, t.poke(F, 8))
             spins.append({
                 "frame": frame, "shape": str(p), "axis": "poked",
                 "error_mm": 1000 * float(np.linalg.norm(x - ref, axis=2).max()),

@@ -580,6 +580,24 @@ def shapes(tmp_path_factory):
     )
 
 
+def side_by_side(sim, full, frames: int, inputs=lambda f: None):
+    """(x, ref) (frames, n, 3): the positions of ``sim`` and of the full-space ``full`` after
+    each of ``frames`` steps taken together, frame ``f`` driven by ``inputs(f)``."""
+    x, ref = [], []
+    for f in range(frames):
+        sim.step(inputs(f))
+        full.step(inputs(f))
+        x.append(sim.positions())
+        ref.append(full.x.copy())
+    return np.array(x), np.array(ref)
+
+
+def poke(forces: np.ndarray, frames: int):
+    """The frame inputs of ``forces`` held for the first ``frames`` frames, then let go."""
+    gone = np.zeros_like(forces)
+    return lambda f: FrameInputs(forces=forces if f < frames else gone)
+
+
 def rigid_removed_error(X, mass, x, ref) -> float:
     """Largest vertex distance (m) between positions ``x`` and ``ref`` (F, n, 3) once each
     frame's best rigid motion is taken out of both (mass-weighted Kabsch onto the rest nodes
@@ -665,13 +683,7 @@ def test_spinning_free_bodies_are_followed(shapes):
         axis = (0, 0, 1)
         m = shapes.meshes[p]
         sim, full = spun(shapes, p, axis)
-        x, ref = [], []
-        for _ in range(16):
-            sim.step()
-            full.step()
-            x.append(sim.positions())
-            ref.append(full.x.copy())
-        x, ref = np.array(x), np.array(ref)
+        x, ref = side_by_side(sim, full, 16)
         err = float(np.linalg.norm(x - ref, axis=2).max())
         shape = rigid_removed_error(m.X, sim.mass, x, ref)
         turn = turn_degrees(m.X, sim.mass, ref[-1])
@@ -702,14 +714,7 @@ def test_poked_free_bodies_turn_as_full_space(shapes):
         F = np.zeros_like(m.X)
         tip = np.flatnonzero(m.X[:, 0] > m.X[:, 0].max() - 0.02)
         F[tip] = [0.0, 40.0 / len(tip), 20.0 / len(tip)]
-        x, ref = [], []
-        for f in range(16):
-            inputs = FrameInputs(forces=F if f < 8 else np.zeros_like(F))
-            sim.step(inputs)
-            full.step(inputs)
-            x.append(sim.positions())
-            ref.append(full.x.copy())
-        x, ref = np.array(x), np.array(ref)
+        x, ref = side_by_side(sim, full, 16, poke(F, 8))
         err = float(np.linalg.norm(x - ref, axis=2).max())
         shape = rigid_removed_error(m.X, sim.mass, x, ref)
         turn = turn_degrees(m.X, sim.mass, ref[-1])
