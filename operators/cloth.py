@@ -3,7 +3,10 @@ background Blender (:mod:`..addon.cloth`, :mod:`..addon.clothbake`)."""
 
 from __future__ import annotations
 
+import functools
+
 import bpy
+from bpy.props import IntProperty
 
 from ..addon import cloth, clothbake
 from ._common import active_deformable, launch_job
@@ -17,6 +20,16 @@ class NEURAL_ROM_OT_cloth_bake(bpy.types.Operator):
     bl_idname = "neural_rom.cloth_bake"
     bl_label = "Cloth Bake"
     bl_options = {"REGISTER"}  # the job records the bakes when it ends; no undo step to start it
+
+    processes: IntProperty(
+        name="Processes",
+        default=0,
+        min=0,
+        soft_max=64,
+        description="Variants baked at once, each in its own background Blender (0: one per "
+        "CPU core)",
+        options={"SKIP_SAVE"},
+    )
 
     @classmethod
     def poll(cls, context):
@@ -34,7 +47,7 @@ class NEURAL_ROM_OT_cloth_bake(bpy.types.Operator):
             context,
             noun="Cloth Bake",
             gerund="Cloth-baking",
-            make_job=clothbake.make_cloth_bake_job,
+            make_job=functools.partial(clothbake.make_cloth_bake_job, processes=self.processes),
             on_done=clothbake.on_cloth_bake_done,
             pending="pending_bake",
             summary=summary,

@@ -221,6 +221,21 @@ def test_play_bake_shows_a_cloth_bake_with_the_cloth_muted(scene):
     bpy.context.scene.frame_set(1)
 
 
+def test_cloth_bake_takes_the_number_of_processes(scene, monkeypatch):
+    """The operator's Processes (0: one per core) reaches the job as the CLI's --processes."""
+    from neural_rom.addon import jobs
+
+    started = []
+    monkeypatch.setattr(jobs, "start_job", lambda context, job, **kw: started.append(job))
+    s = scene.sheet.neural_rom
+    try:
+        for n in (1, 0):
+            assert scene.bpy.ops.neural_rom.cloth_bake(processes=n) == {"FINISHED"}
+    finally:
+        s.pending_bake = ""  # no job ran: nothing in flight
+    assert [job["processes"] for job in started] == [1, 0]
+
+
 def test_refusals_change_nothing(scene, capsys):
     from neural_rom.addon import cli, clothbake, training
     from neural_rom.core.errors import NeuralRomError
