@@ -12,6 +12,7 @@ stopping playback puts the rest shape back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from itertools import chain
 
@@ -207,9 +208,25 @@ def collider_box(obj: bpy.types.Object) -> tuple[np.ndarray, np.ndarray]:
     (unscaled): an empty's ``empty_display_size`` along each axis; a mesh's (anything with a
     bounding box's) local bounding box."""
     if obj.type == "EMPTY":
-        return np.full(3, float(obj.empty_display_size)), np.zeros(3)
-    bb = np.array([tuple(c) for c in obj.bound_box], dtype=np.float64)
-    return 0.5 * (bb.max(axis=0) - bb.min(axis=0)), 0.5 * (bb.min(axis=0) + bb.max(axis=0))
+        return _box((float(obj.empty_display_size),))
+    return _box(tuple(tuple(c) for c in obj.bound_box))  # 4 us: read every frame
+
+
+@functools.lru_cache(maxsize=64)
+def _box(corners: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`collider_box` of an empty's display size ``(size,)`` or of a bounding box's 8
+    corners, kept for the next frame (read-only arrays): the frame handler asks it of every
+    collider every frame, and an edited collider has other corners."""
+    if len(corners) == 1:
+        half, centre = np.full(3, corners[0]), np.zeros(3)
+    else:
+        bb = np.array(corners, dtype=np.float64)
+        half, centre = (
+            0.5 * (bb.max(axis=0) - bb.min(axis=0)),
+            0.5 * (bb.min(axis=0) + bb.max(axis=0)),
+        )
+    half.flags.writeable = centre.flags.writeable = False
+    return half, centre
 
 
 def collider_shape(obj: bpy.types.Object, kind: str, m: np.ndarray | None = None) -> dict:
@@ -230,7 +247,7 @@ def collider_shape(obj: bpy.types.Object, kind: str, m: np.ndarray | None = None
         "kind": kind,
         "radius": float(radius[0, 0]),
         "half_length": float(half_length[0, 0]),
-        "centre": centre,
+        "centre": centre.copy(),
     }
 
 

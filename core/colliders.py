@@ -251,31 +251,33 @@ def box_colliders(
     """
     mats = np.asarray(mats, dtype=np.float64)
     F, C = mats.shape[:2]
-    names = [str(i + 1) for i in range(C)] if names is None else list(names)
     transform, scale = split_scale(mats)
-    half = np.asarray(half_local, dtype=np.float64).reshape(1, C, 3) * scale  # (F, C, 3)
+    half = np.asarray(half_local, dtype=np.float64).reshape(C, 3) * scale  # (F, C, 3)
     radius, half_length = np.zeros((F, C)), np.zeros((F, C))
     for j, kind in enumerate(kinds):
+        h = half[:, j]
         if kind == "sphere":
-            radius[:, j] = half[:, j].max(axis=1)
+            r = h.max(axis=1)
         elif kind == "capsule":
-            radius[:, j] = np.maximum(half[:, j, 0], half[:, j, 1])
-            half_length[:, j] = np.maximum(half[:, j, 2] - radius[:, j], 0.0)
-        elif kind != "plane":
+            r = np.maximum(h[:, 0], h[:, 1])
+            half_length[:, j] = np.maximum(h[:, 2] - r, 0.0)
+        elif kind == "plane":
+            continue
+        else:
             raise NeuralRomError(f"Unknown collider shape {kind!r}; use plane, sphere or capsule.")
-        if kind != "plane" and not (radius[:, j] > 0).all():
+        if not (r > 0).all():
+            name = str(j + 1) if names is None else names[j]
             raise NeuralRomError(
-                f"Collider '{names[j]}' has zero size; scale it up or use a larger empty "
-                "display size."
+                f"Collider '{name}' has zero size; scale it up or use a larger empty display size."
             )
+        radius[:, j] = r
     # the centre through each matrix (core.simjob.to_world of one point, its bits)
     c = np.asarray(centre, dtype=np.float64).reshape(C, 1, 3)
-    for j in range(C):
-        transform[:, j, :3, 3] = (c[j] @ mats[:, j, :3, :3].transpose(0, 2, 1))[:, 0] + mats[
-            :, j, :3, 3
-        ]
+    for j in range(C):  # (1, 3) @ (F, 3, 3) has to_world's bits; a (1, C, 1, 3) operand not
+        A = mats[:, j, :3, :3]
+        transform[:, j, :3, 3] = (c[j] @ A.transpose(0, 2, 1))[:, 0] + mats[:, j, :3, 3]
     kind = np.empty((F, C), dtype="<U8")
-    kind[:] = np.asarray(kinds, dtype="<U8").reshape(1, C) if C else kind
+    kind[:] = kinds
     return kind, radius, half_length, transform
 
 
