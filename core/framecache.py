@@ -194,7 +194,8 @@ class Timeline:
     simulator holds another, so playing forward does not restore the frame it just
     stepped (a ``get_state``/``set_state`` round trip continues bit-identically, so this
     changes no result; for the 2,500-vertex cape of bench/cloth_blender.py it saved ~30 us a
-    frame). Whoever steps or sets :attr:`sim` behind its back calls :meth:`forget_held`.
+    frame). Whoever sets :attr:`sim`'s state behind its back calls :meth:`forget_held` (a
+    step behind its back moves the simulator's ``frame``, which the timeline notices).
     """
 
     def __init__(self, sim, frame_start: int, *, max_frames: int = 10000):
@@ -212,8 +213,10 @@ class Timeline:
         self._held = None
 
     def _hold(self, hit: CachedFrame) -> None:
-        """Put the kept frame ``hit``'s state into the simulator, unless it has it."""
-        if hit is not self._held:
+        """Put the kept frame ``hit``'s state into the simulator, unless it has it (a
+        simulator whose frame counter moved since was stepped outside: restored too)."""
+        frame = hit.state.get("frame")
+        if hit is not self._held or getattr(self.sim, "frame", frame) != frame:
             self._held = None  # a set_state that raises leaves the state unknown
             self.sim.set_state(hit.state)
             self._held = hit
