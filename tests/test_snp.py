@@ -7,6 +7,7 @@ held-out rollout of whole bakes against the initial model alone and the PCA floo
 from __future__ import annotations
 
 import copy
+import itertools
 import subprocess
 import sys
 from dataclasses import replace
@@ -977,6 +978,94 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
         ),
         single.reshape(B, c, -1)[:, sphere].reshape(B, -1),
     )
+
+
+def test_one_instances_features_are_the_trainers_and_a_batchs_bit_for_bit(block):
+    """The step of one instance whose frame is the world reads its colliders as Python floats
+    (``SNPSimulation._world_features``, the fast path of the usual soft body) and culls a
+    sweep by the rest shape's ball and box before any per-vertex work: its features are the
+    trainer's (:func:`external_features`, no culling) and the general path's (a batch of two)
+    to the last bit, on sweeps far from the block (outside its ball), near it (inside the
+    ball, the capsule's box clear of the block's, or overlapping it with no vertex inside),
+    into it, turning (the sampled sweep), one whose previous slot was empty (no sweep: where
+    it is), one that goes (the far collider), and in a frame equal to the world but not its
+    object."""
+    from neural_rom.core.frame import IDENTITY as IDENT
+    from neural_rom.core.frame import Pose
+    from neural_rom.core.methods.snp import (
+        CONTACT_FEATURES,
+        _misses,
+        external_features,
+    )
+
+    sim = block.sim
+    p = sim.p
+    X = p.X
+    r = float(p.sizes[0][0])
+    lo, hi = X.min(0), X.max(0)
+    mid = 0.5 * (lo + hi)
+
+    def sphere(at, turn=0.0):
+        M = np.eye(4)
+        M[:3, 3] = at
+        M[:2, :2] = [[np.cos(turn), -np.sin(turn)], [np.sin(turn), np.cos(turn)]]
+        return Collider("sphere", radius=r, half_length=0.0, transform=M)
+
+    top = np.array([mid[0], mid[1], hi[2]])
+    corner = hi + (r + 2e-3) / np.sqrt(3.0)  # the corner vertex just outside the sphere
+    cases = {  # name: (previous, this frame's colliders)
+        "far": ([sphere(mid + [0.0, 0.0, 2.0])], [sphere(mid + [0.1, 0.0, 2.0])]),
+        "near, box clear": (
+            [sphere(top + [-0.05, 0.0, r + 0.01])],
+            [sphere(top + [0.05, 0.0, r + 0.01])],
+        ),
+        "near, box overlaps": ([sphere(corner + [0.0, 0.0, 0.03])], [sphere(corner)]),
+        "pressing in": (
+            [sphere(top + [0.0, 0.01, r - 0.01])],
+            [sphere(top + [0.0, 0.0, r - 0.04])],
+        ),
+        "through a vertex": ([sphere(2.0 * X[5] - top)], [sphere(top)]),
+        "turning": (
+            [sphere(top + [0.0, 0.0, r - 0.03])],
+            [sphere(top + [0.0, 0.0, r - 0.04], 0.3)],
+        ),
+        "appears": ([], [sphere(top + [0.0, 0.0, r - 0.04])]),
+        "goes": ([sphere(top + [0.0, 0.0, r - 0.04])], []),
+    }
+    frames = {"world": (IDENT,) * 3, "equal to the world": (Pose(np.eye(3), np.zeros(3)),) * 3}
+    bound = sim._bound
+    for (fname, poses), (name, (prev, cols)) in itertools.product(frames.items(), cases.items()):
+        one = sim.features(cols, poses, prev)
+        two = sim.batch_features([cols, cols], [poses] * 2, [prev, prev])
+        contact = one[-CONTACT_FEATURES:]
+        where = "no sweep"
+        if prev and cols:
+            b, a = prev[0].transform.tolist(), cols[0].transform.tolist()
+            where = "outside the ball" if _misses(bound, b, a, r, 0.0) else "inside the ball"
+            mats = np.array([c.transform for c in cols])
+            trainer = external_features(
+                mats,
+                p.sizes,
+                (IDENT,) * 3,
+                sim.gravity,
+                sim.dt,
+                p.frame_origin,
+                (X, np.array([c.transform for c in prev]), p.kinds),
+            )
+            assert one.tobytes() == trainer.tobytes(), (name, fname)
+        print(
+            f"{fname}, {name} ({where}): depth {1e3 * contact[3]:.1f} mm, "
+            f"{contact[4] * len(X):.0f} vertices inside"
+        )
+        assert one.tobytes() == two[0].tobytes() == two[1].tobytes(), (name, fname)
+        if name in ("far", "near, box clear", "near, box overlaps", "goes"):
+            assert not contact.any(), name
+        if name in ("pressing in", "through a vertex", "turning", "appears"):
+            assert contact[3] > 0.0 and contact[4] > 0.0, name
+        if name == "far":
+            assert where == "outside the ball"
+        if name.startswith("near"):
+            assert where == "inside the ball"
 
 
 def _oscillator_trainer(settings, sequences=12):
