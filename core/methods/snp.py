@@ -511,7 +511,8 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
         rigid = np.all(before[:, :3, :3] == after[:, :3, :3], axis=(1, 2))
         if rigid.any():
             rows = np.asarray(act)[rigid]
-            out[rows] = _sphere_sweeps(X, before[rigid], after[rigid], size[rigid, 0])
+            box = bound[2] if bound is not None and len(bound) > 2 else None
+            out[rows] = _sphere_sweeps(X, before[rigid], after[rigid], size[rigid, 0], box)
             if rigid.all():
                 return out
             general = ~rigid
@@ -612,8 +613,9 @@ def _sphere_sweeps(
     array calls of :func:`swept_push_out`'s sampled sweep. Elementwise per (sweep, vertex) pair,
     the sums in vertex order (:func:`numpy.bincount`), so a sweep's features do not depend on
     the other sweeps: one sweep broadcasts over the vertices, several gather their pairs,
-    with the same bits. ``box``: ``(lo, hi)`` the bounding box of X (the runtime's ``bound``):
-    one sweep whose capsule's box misses it returns the zeros at once."""
+    with the same bits. ``box``: ``(lo, hi)`` a box holding X (the runtime's ``bound``): the
+    sweeps whose capsule's box misses it are zeros without any per-vertex work (most frames of
+    a collider near the object, not on it)."""
     S, n = len(before), len(X)
     out = np.zeros((S, CONTACT_FEATURES))
     A = before[:, :3, :3]
@@ -624,6 +626,15 @@ def _sphere_sweeps(
         return out
     r = radius * np.sqrt(_colsq(A).max(axis=1))  # (S,) the scaled radius
     t0 = before[:, :3, 3]
+    if box is not None:  # _sphere_sweep_one's test of the capsule's box, on arrays
+        t1, rr = after[:, :3, 3], r[:, None]
+        near = np.all(np.minimum(t0, t1) - rr <= box[1], axis=1)
+        near &= np.all(np.maximum(t0, t1) + rr >= box[0], axis=1)
+        if not near.all():  # the rest: a sweep's features do not depend on the others'
+            near = np.flatnonzero(near)
+            if len(near):
+                out[near] = _sphere_sweeps(X, before[near], after[near], radius[near])
+            return out
     u = after[:, :3, 3] - t0  # (S, 3) the centre's move
     uu = _dot3(u, u)
     uu = np.where(uu > 0.0, uu, 1.0)  # a sphere that did not move: u = 0, s = 0
@@ -1110,10 +1121,12 @@ class SNPSimulation(SimulatorBase):
         )
         self._far = self.p.far_transform()
         centre = 0.5 * (self.p.X.min(0) + self.p.X.max(0))  # a ball holding the rest shape
+        lo, hi = self.p.X.min(axis=0), self.p.X.max(axis=0)
+        slack = _BOX_SLACK * (1.0 + float(np.linalg.norm(hi - lo)))
         self._bound = (
             centre,
             float(np.linalg.norm(self.p.X - centre, axis=1).max()),
-            (self.p.X.min(axis=0).tolist(), self.p.X.max(axis=0).tolist()),
+            ((lo - slack).tolist(), (hi + slack).tolist()),
         )
         self._folded = FoldedStep(self.p)
         # what _world_features reads each frame, as Python floats
@@ -1476,6 +1489,11 @@ class SNPSimulation(SimulatorBase):
 
 
 _NO_INPUTS = FrameInputs()
+#: The runtime's box of the rest shape (:func:`_sphere_sweep_one`, :func:`_sphere_sweeps`) is
+#: this times (1 + its diagonal in metres) larger on each side: a sweep it culls is clear of
+#: every vertex by far more than the round-off of the distances it spares (which could put a
+#: vertex on the boundary a few ulps inside).
+_BOX_SLACK = 1e-9
 _NO_CONTACT = (0.0,) * CONTACT_FEATURES
 
 
