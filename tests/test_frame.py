@@ -225,3 +225,24 @@ def test_start_from_a_turned_state_takes_world_forces_into_the_pin_frame():
         red.step(FrameInputs(forces=f1))
         np.testing.assert_allclose(red.positions(), full.x, atol=2e-8)
     assert np.abs(full.x - x0).max() > 1e-3  # the push moved it
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 2500])
+def test_transform_points_is_the_expression_bit_for_bit(n):
+    """transform_points is the frame path's ``y @ A.T + t`` (Pose.apply, to_world) at about
+    half its cost: the same bits, for one point too (whose (1, 3) product numpy rounds
+    another way than the (n, 3) one, so it keeps the expression)."""
+    from neural_rom.core.frame import transform_points
+
+    rng = np.random.default_rng(n)
+    mismatched = 0
+    for _ in range(50):
+        y = rng.normal(size=(n, 3)) * rng.uniform(0.01, 100.0)
+        A = rotation(rng.normal(size=3), rng.uniform(0, np.pi)) * rng.uniform(0.1, 3.0, 3)
+        t = rng.normal(size=3) * 10.0
+        mismatched += not np.array_equal(transform_points(y, A, t), y @ A.T + t)
+    print(f"{n} points: {mismatched} of 50 random maps differ from y @ A.T + t")
+    assert mismatched == 0
+    y = rng.normal(size=3)
+    assert np.array_equal(transform_points(y, A, t), y @ A.T + t)
+    assert np.array_equal(Pose(A, t).apply(np.ones((n, 3))), np.ones((n, 3)) @ A.T + t)

