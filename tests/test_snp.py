@@ -907,10 +907,10 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     """The runtime's contact features of B instances at once (:func:`batch_contact_features`,
     vectorized over instances and colliders) are each instance's :func:`contact_features` (the
     trainer's, a loop over colliders) to the last bit, with and without the rest shape's
-    bounding ball: rotated and scaled spheres, spheres that only translate, capsules and
-    planes, still and far sweeps, a vertex at a sampled centre and one on a translating
-    sphere's path; and an instance's features do not depend on its batch (150
-    at once or in twos: each path of the vectorized code)."""
+    bounding ball and box (which cull sweeps, changing no feature): rotated and scaled
+    spheres, spheres that only translate, capsules and planes, still and far sweeps, a vertex
+    at a sampled centre and one on a translating sphere's path; and an instance's features do
+    not depend on its batch (150 at once or in twos: each path of the vectorized code)."""
     from neural_rom.core.methods.snp import (
         SWEEP_SAMPLES,
         batch_contact_features,
@@ -946,6 +946,7 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     # instances; instance 5's first one passes through vertex 1 (its fallback axis)
     after[1::4, :, :3, :3] = before[1::4, :, :3, :3]
     before[5, 0, :3, 3] = 2.0 * X[1] - after[5, 0, :3, 3]
+    full = None  # the features without culling (the trainer's)
     for bd in (None, bound, (*bound, box)):
         batched = batch_contact_features(X, before, after, kinds, sizes, bd)
         single = np.array(
@@ -969,6 +970,9 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
         assert np.all(touched > 10)
         np.testing.assert_array_equal(batched, single)
         np.testing.assert_array_equal(twos, single)
+        # culling by the ball and the box skips work, never changes a feature
+        full = single if full is None else full
+        assert single.tobytes() == full.tobytes()
     assert single[2, 3] > 0.0 and single[5, 3] > 0.0  # the centred vertices are inside
     # a batch of one kind takes the one-group path: the same features
     sphere = [i for i, k in enumerate(kinds) if k == "sphere"]

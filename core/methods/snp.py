@@ -82,6 +82,16 @@ Where we depart from the paper, and why:
   instance's :func:`contact_features`, the trainer's, to the last bit): 100 instances of
   bench/snp.py's block (288 vertices, one sphere) in one step 6.38 -> 1.13 ms with contact
   features, 0.56 ms without (one core, load 2-2.5; the per-instance loop it replaces).
+  The step's fixed costs were most of what was left: the step of one instance whose frame is
+  the world (the usual soft body; :meth:`SNPSimulation._world_features`) reads its colliders'
+  transforms once as Python floats (the ball, translation and capsule-box tests in scalars,
+  the feature vector made an array once) and sweeps the vertices by coordinate (an (n, 3)
+  array less a (3,) row runs a 3-long loop per vertex: 5 us a call at 288 vertices); a batch
+  gathers its transforms as bytes and culls its translating spheres by the capsule's box.
+  The same features to the last bit; the pressed block at u = 64 (A/B against the former code
+  in one process, one core, min of 15 passes over a held-out bake, load 2.8): 81.4 -> 48.6 us
+  a step (the network 15 of them), 100 instances 1.09 -> 0.86 ms (u = 21: 77.1 -> 44.5 us,
+  0.91 -> 0.67 ms).
 * The runtime state is ``(z_{t-1}, z_{t-2})``, the poses of the last three frames and the
   colliders (the last ones stay when a frame gives none), so ``get_state``/``set_state``
   continue bit-identically.
@@ -165,7 +175,9 @@ def reference_pose(rest_pins: np.ndarray, targets: np.ndarray | None, guess: Pos
         raise SimulationError(
             f"Pin targets have shape {targets.shape}, expected {rest_pins.shape}."
         )
-    if (targets == rest_pins).all():  # array_equal, less its checks (per instance, per frame)
+    # at rest: the same bytes (0.1 us; per instance, per frame), else the same values (2 us;
+    # array_equal less its checks: a -0.0 for a 0.0)
+    if targets.tobytes() == rest_pins.tobytes() or (targets == rest_pins).all():
         return IDENTITY
     if not np.all(np.isfinite(targets)):
         raise SimulationError("The pin targets are not finite.")
@@ -509,7 +521,8 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
         rigid = np.all(before[:, :3, :3] == after[:, :3, :3], axis=(1, 2))
         if rigid.any():
             rows = np.asarray(act)[rigid]
-            out[rows] = _sphere_sweeps(X, before[rigid], after[rigid], size[rigid, 0])
+            box = bound[2] if bound is not None and len(bound) > 2 else None
+            out[rows] = _sphere_sweeps(X, before[rigid], after[rigid], size[rigid, 0], box)
             if rigid.all():
                 return out
             general = ~rigid
@@ -610,8 +623,9 @@ def _sphere_sweeps(
     array calls of :func:`swept_push_out`'s sampled sweep. Elementwise per (sweep, vertex) pair,
     the sums in vertex order (:func:`numpy.bincount`), so a sweep's features do not depend on
     the other sweeps: one sweep broadcasts over the vertices, several gather their pairs,
-    with the same bits. ``box``: ``(lo, hi)`` the bounding box of X (the runtime's ``bound``):
-    one sweep whose capsule's box misses it returns the zeros at once."""
+    with the same bits. ``box``: ``(lo, hi)`` a box holding X (the runtime's ``bound``): the
+    sweeps whose capsule's box misses it are zeros without any per-vertex work (most frames of
+    a collider near the object, not on it)."""
     S, n = len(before), len(X)
     out = np.zeros((S, CONTACT_FEATURES))
     A = before[:, :3, :3]
@@ -622,6 +636,15 @@ def _sphere_sweeps(
         return out
     r = radius * np.sqrt(_colsq(A).max(axis=1))  # (S,) the scaled radius
     t0 = before[:, :3, 3]
+    if box is not None:  # _sphere_sweep_one's test of the capsule's box, on arrays
+        t1, rr = after[:, :3, 3], r[:, None]
+        near = np.all(np.minimum(t0, t1) - rr <= box[1], axis=1)
+        near &= np.all(np.maximum(t0, t1) + rr >= box[0], axis=1)
+        if not near.all():  # the rest: a sweep's features do not depend on the others'
+            near = np.flatnonzero(near)
+            if len(near):
+                out[near] = _sphere_sweeps(X, before[near], after[near], radius[near])
+            return out
     u = after[:, :3, 3] - t0  # (S, 3) the centre's move
     uu = _dot3(u, u)
     uu = np.where(uu > 0.0, uu, 1.0)  # a sphere that did not move: u = 0, s = 0
@@ -1108,15 +1131,18 @@ class SNPSimulation(SimulatorBase):
         )
         self._far = self.p.far_transform()
         centre = 0.5 * (self.p.X.min(0) + self.p.X.max(0))  # a ball holding the rest shape
+        lo, hi = self.p.X.min(axis=0), self.p.X.max(axis=0)
+        slack = _BOX_SLACK * (1.0 + float(np.linalg.norm(hi - lo)))
         self._bound = (
             centre,
             float(np.linalg.norm(self.p.X - centre, axis=1).max()),
-            (self.p.X.min(axis=0).tolist(), self.p.X.max(axis=0).tolist()),
+            ((lo - slack).tolist(), (hi + slack).tolist()),
         )
         self._folded = FoldedStep(self.p)
         # what _world_features reads each frame, as Python floats
         self._still = [*self.gravity.tolist(), *[0.0] * (FRAME_FEATURES - 3)]
         self._far_world = _world_matrix(IDENTITY, self._far).tolist()
+        self._far_bytes = _world_matrix(IDENTITY, self._far).tobytes()
         self._sizes = [(float(r), float(h)) for r, h in np.asarray(self.p.sizes, float)]
         self._driven: dict[bytes, Pose] = {}  # driver matrix -> pose (see driven_poses)
         self._initial_colliders = list(colliders or [])
@@ -1286,18 +1312,23 @@ class SNPSimulation(SimulatorBase):
         ]
 
     def _slots(self, colliders: list[list[Collider]], poses: list[Pose]):
-        """(B, c, 4, 4) world transforms and (B, c, 2) sizes of the model's collider slots."""
+        """(B, c, 4, 4) world transforms (read-only) and (B, c, 2) sizes of the model's
+        collider slots. Gathered as bytes and floats, then made arrays once: ``np.array`` of
+        B * c (4, 4) arrays discovers each one's shape (27 us at 100 of them, against 7 us);
+        a Collider's transform is a float64 (4, 4) array (:class:`core.colliders.Collider`)."""
         c, B = len(self.p.sizes), len(colliders)
-        mats, sizes = [], []  # gathered, then converted once: B * c small copies cost more
+        mats, sizes = [], []
         for cols, pose in zip(colliders, poses, strict=True):
             for i in range(c):
                 if i < len(cols):
-                    mats.append(cols[i].transform)
-                    sizes.append((cols[i].radius, cols[i].half_length))
+                    col = cols[i]
+                    mats.append(col.transform.tobytes())
+                    sizes += (col.radius, col.half_length)
                 else:
-                    mats.append(_world_matrix(pose, self._far))
-                    sizes.append(self.p.sizes[i])
-        mats = np.array(mats, dtype=np.float64).reshape(B, c, 4, 4)
+                    far = _world_matrix(pose, self._far) if pose is not IDENTITY else None
+                    mats.append(self._far_bytes if far is None else far.tobytes())
+                    sizes += self._sizes[i]
+        mats = np.frombuffer(b"".join(mats)).reshape(B, c, 4, 4)
         return mats, np.array(sizes, dtype=np.float64).reshape(B, c, 2)
 
     def batch_features(
@@ -1317,38 +1348,46 @@ class SNPSimulation(SimulatorBase):
         mats, sizes = self._slots(colliders, [ps[0] for ps in poses])
         f = np.zeros((B, self.p.n_features))
         f[:, :3] = self.gravity  # frame_features of a frame that stays the world
+        moved = []  # the instances whose frame is not the world
         for b, ps in enumerate(poses):
             if not (ps[0] is IDENTITY and ps[1] is IDENTITY and ps[2] is IDENTITY):
                 f[b, :FRAME_FEATURES] = frame_features(
                     ps, self.gravity, self.dt, self.p.frame_origin
                 )
+                if not _world(ps[0]):
+                    moved.append(b)
         end = FRAME_FEATURES + COLLIDER_FEATURES * c
         f[:, FRAME_FEATURES:end] = np.concatenate(
             [mats[:, :, :3, :3].reshape(B, c, 9), mats[:, :, :3, 3], sizes], axis=2
         ).reshape(B, -1)
-        for b, ps in enumerate(poses):
-            if ps[0] is not IDENTITY and not ps[0].is_identity:
-                f[b, FRAME_FEATURES:end] = collider_features(mats[b], sizes[b], ps[0])
+        for b in moved:
+            f[b, FRAME_FEATURES:end] = collider_features(mats[b], sizes[b], poses[b][0])
         if self.p.contact:
-            after = mats.copy()
-            for b, ps in enumerate(poses):
-                if ps[0] is not IDENTITY and not ps[0].is_identity:
-                    after[b] = to_frame(mats[b], ps[0])
-            before = after.copy()
+            after = mats
+            if moved:
+                after = mats.copy()
+                for b in moved:
+                    after[b] = to_frame(mats[b], poses[b][0])
             # a slot sweeps only when a collider filled it in both frames: one that
             # appears or goes (the far collider) did not pass through the object
-            rows, prev = [], []  # gathered, then converted once
+            rows, prev = [], []  # gathered, then converted once (as _slots)
             for b in range(B if previous is not None else 0):
                 for i in range(min(len(previous[b]), len(colliders[b]), c)):
                     rows.append(b * c + i)
-                    prev.append(previous[b][i].transform)
+                    prev.append(previous[b][i].transform.tobytes())
+            before = after
             if rows:
-                prev = np.array(prev, dtype=np.float64)
-                for j, r in enumerate(rows):
-                    pose = poses[r // c][1]
-                    if pose is not IDENTITY and not pose.is_identity:
-                        prev[j] = to_frame(prev[j], pose)[0]
-                before.reshape(B * c, 4, 4)[rows] = prev
+                prev = np.frombuffer(b"".join(prev)).reshape(-1, 4, 4)
+                turned = [j for j, r in enumerate(rows) if not _world(poses[r // c][1])]
+                if turned:
+                    prev = prev.copy()
+                    for j in turned:
+                        prev[j] = to_frame(prev[j], poses[rows[j] // c][1])[0]
+                if len(rows) == B * c:  # every slot sweeps (rows are 0 .. B c - 1)
+                    before = prev.reshape(B, c, 4, 4)
+                else:
+                    before = after.copy()
+                    before.reshape(B * c, 4, 4)[rows] = prev
             f[:, end:] = batch_contact_features(
                 self.p.X, before, after, self.p.kinds, sizes, self._bound
             )
@@ -1460,6 +1499,11 @@ class SNPSimulation(SimulatorBase):
 
 
 _NO_INPUTS = FrameInputs()
+#: The runtime's box of the rest shape (:func:`_sphere_sweep_one`, :func:`_sphere_sweeps`) is
+#: this times (1 + its diagonal in metres) larger on each side: a sweep it culls is clear of
+#: every vertex by far more than the round-off of the distances it spares (which could put a
+#: vertex on the boundary a few ulps inside).
+_BOX_SLACK = 1e-9
 _NO_CONTACT = (0.0,) * CONTACT_FEATURES
 
 
