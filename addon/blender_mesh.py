@@ -113,6 +113,13 @@ def matrix(obj: bpy.types.Object) -> np.ndarray:
     return np.fromiter(chain.from_iterable(obj.matrix_world), np.float64, 16).reshape(4, 4)
 
 
+def matrices(objs: list) -> np.ndarray:
+    """The objects' current ``matrix_world`` as a (len(objs), 4, 4) float64 array (one
+    conversion: the frame handler reads them every frame)."""
+    rows = chain.from_iterable(chain.from_iterable(o.matrix_world for o in objs))
+    return np.fromiter(rows, np.float64, 16 * len(objs)).reshape(-1, 4, 4)
+
+
 def surface(obj: bpy.types.Object, *, world: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The object's rest surface.
 

@@ -13,24 +13,41 @@ does, three ways, the fastest of ``--rounds`` rounds each:
 
 * **blender**: the Cloth modifier on, its point cache freed first (Blender's cloth steps
   every frame; quality as the scene has it, 5);
-* **model**: Simulate on (the Cloth modifier muted by the add-on): the frame's inputs, the
-  model's step, the mesh write, and Blender's depsgraph evaluation of the frame, split by
-  timing wrappers on the real call path (``inputs``: :meth:`ClothDriver.inputs`; ``step``;
-  ``decode``: positions, push-out and the frame cache; ``write``: the local transform and
-  the mesh write; ``blender``: the rest of ``frame_set``);
+* **model**: Simulate on (the Cloth modifier muted by the add-on), split by timing wrappers
+  on the real call path: ``driver`` (is the object's driver still good: ``driver_key``, the
+  collider objects), ``inputs`` (:meth:`ClothDriver.inputs`: the matrices, the colliders'
+  shapes, the :class:`core.simjob.Track`, and the frame's digest), ``step``, ``decode``
+  (positions with the push-out and the pins, the frame cache), ``write`` (to local space, the
+  mesh write), ``blender`` (the rest of ``frame_set``: Blender's frame change and depsgraph
+  evaluation of the written mesh, and the handlers' own bookkeeping);
 * **empty**: neither (the Cloth modifier muted by hand, Simulate off): what ``frame_set`` of
-  the keyed scene costs anyway.
+  the keyed scene costs anyway, the floor.
+
+Each is timed by the wall clock and, in alternate rounds, by this process's CPU time (which
+time-sharing with other jobs inflates less; it counts Blender's threads too). The ratios are
+the whole frames, what each costs beyond the floor, and Blender's cloth step (its frame less
+the floor) against the model's step.
 
 Usage (the venv's Python with the PyPI ``bpy``)::
 
-    python bench/cloth_blender.py [--side 50] [--frames 60] [--k 64]
+    python bench/cloth_blender.py [--side 50] [--frames 60] [--k 64] [--workdir DIR]
 
-Measured (2026-11-24, this 2-core machine shared with other jobs: load average 9.3, so every
-number is inflated, Blender's cloth about 3x its quiet 38 ms of bench/snp_cloth.py), 2,500
-vertices, u = 64, 60 frames, fastest of 3 rounds: Blender's cloth (quality 5) 122.3 ms a
-frame; the model through Simulate 2.90 ms (inputs 0.37, step 0.68, decode with push-out and
-pins 0.77, write 0.30, the rest of Blender's frame 0.79); ``frame_set`` of the keyed scene
-alone 0.13 ms. Whole frames 42x faster, 44x beyond what the frame costs anyway.
+Measured (2026-11-24, one core of this 2-core machine shared with two other sessions, load
+average 3.2; 2,500 vertices, u = 64, 60 frames, fastest of 3 rounds), wall / CPU ms a frame:
+Blender's cloth (quality 5) 56.3 / 51.1; nothing simulated 0.067 / 0.067; the model through
+Simulate **0.88 / 0.83** (driver 0.04, inputs 0.17, step 0.17, decode with push-out and pins
+0.22, write 0.06, Blender's rest of the frame 0.21): whole frames 64x faster, 69x beyond the
+floor, Blender's cloth step 323x the model's (411x by CPU time). The frame path before this
+version, patched back into the same process and run in alternate rounds on the same scene
+(so under the same load, 2.3; 16 rounds each, main thread CPU time): 1.00 -> 0.82 ms (min),
+1.11 -> 0.89 ms (median), the driven vertex positions identical bit for bit. Where it went:
+the timeline no longer restores the frame it just stepped (SNP's ``set_state``, 20-30 us),
+the inputs (141 -> 61 us hot: collider shapes vectorized, boxes and recorded specs kept, the
+matrices in one conversion), points through a matrix and the push-out's broad phase at
+half their cost (core.frame.transform_points), ``driver_key`` 14 -> 9 us. The earlier figure
+of 2.9 ms was measured at load 9. What remains is mostly memory: the decode reads the 3.8 MB
+float64 basis every frame (70 us hot, 160-220 us when other jobs share the caches), and
+Blender's own evaluation of the written mesh.
 """
 
 from __future__ import annotations
