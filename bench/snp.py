@@ -24,12 +24,18 @@ inputs played forward and back), the least of ``--repeats`` such passes (the mac
 basis ``U``, the network, the rest).
 
 Results (default run, the pressed block, 72 frames a bake, today's defaults: contact features
-and learning rate automatic, on and 3e-3; one core, load 1-2): 1,050 tets, u = 21, network
-50-32-32-32-21, 100 epochs in 22.6 s; full-space step 33.9 ms, model step 80.3 us (422x; about
-50 us of it the contact features), decode 19.9 us; 100 instances in one batched step 873 us
-against 12.8 ms as 100 single steps (14.7x), batched decode 2.3 ms (the push-out is per
+and learning rate automatic, on and 3e-3; one core, load 3-3.9): 1,050 tets, u = 21, network
+50-32-32-32-21, 100 epochs in 33.8 s; full-space step 36.4 ms, model step 41.5 us (877x; the
+contact features ~20 us of it), decode 18.2 us; 100 instances in one batched step 776 us
+against 4.68 ms as 100 single steps (6.0x), batched decode 2.2 ms (the push-out is per
 instance); held-out mean vertex error 4.23 mm (initial model 6.74, PCA floor 0.28); model file
-240 KiB. Without contact features (the former scene's run) the step was 31.9 us and the batch
+240 KiB. At u = 64 (``--settings '{"k": 64}'``, network 136-96-96-96-64; load 2.3): model step
+44.1 us (the issue's goal: 60), 100 instances in one batched step 0.80 ms, held-out 3.92 mm.
+Before the step read one instance's colliders as Python floats and swept the vertices by
+coordinate (core/methods/snp.py's docstring): 80.3 us and 873 us at u = 21 (load 1-2); in one
+process against that code (one core, min of 15 passes, load 2.4) 75.7 -> 44.9 us and 0.90 ->
+0.67 ms at u = 21, 82.9 -> 50.6 us and 1.16 -> 0.89 ms at u = 64, the same features to the
+last bit. Without contact features (the former scene's run) the step was 31.9 us and the batch
 564 us.
 
 ``--accuracy``: no timings; the held-out accuracy on the block of tests/test_snp.py (216 tets,
