@@ -629,7 +629,9 @@ def _sphere_sweeps(
     S, n = len(before), len(X)
     out = np.zeros((S, CONTACT_FEATURES))
     A = before[:, :3, :3]
-    if S == 1 and n <= _ALL_PAIRS:  # every vertex, by broadcasting, the sweep in floats
+    if S == 1:  # every vertex by coordinate, the sweep in floats: faster than gathering pairs
+        # whatever the size (at 288 / 1,024 / 5,000 vertices 32 / 38 / 105 us against 101 /
+        # 106 / 260 us), the same bits
         f = _sphere_sweep_one(X, before[0].tolist(), after[0].tolist(), float(radius[0]), box)
         if f is not None:
             out[0] = f
