@@ -427,3 +427,149 @@ def test_normal_model_fit_is_the_least_squares_map_and_round_trips(tmp_path):
         assert np.abs(batch.normals()[b] - single.normals()).max() < 1e-6
     with pytest.raises(SimulationError, match="both"):
         replace(p, normal_basis=None)
+
+
+# ------------------------------------------------------- training levers (issue 11), no bpy
+
+
+def toy_trainer(tmp_path, **settings):
+    """A _NetTrainer on 3 random sequences of 40 frames (u = 4, v = 3), seeded."""
+    import torch
+    from neural_rom.training.common import Checkpoints
+    from neural_rom.training.snp import _NetTrainer
+
+    rng = np.random.default_rng(5)
+    Z = [np.cumsum(rng.normal(size=(40, 4)), 0) * 0.01 for _ in range(3)]
+    W = [rng.normal(size=(40, 3)) for _ in range(3)]
+    s = SNPSettings(window=8, epochs=2, batch_size=16, **settings)
+    return _NetTrainer(
+        s,
+        Z,
+        W,
+        [],
+        [],
+        np.ones(4),
+        np.full(4, 0.9),
+        0.02,
+        np.full(4, -1.0),
+        np.full(4, 1.0),
+        1 / 24,
+        10,
+        torch.device("cpu"),
+        Checkpoints(None, "toy"),
+        lambda: False,
+        lambda event: None,
+        lambda done, total, msg: None,
+        in_scale=np.array([0.02, 0.01, 0.005, 0.002]),
+    )
+
+
+def test_ensemble_rolls_out_each_member_and_merges_to_their_mean():
+    """An Ensemble's members roll out on their own (each feeds back its own prediction), and
+    its merged network (block-diagonal) computes the mean of the members' outputs: what the
+    runtime evaluates, exported as one MLP."""
+    import torch
+    from neural_rom.training.autoencoder import build_mlp
+    from neural_rom.training.snp import Ensemble, rollout
+
+    torch.manual_seed(0)
+    u, v, K, B, S = 4, 3, 3, 5, 9
+    nets = [build_mlp([2 * u + v, 7, 7, u], "relu").double() for _ in range(K)]
+    ens = Ensemble(nets).double()
+    g = torch.Generator().manual_seed(1)
+    z0, z1 = (
+        torch.randn(B, u, generator=g, dtype=torch.float64),
+        torch.randn(B, u, generator=g, dtype=torch.float64),
+    )
+    w = torch.randn(B, S, v, generator=g, dtype=torch.float64)
+    args = (
+        torch.full((u,), 1.0, dtype=torch.float64),
+        torch.full((u,), 0.8, dtype=torch.float64),
+        0.5,
+    )
+    lim = (torch.full((u,), -9.0, dtype=torch.float64), torch.full((u,), 9.0, dtype=torch.float64))
+    with torch.no_grad():
+        joint = rollout(ens, z0.expand(K, B, u), z1.expand(K, B, u), w, *args, *lim)
+        alone = torch.stack([rollout(n, z0, z1, w, *args, *lim) for n in nets])
+        x = torch.randn(B, 2 * u + v, generator=g, dtype=torch.float64)
+        merged = ens.merged()(x)
+        mean = torch.stack([n(x) for n in nets]).mean(0)
+    e1, e2 = float((joint - alone).abs().max()), float((merged - mean).abs().max())
+    print(f"ensemble rollout vs members alone {e1:.1e}; merged vs members' mean {e2:.1e}")
+    assert joint.shape == (K, B, S, u) and e1 < 1e-12 and e2 < 1e-12
+    assert [m.out_features for m in ens.merged() if isinstance(m, torch.nn.Linear)] == [21, 21, u]
+
+
+def test_rollout_state_noise_goes_into_the_fed_back_states_only():
+    """With eq. (1) alone at alpha 1, beta 0 (z_t = z_{t-1}), each returned frame is the one
+    before plus the noise fed back with it: the noise is added where the state is fed back,
+    not to the prediction returned."""
+    import torch
+    from neural_rom.training.snp import rollout
+
+    g = torch.Generator().manual_seed(2)
+    B, S, u = 2, 7, 3
+    z1 = torch.randn(B, u, generator=g, dtype=torch.float64)
+    noise = torch.randn(B, S, u, generator=g, dtype=torch.float64)
+    lim = (
+        torch.full((u,), -99.0, dtype=torch.float64),
+        torch.full((u,), 99.0, dtype=torch.float64),
+    )
+    out = rollout(
+        None,
+        z1,
+        z1,
+        torch.zeros(B, S, 1, dtype=torch.float64),
+        torch.ones(u, dtype=torch.float64),
+        torch.zeros(u, dtype=torch.float64),
+        1.0,
+        *lim,
+        noise=noise,
+    )
+    expect = z1[:, None] + torch.cat(
+        [torch.zeros(B, 3, u, dtype=torch.float64), noise[:, 2:-1].cumsum(1)], 1
+    )
+    assert float((out - expect).abs().max()) < 1e-12
+
+
+def test_weight_average_is_the_ramped_moving_average_of_the_steps(tmp_path):
+    """``average``: the model gets the exponential moving average of the weights after each
+    step, with decay min(average, (1 + k) / (10 + k)); the training itself is unchanged
+    (the same steps with averaging off, whose weights after each step are recorded)."""
+    from neural_rom.training.snp import _NetTrainer
+
+    seen = []
+
+    class Recording(_NetTrainer):
+        def decay(self, net, shrink):  # called right after each optimizer step
+            seen.append([p.detach().clone() for p in net.parameters()])
+
+    plain = toy_trainer(tmp_path)
+    plain.__class__ = Recording
+    last, _ = plain.fit(deadline=float("inf"))
+    avg = [p.clone() for p in seen[0]]
+    for k, ps in enumerate(seen):
+        d = min(0.95, (1.0 + k) / (10.0 + k))
+        for a, p in zip(avg, ps):
+            a.mul_(d).add_(p, alpha=1 - d)
+    averaged, _ = toy_trainer(tmp_path, average=0.95).fit(deadline=float("inf"))
+    err = max(float((a.detach() - b).abs().max()) for a, b in zip(averaged.parameters(), avg))
+    moved = max(
+        float((a - b).detach().abs().max())
+        for a, b in zip(averaged.parameters(), last.parameters())
+    )
+    print(
+        f"{len(seen)} steps: averaged weights vs the recomputed average {err:.1e}, vs the last step's {moved:.1e}"
+    )
+    assert len(seen) > 10 and err < 1e-6 and moved > 1e-4
+
+
+def test_cosine_rate_schedule_falls_from_the_rate_to_zero(tmp_path):
+    t = toy_trainer(tmp_path, lr_schedule="cosine", learning_rate=1e-2)
+    steps = 7
+    total = t.epochs * steps
+    rates = [t.rate(e, k, steps) for e in range(t.epochs) for k in range(steps)]
+    assert rates[0] == pytest.approx(1e-2) and rates[total // 2] == pytest.approx(5e-3, rel=0.1)
+    assert all(a > b for a, b in zip(rates, rates[1:])) and rates[-1] < 1e-3
+    e = toy_trainer(tmp_path, learning_rate=1e-2, lr_decay=0.5)
+    assert e.rate(1, 3, steps) == pytest.approx(5e-3)  # exponential: per epoch

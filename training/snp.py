@@ -353,6 +353,11 @@ class SNPSettings:
     warmup_epochs: int = 0
     mode_scaling: bool = True
     contact_features: str = "auto"
+    state_noise: float = 0.0
+    average: float = 0.0
+    lr_schedule: str = "exponential"
+    grad_clip: float = 0.0
+    ensemble: int = 1
 
     def __post_init__(self) -> None:
         self.__dict__.update(registry.get(NAME).validate(asdict(self)))
@@ -702,6 +707,7 @@ def rollout(
     *,
     detach: bool = False,
     in_scale: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Predicted PCA coordinates over a window, the predictions fed back (Algorithm 1): the
     runtime's step (:meth:`core.methods.snp.SNPSimulation.predict`) in torch.
@@ -714,10 +720,13 @@ def rollout(
     alpha, beta, z_lo, z_hi : (u,); scale : ``s`` (m)
     detach : cut the gradient between frames (teacher-forcing-like; tests only)
     in_scale : (u,) per-mode scales of the network's state inputs (None: ``scale``)
+    noise : (B, S, u) added to each prediction where it is fed back (frames 2..S-1; training's
+        ``state_noise``), not to the prediction returned; None: none
 
     Returns
     -------
-    (B, S, u): ``z0``, ``z1``, then the S - 2 predictions
+    (B, S, u): ``z0``, ``z1``, then the S - 2 predictions; (K, B, S, u) for ``z0``, ``z1``
+    of shape (K, B, u), each of an :class:`Ensemble`'s K members rolled out on its own
     """
     out = [z0, z1]
     prev2, prev = z0, z1
@@ -725,22 +734,25 @@ def rollout(
     for i in range(2, w.shape[1]):
         z_bar = alpha * prev + beta * (prev - prev2)  # eq. (1)
         if net is not None:
-            x = torch.cat([z_bar / si, prev / si, w[:, i]], dim=-1)
+            wi = w[:, i]
+            if z_bar.dim() > wi.dim():  # an ensemble's members: (K, B, u) states
+                wi = wi.expand(*z_bar.shape[:-1], wi.shape[-1])
+            x = torch.cat([z_bar / si, prev / si, wi], dim=-1)
             z_bar = z_bar + scale * net(x)  # eq. (3)
         z = torch.minimum(torch.maximum(z_bar, z_lo), z_hi)  # sec. 8.1
         out.append(z)
-        prev2, prev = prev, z
+        prev2, prev = prev, (z if noise is None else z + noise[:, i])
         if detach:
             prev2, prev = prev2.detach(), prev.detach()
-    return torch.stack(out, dim=1)
+    return torch.stack(out, dim=-2)
 
 
 def window_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, dt: float) -> torch.Tensor:
     """Algorithm 1's loss: mean absolute error of positions and of velocities over frames
     2..S-1 of the windows, in units of ``scale`` (pred, target: (B, S, u))."""
-    p, t = pred / scale, target / scale
-    pos = (p[:, 2:] - t[:, 2:]).abs().mean()
-    vel = ((p[:, 2:] - p[:, 1:-1]) - (t[:, 2:] - t[:, 1:-1])).abs().mean() / dt
+    p, t = pred / scale, target / scale  # pred may have a leading members dim: (K, B, S, u)
+    pos = (p[..., 2:, :] - t[..., 2:, :]).abs().mean()
+    vel = ((p[..., 2:, :] - p[..., 1:-1, :]) - (t[..., 2:, :] - t[..., 1:-1, :])).abs().mean() / dt
     return pos + vel
 
 
@@ -777,6 +789,56 @@ def windows(lengths: list[int], size: int) -> np.ndarray:
     """(N, 2) (sequence, start) of every window of ``size`` frames inside one sequence."""
     out = [(i, s) for i, n in enumerate(lengths) for s in range(n - size + 1)]
     return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+class Ensemble(torch.nn.Module):
+    """K ReLU MLPs of the same sizes trained side by side (the ``ensemble`` setting): their
+    layers stacked, ``(K, B, in) -> (K, B, out)`` with one batched product a layer, so K small
+    networks cost the training about what one does. :meth:`merged` is the one MLP whose output
+    is the members' mean: the first layer's rows stacked, the hidden layers block-diagonal,
+    the last layer's columns side by side over K; the runtime evaluates it as any network.
+
+    Parameters
+    ----------
+    nets : K networks built by :func:`build_mlp` with the same sizes
+    """
+
+    def __init__(self, nets: list[torch.nn.Sequential]) -> None:
+        super().__init__()
+        lins = [[m for m in n if isinstance(m, torch.nn.Linear)] for n in nets]
+        self.W = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.stack([ls[j].weight.detach() for ls in lins]))
+            for j in range(len(lins[0]))
+        )
+        self.b = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.stack([ls[j].bias.detach() for ls in lins]))
+            for j in range(len(lins[0]))
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for j, (W, b) in enumerate(zip(self.W, self.b, strict=True)):
+            x = torch.baddbmm(b[:, None, :], x, W.transpose(1, 2))
+            if j < len(self.W) - 1:
+                x = torch.relu(x)
+        return x
+
+    @torch.no_grad()
+    def merged(self) -> torch.nn.Sequential:
+        """The one network (:func:`build_mlp`'s layout) computing the members' mean output."""
+        K = self.W[0].shape[0]
+        sizes = [self.W[0].shape[2]] + [K * W.shape[1] for W in self.W[:-1]] + [self.W[-1].shape[1]]
+        net = build_mlp(sizes, "relu").to(self.W[0])
+        lins = [m for m in net if isinstance(m, torch.nn.Linear)]
+        last = len(lins) - 1
+        for j, (lin, W, b) in enumerate(zip(lins, self.W, self.b, strict=True)):
+            if j == 0:
+                lin.weight.copy_(W.reshape(-1, W.shape[2]))
+            elif j < last:
+                lin.weight.copy_(torch.block_diag(*W))
+            else:
+                lin.weight.copy_(torch.cat(list(W), dim=1) / K)
+            lin.bias.copy_(b.mean(0) if j == last else b.reshape(-1))
+        return net
 
 
 class _NetTrainer:
@@ -839,55 +901,92 @@ class _NetTrainer:
         s, u = self.s, self.u
         width = s.width or max(1, int(round(1.5 * u)))
         sizes = [2 * u + self.v] + [width] * (s.layers - 1) + [u]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(s.seed)
-            net = build_mlp(sizes, "relu")
-            last = [m for m in net if isinstance(m, torch.nn.Linear)][-1]
-            torch.nn.init.zeros_(last.weight)  # start from the initial model (Phi = 0)
-            torch.nn.init.zeros_(last.bias)
+        nets = []
+        for i in range(s.ensemble):  # member 0 is the single network of the same seed
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(s.seed if i == 0 else s.seed + 1_000_003 * i)
+                net = build_mlp(sizes, "relu")
+                last = [m for m in net if isinstance(m, torch.nn.Linear)][-1]
+                torch.nn.init.zeros_(last.weight)  # start from the initial model (Phi = 0)
+                torch.nn.init.zeros_(last.bias)
+            nets.append(net)
+        net = nets[0] if s.ensemble == 1 else Ensemble(nets)
         return net.to(device=self.device, dtype=self.dtype)
+
+    @staticmethod
+    def plain(net) -> torch.nn.Sequential:
+        """The network as one MLP (an :class:`Ensemble` merged)."""
+        return net.merged() if isinstance(net, Ensemble) else net
 
     def _args(self):
         return self.alpha, self.beta, self.scale, self.z_lo, self.z_hi
 
     def epoch(self, net, opt, epoch: int) -> float:
         s, N = self.s, len(self.windows)
-        lr = self.lr * s.lr_decay**epoch
         steps = -(-N // self.batch)
-        # AdamW's decoupled decay: ``lr * weight_decay`` of the departure from the initial
-        # model a step. Each AMSGrad step moves a weight by about ``lr``, so the departure
-        # settles near ``1 / weight_decay`` whatever the number of steps an epoch has.
-        shrink = self.lr * s.lr_decay**epoch * s.weight_decay
         rng = np.random.default_rng([s.seed, epoch])
         perm = rng.permutation(N)
         total = 0.0
         for step, start in enumerate(range(0, N, self.batch)):
             b = perm[start : start + self.batch]
-            # linear warm-up over the first ``warmup_epochs`` epochs, step by step
-            ramp = (epoch * steps + step + 1) / (s.warmup_epochs * steps) if s.warmup_epochs else 1
+            lr = self.rate(epoch, step, steps)
             for g in opt.param_groups:
-                g["lr"] = lr * min(1.0, ramp)
+                g["lr"] = lr
             z, w = self.Zw[b], self.Ww[b]
             noise = torch.as_tensor(
                 rng.normal(0.0, s.noise * self.scale, size=(2, len(b), self.u)),
                 dtype=self.dtype,
                 device=self.device,
             )
-            pred = rollout(
-                net,
-                z[:, 0] + noise[0],
-                z[:, 1] + noise[1],
-                w,
-                *self._args(),
-                in_scale=self.in_scale,
-            )
+            fed = None
+            if s.state_noise > 0.0:  # drawn after the first two frames' noise: same stream
+                si = self.scale if self.in_scale is None else self.in_scale
+                fed = si * torch.as_tensor(
+                    rng.normal(0.0, s.state_noise, size=(len(b), self.size, self.u)),
+                    dtype=self.dtype,
+                    device=self.device,
+                )
+            z0, z1 = z[:, 0] + noise[0], z[:, 1] + noise[1]
+            if s.ensemble > 1:  # every member from the same start, rolled out on its own
+                z0, z1 = z0.expand(s.ensemble, *z0.shape), z1.expand(s.ensemble, *z1.shape)
+            pred = rollout(net, z0, z1, w, *self._args(), in_scale=self.in_scale, noise=fed)
             loss = window_loss(pred, z, self.scale, self.dt)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if s.grad_clip > 0.0:
+                torch.nn.utils.clip_grad_norm_(net.parameters(), s.grad_clip)
             opt.step()
-            self.decay(net, shrink)
+            # AdamW's decoupled decay: ``lr * weight_decay`` of the departure from the
+            # initial model a step. Each AMSGrad step moves a weight by about ``lr``, so the
+            # departure settles near ``1 / weight_decay`` whatever the steps an epoch.
+            self.decay(net, lr * s.weight_decay)
+            self.update_average(net, epoch * steps + step)
             total += float(loss.detach()) * len(b)
         return total / max(N, 1)
+
+    def rate(self, epoch: int, step: int, steps: int) -> float:
+        """The learning rate of a step: ``lr_schedule`` (exponential: ``lr_decay`` an epoch;
+        cosine: from the rate to 0 over all the steps, step by step), times the linear
+        warm-up over the first ``warmup_epochs`` epochs."""
+        s = self.s
+        k = epoch * steps + step
+        if s.lr_schedule == "cosine":
+            lr = 0.5 * self.lr * (1.0 + np.cos(np.pi * k / max(self.epochs * steps, 1)))
+        else:
+            lr = self.lr * s.lr_decay**epoch
+        ramp = (k + 1) / (s.warmup_epochs * steps) if s.warmup_epochs else 1.0
+        return float(lr * min(1.0, ramp))
+
+    @torch.no_grad()
+    def update_average(self, net, k: int) -> None:
+        """Polyak averaging (``average`` > 0): the exponential moving average of the weights
+        after step ``k``, its decay ramped as ``min(average, (1 + k) / (10 + k))`` so that the
+        first steps' weights (the initial model) do not linger in it."""
+        if self.avg is None:
+            return
+        d = min(self.s.average, (1.0 + k) / (10.0 + k))
+        for a, p in zip(self.avg, net.parameters(), strict=True):
+            a.mul_(d).add_(p.detach(), alpha=1.0 - d)
 
     @torch.no_grad()
     def forced_inputs(self, windows: slice = slice(None)) -> torch.Tensor:
@@ -934,6 +1033,7 @@ class _NetTrainer:
         their PCA projections (the network's share of the error), None without any."""
         if not self.val:
             return None
+        net = self.plain(net)
         sq, count = 0.0, 0
         for z, w in self.val:
             pred = rollout(
@@ -949,6 +1049,9 @@ class _NetTrainer:
         # the initial model's weights, the weight decay's anchor (the same seeded network on a
         # resume: it is not checkpointed)
         self.anchor = [p.detach().clone() for p in net.parameters()]
+        self.avg = None
+        if s.average > 0.0:
+            self.avg = [p.detach().clone() for p in net.parameters()]
         opt = torch.optim.Adam(net.parameters(), lr=self.lr, amsgrad=True)
         f = self.checkpoints.file("snp_net", ".pt")
         keep = s.keep_best and bool(self.val)
@@ -960,6 +1063,9 @@ class _NetTrainer:
         if st is not None:
             net.load_state_dict(st["model"])
             opt.load_state_dict(st["optimizer"])
+            if self.avg is not None and "average" in st:
+                for a, v in zip(self.avg, st["average"], strict=True):
+                    a.copy_(v)
             state = {
                 "epoch": int(st["epoch"]),
                 "losses": list(st["losses"]),
@@ -997,6 +1103,7 @@ class _NetTrainer:
                         {
                             "model": net.state_dict(),
                             "optimizer": opt.state_dict(),
+                            **({"average": self.avg} if self.avg is not None else {}),
                             **({"best": best} if keep else {}),
                             **state,
                         },
@@ -1025,6 +1132,11 @@ class _NetTrainer:
             torch.use_deterministic_algorithms(det)
         if keep:
             net.load_state_dict(best)
+        elif self.avg is not None:  # the runtime gets the averaged weights
+            with torch.no_grad():
+                for p, a in zip(net.parameters(), self.avg, strict=True):
+                    p.copy_(a)
+        net = self.plain(net)
         state["dead_units"] = self.dead_units(net)
         return net, state
 
