@@ -3,37 +3,29 @@ keyframed sphere, baked by Blender's cloth solver (the PyPI bpy, in the cloth ba
 trained on whole bakes and measured on a held-out bake of 1,000 frames replayed through the
 runtime as Simulate drives it (colliders and the reference frame per frame).
 
-Scene size: the issue asks for a sheet of about 2,500 vertices; the test uses 12 x 12 = 144
-(20 bakes in 10-38 s in two processes, training 40-120 s: 1-2.5 minutes by load) and states
-its numbers. The 50 x 50 sheet was measured the same way (the same ball, box, seeds and
-held-out bake; ``bench/snp_cloth.py --heldout-frames 1000`` runs it): Blender's cloth steps
-it at 38 ms a frame in one process (it threads its step over ~1.7 of the 2 cores), 23 ms a
-frame with the variants in two processes (the cloth bake job's ``processes``), so 20 bakes
-of 161 frames take ~75 s and the held-out 1,001 frames ~40 s (beside the training, which
-takes one core). The held-out error over the initial model alone's (training seed 0 unless
-said; the cloth moves 42 mm on average, the initial model errs 49-55 mm):
+The sheet is the issue's: 50 x 50 = 2,500 vertices, 10 training bakes of 321 frames (the
+cloth bake job, two processes) and the held-out bake of 1,001 frames baked beside the
+training (one thread); k = 24, 40 epochs of 32 windows, an ensemble of 2 networks
+(``ensemble``, exported as one wider network). Measured (held-out error over the initial
+model alone's; the cloth moves 42 mm on average, the initial model errs 49-52 mm, the PCA
+floor 5.8-5.9 mm): training seeds 0 / 1 / 2 0.521 / 0.524 / 0.578 (0.52x in this test's own
+run: 25.6 mm, 4.3x the floor); the module took 274 s with the machine loaded by other
+sessions (load 2-5: bakes 160 s, training 108 s beside the held-out bake); about 75 s of
+bakes at Blender's 23 ms a frame in two processes on quiet cores.
 
-* k = 24 (this test's), 40 epochs: 8 bakes 1.11x, 12 bakes 0.80x, 20 bakes 0.77x (89 s of
-  training), 80 epochs 0.63x (123 s); 40 bakes, 40 epochs 0.62x.
-* k = 16, 20 bakes: 40 epochs 0.69x, 80 epochs 0.61x (134 s; 0.69x with the training seed
-  1), 120 epochs 0.60x (167 s); k = 12, 80 epochs 0.63x; width 64 0.63x; contact features
-  0.63x; batches of 8, 16 and 64 windows at 40 epochs 0.86x, 0.73x and 0.85x (64 at 80
-  epochs: 0.81x). 40 bakes: 40 epochs 0.58x (seed 1: 0.61x), 80 epochs 0.58x.
-* k = 64 (the issue's u at this size), 20 bakes, 40 epochs: 4.3x, the rollout drifts away.
-* Learning rate 1e-3 instead of 3e-3 (what the pressed block of tests/test_snp.py wants with
-  many modes, training/snp.py), 20 bakes: k = 64 0.70x at 40 epochs and 0.63x at 80 (the
-  drift gone), k = 24 0.72x at 40, k = 16 0.61x at 80.
-
-Training times: one thread, two runs at once on the 2-core machine (load 2-3). Every model
-stayed bounded over 1,000 frames; all but k = 64's were 3.4-9.5x their PCA floor, and
-zeroing the collider input moved them by 0.4-0.7 m in contact. The trainer's measure of the
-linear normal model (mean angle to recomputed normals on held-out projections) was 1.3-1.7
-degrees at 12-20 bakes but 2.4-4.3 at 40 and 6.8 at 8: the bound of 1.5 below would not
-hold there either. So the issue's 0.6x at 2,500
-vertices is at the edge of what this trainer reaches with 20-40 bakes (0.58-0.69x by seed
-and epochs), never with the margin a test needs, and 40 bakes (~150 s of bakes in two
-processes, ~130 s of training at 40 epochs: the steps of 20 bakes at 80) come to about 5
-minutes, over this file's budget of 4; at 144 vertices, 20 bakes give 0.52x.
+How it got there (training/snp.py's docstring has the rest). Blender's own chaos floor on this
+scene: the held-out bake re-baked with the ball's keys moved by 0.1 mm differs from it by
+4.1 mm on average, at cloth quality 6 by 6.3 mm (0.08x and 0.12x the initial model's
+error), so the bound is the network's generalization, not the data's noise. The former
+configuration, 20 bakes of 161 frames and one network, gave 0.58-0.69x by seed, epochs and
+bakes (0.577 / 0.627 / 0.662 with these seeds), and the levers tried on it stayed inside that
+spread or did worse: weight averaging 0.606, noise on every fed-back state 0.599 (0.05:
+2.62), cosine decay 0.788, 10 layers 0.831, 80 epochs 0.638, window 64 0.618, an ensemble of
+3 0.673 / 0.553 / 0.597. What moved it was the shape of the data: the same frames baked as 10
+bakes of 320 (a bake starts at rest, its first contact 7-98 frames in, where the held-out
+replay is mostly cloth disturbed for hundreds of frames) 0.591 / 0.544, and with the ensemble of 2 above; 3 networks 0.570 /
+0.510 / 0.488 at 1.5-2x the training time; 5 bakes of 640 frames 0.89 / 3.5 (too few paths).
+The former 12 x 12 sheet (20 bakes of 161 frames, one network) gave 0.52x.
 """
 
 from __future__ import annotations
@@ -55,16 +47,20 @@ from neural_rom.training.snp import SNPSettings, train_snp
 
 from .cloth_scenes import build_sheet, replay
 
-SHEET = 12  # vertices per side
-TRAIN_BAKES, TRAIN_FRAMES, HELD_FRAMES = 20, 160, 1000
+SHEET = 50  # vertices per side: 2,500, the issue's size
+# 10 bakes of 320 frames rather than 20 of 160 (the same frames to bake): a bake starts
+# at rest, and the held-out 1,000 frames are mostly cloth disturbed for hundreds of frames
+# (see the docstring)
+TRAIN_BAKES, TRAIN_FRAMES, HELD_FRAMES = 10, 320, 1000
 # the ball pokes the sheet from the front (the sheet hangs in y = 0, z in [0.5, 1.5] m)
 BOX = [[-0.6, -0.45, 0.4], [0.6, 0.05, 1.6]]
 # The linear normal model against recomputed normals (degrees), on the held-out bake's
-# 1,000 frames: measured mean 0.69, 95th percentile 2.32 (max 26.9); the trainer's measure on
-# held-out projections 0.55 / 1.88. Bounds about 2.2x those.
-NORMAL_MEAN_DEG, NORMAL_P95_DEG = 1.5, 5.0
+# 1,000 frames: measured mean 1.28, 95th percentile 4.44 (max 134); the trainer's measure on
+# held-out projections 1.29 / 4.87 (the 12 x 12 sheet: 0.69 / 2.32, 0.55 / 1.88; the former
+# 20 short bakes' single network on this sheet: 2.06 / 6.69). Bounds about 1.5x those.
+NORMAL_MEAN_DEG, NORMAL_P95_DEG = 2.0, 7.0
 SETTINGS = SNPSettings(
-    k=24, epochs=40, batch_size=32, validation_fraction=0.05, seed=0, time_budget=600
+    k=24, epochs=40, batch_size=32, validation_fraction=0.05, seed=0, ensemble=2, time_budget=600
 )
 
 
@@ -148,14 +144,12 @@ def test_cloth_heldout_rollout_beats_the_initial_model(trained):
     diag = float(np.linalg.norm(held.X.max(0) - held.X.min(0)))
     assert np.all(np.isfinite(y)) and np.abs(y - x).max() < diag  # bounded over 1,000 frames
     assert e <= e_raw
-    # The issue's goal is 0.6x. Without weight decay (the default since Adam's coupled decay
-    # killed networks trained on many windows) this data (20 bakes of seed 0) gave 0.518x, and
-    # 0.533x with the training seed 1 (0.59x with Adam's weight decay 1e-2 before). Blender's
-    # cloth in contact is not always bit-reproducible from run to run (39.6 vs 39.8 mm mean
-    # swing), and the ratio moved by about 0.02 between runs: the issue's bound holds with
-    # that margin and more.
+    # The issue's goal is 0.6x: measured 0.521x (training seed 1: 0.524x, seed 2: 0.578x).
+    # Blender's cloth in contact has not always been bit-reproducible from run to run (the
+    # ratio moved by about 0.02 on the 12 x 12 sheet); the bound holds with that margin and
+    # more. The floor: measured 4.3x (4.4-4.9x by seed).
     assert e <= 0.6 * e0
-    assert e <= 12.0 * floor
+    assert e <= 8.0 * floor
 
 
 def angles_deg(a, b):
