@@ -12,11 +12,14 @@ stopping playback puts the rest shape back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from itertools import chain
 
 import bpy
 import numpy as np
 
+from ..core.colliders import box_colliders, split_scale
 from ..core.errors import NeuralRomError
 from ..core.simjob import to_local, to_world  # noqa: F401 (this module's callers use them)
 
@@ -106,7 +109,15 @@ def triangles(mesh: bpy.types.Mesh) -> np.ndarray:
 
 def matrix(obj: bpy.types.Object) -> np.ndarray:
     """The object's current ``matrix_world`` as a (4, 4) float64 array."""
-    return np.array(obj.matrix_world, dtype=np.float64)
+    # the rows' floats chained: 2 us, against 8 for np.array of the mathutils Matrix
+    return np.fromiter(chain.from_iterable(obj.matrix_world), np.float64, 16).reshape(4, 4)
+
+
+def matrices(objs: list) -> np.ndarray:
+    """The objects' current ``matrix_world`` as a (len(objs), 4, 4) float64 array (one
+    conversion: the frame handler reads them every frame)."""
+    rows = chain.from_iterable(chain.from_iterable(o.matrix_world for o in objs))
+    return np.fromiter(rows, np.float64, 16 * len(objs)).reshape(-1, 4, 4)
 
 
 def surface(obj: bpy.types.Object, *, world: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -199,53 +210,52 @@ def vertex_group_indices(
 # Colliders
 
 
-def split_scale(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Split a 4x4 matrix into a rigid matrix (rotation + translation) and its 3 axis scales."""
-    m = np.asarray(m, dtype=np.float64)
-    scale = np.linalg.norm(m[:3, :3], axis=0)
-    rigid = np.eye(4)
-    rigid[:3, :3] = m[:3, :3] / np.maximum(scale, 1e-12)
-    rigid[:3, 3] = m[:3, 3]
-    return rigid, scale
+def collider_box(obj: bpy.types.Object) -> tuple[np.ndarray, np.ndarray]:
+    """Half extents (3,) and centre (3,) of the box a collider object is fitted to, local
+    (unscaled): an empty's ``empty_display_size`` along each axis; a mesh's (anything with a
+    bounding box's) local bounding box."""
+    if obj.type == "EMPTY":
+        return _box((float(obj.empty_display_size),))
+    return _box(tuple(tuple(c) for c in obj.bound_box))  # 4 us: read every frame
+
+
+@functools.lru_cache(maxsize=64)
+def _box(corners: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`collider_box` of an empty's display size ``(size,)`` or of a bounding box's 8
+    corners, kept for the next frame (read-only arrays): the frame handler asks it of every
+    collider every frame, and an edited collider has other corners."""
+    if len(corners) == 1:
+        half, centre = np.full(3, corners[0]), np.zeros(3)
+    else:
+        bb = np.array(corners, dtype=np.float64)
+        half, centre = (
+            0.5 * (bb.max(axis=0) - bb.min(axis=0)),
+            0.5 * (bb.min(axis=0) + bb.max(axis=0)),
+        )
+    half.flags.writeable = centre.flags.writeable = False
+    return half, centre
 
 
 def collider_shape(obj: bpy.types.Object, kind: str, m: np.ndarray | None = None) -> dict:
-    """Size and local centre of an analytic collider approximating ``obj``.
-
-    Empties: half extent ``empty_display_size`` along each axis. Meshes (and anything
-    with a bounding box): half the local bounding box, centred on its centre. Both are
-    scaled by the world scale of ``m`` (default: the current ``matrix_world``). A sphere
-    fits the largest half extent; a capsule runs along local Z with its radius from X/Y
-    and half length ``half_z - radius``; a plane is the local XY plane through the
-    centre, solid below.
+    """Size and local centre of an analytic collider approximating ``obj``
+    (:func:`collider_box` fitted by :func:`core.colliders.box_colliders`), scaled by the
+    world scale of ``m`` (default: the current ``matrix_world``).
 
     Returns
     -------
     dict with kind, radius (m), half_length (m), centre (3,) local-space offset.
     """
-    _, scale = split_scale(matrix(obj) if m is None else m)
-    if obj.type == "EMPTY":
-        half_local = np.full(3, float(obj.empty_display_size))
-        centre = np.zeros(3)
-    else:
-        bb = np.array([tuple(c) for c in obj.bound_box], dtype=np.float64)
-        half_local = 0.5 * (bb.max(axis=0) - bb.min(axis=0))
-        centre = 0.5 * (bb.min(axis=0) + bb.max(axis=0))
-    half = half_local * scale
-    if kind == "sphere":
-        radius, half_length = float(half.max()), 0.0
-    elif kind == "capsule":
-        radius = float(max(half[0], half[1]))
-        half_length = float(max(half[2] - radius, 0.0))
-    elif kind == "plane":
-        radius, half_length = 0.0, 0.0
-    else:
-        raise NeuralRomError(f"Unknown collider shape {kind!r}; use plane, sphere or capsule.")
-    if kind != "plane" and radius <= 0:
-        raise NeuralRomError(
-            f"Collider '{obj.name}' has zero size; scale it up or use a larger empty display size."
-        )
-    return {"kind": kind, "radius": radius, "half_length": half_length, "centre": centre}
+    half, centre = collider_box(obj)
+    m = matrix(obj) if m is None else np.asarray(m, dtype=np.float64)
+    _, radius, half_length, _ = box_colliders(
+        [kind], half[None], centre[None], m[None, None], [obj.name]
+    )
+    return {
+        "kind": kind,
+        "radius": float(radius[0, 0]),
+        "half_length": float(half_length[0, 0]),
+        "centre": centre.copy(),
+    }
 
 
 def collider_transform(
@@ -259,8 +269,8 @@ def collider_transform(
 
 
 def collider_frames(cols: list, kinds: list[str], mats: np.ndarray) -> tuple:
-    """The colliders ``cols`` as analytic shapes over frames (:func:`collider_shape` and
-    :func:`collider_transform` of each at each frame).
+    """The colliders ``cols`` as analytic shapes over frames
+    (:func:`core.colliders.box_colliders` of their :func:`collider_box`).
 
     Parameters
     ----------
@@ -272,18 +282,10 @@ def collider_frames(cols: list, kinds: list[str], mats: np.ndarray) -> tuple:
     kind (F, C) str, radius and half_length (F, C) float (m), transform (F, C, 4, 4) rigid.
     """
     mats = np.asarray(mats, dtype=np.float64)
-    n, c = len(mats), len(cols)
-    kind = np.empty((n, c), dtype="<U8")
-    radius, half = np.zeros((n, c)), np.zeros((n, c))
-    transform = np.empty((n, c, 4, 4))
-    for j, col in enumerate(cols):
-        for k in range(n):
-            shape = collider_shape(col, kinds[j], mats[k, 1 + j])
-            kind[k, j] = shape["kind"]
-            radius[k, j] = shape["radius"]
-            half[k, j] = shape["half_length"]
-            transform[k, j] = collider_transform(col, shape["centre"], mats[k, 1 + j])
-    return kind, radius, half, transform
+    boxes = [collider_box(col) for col in cols]
+    half = np.array([b[0] for b in boxes]).reshape(-1, 3)
+    centre = np.array([b[1] for b in boxes]).reshape(-1, 3)
+    return box_colliders(kinds, half, centre, mats[:, 1:], [col.name for col in cols])
 
 
 def sample_matrices(

@@ -34,6 +34,7 @@ What differs from the FEM pipeline, and lives here:
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -129,8 +130,14 @@ def is_stale(obj: bpy.types.Object, rec) -> bool:
 def collider_specs(obj: bpy.types.Object) -> list[tuple[str, str]]:
     """(name, kind) of the colliders the object's cloth bakes recorded, in their order (the
     model's collider slots)."""
-    text = obj.neural_rom.cloth.colliders
-    return [(str(n), str(k)) for n, k in json.loads(text)] if text else []
+    return list(_specs(obj.neural_rom.cloth.colliders))
+
+
+@functools.lru_cache(maxsize=64)
+def _specs(text: str) -> tuple:
+    """:func:`collider_specs` of the recorded JSON, parsed once (the frame handler asks it
+    twice a frame; another recording is another text)."""
+    return tuple((str(n), str(k)) for n, k in json.loads(text)) if text else ()
 
 
 def colliders(obj: bpy.types.Object) -> list[bpy.types.Object]:

@@ -105,8 +105,9 @@ def gather_inputs(colliders: list[bpy.types.Object], mats: np.ndarray, frame0: i
 
 def _now(obj, colliders: list) -> np.ndarray:
     """(1, 1 + colliders, 4, 4): the current world matrices (``obj`` may be None)."""
-    first = np.eye(4) if obj is None else bm.matrix(obj)
-    return np.stack([first, *(bm.matrix(c) for c in colliders)])[None]
+    if obj is None:
+        return np.concatenate([np.eye(4)[None], bm.matrices(colliders)])[None]
+    return bm.matrices([obj, *colliders])[None]
 
 
 def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None = None) -> list:
@@ -355,7 +356,7 @@ class ClothDriver(Driver):
 
     def inputs(self, obj, colliders: list, mats: np.ndarray | None = None):
         if mats is None:
-            mats = np.stack([bm.matrix(o) for o in (obj, *colliders)])
+            mats = bm.matrices([obj, *colliders])
         return cloth.track(obj, colliders, np.asarray(mats)[None]).inputs(0)
 
     def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:

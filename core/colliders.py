@@ -211,6 +211,76 @@ class Collider:
         }
 
 
+def split_scale(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split 4x4 matrices ``M`` (..., 4, 4) into rigid matrices (rotation and translation,
+    (..., 4, 4)) and their 3 axis scales (..., 3): the columns' lengths."""
+    M = np.asarray(M, dtype=np.float64)
+    L = M[..., :3, :3]
+    scale = np.sqrt((L * L).sum(axis=-2))  # np.linalg.norm(L, axis=-2), its bits
+    rigid = np.zeros(M.shape)
+    rigid[..., :3, :3] = L / np.maximum(scale, 1e-12)[..., None, :]
+    rigid[..., :3, 3] = M[..., :3, 3]
+    rigid[..., 3, 3] = 1.0
+    return rigid, scale
+
+
+def box_colliders(
+    kinds: list[str],
+    half_local: np.ndarray,
+    centre: np.ndarray,
+    mats: np.ndarray,
+    names: list[str] | None = None,
+) -> tuple:
+    """Analytic colliders fitted to boxes over frames: what a host's collider objects are
+    as shapes. A sphere fits the largest half extent; a capsule runs along local Z with its
+    radius from X and Y and half length ``half_z - radius``; a plane is the local XY plane
+    through the centre, solid below. Extents scale with each matrix's axis scales.
+
+    Parameters
+    ----------
+    kinds : (C,) "plane", "sphere" or "capsule", the shape each box is taken as
+    half_local : (C, 3) half extents of each box, local (unscaled), m
+    centre : (C, 3) local centre of each box
+    mats : (F, C, 4, 4) world matrices of the boxes per frame
+    names : (C,) what to call the colliders in an error (default "1", "2", ...)
+
+    Returns
+    -------
+    kind (F, C) str, radius and half_length (F, C) float (m), transform (F, C, 4, 4) rigid
+    (scale divided out) with the box's centre as its origin.
+    """
+    mats = np.asarray(mats, dtype=np.float64)
+    F, C = mats.shape[:2]
+    transform, scale = split_scale(mats)
+    half = np.asarray(half_local, dtype=np.float64).reshape(C, 3) * scale  # (F, C, 3)
+    radius, half_length = np.zeros((F, C)), np.zeros((F, C))
+    for j, kind in enumerate(kinds):
+        h = half[:, j]
+        if kind == "sphere":
+            r = h.max(axis=1)
+        elif kind == "capsule":
+            r = np.maximum(h[:, 0], h[:, 1])
+            half_length[:, j] = np.maximum(h[:, 2] - r, 0.0)
+        elif kind == "plane":
+            continue
+        else:
+            raise NeuralRomError(f"Unknown collider shape {kind!r}; use plane, sphere or capsule.")
+        if not (r > 0).all():
+            name = str(j + 1) if names is None else names[j]
+            raise NeuralRomError(
+                f"Collider '{name}' has zero size; scale it up or use a larger empty display size."
+            )
+        radius[:, j] = r
+    # the centre through each matrix (core.simjob.to_world of one point, its bits)
+    c = np.asarray(centre, dtype=np.float64).reshape(C, 1, 3)
+    for j in range(C):  # (1, 3) @ (F, 3, 3) has to_world's bits; a (1, C, 1, 3) operand not
+        A = mats[:, j, :3, :3]
+        transform[:, j, :3, 3] = (c[j] @ A.transpose(0, 2, 1))[:, 0] + mats[:, j, :3, 3]
+    kind = np.empty((F, C), dtype="<U8")
+    kind[:] = kinds
+    return kind, radius, half_length, transform
+
+
 def contact_energy(
     colliders: list[Collider],
     x: np.ndarray,

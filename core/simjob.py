@@ -27,6 +27,7 @@ import numpy as np
 
 from .errors import CacheError, JobCancelled, NeuralRomError
 from .files import ensure_writable_dir, write_npz
+from .frame import transform_points
 
 TRACK_FILE = "inputs.npz"
 
@@ -190,7 +191,7 @@ def ground_plane(z: float):
 def to_world(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     """(n, 3) points through a (4, 4) matrix."""
     m = np.asarray(matrix, dtype=np.float64)
-    return points @ m[:3, :3].T + m[:3, 3]
+    return transform_points(points, m[:3, :3], m[:3, 3])
 
 
 def to_local(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:

@@ -326,6 +326,43 @@ def test_simulate_mutes_the_cloth_and_follows_the_runtime(trained):
     assert np.array_equal(bm.get_positions(sheet.data), rest)
 
 
+def test_an_edited_collider_is_a_new_collider_on_the_next_frame(trained):
+    """The frame handler keeps what it reads of the colliders between frames (their boxes,
+    per bounding box; the recorded specs, per recording): a ball whose mesh is edited while
+    the sheet simulates is the bigger ball from then on, as the runtime stepped by hand with
+    the edited ball gives it, and the frames it touched are simulated again."""
+    from neural_rom.addon import blender_mesh as bm
+
+    bpy, sheet = trained.bpy, trained.sheet
+    ball = bpy.data.objects["Ball"]
+    frames = list(range(1, SIM_END + 1))
+    bpy.context.scene.frame_set(1)
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    co = np.empty(3 * len(ball.data.vertices))
+    ball.data.vertices.foreach_get("co", co)
+    try:
+        before = []
+        for f in frames:
+            bpy.context.scene.frame_set(f)
+            before.append(bm.get_positions(sheet.data))
+        ball.data.vertices.foreach_set("co", 1.5 * co)  # edited in place: the same object
+        ball.data.update()
+        got = []
+        for f in frames:
+            bpy.context.scene.frame_set(f)
+            got.append(bm.get_positions(sheet.data))
+        assert sheet.get("nrom_frame_error") is None
+        want = _by_hand(trained, frames)
+        err = float(np.abs(np.array(got) - want).max())
+        moved = float(np.abs(np.array(got) - np.array(before)).max())
+        print(f"after the edit: {err:.2e} m from the runtime by hand; {moved:.3f} m from before")
+        assert err < 1e-5 and moved > 1e-3
+    finally:
+        ball.data.vertices.foreach_set("co", co)
+        ball.data.update()
+        assert bpy.ops.neural_rom.simulate(action="STOP") == {"FINISHED"}
+
+
 def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
     from neural_rom.addon import cli, export
     from neural_rom.core.pc2 import read_pc2

@@ -570,3 +570,49 @@ def test_reduced_contact_equals_the_straightforward_formula(embedded):
     e0, g0, H0 = red._contact(far, cols)
     assert e0 == 0.0 and not g0.any() and not H0.any() and H0.shape == (k, k)
     assert red._contact(q, []) == (0.0, None, None)
+
+
+def test_box_colliders_over_frames_are_each_frames_shape_bit_for_bit():
+    """core.colliders.box_colliders (what the frame handler and the bake jobs make of the
+    scene's collider objects, every frame and collider at once) equals the per-frame formula:
+    the matrix's axis scales divided out, the half extents scaled, a sphere on the largest, a
+    capsule's radius from X and Y and half length from Z, the box's centre through the
+    matrix; and bad shapes are refused by name."""
+    from neural_rom.core.colliders import box_colliders
+    from neural_rom.core.errors import NeuralRomError
+    from scipy.spatial.transform import Rotation
+
+    rng = np.random.default_rng(0)
+    F, C = 5, 3
+    mats = np.zeros((F, C, 4, 4))
+    mats[..., 3, 3] = 1.0
+    R = Rotation.random(F * C, random_state=1).as_matrix().reshape(F, C, 3, 3)
+    S = rng.uniform(0.2, 3.0, (F, C, 3))
+    mats[..., :3, :3] = (R * S[..., None, :]).astype(np.float32)  # as Blender's matrices
+    mats[..., :3, 3] = rng.normal(size=(F, C, 3)).astype(np.float32)
+    half, centre = rng.uniform(0.1, 1.0, (C, 3)), 0.1 * rng.normal(size=(C, 3))
+    kinds = ["sphere", "capsule", "plane"]
+    kind, radius, half_length, transform = box_colliders(kinds, half, centre, mats)
+    assert kind.shape == (F, C) and kind[3].tolist() == kinds
+    for f in range(F):
+        for j in range(C):
+            m = mats[f, j]
+            scale = np.linalg.norm(m[:3, :3], axis=0)
+            h = half[j] * scale
+            r = {"sphere": h.max(), "capsule": max(h[0], h[1]), "plane": 0.0}[kinds[j]]
+            hl = max(h[2] - r, 0.0) if kinds[j] == "capsule" else 0.0
+            assert radius[f, j] == r and half_length[f, j] == hl
+            np.testing.assert_array_equal(transform[f, j, :3, :3], m[:3, :3] / scale)
+            np.testing.assert_array_equal(
+                transform[f, j, :3, 3], centre[j] @ m[:3, :3].T + m[:3, 3]
+            )
+            np.testing.assert_array_equal(transform[f, j, 3], [0.0, 0.0, 0.0, 1.0])
+    # a rotation by R and a uniform scale s: the sphere's radius is s times the largest half
+    np.testing.assert_allclose(radius[:, 0], (half[0] * S[:, 0]).max(axis=1), rtol=1e-6)
+    flat = mats.copy()
+    flat[2, 1, :3, 0] = 0.0  # the capsule squashed to nothing along X and Y at frame 2
+    flat[2, 1, :3, 1] = 0.0
+    with pytest.raises(NeuralRomError, match="Collider 'Pole' has zero size; scale it up"):
+        box_colliders(kinds, half, centre, flat, ["Ball", "Pole", "Floor"])
+    with pytest.raises(NeuralRomError, match="Unknown collider shape 'cube'; use plane"):
+        box_colliders(["sphere", "cube", "plane"], half, centre, mats)

@@ -201,3 +201,48 @@ def test_to_pin_frame_undoes_the_pins_motion():
     bent[3, pinned] *= 1.05
     with pytest.raises(SimulationError, match="non-rigidly"):
         to_pin_frame(bent, X, pinned)
+
+
+def test_start_from_a_turned_state_takes_world_forces_into_the_pin_frame():
+    """A bake that starts turned (pins and all) and pushed: the reduced start ramps from the
+    same forces as the full space, in the pins' axes (frame 1 with substeps ramps f0 -> f1:
+    a force projected in world axes would push the wrong way through the ramp)."""
+    X, T, mat, pinned = bar()
+    R = rotation((0.2, 0.5, 1.0), 1.1)
+    x0 = X @ R.T + np.array([0.1, -0.2, 0.3])
+    f0, f1 = np.zeros_like(X), np.zeros_like(X)
+    f0[-4:] = (0.0, 0.0, 2.0)  # world z, from the start
+    f1[-4:] = (1.0, 0.0, -1.0)
+    s = SimSettings(dt=1 / 24, substeps=4, newton_tol=1e-11, gravity=(0.0, 0.0, -9.81))
+    full = Simulation(X, T, mat, s, pinned=pinned)
+    full.reset(x0, np.zeros_like(X))
+    full.forces = f0.copy()
+    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
+    red.start_from(x0, np.zeros_like(X), f0)
+    assert np.abs(red.pose.R - R).max() < 1e-7  # the fitted pin frame
+    for _ in range(3):
+        full.step(FrameInputs(forces=f1))
+        red.step(FrameInputs(forces=f1))
+        np.testing.assert_allclose(red.positions(), full.x, atol=2e-8)
+    assert np.abs(full.x - x0).max() > 1e-3  # the push moved it
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 2500])
+def test_transform_points_is_the_expression_bit_for_bit(n):
+    """transform_points is the frame path's ``y @ A.T + t`` (Pose.apply, to_world) at about
+    half its cost: the same bits, for one point too (whose (1, 3) product numpy rounds
+    another way than the (n, 3) one, so it keeps the expression)."""
+    from neural_rom.core.frame import transform_points
+
+    rng = np.random.default_rng(n)
+    mismatched = 0
+    for _ in range(50):
+        y = rng.normal(size=(n, 3)) * rng.uniform(0.01, 100.0)
+        A = rotation(rng.normal(size=3), rng.uniform(0, np.pi)) * rng.uniform(0.1, 3.0, 3)
+        t = rng.normal(size=3) * 10.0
+        mismatched += not np.array_equal(transform_points(y, A, t), y @ A.T + t)
+    print(f"{n} points: {mismatched} of 50 random maps differ from y @ A.T + t")
+    assert mismatched == 0
+    y = rng.normal(size=3)
+    assert np.array_equal(transform_points(y, A, t), y @ A.T + t)
+    assert np.array_equal(Pose(A, t).apply(np.ones((n, 3))), np.ones((n, 3)) @ A.T + t)

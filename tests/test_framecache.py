@@ -70,6 +70,37 @@ def test_scrubbing_shows_the_straight_run_and_steps_each_frame_once():
     np.testing.assert_allclose(sim.positions(), ref[5], atol=1e-12)
 
 
+def test_playing_forward_restores_nothing_and_the_same_bits_come_out():
+    """The timeline restores a kept frame only when its simulator holds another: playing
+    forward frame by frame (Blender's playback) restores none, and shows the bits of a
+    straight run; a jump back restores once; a step or a state set outside it is noticed
+    (the frame counter) or told (forget_held)."""
+    ref = straight(12)
+    sim = make_sim()
+    restores = []
+    set_state = sim.set_state
+    sim.set_state = lambda state: (restores.append(state["frame"]), set_state(state))[1]
+    tl = Timeline(sim, START)
+    for f in range(START + 1, 9):
+        np.testing.assert_array_equal(tl.positions_at(f, inputs_of(sim, f)), ref[f])
+    print(f"restores playing frames 2..8: {len(restores)}")
+    assert restores == []
+    tl.positions_at(4, inputs_of(sim, 4))  # back to kept frames: each restored, once
+    tl.positions_at(4, inputs_of(sim, 4))
+    tl.positions_at(5, inputs_of(sim, 5))
+    assert restores == [3, 4]  # scene frame 4 is the simulator's 3 (frame 1 is its rest)
+    restores.clear()
+    sim.step(inputs_of(sim, 6))  # behind the timeline's back: noticed by the frame counter
+    sim.step(inputs_of(sim, 7))
+    np.testing.assert_array_equal(tl.positions_at(9, inputs_of(sim, 9)), ref[9])
+    assert restores == [7]  # scene frame 8 (the simulator's 7), then stepped to 9
+    set_state(tl.cache.get(3).state)  # another state, not stepped there: the timeline is told
+    restores.clear()
+    tl.forget_held()
+    np.testing.assert_array_equal(tl.positions_at(10, inputs_of(sim, 10)), ref[10])
+    assert restores == [8]
+
+
 def test_a_changed_input_resimulates_from_that_frame_and_forgets_later_ones():
     sim = make_sim()
     tl = Timeline(sim, START)
@@ -148,9 +179,15 @@ def test_frame_cache_get_put_invalidate():
     assert c.latest_at_or_before(0) is None
     c.invalidate(3)
     assert c.frames == [1, 2] and c.matches("a")
+    assert c.latest_at_or_before(10) == 2  # the newest kept frame moved back
+    c.invalidate(7)  # past the newest: nothing to forget
+    assert c.frames == [1, 2]
     for f in (3, 4, 5):
         c.put(f, {}, np.zeros((2, 3)))
     assert c.frames == [2, 3, 4, 5]  # over max_frames: the farthest from the write goes
+    assert c.latest_at_or_before(9) == 5 and c.latest_at_or_before(1) is None
+    c.put(0, {}, np.zeros((2, 3)))  # a write at 0 evicts the newest (5), farthest from it
+    assert c.frames == [0, 2, 3, 4] and c.latest_at_or_before(9) == 4
     c.invalidate(key="b")
     assert len(c) == 0 and not c.matches("a") and c.matches("b")
 

@@ -7,6 +7,7 @@ held-out rollout of whole bakes against the initial model alone and the PCA floo
 from __future__ import annotations
 
 import copy
+import itertools
 import subprocess
 import sys
 from dataclasses import replace
@@ -906,10 +907,10 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     """The runtime's contact features of B instances at once (:func:`batch_contact_features`,
     vectorized over instances and colliders) are each instance's :func:`contact_features` (the
     trainer's, a loop over colliders) to the last bit, with and without the rest shape's
-    bounding ball: rotated and scaled spheres, spheres that only translate, capsules and
-    planes, still and far sweeps, a vertex at a sampled centre and one on a translating
-    sphere's path; and an instance's features do not depend on its batch (150
-    at once or in twos: each path of the vectorized code)."""
+    bounding ball and box (which cull sweeps, changing no feature): rotated and scaled
+    spheres, spheres that only translate, capsules and planes, still and far sweeps, a vertex
+    at a sampled centre and one on a translating sphere's path; and an instance's features do
+    not depend on its batch (150 at once or in twos: each path of the vectorized code)."""
     from neural_rom.core.methods.snp import (
         SWEEP_SAMPLES,
         batch_contact_features,
@@ -945,6 +946,7 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
     # instances; instance 5's first one passes through vertex 1 (its fallback axis)
     after[1::4, :, :3, :3] = before[1::4, :, :3, :3]
     before[5, 0, :3, 3] = 2.0 * X[1] - after[5, 0, :3, 3]
+    full = None  # the features without culling (the trainer's)
     for bd in (None, bound, (*bound, box)):
         batched = batch_contact_features(X, before, after, kinds, sizes, bd)
         single = np.array(
@@ -968,6 +970,9 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
         assert np.all(touched > 10)
         np.testing.assert_array_equal(batched, single)
         np.testing.assert_array_equal(twos, single)
+        # culling by the ball and the box skips work, never changes a feature
+        full = single if full is None else full
+        assert single.tobytes() == full.tobytes()
     assert single[2, 3] > 0.0 and single[5, 3] > 0.0  # the centred vertices are inside
     # a batch of one kind takes the one-group path: the same features
     sphere = [i for i, k in enumerate(kinds) if k == "sphere"]
@@ -977,6 +982,94 @@ def test_batched_contact_features_are_each_instances_bit_for_bit():
         ),
         single.reshape(B, c, -1)[:, sphere].reshape(B, -1),
     )
+
+
+def test_one_instances_features_are_the_trainers_and_a_batchs_bit_for_bit(block):
+    """The step of one instance whose frame is the world reads its colliders as Python floats
+    (``SNPSimulation._world_features``, the fast path of the usual soft body) and culls a
+    sweep by the rest shape's ball and box before any per-vertex work: its features are the
+    trainer's (:func:`external_features`, no culling) and the general path's (a batch of two)
+    to the last bit, on sweeps far from the block (outside its ball), near it (inside the
+    ball, the capsule's box clear of the block's, or overlapping it with no vertex inside),
+    into it, turning (the sampled sweep), one whose previous slot was empty (no sweep: where
+    it is), one that goes (the far collider), and in a frame equal to the world but not its
+    object."""
+    from neural_rom.core.frame import IDENTITY as IDENT
+    from neural_rom.core.frame import Pose
+    from neural_rom.core.methods.snp import (
+        CONTACT_FEATURES,
+        _misses,
+        external_features,
+    )
+
+    sim = block.sim
+    p = sim.p
+    X = p.X
+    r = float(p.sizes[0][0])
+    lo, hi = X.min(0), X.max(0)
+    mid = 0.5 * (lo + hi)
+
+    def sphere(at, turn=0.0):
+        M = np.eye(4)
+        M[:3, 3] = at
+        M[:2, :2] = [[np.cos(turn), -np.sin(turn)], [np.sin(turn), np.cos(turn)]]
+        return Collider("sphere", radius=r, half_length=0.0, transform=M)
+
+    top = np.array([mid[0], mid[1], hi[2]])
+    corner = hi + (r + 2e-3) / np.sqrt(3.0)  # the corner vertex just outside the sphere
+    cases = {  # name: (previous, this frame's colliders)
+        "far": ([sphere(mid + [0.0, 0.0, 2.0])], [sphere(mid + [0.1, 0.0, 2.0])]),
+        "near, box clear": (
+            [sphere(top + [-0.05, 0.0, r + 0.01])],
+            [sphere(top + [0.05, 0.0, r + 0.01])],
+        ),
+        "near, box overlaps": ([sphere(corner + [0.0, 0.0, 0.03])], [sphere(corner)]),
+        "pressing in": (
+            [sphere(top + [0.0, 0.01, r - 0.01])],
+            [sphere(top + [0.0, 0.0, r - 0.04])],
+        ),
+        "through a vertex": ([sphere(2.0 * X[5] - top)], [sphere(top)]),
+        "turning": (
+            [sphere(top + [0.0, 0.0, r - 0.03])],
+            [sphere(top + [0.0, 0.0, r - 0.04], 0.3)],
+        ),
+        "appears": ([], [sphere(top + [0.0, 0.0, r - 0.04])]),
+        "goes": ([sphere(top + [0.0, 0.0, r - 0.04])], []),
+    }
+    frames = {"world": (IDENT,) * 3, "equal to the world": (Pose(np.eye(3), np.zeros(3)),) * 3}
+    bound = sim._bound
+    for (fname, poses), (name, (prev, cols)) in itertools.product(frames.items(), cases.items()):
+        one = sim.features(cols, poses, prev)
+        two = sim.batch_features([cols, cols], [poses] * 2, [prev, prev])
+        contact = one[-CONTACT_FEATURES:]
+        where = "no sweep"
+        if prev and cols:
+            b, a = prev[0].transform.tolist(), cols[0].transform.tolist()
+            where = "outside the ball" if _misses(bound, b, a, r, 0.0) else "inside the ball"
+            mats = np.array([c.transform for c in cols])
+            trainer = external_features(
+                mats,
+                p.sizes,
+                (IDENT,) * 3,
+                sim.gravity,
+                sim.dt,
+                p.frame_origin,
+                (X, np.array([c.transform for c in prev]), p.kinds),
+            )
+            assert one.tobytes() == trainer.tobytes(), (name, fname)
+        print(
+            f"{fname}, {name} ({where}): depth {1e3 * contact[3]:.1f} mm, "
+            f"{contact[4] * len(X):.0f} vertices inside"
+        )
+        assert one.tobytes() == two[0].tobytes() == two[1].tobytes(), (name, fname)
+        if name in ("far", "near, box clear", "near, box overlaps", "goes"):
+            assert not contact.any(), name
+        if name in ("pressing in", "through a vertex", "turning", "appears"):
+            assert contact[3] > 0.0 and contact[4] > 0.0, name
+        if name == "far":
+            assert where == "outside the ball"
+        if name.startswith("near"):
+            assert where == "inside the ball"
 
 
 def _oscillator_trainer(settings, sequences=12):

@@ -142,6 +142,17 @@ def test_collider_shapes_from_empties_and_meshes(addon):
     np.testing.assert_allclose(M[:3, :3], np.eye(3), atol=1e-6)
     np.testing.assert_allclose(M[:3, 3], [0.5, 0, 0], atol=1e-6)
     assert bm.collider_shape(cyl, "sphere")["radius"] == pytest.approx(3.0, rel=1e-5)
+    # the boxes are kept per bounding box (the frame handler reads them every frame): an
+    # edited mesh or display size is a new box
+    co = np.empty(3 * len(cyl.data.vertices))
+    cyl.data.vertices.foreach_get("co", co)
+    cyl.data.vertices.foreach_set("co", 2.0 * co)
+    cyl.data.update()
+    e.empty_display_size = 0.1
+    bpy.context.view_layer.update()
+    assert bm.collider_shape(cyl, "sphere")["radius"] == pytest.approx(6.0, rel=1e-5)
+    assert bm.collider_shape(cyl, "capsule")["radius"] == pytest.approx(1.5, rel=1e-5)
+    assert bm.collider_shape(e, "sphere")["radius"] == pytest.approx(0.2)
 
 
 # ------------------------------------------------------------------------ tetrahedralize

@@ -443,7 +443,8 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         """Reset to the closest state to full-space positions ``x`` and velocities ``v``
         (n, 3): mass-weighted projections of ``x - X`` and ``v`` onto the basis, in the pins'
         frame of ``x`` (a latent model encodes them onto its manifold in ``reset``);
-        ``forces`` (n, 3), N, are the external forces the first step ramps from."""
+        ``forces`` (n, 3), N, world axes, are the external forces the first step ramps from
+        (taken into the pins' frame, as :func:`run_frame` takes each frame's)."""
         x = np.asarray(x, dtype=np.float64)
         y, w, pose = self._in_pin_frame(x, np.asarray(v, dtype=np.float64))
         m3 = np.repeat(self.mass, 3)
@@ -453,7 +454,8 @@ class SubspaceModel(FrameMixin, SimulatorBase):
         if pose is not None:
             self.place_frame(pose)
         if forces is not None:
-            self.f_ext = self.project_forces(forces)
+            forces = np.asarray(forces, dtype=float).reshape(-1, 3)
+            self.f_ext = self.project_forces(forces if pose is None else forces @ pose.R)
 
     def _contact(self, q: np.ndarray, colliders, hessian: bool = True):
         """Collider penalty on the contact sample at ``q``: energy (J), reduced gradient (k,)

@@ -776,16 +776,6 @@ class LicromSimulation(ReducedSimulation):
             state["held_forces"] = [np.array(a).tolist() for a in self._held_forces]
         return state
 
-    def start_from(self, x: np.ndarray, v: np.ndarray, forces: np.ndarray | None = None) -> None:
-        """:meth:`SubspaceModel.start_from`; with a floating frame the world forces (n, 3), N,
-        are taken into the frame of ``x`` before they are projected."""
-        if not self.floating or forces is None:
-            return super().start_from(x, v, forces)
-        super().start_from(x, v)
-        self.f_ext = self.project_forces(
-            np.asarray(forces, dtype=float).reshape(-1, 3) @ self.pose.R
-        )
-
     def project_forces(self, forces: np.ndarray) -> np.ndarray:
         """Reduced external force ``U^T f`` of per-vertex forces (n, 3) given in the frame's
         axes. With a floating frame the forces are also kept in world axes (loaded rows only),

@@ -82,6 +82,16 @@ Where we depart from the paper, and why:
   instance's :func:`contact_features`, the trainer's, to the last bit): 100 instances of
   bench/snp.py's block (288 vertices, one sphere) in one step 6.38 -> 1.13 ms with contact
   features, 0.56 ms without (one core, load 2-2.5; the per-instance loop it replaces).
+  The step's fixed costs were most of what was left: the step of one instance whose frame is
+  the world (the usual soft body; :meth:`SNPSimulation._world_features`) reads its colliders'
+  transforms once as Python floats (the ball, translation and capsule-box tests in scalars,
+  the feature vector made an array once) and sweeps the vertices by coordinate (an (n, 3)
+  array less a (3,) row runs a 3-long loop per vertex: 5 us a call at 288 vertices); a batch
+  gathers its transforms as bytes and culls its translating spheres by the capsule's box.
+  The same features to the last bit; the pressed block at u = 64 (A/B against the former code
+  in one process, one core, min of 15 passes over a held-out bake, load 2.8): 81.4 -> 48.6 us
+  a step (the network 15 of them), 100 instances 1.09 -> 0.86 ms (u = 21: 77.1 -> 44.5 us,
+  0.91 -> 0.67 ms).
 * The runtime state is ``(z_{t-1}, z_{t-2})``, the poses of the last three frames and the
   colliders (the last ones stay when a frame gives none), so ``get_state``/``set_state``
   continue bit-identically.
@@ -165,7 +175,9 @@ def reference_pose(rest_pins: np.ndarray, targets: np.ndarray | None, guess: Pos
         raise SimulationError(
             f"Pin targets have shape {targets.shape}, expected {rest_pins.shape}."
         )
-    if (targets == rest_pins).all():  # array_equal, less its checks (per instance, per frame)
+    # at rest: the same bytes (0.1 us; per instance, per frame), else the same values (2 us;
+    # array_equal less its checks: a -0.0 for a 0.0)
+    if targets.tobytes() == rest_pins.tobytes() or (targets == rest_pins).all():
         return IDENTITY
     if not np.all(np.isfinite(targets)):
         raise SimulationError("The pin targets are not finite.")
@@ -339,37 +351,73 @@ def contact_features(
     frames; the same features: it would push nothing out)."""
     out = np.zeros((len(kinds), CONTACT_FEATURES))
     for i, kind in enumerate(kinds):
-        if (
-            bound is not None
-            and kind != "plane"
-            and _sweep_misses(bound, before[i], after[i], sizes[i])
-        ):
-            continue
-        if kind == "sphere" and _translates(before[i], after[i]):
-            box = bound[2] if bound is not None and len(bound) > 2 else None
-            out[i] = _sphere_sweeps(X, before[i, None], after[i, None], sizes[i, None, 0], box)[0]
-            continue
-        P = swept_push_out(X, before[i], after[i], kind, sizes[i])
-        depth = np.sqrt(_dot3(P, P))
-        if depth.any():
-            out[i] = [*P.mean(axis=0), depth.max(), np.count_nonzero(depth) / len(X)]
+        if kind == "plane":
+            f = _swept_one(X, before[i], after[i], kind, sizes[i])
+        else:
+            f = _contact_one(
+                X,
+                before[i].tolist(),
+                after[i].tolist(),
+                kind,
+                float(sizes[i][0]),
+                float(sizes[i][1]),
+                bound,
+            )
+        if f is not None:
+            out[i] = f
     return out.reshape(-1)
 
 
+def _contact_one(X, bl: list, al: list, kind: str, r: float, h: float, bound) -> list | None:
+    """The contact features (5 floats) of one sphere or capsule sweeping from ``bl`` to ``al``
+    (its transforms as nested lists, 4 x 4), or None for zeros: :func:`contact_features`' body,
+    which the runtime's step of one instance calls directly (its colliders' transforms read
+    once as Python floats: the ball test, the translation test and a translating sphere's
+    sweep take scalars, not array calls)."""
+    if bound is not None and _misses(bound, bl, al, r, h):
+        return None
+    if kind == "sphere" and _translates(bl, al):
+        box = bound[2] if bound is not None and len(bound) > 2 else None
+        return _sphere_sweep_one(X, bl, al, r, box)
+    return _swept_one(X, np.array(bl), np.array(al), kind, (r, h))
+
+
+def _swept_one(X, before: np.ndarray, after: np.ndarray, kind: str, size) -> list | None:
+    """The sampled sweep's features (5 floats, :func:`swept_push_out`), or None for zeros."""
+    P = swept_push_out(X, before, after, kind, size)
+    depth = np.sqrt(_dot3(P, P))
+    if not depth.any():
+        return None
+    return [*P.mean(axis=0), depth.max(), np.count_nonzero(depth) / len(X)]
+
+
 def _sweep_misses(bound: tuple, before: np.ndarray, after: np.ndarray, size) -> bool:
-    """Whether a sphere or capsule moving from ``before`` to ``after`` (4, 4) stays outside the
-    ball ``bound`` (centre, radius): the distance from the ball's centre to the segment its
-    centre moves along, against the radii and a capsule's half length times the larger axis
-    scale (at most sqrt(3) times the largest matrix entry), in Python floats."""
+    """:func:`_misses` of (4, 4) transforms and a size (2,)."""
+    return _misses(bound, before.tolist(), after.tolist(), float(size[0]), float(size[1]))
+
+
+def _misses(bound: tuple, bl: list, al: list, r: float, h: float) -> bool:
+    """Whether a sphere or capsule (radius ``r``, half length ``h``) moving from ``bl`` to
+    ``al`` (4 x 4 nested lists) stays outside the ball ``bound`` (centre, radius): the distance
+    from the ball's centre to the segment its centre moves along, against the radii and a
+    capsule's half length times the larger axis scale (at most sqrt(3) times the largest
+    matrix entry), in Python floats."""
     (cx, cy, cz), rb = bound[0], bound[1]
-    ax, ay, az = float(before[0, 3]), float(before[1, 3]), float(before[2, 3])
-    ux, uy, uz = float(after[0, 3]) - ax, float(after[1, 3]) - ay, float(after[2, 3]) - az
+    ax, ay, az = bl[0][3], bl[1][3], bl[2][3]
+    ux, uy, uz = al[0][3] - ax, al[1][3] - ay, al[2][3] - az
     wx, wy, wz = cx - ax, cy - ay, cz - az
     uu = ux * ux + uy * uy + uz * uz
     s = 0.0 if uu <= 0.0 else min(max((wx * ux + wy * uy + wz * uz) / uu, 0.0), 1.0)
     dx, dy, dz = wx - s * ux, wy - s * uy, wz - s * uz
-    scale = _SQRT3 * max(float(np.abs(before[:3, :3]).max()), float(np.abs(after[:3, :3]).max()))
-    reach = (float(size[0]) + float(size[1])) * scale + rb
+    big = max(
+        abs(bl[0][0]), abs(bl[0][1]), abs(bl[0][2]),
+        abs(bl[1][0]), abs(bl[1][1]), abs(bl[1][2]),
+        abs(bl[2][0]), abs(bl[2][1]), abs(bl[2][2]),
+        abs(al[0][0]), abs(al[0][1]), abs(al[0][2]),
+        abs(al[1][0]), abs(al[1][1]), abs(al[1][2]),
+        abs(al[2][0]), abs(al[2][1]), abs(al[2][2]),
+    )  # fmt: skip
+    reach = (r + h) * (_SQRT3 * big) + rb
     return dx * dx + dy * dy + dz * dz > reach * reach
 
 
@@ -473,7 +521,8 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
         rigid = np.all(before[:, :3, :3] == after[:, :3, :3], axis=(1, 2))
         if rigid.any():
             rows = np.asarray(act)[rigid]
-            out[rows] = _sphere_sweeps(X, before[rigid], after[rigid], size[rigid, 0])
+            box = bound[2] if bound is not None and len(bound) > 2 else None
+            out[rows] = _sphere_sweeps(X, before[rigid], after[rigid], size[rigid, 0], box)
             if rigid.all():
                 return out
             general = ~rigid
@@ -552,9 +601,10 @@ def _swept_features(X, before, after, kind, size, bound) -> np.ndarray:
     return out
 
 
-def _translates(before: np.ndarray, after: np.ndarray) -> bool:
-    """Whether a collider kept its rotation and scale over the frame (it only moved)."""
-    return bool((before[:3, :3] == after[:3, :3]).all())
+def _translates(bl: list, al: list) -> bool:
+    """Whether a collider kept its rotation and scale over the frame (it only moved): its
+    transforms as nested lists, compared as floats."""
+    return bl[0][:3] == al[0][:3] and bl[1][:3] == al[1][:3] and bl[2][:3] == al[2][:3]
 
 
 def _sphere_sweeps(
@@ -573,91 +623,67 @@ def _sphere_sweeps(
     array calls of :func:`swept_push_out`'s sampled sweep. Elementwise per (sweep, vertex) pair,
     the sums in vertex order (:func:`numpy.bincount`), so a sweep's features do not depend on
     the other sweeps: one sweep broadcasts over the vertices, several gather their pairs,
-    with the same bits. ``box``: ``(lo, hi)`` the bounding box of X (the runtime's ``bound``):
-    one sweep whose capsule's box misses it returns the zeros at once."""
+    with the same bits. ``box``: ``(lo, hi)`` a box holding X (the runtime's ``bound``): the
+    sweeps whose capsule's box misses it are zeros without any per-vertex work (most frames of
+    a collider near the object, not on it)."""
     S, n = len(before), len(X)
     out = np.zeros((S, CONTACT_FEATURES))
     A = before[:, :3, :3]
-    if S == 1 and n <= _ALL_PAIRS:  # every vertex, by broadcasting, the sweep in floats
-        # the same operations in the same order as the arrays below (Python floats are
-        # IEEE doubles), so the same bits
-        (a00, a01, a02), (a10, a11, a12), (a20, a21, a22) = A[0].tolist()
-        c0, c1, c2 = (
-            a00 * a00 + a10 * a10 + a20 * a20,
-            a01 * a01 + a11 * a11 + a21 * a21,
-            a02 * a02 + a12 * a12 + a22 * a22,
-        )
-        r0 = float(radius[0]) * math.sqrt(max(c0, c1, c2))
-        b0, b1, b2 = before[0, :3, 3].tolist()
-        e0, e1, e2 = after[0, :3, 3].tolist()
-        # the capsule's box clear of the vertices' box: nothing inside (frames near the object
-        # but not on it; the features are the zeros the arithmetic below would give)
-        (l0, l1, l2), (h0, h1, h2) = box if box is not None else ((-math.inf,) * 3, (math.inf,) * 3)
-        if (
-            min(b0, e0) - r0 > h0
-            or max(b0, e0) + r0 < l0
-            or min(b1, e1) - r0 > h1
-            or max(b1, e1) + r0 < l1
-            or min(b2, e2) - r0 > h2
-            or max(b2, e2) + r0 < l2
-        ):
+    if S == 1:  # every vertex by coordinate, the sweep in floats: faster than gathering pairs
+        # whatever the size (at 288 / 1,024 / 5,000 vertices 32 / 38 / 105 us against 101 /
+        # 106 / 260 us), the same bits
+        f = _sphere_sweep_one(X, before[0].tolist(), after[0].tolist(), float(radius[0]), box)
+        if f is not None:
+            out[0] = f
+        return out
+    r = radius * np.sqrt(_colsq(A).max(axis=1))  # (S,) the scaled radius
+    t0 = before[:, :3, 3]
+    if box is not None:  # _sphere_sweep_one's test of the capsule's box, on arrays
+        t1, rr = after[:, :3, 3], r[:, None]
+        near = np.all(np.minimum(t0, t1) - rr <= box[1], axis=1)
+        near &= np.all(np.maximum(t0, t1) + rr >= box[0], axis=1)
+        if not near.all():  # the rest: a sweep's features do not depend on the others'
+            near = np.flatnonzero(near)
+            if len(near):
+                out[near] = _sphere_sweeps(X, before[near], after[near], radius[near])
             return out
-        u0, u1, u2 = e0 - b0, e1 - b1, e2 - b2
-        uu = u0 * u0 + u1 * u1 + u2 * u2
-        uu = uu if uu > 0.0 else 1.0  # a sphere that did not move: u = 0, s = 0
-        sw = None
-        w = X - before[0, :3, 3]  # (n, 3)
-        s = (w[:, 0] * u0 + w[:, 1] * u1 + w[:, 2] * u2) / uu
-        np.minimum(np.maximum(s, 0.0, out=s), 1.0, out=s)
-        d = w - s[:, None] * np.array([u0, u1, u2])
-        r = np.array([r0])
-        cand = np.flatnonzero(_dot3(d, d) < r0 * r0)
-    else:
-        r = radius * np.sqrt(_colsq(A).max(axis=1))  # (S,) the scaled radius
-        t0 = before[:, :3, 3]
-        u = after[:, :3, 3] - t0  # (S, 3) the centre's move
-        uu = _dot3(u, u)
-        uu = np.where(uu > 0.0, uu, 1.0)  # a sphere that did not move: u = 0, s = 0
-        if S * n <= _ALL_PAIRS:
-            loc, vert = _all_pairs(S, n)
-        else:  # the pairs within reach of the segment's middle (a filter; see _swept_features)
-            mid = t0 + 0.5 * u
-            reach = r + 0.5 * np.sqrt(_dot3(u, u))
-            xx, mm = _dot3(X, X), _dot3(mid, mid)
-            d2 = (xx - 2.0 * (mid @ X.T)) + mm[:, None]  # (S, n)
-            loc, vert = np.nonzero(d2 < (reach * reach + 1e-9 * mm)[:, None] + 1e-9 * xx)
-            if not len(loc):
-                return out
-        w = X[vert] - t0[loc]
-        ul = u[loc]
-        s = _dot3(w, ul) / uu[loc]
-        np.minimum(np.maximum(s, 0.0, out=s), 1.0, out=s)
-        d = w - s[:, None] * ul
-        r2 = r[loc] * r[loc]
-        cand = np.flatnonzero(_dot3(d, d) < r2)
-        if len(cand):
-            sw = loc[cand]
+    u = after[:, :3, 3] - t0  # (S, 3) the centre's move
+    uu = _dot3(u, u)
+    uu = np.where(uu > 0.0, uu, 1.0)  # a sphere that did not move: u = 0, s = 0
+    if S * n <= _ALL_PAIRS:
+        loc, vert = _all_pairs(S, n)
+    else:  # the pairs within reach of the segment's middle (a filter; see _swept_features)
+        mid = t0 + 0.5 * u
+        reach = r + 0.5 * np.sqrt(_dot3(u, u))
+        xx, mm = _dot3(X, X), _dot3(mid, mid)
+        d2 = (xx - 2.0 * (mid @ X.T)) + mm[:, None]  # (S, n)
+        loc, vert = np.nonzero(d2 < (reach * reach + 1e-9 * mm)[:, None] + 1e-9 * xx)
+        if not len(loc):
+            return out
+    w = X[vert] - t0[loc]
+    ul = u[loc]
+    s = _dot3(w, ul) / uu[loc]
+    np.minimum(np.maximum(s, 0.0, out=s), 1.0, out=s)
+    d = w - s[:, None] * ul
+    r2 = r[loc] * r[loc]
+    cand = np.flatnonzero(_dot3(d, d) < r2)
     if not len(cand):
         return out
+    sw = loc[cand]
     d = d[cand]
     dist = np.sqrt(_dot3(d, d))
-    depth = (r[0] if sw is None else r[sw]) - dist
+    depth = r[sw] - dist
     inside = depth > 0.0  # sqrt's rounding can leave a vertex on the surface
     if not inside.all():
-        d, dist, depth = d[inside], dist[inside], depth[inside]
-        sw = None if sw is None else sw[inside]
+        d, dist, depth, sw = d[inside], dist[inside], depth[inside], sw[inside]
         if not len(depth):
             return out
     N = d / np.maximum(dist, 1e-300)[:, None]
     centre = dist <= 1e-12  # on the segment any direction is a valid push-out direction
     if centre.any():
         axis = A[:, :, 0] / np.sqrt(_colsq(A)[:, :1])
-        N[centre] = axis[0] if sw is None else axis[sw[centre]]
+        N[centre] = axis[sw[centre]]
     push = depth[:, None] * N
-    if sw is None:
-        # an axis-0 sum adds the rows in order, as the bincount below
-        out[0] = [*(push.sum(axis=0) / n), depth.max(), len(depth) / n]
-        return out
     first = np.flatnonzero(sw[1:] != sw[:-1]) + 1
     first = np.concatenate((_ZERO, first)) if len(first) else _ZERO
     rows = sw[first]
@@ -666,6 +692,72 @@ def _sphere_sweeps(
     out[rows, 3] = np.maximum.reduceat(depth, first)
     out[rows, 4] = np.bincount(sw, minlength=S)[rows] / n
     return out
+
+
+def _sphere_sweep_one(X: np.ndarray, bl: list, al: list, radius: float, box=None) -> list | None:
+    """:func:`_sphere_sweeps` of one sphere, from ``bl`` to ``al`` (its transforms as nested
+    lists, 4 x 4), against every vertex: the features (5 floats), or None for zeros. The
+    sweep in Python floats, the vertices by broadcasting, in the same operations and order as
+    the gathered pairs of :func:`_sphere_sweeps` (Python floats are IEEE doubles), so the
+    same bits. ``box``: ``(lo, hi)`` the bounding box of X: a sweep whose capsule's box misses
+    it returns None at once (frames near the object but not on it)."""
+    (a00, a01, a02, b0), (a10, a11, a12, b1), (a20, a21, a22, b2) = bl[:3]
+    c0, c1, c2 = (
+        a00 * a00 + a10 * a10 + a20 * a20,
+        a01 * a01 + a11 * a11 + a21 * a21,
+        a02 * a02 + a12 * a12 + a22 * a22,
+    )
+    r0 = radius * math.sqrt(max(c0, c1, c2))
+    e0, e1, e2 = al[0][3], al[1][3], al[2][3]
+    if box is not None:
+        (l0, l1, l2), (h0, h1, h2) = box
+        if (
+            min(b0, e0) - r0 > h0
+            or max(b0, e0) + r0 < l0
+            or min(b1, e1) - r0 > h1
+            or max(b1, e1) + r0 < l1
+            or min(b2, e2) - r0 > h2
+            or max(b2, e2) + r0 < l2
+        ):
+            return None
+    u0, u1, u2 = e0 - b0, e1 - b1, e2 - b2
+    uu = u0 * u0 + u1 * u1 + u2 * u2
+    uu = uu if uu > 0.0 else 1.0  # a sphere that did not move: u = 0, s = 0
+    # by coordinate (n,): an (n, 3) array less a (3,) row runs a 3-long loop n times, 2-3x
+    # slower at these sizes; the same operations on each element
+    d0 = X[:, 0] - b0
+    d1 = X[:, 1] - b1
+    d2 = X[:, 2] - b2
+    s = d0 * u0
+    s += d1 * u1
+    s += d2 * u2
+    s /= uu
+    np.minimum(np.maximum(s, 0.0, out=s), 1.0, out=s)
+    d0 -= s * u0
+    d1 -= s * u1
+    d2 -= s * u2
+    dd = d0 * d0
+    dd += d1 * d1
+    dd += d2 * d2
+    cand = (dd < r0 * r0).nonzero()[0]
+    if not len(cand):
+        return None
+    d = np.empty((len(cand), 3))
+    d[:, 0], d[:, 1], d[:, 2] = d0[cand], d1[cand], d2[cand]
+    dist = np.sqrt(dd[cand])  # _dot3 of d, elementwise: the same bits
+    depth = r0 - dist
+    if not depth.min() > 0.0:  # sqrt's rounding can leave a vertex on the surface
+        inside = depth > 0.0
+        d, dist, depth = d[inside], dist[inside], depth[inside]
+        if not len(depth):
+            return None
+    N = d / np.maximum(dist, 1e-300)[:, None]
+    if dist.min() <= 1e-12:  # on the segment any direction is a valid push-out direction
+        N[dist <= 1e-12] = np.array((a00, a10, a20)) / math.sqrt(c0)
+    push = depth[:, None] * N
+    n = len(X)
+    # an axis-0 sum adds the rows in order, as _sphere_sweeps' bincount
+    return [*(push.sum(axis=0) / n).tolist(), float(depth.max()), len(depth) / n]
 
 
 _XYZ = np.arange(3)
@@ -1041,12 +1133,19 @@ class SNPSimulation(SimulatorBase):
         )
         self._far = self.p.far_transform()
         centre = 0.5 * (self.p.X.min(0) + self.p.X.max(0))  # a ball holding the rest shape
+        lo, hi = self.p.X.min(axis=0), self.p.X.max(axis=0)
+        slack = _BOX_SLACK * (1.0 + float(np.linalg.norm(hi - lo)))
         self._bound = (
             centre,
             float(np.linalg.norm(self.p.X - centre, axis=1).max()),
-            (self.p.X.min(axis=0).tolist(), self.p.X.max(axis=0).tolist()),
+            ((lo - slack).tolist(), (hi + slack).tolist()),
         )
         self._folded = FoldedStep(self.p)
+        # what _world_features reads each frame, as Python floats
+        self._still = [*self.gravity.tolist(), *[0.0] * (FRAME_FEATURES - 3)]
+        self._far_world = _world_matrix(IDENTITY, self._far).tolist()
+        self._far_bytes = _world_matrix(IDENTITY, self._far).tobytes()
+        self._sizes = [(float(r), float(h)) for r, h in np.asarray(self.p.sizes, float)]
         self._driven: dict[bytes, Pose] = {}  # driver matrix -> pose (see driven_poses)
         self._initial_colliders = list(colliders or [])
         self._normals = None
@@ -1215,18 +1314,23 @@ class SNPSimulation(SimulatorBase):
         ]
 
     def _slots(self, colliders: list[list[Collider]], poses: list[Pose]):
-        """(B, c, 4, 4) world transforms and (B, c, 2) sizes of the model's collider slots."""
+        """(B, c, 4, 4) world transforms (read-only) and (B, c, 2) sizes of the model's
+        collider slots. Gathered as bytes and floats, then made arrays once: ``np.array`` of
+        B * c (4, 4) arrays discovers each one's shape (27 us at 100 of them, against 7 us);
+        a Collider's transform is a float64 (4, 4) array (:class:`core.colliders.Collider`)."""
         c, B = len(self.p.sizes), len(colliders)
-        mats, sizes = [], []  # gathered, then converted once: B * c small copies cost more
+        mats, sizes = [], []
         for cols, pose in zip(colliders, poses, strict=True):
             for i in range(c):
                 if i < len(cols):
-                    mats.append(cols[i].transform)
-                    sizes.append((cols[i].radius, cols[i].half_length))
+                    col = cols[i]
+                    mats.append(col.transform.tobytes())
+                    sizes += (col.radius, col.half_length)
                 else:
-                    mats.append(_world_matrix(pose, self._far))
-                    sizes.append(self.p.sizes[i])
-        mats = np.array(mats, dtype=np.float64).reshape(B, c, 4, 4)
+                    far = _world_matrix(pose, self._far) if pose is not IDENTITY else None
+                    mats.append(self._far_bytes if far is None else far.tobytes())
+                    sizes += self._sizes[i]
+        mats = np.frombuffer(b"".join(mats)).reshape(B, c, 4, 4)
         return mats, np.array(sizes, dtype=np.float64).reshape(B, c, 2)
 
     def batch_features(
@@ -1239,45 +1343,97 @@ class SNPSimulation(SimulatorBase):
         same arithmetic as :func:`external_features`, the trainer's; instances whose frame is
         the world are copied into place together)."""
         c, B = len(self.p.sizes), len(colliders)
+        if B == 1 and _world(poses[0][0]) and _world(poses[0][1]):
+            return self._world_features(
+                colliders[0], poses[0], None if previous is None else previous[0]
+            )[None]
         mats, sizes = self._slots(colliders, [ps[0] for ps in poses])
         f = np.zeros((B, self.p.n_features))
         f[:, :3] = self.gravity  # frame_features of a frame that stays the world
+        moved = []  # the instances whose frame is not the world
         for b, ps in enumerate(poses):
             if not (ps[0] is IDENTITY and ps[1] is IDENTITY and ps[2] is IDENTITY):
                 f[b, :FRAME_FEATURES] = frame_features(
                     ps, self.gravity, self.dt, self.p.frame_origin
                 )
+                if not _world(ps[0]):
+                    moved.append(b)
         end = FRAME_FEATURES + COLLIDER_FEATURES * c
         f[:, FRAME_FEATURES:end] = np.concatenate(
             [mats[:, :, :3, :3].reshape(B, c, 9), mats[:, :, :3, 3], sizes], axis=2
         ).reshape(B, -1)
-        for b, ps in enumerate(poses):
-            if ps[0] is not IDENTITY and not ps[0].is_identity:
-                f[b, FRAME_FEATURES:end] = collider_features(mats[b], sizes[b], ps[0])
+        for b in moved:
+            f[b, FRAME_FEATURES:end] = collider_features(mats[b], sizes[b], poses[b][0])
         if self.p.contact:
-            after = mats.copy()
-            for b, ps in enumerate(poses):
-                if ps[0] is not IDENTITY and not ps[0].is_identity:
-                    after[b] = to_frame(mats[b], ps[0])
-            before = after.copy()
+            after = mats
+            if moved:
+                after = mats.copy()
+                for b in moved:
+                    after[b] = to_frame(mats[b], poses[b][0])
             # a slot sweeps only when a collider filled it in both frames: one that
             # appears or goes (the far collider) did not pass through the object
-            rows, prev = [], []  # gathered, then converted once
+            rows, prev = [], []  # gathered, then converted once (as _slots)
             for b in range(B if previous is not None else 0):
                 for i in range(min(len(previous[b]), len(colliders[b]), c)):
                     rows.append(b * c + i)
-                    prev.append(previous[b][i].transform)
+                    prev.append(previous[b][i].transform.tobytes())
+            before = after
             if rows:
-                prev = np.array(prev, dtype=np.float64)
-                for j, r in enumerate(rows):
-                    pose = poses[r // c][1]
-                    if pose is not IDENTITY and not pose.is_identity:
-                        prev[j] = to_frame(prev[j], pose)[0]
-                before.reshape(B * c, 4, 4)[rows] = prev
+                prev = np.frombuffer(b"".join(prev)).reshape(-1, 4, 4)
+                turned = [j for j, r in enumerate(rows) if not _world(poses[r // c][1])]
+                if turned:
+                    prev = prev.copy()
+                    for j in turned:
+                        prev[j] = to_frame(prev[j], poses[rows[j] // c][1])[0]
+                if len(rows) == B * c:  # every slot sweeps (rows are 0 .. B c - 1)
+                    before = prev.reshape(B, c, 4, 4)
+                else:
+                    before = after.copy()
+                    before.reshape(B * c, 4, 4)[rows] = prev
             f[:, end:] = batch_contact_features(
                 self.p.X, before, after, self.p.kinds, sizes, self._bound
             )
         return f
+
+    def _world_features(
+        self, cols: list[Collider], poses: tuple[Pose, Pose, Pose], previous: list | None
+    ) -> np.ndarray:
+        """(e,) :meth:`batch_features` of one instance whose frame was the world this frame
+        and the last (a FEM model whose pins stay put, the usual soft body): the same numbers,
+        read from the colliders as Python floats and made an array once, where the general
+        path's arrays of (1, c, 4, 4) cost ~1 us a call (the step's fixed overhead)."""
+        p = self.p
+        ps0, ps1, ps2 = poses
+        if ps0 is IDENTITY and ps1 is IDENTITY and ps2 is IDENTITY:
+            out = list(self._still)  # frame_features of a frame that stays the world
+        else:
+            out = frame_features(poses, self.gravity, self.dt, p.frame_origin).tolist()
+        c = len(p.sizes)
+        mats, sizes = [], []
+        for i in range(c):
+            if i < len(cols):
+                t = cols[i].transform.tolist()
+                r, h = float(cols[i].radius), float(cols[i].half_length)
+            else:
+                t = self._far_world
+                r, h = self._sizes[i]
+            r0, r1, r2 = t[0], t[1], t[2]
+            out += (*r0[:3], *r1[:3], *r2[:3], r0[3], r1[3], r2[3], r, h)
+            mats.append(t)
+            sizes.append((r, h))
+        if p.contact:
+            # a slot sweeps only when a collider filled it in both frames (batch_features)
+            swept = 0 if previous is None else min(len(previous), len(cols), c)
+            for i, kind in enumerate(p.kinds):
+                al = mats[i]
+                bl = previous[i].transform.tolist() if i < swept else al
+                r, h = sizes[i]
+                if kind == "plane":
+                    f = _swept_one(p.X, np.array(bl), np.array(al), kind, (r, h))
+                else:
+                    f = _contact_one(p.X, bl, al, kind, r, h, self._bound)
+                out += _NO_CONTACT if f is None else f
+        return np.array(out)
 
     def predict(self, z1: np.ndarray, z2: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``z_t`` (u,) or (B, u) from ``z_{t-1}``, ``z_{t-2}`` and the encoded external input
@@ -1345,6 +1501,19 @@ class SNPSimulation(SimulatorBase):
 
 
 _NO_INPUTS = FrameInputs()
+#: The runtime's box of the rest shape (:func:`_sphere_sweep_one`, :func:`_sphere_sweeps`) is
+#: this times (1 + its diagonal in metres) larger on each side: a sweep it culls is clear of
+#: every vertex by far more than the round-off of the distances it spares (which could put a
+#: vertex on the boundary a few ulps inside).
+_BOX_SLACK = 1e-9
+_NO_CONTACT = (0.0,) * CONTACT_FEATURES
+
+
+def _world(pose: Pose) -> bool:
+    """Whether a pose is the world's (the IDENTITY object or equal to it)."""
+    return pose is IDENTITY or pose.is_identity
+
+
 #: Driver matrices whose poses :meth:`SNPSimulation.driven_poses` remembers (then forgets all).
 _DRIVEN_MEMO = 1024
 _EYE3 = np.eye(3)
@@ -1467,7 +1636,7 @@ def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> n
             A, t = c.transform[:3, :3], c.transform[:3, 3]
             scales = np.sqrt(np.einsum("ij,ij->j", A, A))
             reach = c.radius * scales.max() + c.half_length * scales[2] + margin
-            d = out - t
+            d = out - np.repeat(t[None], len(out), axis=0)  # out - t, its bits, at half its cost
             idx = np.flatnonzero(np.einsum("ij,ij->i", d, d) < reach * reach)
             if not len(idx):
                 continue
