@@ -9,9 +9,9 @@ training (one thread); k = 24, 40 epochs of 32 windows, an ensemble of 2 network
 (``ensemble``, exported as one wider network). Measured (held-out error over the initial
 model alone's; the cloth moves 42 mm on average, the initial model errs 49-52 mm, the PCA
 floor 5.8-5.9 mm): training seeds 0 / 1 / 2 0.521 / 0.524 / 0.578 (0.52x in this test's own
-run: 25.6 mm, 4.3x the floor); the module took 274 s with the machine loaded by other
-sessions (load 2-5: bakes 160 s, training 108 s beside the held-out bake); about 75 s of
-bakes at Blender's 23 ms a frame in two processes on quiet cores.
+run: 25.6 mm, 4.3x the floor, twice the same). The module took 164 s (bakes 83 s, training
+75 s beside the held-out bake; load 2.5), and 274 s with the machine loaded by other
+sessions (load 2-5: bakes 160 s, training 108 s).
 
 How it got there (training/snp.py's docstring has the rest). Blender's own chaos floor on this
 scene: the held-out bake re-baked with the ball's keys moved by 0.1 mm differs from it by
