@@ -291,6 +291,14 @@ alone's, training seeds 0 / 1 / 2; two runs at once on the shared 2-core machine
   paths the test's configuration averages 0.665 against 0.775: better everywhere, but the
   issue's 0.6x is met on the test's path (seed 1000), not on every path; at this data size
   (3,200 frames against the paper's 1e5-1e6) the network generalizes to about 0.7x.
+* Twice the data, 20 bakes of 320 frames (seed 0; training 347-370 s at load 3, network 117 s
+  for one network, 141 s for two): the mean vertex error on the three unseen paths 25.6,
+  28.3 and 30.9 mm with one network, 23.4, 28.4 and 28.8 mm with two, against 25.6, 31.3 and
+  37.8 mm for 10 x 320 with two and 29.9, 45.2 and 43.9 mm for 20 x 160 with one. The ratio
+  reads 0.35-0.50x there, flattered: the initial model fitted on these bakes errs more
+  (56-68 mm against 43-52 on the same paths). More long bakes are what generalizes.
+* The pressed block (bench/snp.py --accuracy --variants 20 --epochs 0, one pinned core): 2
+  networks 0.535x (50.3 s) against one 0.508x (36.2 s). So ``ensemble`` stays 1 by default.
 
 The ensemble's networks train side by side (:class:`Ensemble`: one batched product a layer,
 each member rolling out its own predictions from the same windows and noise, its own random
