@@ -54,7 +54,8 @@ Usage (a Python with torch and the PyPI bpy: the repository's .venv)::
 
     python bench/snp_cloth.py [--side 50] [--variants 6] [--frames 120] [--k 64]
                               [--epochs 20] [--seed 0] [--validation-fraction 0.2]
-                              [--heldout-frames 0] [--instances 100] [--reps 200] [--json F]
+                              [--heldout-frames 0] [--setting NAME=VALUE ...]
+                              [--instances 100] [--reps 200] [--json F]
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ def run(args, workdir: Path) -> dict:
             validation_fraction=args.validation_fraction,
             seed=args.seed,
             time_budget=3600,
+            **dict(settings_arg(a) for a in args.setting),
         ),
         checkpoint_dir=None,
     )
@@ -260,6 +262,18 @@ def run(args, workdir: Path) -> dict:
         "array_bytes": sum(np.asarray(a).nbytes for a in model.arrays.values()),
         **accuracy,
     }
+
+
+def settings_arg(text: str) -> tuple[str, object]:
+    """``name=value`` of ``--setting``: the value read as JSON where it parses (numbers,
+    true/false), else as a string (``lr_schedule=cosine``)."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--setting wants name=value, got {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
 
 
 def heldout_accuracy(sim, held) -> dict:
@@ -355,6 +369,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also bake a held-out bake of this many frames (seed 1000) and measure the model "
         "on it as tests/test_snp_cloth.py does (0: no)",
+    )
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another SNPSettings field for the training (repeatable), e.g. ensemble=3",
     )
     ap.add_argument("--instances", type=int, default=100, help="instances of the batch")
     ap.add_argument("--reps", type=int, default=200, help="frames timed per measurement")
