@@ -266,7 +266,7 @@ def run(args, workdir: Path) -> dict:
 
 def settings_arg(text: str) -> tuple[str, object]:
     """``name=value`` of ``--setting``: the value read as JSON where it parses (numbers,
-    true/false), else as a string (``lr_schedule=cosine``)."""
+    true/false), else as a string (``contact_features=on``)."""
     name, sep, value = text.partition("=")
     if not sep:
         raise SystemExit(f"--setting wants name=value, got {text!r}")

@@ -504,76 +504,13 @@ def test_ensemble_rolls_out_each_member_and_merges_to_their_mean():
     assert [m.out_features for m in ens.merged() if isinstance(m, torch.nn.Linear)] == [21, 21, u]
 
 
-def test_rollout_state_noise_goes_into_the_fed_back_states_only():
-    """With eq. (1) alone at alpha 1, beta 0 (z_t = z_{t-1}), each returned frame is the one
-    before plus the noise fed back with it: the noise is added where the state is fed back,
-    not to the prediction returned."""
-    import torch
-    from neural_rom.training.snp import rollout
-
-    g = torch.Generator().manual_seed(2)
-    B, S, u = 2, 7, 3
-    z1 = torch.randn(B, u, generator=g, dtype=torch.float64)
-    noise = torch.randn(B, S, u, generator=g, dtype=torch.float64)
-    lim = (
-        torch.full((u,), -99.0, dtype=torch.float64),
-        torch.full((u,), 99.0, dtype=torch.float64),
-    )
-    out = rollout(
-        None,
-        z1,
-        z1,
-        torch.zeros(B, S, 1, dtype=torch.float64),
-        torch.ones(u, dtype=torch.float64),
-        torch.zeros(u, dtype=torch.float64),
-        1.0,
-        *lim,
-        noise=noise,
-    )
-    expect = z1[:, None] + torch.cat(
-        [torch.zeros(B, 3, u, dtype=torch.float64), noise[:, 2:-1].cumsum(1)], 1
-    )
-    assert float((out - expect).abs().max()) < 1e-12
-
-
-def test_weight_average_is_the_ramped_moving_average_of_the_steps(tmp_path):
-    """``average``: the model gets the exponential moving average of the weights after each
-    step, with decay min(average, (1 + k) / (10 + k)); the training itself is unchanged
-    (the same steps with averaging off, whose weights after each step are recorded)."""
-    from neural_rom.training.snp import _NetTrainer
-
-    seen = []
-
-    class Recording(_NetTrainer):
-        def decay(self, net, shrink):  # called right after each optimizer step
-            seen.append([p.detach().clone() for p in net.parameters()])
-
-    plain = toy_trainer(tmp_path)
-    plain.__class__ = Recording
-    last, _ = plain.fit(deadline=float("inf"))
-    avg = [p.clone() for p in seen[0]]
-    for k, ps in enumerate(seen):
-        d = min(0.95, (1.0 + k) / (10.0 + k))
-        for a, p in zip(avg, ps):
-            a.mul_(d).add_(p, alpha=1 - d)
-    averaged, _ = toy_trainer(tmp_path, average=0.95).fit(deadline=float("inf"))
-    err = max(float((a.detach() - b).abs().max()) for a, b in zip(averaged.parameters(), avg))
-    moved = max(
-        float((a - b).detach().abs().max())
-        for a, b in zip(averaged.parameters(), last.parameters())
-    )
-    print(
-        f"{len(seen)} steps: averaged weights vs the recomputed average {err:.1e}, vs the last step's {moved:.1e}"
-    )
-    assert len(seen) > 10 and err < 1e-6 and moved > 1e-4
-
-
-def test_cosine_rate_schedule_falls_from_the_rate_to_zero(tmp_path):
-    t = toy_trainer(tmp_path, lr_schedule="cosine", learning_rate=1e-2)
+def test_rate_decays_per_epoch_after_a_linear_warm_up(tmp_path):
+    """The learning rate: ``lr_decay`` an epoch (the paper's), ramped linearly step by step
+    over the first ``warmup_epochs`` epochs."""
     steps = 7
-    total = t.epochs * steps
-    rates = [t.rate(e, k, steps) for e in range(t.epochs) for k in range(steps)]
-    assert rates[0] == pytest.approx(1e-2) and rates[total // 2] == pytest.approx(5e-3, rel=0.1)
-    assert all(a > b for a, b in zip(rates, rates[1:])) and rates[-1] < 1e-3
     e = toy_trainer(tmp_path, learning_rate=1e-2, lr_decay=0.5)
-    assert e.rate(1, 3, steps) == pytest.approx(5e-3)  # exponential: per epoch
+    assert e.rate(0, 0, steps) == pytest.approx(1e-2) and e.rate(1, 3, steps) == pytest.approx(5e-3)
+    w = toy_trainer(tmp_path, learning_rate=1e-2, lr_decay=0.5, warmup_epochs=2)
+    rates = [w.rate(ep, k, steps) for ep in range(3) for k in range(steps)]
+    assert rates[0] == pytest.approx(1e-2 / 14) and rates[6] == pytest.approx(1e-2 / 2)
+    assert rates[13] == pytest.approx(5e-3) and rates[14] == pytest.approx(2.5e-3)

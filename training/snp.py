@@ -273,11 +273,13 @@ alone's, training seeds 0 / 1 / 2; two runs at once on the shared 2-core machine
   the initial model's 51.9 mm. The PCA floor (k = 24) is 5.8 mm (0.11x). Neither bounds the
   network (29.9-34.5 mm at the former defaults): what is left is generalization.
 * 20 bakes of 160 frames at the defaults: 0.577 / 0.627 / 0.662. One lever at a time (seed 0
-  unless said): Polyak averaging of the weights (``average`` 0.999) 0.606; noise on every
-  fed-back state (``state_noise``, of each mode's deviation) 0.01 0.599, 0.05 2.62 (drifts);
-  cosine decay (``lr_schedule``) 0.788; the paper's 10 layers 0.831; 80 epochs 0.638;
-  window 64 0.618; an ensemble of 3 (``ensemble``, its networks' residuals averaged) 0.673 /
-  0.553 / 0.597. Within the seeds' spread (0.58-0.66) or worse.
+  unless said): Polyak averaging of the weights (an exponential moving average, decay 0.999
+  a step) 0.606; noise on every fed-back state (of each mode's deviation) 0.01 0.599, 0.05
+  2.62 (drifts); cosine decay of the rate 0.788; the paper's 10 layers 0.831; 80 epochs
+  0.638; window 64 0.618; an ensemble of 3 (``ensemble``, its networks' residuals averaged)
+  0.673 / 0.553 / 0.597. Within the seeds' spread (0.58-0.66) or worse. The averaging, the
+  noise on every state, the cosine schedule and a gradient clipping (never measured on the
+  cloth) were options for a day and were removed: none helped.
 * The data's shape: 10 bakes of 320 frames instead of 20 of 160 (the same frames to bake;
   a bake starts at rest, its first contact 7-98 frames in, where the held-out replay is
   mostly cloth disturbed for hundreds of frames) 0.591 / 0.544; 5 of 640 0.892 / 3.48 (too
@@ -399,10 +401,6 @@ class SNPSettings:
     warmup_epochs: int = 0
     mode_scaling: bool = True
     contact_features: str = "auto"
-    state_noise: float = 0.0
-    average: float = 0.0
-    lr_schedule: str = "exponential"
-    grad_clip: float = 0.0
     ensemble: int = 1
 
     def __post_init__(self) -> None:
@@ -753,7 +751,6 @@ def rollout(
     *,
     detach: bool = False,
     in_scale: torch.Tensor | None = None,
-    noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Predicted PCA coordinates over a window, the predictions fed back (Algorithm 1): the
     runtime's step (:meth:`core.methods.snp.SNPSimulation.predict`) in torch.
@@ -766,8 +763,6 @@ def rollout(
     alpha, beta, z_lo, z_hi : (u,); scale : ``s`` (m)
     detach : cut the gradient between frames (teacher-forcing-like; tests only)
     in_scale : (u,) per-mode scales of the network's state inputs (None: ``scale``)
-    noise : (B, S, u) added to each prediction where it is fed back (frames 2..S-1; training's
-        ``state_noise``), not to the prediction returned; None: none
 
     Returns
     -------
@@ -787,7 +782,7 @@ def rollout(
             z_bar = z_bar + scale * net(x)  # eq. (3)
         z = torch.minimum(torch.maximum(z_bar, z_lo), z_hi)  # sec. 8.1
         out.append(z)
-        prev2, prev = prev, (z if noise is None else z + noise[:, i])
+        prev2, prev = prev, z
         if detach:
             prev2, prev = prev2.detach(), prev.detach()
     return torch.stack(out, dim=-2)
@@ -984,55 +979,27 @@ class _NetTrainer:
                 dtype=self.dtype,
                 device=self.device,
             )
-            fed = None
-            if s.state_noise > 0.0:  # drawn after the first two frames' noise: same stream
-                si = self.scale if self.in_scale is None else self.in_scale
-                fed = si * torch.as_tensor(
-                    rng.normal(0.0, s.state_noise, size=(len(b), self.size, self.u)),
-                    dtype=self.dtype,
-                    device=self.device,
-                )
             z0, z1 = z[:, 0] + noise[0], z[:, 1] + noise[1]
             if s.ensemble > 1:  # every member from the same start, rolled out on its own
                 z0, z1 = z0.expand(s.ensemble, *z0.shape), z1.expand(s.ensemble, *z1.shape)
-            pred = rollout(net, z0, z1, w, *self._args(), in_scale=self.in_scale, noise=fed)
+            pred = rollout(net, z0, z1, w, *self._args(), in_scale=self.in_scale)
             loss = window_loss(pred, z, self.scale, self.dt)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            if s.grad_clip > 0.0:
-                torch.nn.utils.clip_grad_norm_(net.parameters(), s.grad_clip)
             opt.step()
             # AdamW's decoupled decay: ``lr * weight_decay`` of the departure from the
             # initial model a step. Each AMSGrad step moves a weight by about ``lr``, so the
             # departure settles near ``1 / weight_decay`` whatever the steps an epoch.
             self.decay(net, lr * s.weight_decay)
-            self.update_average(net, epoch * steps + step)
             total += float(loss.detach()) * len(b)
         return total / max(N, 1)
 
     def rate(self, epoch: int, step: int, steps: int) -> float:
-        """The learning rate of a step: ``lr_schedule`` (exponential: ``lr_decay`` an epoch;
-        cosine: from the rate to 0 over all the steps, step by step), times the linear
-        warm-up over the first ``warmup_epochs`` epochs."""
+        """The learning rate of a step: ``lr_decay`` an epoch (the paper's), times the linear
+        warm-up over the first ``warmup_epochs`` epochs, step by step."""
         s = self.s
-        k = epoch * steps + step
-        if s.lr_schedule == "cosine":
-            lr = 0.5 * self.lr * (1.0 + np.cos(np.pi * k / max(self.epochs * steps, 1)))
-        else:
-            lr = self.lr * s.lr_decay**epoch
-        ramp = (k + 1) / (s.warmup_epochs * steps) if s.warmup_epochs else 1.0
-        return float(lr * min(1.0, ramp))
-
-    @torch.no_grad()
-    def update_average(self, net, k: int) -> None:
-        """Polyak averaging (``average`` > 0): the exponential moving average of the weights
-        after step ``k``, its decay ramped as ``min(average, (1 + k) / (10 + k))`` so that the
-        first steps' weights (the initial model) do not linger in it."""
-        if self.avg is None:
-            return
-        d = min(self.s.average, (1.0 + k) / (10.0 + k))
-        for a, p in zip(self.avg, net.parameters(), strict=True):
-            a.mul_(d).add_(p.detach(), alpha=1.0 - d)
+        ramp = (epoch * steps + step + 1) / (s.warmup_epochs * steps) if s.warmup_epochs else 1.0
+        return float(self.lr * s.lr_decay**epoch * min(1.0, ramp))
 
     @torch.no_grad()
     def forced_inputs(self, windows: slice = slice(None)) -> torch.Tensor:
@@ -1095,9 +1062,6 @@ class _NetTrainer:
         # the initial model's weights, the weight decay's anchor (the same seeded network on a
         # resume: it is not checkpointed)
         self.anchor = [p.detach().clone() for p in net.parameters()]
-        self.avg = None
-        if s.average > 0.0:
-            self.avg = [p.detach().clone() for p in net.parameters()]
         opt = torch.optim.Adam(net.parameters(), lr=self.lr, amsgrad=True)
         f = self.checkpoints.file("snp_net", ".pt")
         keep = s.keep_best and bool(self.val)
@@ -1109,9 +1073,6 @@ class _NetTrainer:
         if st is not None:
             net.load_state_dict(st["model"])
             opt.load_state_dict(st["optimizer"])
-            if self.avg is not None and "average" in st:
-                for a, v in zip(self.avg, st["average"], strict=True):
-                    a.copy_(v)
             state = {
                 "epoch": int(st["epoch"]),
                 "losses": list(st["losses"]),
@@ -1149,7 +1110,6 @@ class _NetTrainer:
                         {
                             "model": net.state_dict(),
                             "optimizer": opt.state_dict(),
-                            **({"average": self.avg} if self.avg is not None else {}),
                             **({"best": best} if keep else {}),
                             **state,
                         },
@@ -1178,10 +1138,6 @@ class _NetTrainer:
             torch.use_deterministic_algorithms(det)
         if keep:
             net.load_state_dict(best)
-        elif self.avg is not None:  # the runtime gets the averaged weights
-            with torch.no_grad():
-                for p, a in zip(net.parameters(), self.avg, strict=True):
-                    p.copy_(a)
         net = self.plain(net)
         state["dead_units"] = self.dead_units(net)
         return net, state

@@ -2028,46 +2028,6 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         advanced=True,
     ),
     Setting(
-        "state_noise",
-        "float",
-        0.0,
-        "State Noise",
-        "Standard deviation of noise added to every state a training rollout feeds back (not "
-        "only the first two frames'), a fraction of each PCA mode's own standard deviation "
-        "(0: none)",
-        minimum=0.0,
-        maximum=10.0,
-        advanced=True,
-    ),
-    Setting(
-        "average",
-        "float",
-        0.0,
-        "Weight Averaging",
-        "The model gets the exponential moving average of the network's weights over the "
-        "training steps (Polyak averaging) with this decay per step, e.g. 0.999 (0: the last "
-        "step's weights); free at run time",
-        minimum=0.0,
-        maximum=0.999999,
-        advanced=True,
-    ),
-    Setting(
-        "lr_schedule",
-        "enum",
-        "exponential",
-        "Rate Schedule",
-        "How the learning rate falls over the training",
-        items=(
-            ("exponential", "Exponential", "Multiplied by Rate Decay each epoch (the paper's)"),
-            (
-                "cosine",
-                "Cosine",
-                "From the learning rate to zero along a half cosine over all steps",
-            ),
-        ),
-        advanced=True,
-    ),
-    Setting(
         "ensemble",
         "int",
         1,
@@ -2078,16 +2038,6 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         "0.52x alpha/beta on two seeds, one 0.59x and 0.54x",
         minimum=1,
         maximum=8,
-        advanced=True,
-    ),
-    Setting(
-        "grad_clip",
-        "float",
-        0.0,
-        "Gradient Clipping",
-        "Largest norm of a step's gradient over all the network's weights (0: no clipping)",
-        minimum=0.0,
-        maximum=1e6,
         advanced=True,
     ),
 )
