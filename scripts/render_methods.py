@@ -116,8 +116,8 @@ def snp_data(work: Path, quick: bool) -> dict:
     settings = replace(tc.SETTINGS, epochs=2) if quick else tc.SETTINGS
     blend = build_sheet(work / "sheet.blend", n=side)
     t0 = time.perf_counter()
-    train = tc.cloth_bake(work, blend, "train", frames, bakes, 0)
-    held = BakeCache.open(tc.cloth_bake(work, blend, "held", held_frames, 1, 1000)[0])
+    train = tc.finish(tc.cloth_bake(work, blend, "train", frames, bakes, 0))
+    held = BakeCache.open(tc.finish(tc.cloth_bake(work, blend, "held", held_frames, 1, 1000))[0])
     t_bake = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = train_snp(train, work / "cloth.nrmodel", settings, checkpoint_dir=None)
