@@ -351,29 +351,21 @@ def contact_features(
     frames; the same features: it would push nothing out)."""
     out = np.zeros((len(kinds), CONTACT_FEATURES))
     for i, kind in enumerate(kinds):
-        if kind == "plane":
-            f = _swept_one(X, before[i], after[i], kind, sizes[i])
-        else:
-            f = _contact_one(
-                X,
-                before[i].tolist(),
-                after[i].tolist(),
-                kind,
-                float(sizes[i][0]),
-                float(sizes[i][1]),
-                bound,
-            )
+        r, h = float(sizes[i][0]), float(sizes[i][1])
+        f = _contact_one(X, before[i].tolist(), after[i].tolist(), kind, r, h, bound)
         if f is not None:
             out[i] = f
     return out.reshape(-1)
 
 
 def _contact_one(X, bl: list, al: list, kind: str, r: float, h: float, bound) -> list | None:
-    """The contact features (5 floats) of one sphere or capsule sweeping from ``bl`` to ``al``
-    (its transforms as nested lists, 4 x 4), or None for zeros: :func:`contact_features`' body,
+    """The contact features (5 floats) of one collider sweeping from ``bl`` to ``al`` (its
+    transforms as nested lists, 4 x 4), or None for zeros: :func:`contact_features`' body,
     which the runtime's step of one instance calls directly (its colliders' transforms read
     once as Python floats: the ball test, the translation test and a translating sphere's
-    sweep take scalars, not array calls)."""
+    sweep take scalars, not array calls). A plane is sampled whatever the bound."""
+    if kind == "plane":
+        return _swept_one(X, np.array(bl), np.array(al), kind, (r, h))
     if bound is not None and _misses(bound, bl, al, r, h):
         return None
     if kind == "sphere" and _translates(bl, al):
@@ -1427,11 +1419,7 @@ class SNPSimulation(SimulatorBase):
             for i, kind in enumerate(p.kinds):
                 al = mats[i]
                 bl = previous[i].transform.tolist() if i < swept else al
-                r, h = sizes[i]
-                if kind == "plane":
-                    f = _swept_one(p.X, np.array(bl), np.array(al), kind, (r, h))
-                else:
-                    f = _contact_one(p.X, bl, al, kind, r, h, self._bound)
+                f = _contact_one(p.X, bl, al, kind, *sizes[i], self._bound)
                 out += _NO_CONTACT if f is None else f
         return np.array(out)
 
