@@ -60,7 +60,10 @@ measured on the same scene and settings before this option existed (training see
 load 2-5): 0.521 / 0.524x the initial model on the test's path
 (seed 1000), 0.732 / 0.772x and 0.751 / 0.690x on seeds 1001 and 1002 (20 bakes of 160 frames
 and one network: 0.577 / 0.627x, 0.964 / 0.764x, 0.848 / 0.869x); ``--variants 20`` with 2
-networks: 23.4, 28.4 and 28.8 mm on the three paths (training/snp.py's docstring).
+networks: 23.4, 28.4 and 28.8 mm on the three paths (training/snp.py's docstring). This
+command itself (training seed 0, load about 3): 25.47 / 37.46 / 33.88 mm, 0.518 / 0.877 /
+0.672x (mean 0.689x), 4.3-5.7x the PCA floor, all bounded: off the test's path the ratio
+varies a lot from one training to the next.
 
 Usage (a Python with torch and the PyPI bpy: the repository's .venv)::
 
