@@ -18,7 +18,6 @@ import pytest
 
 onnx = pytest.importorskip("onnx", reason="the ONNX export is checked where onnx is installed")
 ort = pytest.importorskip("onnxruntime", reason="the export is checked against onnxruntime")
-torch = pytest.importorskip("torch")
 
 from neural_rom.core import bake as bk  # noqa: E402
 from neural_rom.core import registry  # noqa: E402
@@ -32,7 +31,6 @@ from neural_rom.core.nnet import MLP  # noqa: E402
 from neural_rom.core.onnxgraph import OPSET, export_onnx  # noqa: E402
 from neural_rom.core.sim import FrameInputs, SimSettings, boundary_vertices  # noqa: E402
 from neural_rom.core.subspace import Subspace  # noqa: E402
-from neural_rom.training.snp import SNPSettings, train_snp  # noqa: E402
 
 from .bench_modules import load_bench  # noqa: E402
 from .test_latent import MAT, beam, elu_decoder  # noqa: E402
@@ -54,6 +52,9 @@ def session(path):
 def block(tmp_path_factory):
     """An snp model of a soft block pressed by a sphere (bench/snp.py's scene, smaller: 4
     bakes of 40 frames, 20 epochs; contact features on, as the automatic setting picks)."""
+    pytest.importorskip("torch", reason="training the snp model needs torch (the 3.11 line)")
+    from neural_rom.training.snp import SNPSettings, train_snp
+
     d = tmp_path_factory.mktemp("onnx_snp")
     X, T = grid_tetmesh((0.2, 0.2, 0.3), (2, 2, 3))
     spec = load_bench("snp").block_spec(X, frames=40, variants=4)
