@@ -141,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="object to process (repeat for several); default: every object whose Neural "
         "ROM role is Deformable",
     )
+    target.add_argument(
+        "--python",
+        metavar="PATH",
+        help="interpreter that runs this command's jobs (bake, train, simulate, ...); "
+        "default: Preferences > Neural ROM > Job Python, else $NEURAL_ROM_PYTHON, else this "
+        "Python. A Python 3.11 + torch trains the learned methods for Blender 5",
+    )
     common = _ArgumentParser(add_help=False, parents=[target])
     common.add_argument(
         "--save",
@@ -1100,7 +1107,10 @@ def main(argv: list[str] | None = None) -> int:
     except NeuralRomError as exc:
         print(f"neural_rom: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
-    code = _run(args)
+    from .prefs import job_python_override
+
+    with job_python_override(getattr(args, "python", None)):
+        code = _run(args)
     if getattr(args, "save", False):  # commands that change nothing have no --save
         # Also after a cancel or a failure: stages record on an object only what they
         # finished (paths, stats, committed frames), so the file is consistent.

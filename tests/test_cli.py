@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -369,7 +370,17 @@ def test_train_and_simulate_headless(addon, tmp_path, capsys):
     bpy.ops.wm.read_factory_settings(use_empty=True)  # the CLI opens the file itself
 
     argv = ["train", "--file", str(blend), "-o", "Ball", "--k", "3", "--max-cubature", "20"]
-    assert cli().main([*argv, "--device", "cpu", "--save"]) == 0
+    missing = tmp_path / "no" / "python3"
+    assert cli().main([*argv, "--python", str(missing)]) == 2
+    assert f"job interpreter {missing} could not be run (no such file)" in capsys.readouterr().err
+    # --python picks the job interpreter (here this Python behind a wrapper that says so).
+    trainer = tmp_path / "trainer"
+    trainer.write_text(
+        f'#!/bin/sh\necho "$@" >> {tmp_path / "trainer.log"}\nexec {sys.executable} "$@"\n'
+    )
+    trainer.chmod(0o755)
+    assert cli().main([*argv, "--device", "cpu", "--python", str(trainer), "--save"]) == 0
+    assert "worker.py" in (tmp_path / "trainer.log").read_text()
     out = capsys.readouterr().out
     assert "training Ball: linear on 2 bake(s)" in out and "Ball: 3 DOFs" in out
     bpy.ops.wm.open_mainfile(filepath=str(blend))
