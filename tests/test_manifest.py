@@ -80,6 +80,7 @@ def test_manifest_has_the_required_keys_and_values(manifest):
         "/.venv/",
         "/.ci/",
         "/scripts/",
+        "/farm/",
         "/dist/",
         "/wheels/",
         "__pycache__/",
