@@ -213,9 +213,10 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
     the edit put them on the body. It is tetrahedralized by the worker's tetrahedralize
     job with the object's Tet Size, into new files beside the tets the saved .blend
     records (:func:`.tets.store_tets`' ``keep_files``); a Mesh Cache modifier playing a
-    cache of the old vertex count is turned off (:func:`mute_stale_caches`); when it ends the tets are stored on the
-    object and the simulation swaps to them at the current frame (:func:`swap_to_tets`):
-    ``q`` and its velocity are kept, the motion goes on. Checked first: Simulate on, a
+    cache of the old vertex count is turned off (:func:`mute_stale_caches`). When the job
+    ends the tets are stored on the object and the simulation swaps to them at the frame
+    the edit was made on (:func:`swap_to_tets`): ``q`` and its velocity are kept, the
+    motion goes on. Checked first: Simulate on, a
     model that runs on other meshes, a running driver, an edit to apply.
 
     Returns
@@ -252,12 +253,13 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
         raise NeuralRomError(
             f"'{obj.name}' has not been edited since it was tetrahedralized: nothing to apply."
         )
-    rest = edited_rest(obj, scene, simulate._drivers[obj.name])
+    d = simulate._drivers[obj.name]
+    rest = edited_rest(obj, scene, d)
     # the rest shape shown while the worker meshes it: Blender splits quads and n-gons by the
     # current positions, so the surface (and its hash) is the rest one only at rest
     bm.replace_rest(obj.data, rest)
     muted = mute_stale_caches(obj)
-    frame = int(scene.frame_current)
+    frame = int(getattr(d, "shown", scene.frame_current))  # the frame the edit was made on
     job = make_tet_job(obj)
     name, info = obj.name, {}
 

@@ -273,10 +273,14 @@ def load_tets(obj: bpy.types.Object, *, check_fresh: bool = True) -> Tets:
 
 def embedding_nodes(emb, render_idx: np.ndarray) -> np.ndarray:
     """Tet nodes that carry the render vertices ``render_idx`` of an embedding: the nodes
-    of their enclosing tets, sorted. Pinning them holds those render vertices exactly."""
+    of their enclosing tets with a weight in them, sorted (a vertex at a node, as on a
+    repaired surface's tets, is carried by that node alone). Pinning them holds those
+    render vertices exactly."""
     if len(render_idx) == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.unique(np.asarray(emb.nodes)[render_idx]).astype(np.int64)
+    idx = np.asarray(render_idx, dtype=np.int64)
+    nodes, weight = np.asarray(emb.nodes)[idx], np.asarray(emb.bary)[idx]
+    return np.unique(nodes[np.abs(weight) > 1e-12]).astype(np.int64)
 
 
 def pinned_nodes(obj: bpy.types.Object, tets: Tets) -> np.ndarray:

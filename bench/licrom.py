@@ -568,6 +568,140 @@ def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None
         )
 
 
+#: The ring family of issue 23: Blender's torus stood up (major radius 0.3 m, 24 x 8
+#: segments), hung from a pin group at its top, rubber, the add-on's default scenario (a
+#: pinned gravity_drop with jitter 0.5, 48 frames, 4 variants). Tube radii (m): trained,
+#: unseen in between, unseen beyond.
+RINGS = {"trained": (0.05, 0.07), "between": (0.06,), "beyond": (0.09,)}
+RUBBER = {"youngs_modulus": 1e6, "poisson_ratio": 0.45, "density": 1100.0}
+
+
+def ring(tube: float, edge: float, R: float = 0.3, major: int = 24, minor: int = 8):
+    """The stood-up torus of tube radius ``tube`` tetrahedralized as the add-on does (TetGen,
+    surface split), its pins: the surface vertices within 12 degrees of the top around the
+    ring and 50 degrees of the tube's top (9 vertices)."""
+    from neural_rom.core import mesher
+
+    phi = 2 * np.pi * np.arange(major) / major
+    th = 2 * np.pi * np.arange(minor) / minor
+    out = np.stack([np.sin(phi), 0 * phi, np.cos(phi)], 1)  # from the ring's top, in x-z
+    V = (R * out[:, None] + tube * (np.cos(th)[None, :, None] * out[:, None])).reshape(-1, 3)
+    V[:, 1] = np.repeat(0 * phi, minor) + tube * np.tile(np.sin(th), major)
+    i, j = np.meshgrid(np.arange(major), np.arange(minor), indexing="ij")
+    a, b = i * minor + j, ((i + 1) % major) * minor + j
+    c, d = ((i + 1) % major) * minor + (j + 1) % minor, i * minor + (j + 1) % minor
+    F = np.concatenate([np.stack([a, b, c], -1), np.stack([a, c, d], -1)]).reshape(-1, 3)
+    from neural_rom.core.surface import enclosed_volume
+
+    if enclosed_volume(V, F) < 0:
+        F = F[:, ::-1]
+    m = mesher.tetrahedralize(V, F, keep_surface=False, target_edge_length=edge)
+    around = np.abs((np.repeat(phi, minor) + np.pi) % (2 * np.pi) - np.pi)  # from the top
+    top = (around < np.radians(20)) & (np.tile(np.cos(th), major) > np.cos(np.radians(50)))
+    pins = np.flatnonzero(top)
+    return SimpleNamespace(X=np.asarray(m.X), T=np.asarray(m.T), pinned=pins, tube=tube)
+
+
+def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: int) -> None:
+    """LiCROM trained on the rings of :data:`RINGS` ``trained`` (variants 0-2 of each),
+    replayed on variant 3 of every ring, against each ring's own linear model (PCA of its
+    variants 0-2, as many modes as LiCROM's latent or as its bakes span) on the same bake:
+    max and mean vertex error, closest shapes; the exact energy beside the fitted cubature."""
+    from neural_rom.core import bake
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.compare import closest_shapes
+    from neural_rom.core.errors import NeuralRomError
+    from neural_rom.core.fem import Material
+    from neural_rom.core.methods import licrom
+    from neural_rom.core.registry import load_simulator
+    from neural_rom.training.licrom import train
+    from neural_rom.training.linear import LinearSettings, train_linear
+
+    tubes = [t for group in RINGS.values() for t in group]
+    meshes, paths = {}, {}
+    for t in tubes:
+        m = ring(t, edge=0.08)  # the add-on's Tet Size 0: the diagonal / 12
+        meshes[t] = m
+        sp = bake.BakeSpec(
+            material=Material(**RUBBER).to_dict(),
+            scenario={"kind": "gravity_drop", "jitter": 0.5},
+            frames=48,
+            pinned=m.pinned.tolist(),
+            seed=0,
+            variants=4,
+        )
+        t0 = time.perf_counter()
+        paths[t] = bake_once(m, sp, out, f"ring_{int(t * 1000):03d}")
+        print(f"ring {t * 1000:.0f} mm: {len(m.T)} tets, {len(m.pinned)} pins, bakes "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+    model = out / "rings.nrmodel"
+    t0 = time.perf_counter()
+    res = train(
+        [p for t in RINGS["trained"] for p in paths[t][:3]],
+        model,
+        {"latent_dim": latent, "epochs": epochs, "time_budget": budget,
+         "validation_fraction": 0.0, "rollout": False},
+        device="cpu",
+    )  # fmt: skip
+    train_s = time.perf_counter() - t0
+    print(f"LiCROM: {res['epochs_done']} epochs in {train_s:.0f} s: {res['warnings']}", flush=True)
+    rows = []
+    for kind, group in RINGS.items():
+        for t in group:
+            m, cache = meshes[t], BakeCache.open(paths[t][3])
+            x = np.asarray(cache.channel("positions"))
+            row = {"ring_mm": 1000 * t, "kind": kind, "tets": len(m.T)}
+            for k in range(latent, 0, -1):  # as many modes as its bakes span
+                try:
+                    lin = train_linear(
+                        paths[t][:3], out / f"linear_{t}.nrmodel",
+                        LinearSettings(k=k, validation_fraction=0.0),
+                    )  # fmt: skip
+                    break
+                except NeuralRomError:
+                    continue
+            sims = {
+                "linear": load_simulator(lin["model"])[0],
+                "licrom": licrom.load_on_mesh(model, m.X, m.T, pinned=m.pinned),
+                "licrom_exact": licrom.load_on_mesh(
+                    model, m.X, m.T, pinned=m.pinned, cubature_vertices=0
+                ),
+            }
+            row["linear_k"] = k
+            for name, sim in sims.items():
+                _, driver = bake.replay_scenario(cache)
+                from neural_rom.core.compare import replay_bake
+
+                P = replay_bake(sim, cache, driver)
+                e = np.linalg.norm(P - x[: len(P)], axis=2)
+                shapes = np.linalg.norm(closest_shapes(sim, x) - x, axis=2)
+                com = sim.mass @ (P[-1] - m.X) / sim.mass.sum()
+                row[name] = {"max_mm": 1000 * e.max(), "mean_mm": 1000 * e.mean(),
+                             "shapes_max_mm": 1000 * shapes.max(),
+                             "sag_mm": -1000 * com[2]}  # fmt: skip
+            row["full_sag_mm"] = (
+                -1000 * (sims["linear"].mass @ (x[-1] - m.X))[2] / sims["linear"].mass.sum()
+            )
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print("\n| ring | kind | tets | LiCROM max / mean mm | exact energy | linear (k) max / mean mm "
+          "| LiCROM / linear (max) | shapes LiCROM / linear mm | sag LiCROM / full mm |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        L, E, P = r["licrom"], r["licrom_exact"], r["linear"]
+        print(
+            f"| {r['ring_mm']:.0f} mm | {r['kind']} | {r['tets']} | {L['max_mm']:.3g} / "
+            f"{L['mean_mm']:.3g} | {E['max_mm']:.3g} / {E['mean_mm']:.3g} | {P['max_mm']:.3g} / "
+            f"{P['mean_mm']:.3g} ({r['linear_k']}) | {L['max_mm'] / P['max_mm']:.1f}x | "
+            f"{L['shapes_max_mm']:.2g} / {P['shapes_max_mm']:.2g} | {L['sag_mm']:.3g} / "
+            f"{r['full_sag_mm']:.3g} |"
+        )
+    if json_path:
+        Path(json_path).write_text(json.dumps({"training_s": train_s, "result": {
+            k: v for k, v in res.items() if isinstance(v, (int, float, str))}, "rows": rows},
+            indent=1, default=str))  # fmt: skip
+
+
 def force_error(sim, cache) -> float:
     """Relative reduced-force error of ``sim``'s cubature on the poses of a held-out bake
     (its frames projected on the field's basis: poses the cubature was not fitted to)."""
@@ -625,6 +759,13 @@ def main() -> None:
         "(--epochs defaults to 60 there)",
     )
     ap.add_argument("--latent", type=int, default=10, help="latent size of --floating")
+    ap.add_argument(
+        "--rings",
+        action="store_true",
+        help="only the ring family against each ring's own linear model (--epochs, "
+        "--time-budget, latent 20)",
+    )
+    ap.add_argument("--time-budget", type=float, default=600.0, help="of --rings' training")
     a = ap.parse_args()
     common.pin_this_process()
     import torch
@@ -634,6 +775,11 @@ def main() -> None:
         out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_res_"))
         out.mkdir(parents=True, exist_ok=True)
         resolution(out, a.json)
+        return
+    if a.rings:
+        out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_rings_"))
+        out.mkdir(parents=True, exist_ok=True)
+        rings(out, a.json, a.epochs, a.time_budget, 20)
         return
     if a.floating:
         out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_float_"))
