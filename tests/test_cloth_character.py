@@ -214,6 +214,22 @@ def test_drawn_variants_walk_like_the_user_and_differ_from_each_other(capes, rig
     assert max(travel) > 0.3 and off.min() > 0.2
 
 
+def test_motion_file_bakes_the_users_own_shot(capes, tmp_path):
+    """``motion: file`` keys nothing: the cape's frame at every frame is the file's."""
+    blend, _, _ = capes[False]
+    job = _bake(tmp_path, blend, "shot", motion="file", variants=1, frames=12)
+    assert job.state == jobs.DONE, job.message
+    (bake,) = _opened(job)
+    R = np.asarray(bake.channel("reference_frame"))
+    for f in (0, 5, 12):
+        np.testing.assert_allclose(R[f], _file_frames(blend, 1 + f)["Cape"], atol=1e-6)
+    assert bake.meta["motion"] == {
+        "colliders": [],
+        "owner": {"source": "the file's animation"},
+        "seed": [0, 0],
+    }
+
+
 def test_motion_animation_refuses_an_owner_that_does_not_move(tmp_path):
     import bpy
 
