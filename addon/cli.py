@@ -845,9 +845,12 @@ def cmd_train(args) -> int:
             spec = training.make_train_job(
                 obj, bpy.context.scene, method=args.method, settings=given, device=args.device
             )
-        _out(
-            f"training {obj.name}: {spec['method']} on {len(spec['bakes'])} bake(s) -> {spec['out']}"
-        )
+        if obj.neural_rom.training_data_kind() == "face":
+            f = obj.neural_rom.face
+            data = f"the face's {f.keys} shape keys ({f.held_out} held out)"
+        else:
+            data = f"{len(spec['bakes'])} bake(s)"
+        _out(f"training {obj.name}: {spec['method']} on {data} -> {spec['out']}")
         name = obj.name
 
         def on_done(result: dict, name: str = name) -> None:
@@ -856,11 +859,15 @@ def cmd_train(args) -> int:
                 training.on_train_done(target, result)
 
         jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
-        m = bpy.data.objects[name].neural_rom.model
-        _out(
-            f"{name}: {training.model_size(m)}, validation error "
-            f"{m.val_error * 1000:.3g} mm, {m.train_seconds:.1f} s on {m.device}"
-        )
+        target = bpy.data.objects[name]
+        m = target.neural_rom.model
+        if m.kind == "face":
+            from .face import fit_lines
+
+            fit = "; ".join(line[0].lower() + line[1:] for line in fit_lines(target))
+        else:
+            fit = f"validation error {m.val_error * 1000:.3g} mm"
+        _out(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
     return EXIT_OK
 
 

@@ -98,7 +98,6 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
     jaw_rest: FloatVectorProperty(
         size=16, description="The jaw's matrix in the skin's local space at set-up (row major)"
     )
-    pending: StringProperty(description="JSON record of the set-up job in flight")
 
 
 CLASSES = (NEURAL_ROM_PG_face,)

@@ -107,9 +107,10 @@ def setup_face(spec: dict, *, progress: Callable[[int, str], None] | None = None
     Spec keys: ``inputs`` (npz: ``skin_V``, ``skin_F``, ``skull_V``, ``skull_F``, ``jaw_V``,
     ``jaw_F``, ``jaw_pivot`` (3,), ``jaw_axis`` (3,), ``key_positions`` (K, s, 3); all in the
     skin's local space, metres), ``key_names`` (K names: jaw angles and held-out flags, see the
-    module docstring), ``spacing`` (m; 0: :func:`auto_spacing`), ``out`` (the face file).
+    module docstring), ``spacing`` (m; 0: :func:`auto_spacing`), ``out`` (the face file),
+    ``record`` (what the host records once the face is written; returned as it came).
 
-    Returns :func:`face_stats` and ``path``, ``spacing``, ``seconds``.
+    Returns :func:`face_stats` and ``path``, ``spacing``, ``seconds``, ``record``.
 
     Raises
     ------
@@ -155,6 +156,7 @@ def setup_face(spec: dict, *, progress: Callable[[int, str], None] | None = None
         "path": str(path),
         "spacing": spacing,
         "seconds": time.perf_counter() - t0,
+        "record": spec.get("record", {}),
     }
 
 

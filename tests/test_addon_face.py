@@ -211,6 +211,33 @@ def test_set_up_refusals_change_nothing(env):
         bpy.ops.neural_rom.train()
 
 
+def test_a_refused_command_line_set_up_saves_nothing(env, tmp_path, capsys):
+    """The issue's user: ``face-setup --skull --jaw --save`` refused (the skull pokes through
+    the skin) kept the skull and jaw picks and a pending record in the saved file."""
+    bpy, skin = _open(env)
+    from neural_rom.addon import cli
+
+    def face_data(f):
+        return {p.identifier: str(getattr(f, p.identifier)) for p in f.bl_rna.properties}
+
+    f = skin.neural_rom.face
+    f.skull = f.jaw = None
+    bpy.data.objects["Face Skull"].location.z += 0.06
+    blend = tmp_path / "refused.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(blend), copy=True)
+    before = face_data(f)
+    args = ["face-setup", "--file", str(blend), "--object", "Face", "--skull", "Face Skull"]
+    assert cli.main([*args, "--jaw", "Face Jaw", "--save"]) == cli.EXIT_USER_ERROR
+    assert "skull pokes through the skin" in capsys.readouterr().err
+    # the file was saved (--save saves after a failure too) with the face's data as it was:
+    # no skull or jaw picked, nothing recording a job in flight (Blender's bytes differ
+    # between two saves of the same data, so the data is what is compared)
+    bpy.ops.wm.open_mainfile(filepath=str(blend))
+    f = bpy.data.objects["Face"].neural_rom.face
+    assert f.skull is None and f.jaw is None
+    assert face_data(f) == before
+
+
 def test_set_up_refuses_keys_of_another_vertex_count_and_slivers(tmp_path):
     """The worker's checks on what Blender cannot produce from one mesh (keys of another
     vertex count) or our lattice never makes (slivers), through the set-up job."""
