@@ -387,6 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="what drives a face: its latent sliders' animation or its markers' (default: "
         "the object's Drive setting)",
     )
+    sim.add_argument(
+        "--jaw",
+        choices=("markers", "keyed"),
+        help="what opens a face's jaw when markers drive it: the markers (its hinge angle "
+        "solved each frame) or the jaw object's animation (default: the object's Jaw setting)",
+    )
 
     from . import face_cli
 
@@ -659,7 +665,9 @@ def _describe(obj) -> list[str]:
         lines.append(
             f"face: {face.path}, {face.tets} tets, skull {getattr(face.skull, 'name', '-')}, "
             f"jaw {getattr(face.jaw, 'name', '-')}, {face.keys} shape keys ({face.held_out} held "
-            f"out), drive {face.drive.lower()}, solve {face.solve.lower()}"
+            f"out), drive {face.drive.lower()} (the jaw by "
+            f"{'the markers' if face.jaw_drive == 'MARKERS' else 'its keys'}), solve "
+            f"{face.solve.lower()}"
         )
     if settings.role != "COLLIDER":
         method = settings.method()
@@ -903,6 +911,10 @@ def cmd_simulate(args) -> int:
             if not obj.neural_rom.face.path:
                 raise UserError(f"--drive: '{obj.name}' is not a face (run face-setup)")
             obj.neural_rom.face.drive = args.drive.upper()
+        if args.jaw:
+            if not obj.neural_rom.face.path:
+                raise UserError(f"--jaw: '{obj.name}' is not a face (run face-setup)")
+            obj.neural_rom.face.jaw_drive = args.jaw.upper()
         if out is None:
             path = None
         elif out.suffix.lower() == ".pc2":

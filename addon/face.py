@@ -594,10 +594,14 @@ def gather_track(
     )
 
 
-def set_solve(sim, solve: str) -> None:
-    """Switch a face runtime (:func:`..core.facejob.face_runtime`) between its reduced and
-    full solve ("REDUCED", "FULL")."""
-    sim.mode = solve.lower()
+def runtime_options(obj: bpy.types.Object) -> dict:
+    """How the face of ``obj`` runs (:func:`..core.facejob.configure_face`): its solve
+    ("reduced", "full") and whether the markers turn the jaw."""
+    f = obj.neural_rom.face
+    return {
+        "solve": f.solve.lower(),
+        "jaw": "markers" if f.drive == "MARKERS" and f.jaw_drive == "MARKERS" else "keyed",
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -646,9 +650,9 @@ class FaceDriver:
         track = gather_track(
             obj, scene, n_sliders=self.n_sliders, read_colliders=self.read_colliders
         )
-        solve = obj.neural_rom.face.solve
-        set_solve(self.sim, solve)
-        sig = fi.track_signature(track) + solve.encode()
+        options = runtime_options(obj)
+        facejob.configure_face(self.sim, options)
+        sig = fi.track_signature(track) + repr(sorted(options.items())).encode()
         hit = self.cache.get(int(frame))
         if hit is not None and hit[0] == sig:
             return hit[1]
@@ -754,7 +758,7 @@ def make_face_simulation_job(
     return {
         "kind": "face_simulate",
         "name": obj.name,
-        "solve": s.face.solve.lower(),
+        **runtime_options(obj),
         "model": str(model),
         "expect_mesh_hash": s.face.mesh_hash,
         **registry.job_fields_of(s.model.method),

@@ -200,8 +200,7 @@ def simulate_face_to_pc2(
     Spec keys: ``name``, ``model``, ``expect_mesh_hash`` (the face's flesh), ``method`` /
     ``method_origin``, ``inputs`` (:func:`core.simjob.write_track`: sliders or markers, the
     jaw as ``reference_frame`` and colliders, all in the skin's local space), ``out``,
-    ``frame_start`` .. ``frame_end``, ``solve`` ("reduced", the default, or "full": the
-    runtime's ``mode``). Each frame is solved with the frame's inputs, from the
+    ``frame_start`` .. ``frame_end``, ``solve`` and ``jaw`` (:func:`configure_face`). Each frame is solved with the frame's inputs, from the
     previous frame's state, as the viewport does. The PC2 is renamed into place once complete.
 
     Returns ``path``, ``frames``, ``frame_start``, ``step_ms``.
@@ -218,9 +217,7 @@ def simulate_face_to_pc2(
             f"Frames {first}..{last} are not in the gathered inputs ({f0}..{f0 + len(track) - 1}); "
             "run Bake Simulation again."
         )
-    sim = face_runtime(*load_model_for(spec), name)
-    if spec.get("solve"):
-        sim.mode = str(spec["solve"])
+    sim = configure_face(face_runtime(*load_model_for(spec), name), spec)
     out = Path(spec["out"])
     sim.reset()
     seconds = []
@@ -251,6 +248,7 @@ __all__ = [
     "INPUTS_FILE",
     "MeshError",
     "auto_spacing",
+    "configure_face",
     "demo_face",
     "face_runtime",
     "face_stats",
@@ -263,11 +261,25 @@ __all__ = [
 ]
 
 
+def configure_face(sim, options: dict):
+    """Set a face runtime's ``mode`` from ``options["solve"]`` ("reduced" or "full") and its
+    ``jaw_from_markers`` from ``options["jaw"]`` ("markers": marker frames solve the jaw's
+    hinge angle; "keyed": the jaw is each frame's reference frame); a missing option keeps
+    the runtime's. Returns ``sim``."""
+    if options.get("solve"):
+        sim.mode = str(options["solve"])
+    if options.get("jaw"):
+        if options["jaw"] not in ("markers", "keyed"):
+            raise NeuralRomError(f"jaw must be 'markers' or 'keyed', not {options['jaw']!r}")
+        sim.jaw_from_markers = options["jaw"] == "markers"
+    return sim
+
+
 def face_runtime(sim, model, name: str):
     """``sim``, checked to be a face runtime by the registry: its model's method trains on a
     face (``Method.trains_on``). A face runtime (:class:`.methods.active.ActiveFace` and any
     method registered with ``trains_on={"face"}``) has ``skin_positions()``,
-    ``fit_latent(...)`` and ``mode`` ("reduced" or "full").
+    ``fit_latent(...)``, ``mode`` ("reduced" or "full") and ``jaw_from_markers``.
 
     Raises NeuralRomError saying what to do for a model of another kind of data.
     """

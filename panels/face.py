@@ -56,6 +56,7 @@ def draw_face(layout, obj, scene) -> None:
         if fitted:
             col.label(text=f"'{fitted['key']}': {fitted['mean_mm']:.3g} mm mean error")
     else:
+        col.prop(f, "jaw_drive", expand=True)
         markers = face.markers_of(obj, scene)
         col.label(text=f"{len(markers)} markers", icon="EMPTY_AXIS")
     col.operator_menu_enum(
