@@ -141,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="object to process (repeat for several); default: every object whose Neural "
         "ROM role is Deformable",
     )
+    target.add_argument(
+        "--python",
+        metavar="PATH",
+        help="interpreter that runs this command's jobs (bake, train, simulate, ...); "
+        "default: Preferences > Neural ROM > Job Python, else $NEURAL_ROM_PYTHON, else this "
+        "Python. A Python 3.11 + torch trains the learned methods for Blender 5",
+    )
     common = _ArgumentParser(add_help=False, parents=[target])
     common.add_argument(
         "--save",
@@ -312,6 +319,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pc2.add_argument(
         "--bake", metavar="PATH", help="the .nrbake to export (default: the object's latest bake)"
+    )
+
+    onnx = sub.add_parser(
+        "export-onnx",
+        parents=[target],
+        help="write the trained model as an ONNX graph for game engines and Houdini",
+        description="Write each object's trained model as an ONNX file (opset 15): the "
+        "network step of a Subspace Neural Physics model (state and external features -> "
+        "next state, positions, normals), the decoder of an autoencoder or Shen model, the "
+        "basis of a linear model. Prints its inputs and outputs (names, shapes, units). "
+        "Needs the onnx package in this Python; the .blend is not changed.",
+    )
+    onnx.add_argument(
+        "--out",
+        metavar="PATH",
+        help="ONNX file (one object) or folder (<object>.onnx each); default: the object's "
+        "cache directory",
+    )
+    onnx.add_argument(
+        "--precision",
+        choices=("float32", "float64"),
+        default="float32",
+        help="the graph's float type; default float32, what the engines run",
     )
 
     from ..core import registry
@@ -819,6 +849,32 @@ def cmd_export_pc2(args) -> int:
     return EXIT_OK
 
 
+def cmd_export_onnx(args) -> int:
+    from . import export
+
+    objects = select_objects(args.objects)
+    out = _abspath(args.out) if args.out else None
+    if out is not None and len(objects) > 1 and out.suffix.lower() == ".onnx":
+        raise UserError(
+            "--out names one .onnx file but several objects are exported: pass a folder"
+        )
+    for obj in objects:
+        if out is not None and out.suffix.lower() != ".onnx":
+            path = out / f"{bpy.path.clean_name(obj.name)}.onnx"
+        else:
+            path = out
+        info = export.export_onnx(obj, bpy.context.scene, path, precision=args.precision)
+        _out(
+            f"{obj.name}: wrote {info['path']} ({info['method']} model, ONNX opset "
+            f"{info['opset']}, {info['precision']})"
+        )
+        for what in ("inputs", "outputs"):
+            for v in info[what]:
+                shape = " x ".join(str(d) for d in v["shape"])
+                print(f"    {what[:-1]} {v['name']} ({shape}): {v['doc']}")
+    return EXIT_OK
+
+
 def cmd_train(args) -> int:
     from ..core import registry
     from . import jobs, training
@@ -1030,6 +1086,7 @@ COMMANDS = {
     "bake": cmd_bake,
     "cloth-bake": cmd_cloth_bake,
     "export-pc2": cmd_export_pc2,
+    "export-onnx": cmd_export_onnx,
     "train": cmd_train,
     "simulate": cmd_simulate,
     "compare": cmd_compare,
@@ -1069,7 +1126,10 @@ def main(argv: list[str] | None = None) -> int:
     except NeuralRomError as exc:
         print(f"neural_rom: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
-    code = _run(args)
+    from .prefs import job_python_override
+
+    with job_python_override(getattr(args, "python", None)):
+        code = _run(args)
     if getattr(args, "save", False):  # commands that change nothing have no --save
         # Also after a cancel or a failure: stages record on an object only what they
         # finished (paths, stats, committed frames), so the file is consistent.

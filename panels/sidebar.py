@@ -432,7 +432,9 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
                 col.label(text=f"Ground plane of the bakes at z = {d.ground_z:.3f} m", icon="INFO")
         draw_family_simulate(col, obj)
         draw_jobs(col, obj.name, "simulate")
-        col.operator("neural_rom.bake_simulation", icon="EXPORT")
+        row = col.row(align=True)
+        row.operator("neural_rom.bake_simulation", icon="EXPORT")
+        row.operator("neural_rom.export_onnx", text="ONNX", icon="EXPORT")
 
 
 class NEURAL_ROM_PT_compare(_DeformableSub, bpy.types.Panel):
