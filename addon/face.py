@@ -160,8 +160,9 @@ def discard_job(job: dict) -> None:
 
 
 def on_setup_done(obj: bpy.types.Object, result: dict) -> bool:
-    """Record the face a finished set-up wrote (a cancelled one records nothing). A model of
-    an older face is kept but no longer drives the object (its flesh differs: re-train)."""
+    """Record the face a finished set-up wrote (a cancelled one records nothing) and make the
+    skin Deformable. A model of an older face is kept but no longer drives the object (its
+    flesh differs: re-train)."""
     f = obj.neural_rom.face
     if not result or result.get("cancelled") or not result.get("path"):
         return False
@@ -173,6 +174,7 @@ def on_setup_done(obj: bpy.types.Object, result: dict) -> bool:
     f.used_spacing = float(result.get("spacing", 0.0))
     f.min_dihedral = float(result["min_dihedral_deg"])
     f.mesh_hash = str(result["mesh_hash"])
+    obj.neural_rom.role = "DEFORMABLE"  # a face is: Train and Simulate take it (the CLI's too)
     if record:
         f.jaw_rest = record["jaw_rest"]
         f.skin_hash = record["skin_hash"]
@@ -277,7 +279,6 @@ def build_demo_objects(scene: bpy.types.Scene, name: str, result: dict) -> bpy.t
         kb = skin.shape_key_add(name=facejob.key_name(label, float(angle), bool(held)))
         kb.data.foreach_set("co", np.asarray(P, np.float32).ravel())
     s = skin.neural_rom
-    s.role = "DEFORMABLE"
     s.face.skull, s.face.jaw = skull, jaw
     s.face.spacing = float(result.get("spacing", 0.0))
     record = {
@@ -633,6 +634,8 @@ class FaceDriver:
                 "last Set Up Face; train again."
             ) from e
         facejob.face_runtime(self.sim, self.model, obj.name)
+        facejob.configure_face(self.sim, runtime_options(obj))
+        self.threads = facejob.tune_threads(self.sim)  # measured here, kept for every frame
         self.n_sliders = int(np.asarray(self.model.arrays["codes"]).shape[1])
         self.key = key  # what the frames depend on besides their inputs (simulate.driver_key)
         self.read_colliders = read_colliders

@@ -203,7 +203,8 @@ def simulate_face_to_pc2(
     ``frame_start`` .. ``frame_end``, ``solve`` and ``jaw`` (:func:`configure_face`). Each frame is solved with the frame's inputs, from the
     previous frame's state, as the viewport does. The PC2 is renamed into place once complete.
 
-    Returns ``path``, ``frames``, ``frame_start``, ``step_ms``.
+    Returns ``path``, ``frames``, ``frame_start``, ``step_ms``, ``threads`` (the BLAS threads
+    its frames ran on, :func:`tune_threads`).
     """
     from .pc2 import PC2Writer
     from .simjob import load_model_for, read_track
@@ -218,6 +219,7 @@ def simulate_face_to_pc2(
             "run Bake Simulation again."
         )
     sim = configure_face(face_runtime(*load_model_for(spec), name), spec)
+    threads = tune_threads(sim)
     out = Path(spec["out"])
     sim.reset()
     seconds = []
@@ -239,6 +241,7 @@ def simulate_face_to_pc2(
         "frames": last - first + 1,
         "frame_start": first,
         "step_ms": 1000.0 * float(np.mean(seconds)) if seconds else 0.0,
+        "threads": threads,
     }
 
 
@@ -258,6 +261,7 @@ __all__ = [
     "key_name",
     "setup_face",
     "simulate_face_to_pc2",
+    "tune_threads",
 ]
 
 
@@ -273,6 +277,14 @@ def configure_face(sim, options: dict):
             raise NeuralRomError(f"jaw must be 'markers' or 'keyed', not {options['jaw']!r}")
         sim.jaw_from_markers = options["jaw"] == "markers"
     return sim
+
+
+def tune_threads(sim) -> int | None:
+    """Have a face runtime measure the BLAS thread count its frames solve fastest on
+    (``pick_threads``, where it has one) and keep it; returns the count (None: left as the
+    process runs them)."""
+    pick = getattr(sim, "pick_threads", None)
+    return pick()["threads"] if pick is not None else None
 
 
 def face_runtime(sim, model, name: str):

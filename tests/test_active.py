@@ -302,3 +302,23 @@ def test_markers_alone_open_the_jaw(trained):
     face.reset()
     face.set_state(st)
     assert face.theta == st["theta"] != 0.0 and not ActiveFace(model).jaw_from_markers
+
+
+def test_frames_run_on_the_thread_count_measured_fastest(trained):
+    from neural_rom.core.blas import get_blas_threads
+
+    rig, keys, _, _, tmp = trained
+    sim, _ = load_simulator(tmp / "b.nrmodel")
+    sim.step(FrameInputs(sliders=sim.model.codes[0]))
+    state = sim.get_state()
+    before = get_blas_threads()
+    got = sim.pick_threads(counts=(1, 2))
+    print(f"\nbest of 3 (slider + marker frame): {got['seconds']} -> {got['threads']} thread(s)")
+    assert got["threads"] in (1, 2) and sim.threads == got["threads"]
+    assert got["seconds"][got["threads"]] == min(got["seconds"].values())
+    assert get_blas_threads() == before  # the process's own count is put back
+    for k, v in state.items():  # and the face's state
+        np.testing.assert_array_equal(sim.get_state()[k], v)
+    rep = sim.step(FrameInputs(sliders=sim.model.codes[1]))
+    assert rep.converged and get_blas_threads() == before
+    assert ActiveFace(sim.model, solve="full").pick_threads()["threads"] is None

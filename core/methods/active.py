@@ -357,6 +357,8 @@ class ActiveFace(SimulatorBase):
         alone drive the whole face, as a performance capture gives them); the frame's
         ``reference_frame`` (the jaw keyed by hand) is then ignored. Off: the jaw is the
         frame's ``reference_frame``
+    threads : BLAS threads of a frame's solve (None: as the process runs them);
+        :meth:`pick_threads` measures the fastest
     marker_solver : "sqp" (reduced solve: the code and the equilibrium by one joint Newton /
         Gauss-Newton iteration, :meth:`fit_markers_sqp`, Levenberg-Marquardt when it does not
         converge) or "lm" (Levenberg-Marquardt, each trial a converged reduced solve)
@@ -381,6 +383,7 @@ class ActiveFace(SimulatorBase):
         marker_solver: str = "sqp",
         contact: str = "full",
         jaw_from_markers: bool = False,
+        threads: int | None = None,
     ) -> None:
         if solve not in ("reduced", "full"):
             raise SimulationError(f"solve must be 'reduced' or 'full', not {solve!r}")
@@ -402,6 +405,7 @@ class ActiveFace(SimulatorBase):
             raise SimulationError(f"contact must be 'full' or 'reduced', not {contact!r}")
         self.contact = contact
         self.jaw_from_markers = bool(jaw_from_markers)
+        self.threads = threads
         self._marker_J = None
         self.fem = TetFEM(model.X, model.T, model.material)
         self.qs = QuasistaticSolver(self.fem, model.constrained, surface=model.skin.matrix)
@@ -853,7 +857,48 @@ class ActiveFace(SimulatorBase):
 
     # ------------------------------------------------------------------ frame
 
+    def pick_threads(self, counts=None) -> dict:
+        """Set :attr:`threads` to the BLAS thread count under which this face's frames solve
+        fastest, measured here (:func:`core.blas.fastest_threads`): a slider frame and a marker
+        frame (30 skin vertices at a training key's equilibrium, the jaw as the runtime
+        drives it), from rest, each count three times, the state put back after (the reduced
+        solve only: the full one is left as the process runs it). Small faces
+        solve fastest on one thread (the BLAS's thread start-up outweighs the small products)
+        and a busy machine makes it worse; the measurement, not the size, decides.
+
+        Returns :func:`core.blas.fastest_threads`'s ``{"threads", "seconds"}``."""
+        from ..blas import fastest_threads
+
+        m = self.model
+        if self.mode != "reduced":  # seconds a frame, sparse factorizations: nothing to gain
+            return {"threads": None, "seconds": {}}
+        state, threads = self.get_state(), self.threads
+        z = m.codes[min(1, len(m.codes) - 1)]
+        skin = m.skin.apply(self.solve_reduced(z, None, q0=np.zeros_like(self.q))[0])
+        v = np.linspace(0, len(skin) - 1, min(30, len(skin))).astype(np.int64)
+        self.threads = None
+
+        def frames():
+            self.reset()
+            self.step(FrameInputs(sliders=z))
+            self.reset()
+            self.step(FrameInputs(markers=Markers(v, skin[v])))
+
+        try:
+            found = fastest_threads(frames, counts)
+        finally:
+            self.set_state(state)
+            self._marker_J = None
+        self.threads = found["threads"] or threads
+        return found
+
     def step(self, inputs: FrameInputs | None = None) -> StepReport:
+        from ..blas import blas_threads
+
+        with blas_threads(self.threads):
+            return self._step(inputs)
+
+    def _step(self, inputs: FrameInputs | None = None) -> StepReport:
         import time
 
         t0 = time.perf_counter()
