@@ -257,11 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="bake Blender's own cloth under random collider and owner motion",
         description=textwrap.fill(
             "Bake each object's Cloth modifier with Blender's cloth solver, in a background "
-            "Blender, into .nrbake files for training (Subspace Neural Physics). Each variant "
-            "keyframes the scene's colliders (objects with a Collision modifier) and the "
-            "object the cloth hangs from (its top-most parent, or itself) to random positions "
-            "at random times, seeded, and commits every frame; a cancel keeps what was "
-            "committed. Your file is not changed (the job bakes a copy); the bakes are "
+            "Blender, into .nrbake files for training (Subspace Neural Physics). The colliders "
+            "are the scene's objects with a Collision modifier, each with the shape its Neural "
+            "ROM settings give (sphere, capsule, plane; a sphere when its role is not "
+            "Collider). The object the cloth hangs from (--owner: its top-most parent, or "
+            "itself; a bone of an armature it is parented to) moves as --motion says: by "
+            "default each variant is drawn from the owner's own animation in the file (its "
+            "action and NLA strips, and other actions made for it), perturbed with the "
+            "variant's seed (time warp, speed changes, stops and starts, stride and sway "
+            "scales, turns), or, when it has none, keyed to random places and turns. "
+            "Colliders that are the owner or hang from it move with it; the others get "
+            "random keys. Each bake records which motion it drew from, and every frame is "
+            "committed; a cancel keeps what was committed. Your file is not changed (the job bakes a copy); the bakes are "
             "recorded on the object (--save keeps that), as the panel's Cloth Bake does, and "
             "train, simulate and compare take them.",
             80,
@@ -291,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the object the cloth hangs from, which the bake moves (default: the object's "
         "setting; empty there: its top-most parent, or itself; '-' moves nothing)",
+    )
+    cloth.add_argument(
+        "--motion",
+        choices=("auto", "animation", "keys"),
+        help="how the owner moves: 'animation' draws each variant from its own animation, "
+        "perturbed; 'keys' random keys; 'auto' the first when it has one (default: the "
+        "object's setting, auto)",
     )
     cloth.add_argument(
         "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"
@@ -809,6 +823,7 @@ def cmd_cloth_bake(args) -> int:
             variants=args.variants,
             seed=args.seed,
             owner=args.owner,
+            motion=args.motion,
             out_dir=_abspath(args.out) if args.out else None,
             overwrite=args.overwrite,
             processes=args.processes,
@@ -824,6 +839,9 @@ def cmd_cloth_bake(args) -> int:
             target = bpy.data.objects.get(name)
             if target is not None:
                 clothbake.on_cloth_bake_done(target, result)
+                drawn = target.neural_rom.cloth.drawn_from
+                if drawn:
+                    _out(f"{name}: the owner's motion drawn from {drawn}")
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK
@@ -925,12 +943,12 @@ def cmd_train(args) -> int:
         jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
         target = bpy.data.objects[name]
         m = target.neural_rom.model
-        if m.kind == "face":
+        if m.kind == "face":  # fitted to shape keys: what the held-out keys measured
             from .face import fit_lines
 
             fit = "; ".join(line[0].lower() + line[1:] for line in fit_lines(target))
         else:
-            fit = f"validation error {m.val_error * 1000:.3g} mm"
+            fit = training.error_summary(m)
         _out(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
     return EXIT_OK
 
