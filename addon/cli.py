@@ -141,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="object to process (repeat for several); default: every object whose Neural "
         "ROM role is Deformable",
     )
+    target.add_argument(
+        "--python",
+        metavar="PATH",
+        help="interpreter that runs this command's jobs (bake, train, simulate, ...); "
+        "default: Preferences > Neural ROM > Job Python, else $NEURAL_ROM_PYTHON, else this "
+        "Python. A Python 3.11 + torch trains the learned methods for Blender 5",
+    )
     common = _ArgumentParser(add_help=False, parents=[target])
     common.add_argument(
         "--save",
@@ -250,11 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="bake Blender's own cloth under random collider and owner motion",
         description=textwrap.fill(
             "Bake each object's Cloth modifier with Blender's cloth solver, in a background "
-            "Blender, into .nrbake files for training (Subspace Neural Physics). Each variant "
-            "keyframes the scene's colliders (objects with a Collision modifier) and the "
-            "object the cloth hangs from (its top-most parent, or itself) to random positions "
-            "at random times, seeded, and commits every frame; a cancel keeps what was "
-            "committed. Your file is not changed (the job bakes a copy); the bakes are "
+            "Blender, into .nrbake files for training (Subspace Neural Physics). The colliders "
+            "are the scene's objects with a Collision modifier, each with the shape its Neural "
+            "ROM settings give (sphere, capsule, plane; a sphere when its role is not "
+            "Collider). The object the cloth hangs from (--owner: its top-most parent, or "
+            "itself; a bone of an armature it is parented to) moves as --motion says: by "
+            "default each variant is drawn from the owner's own animation in the file (its "
+            "action and NLA strips, and other actions made for it), perturbed with the "
+            "variant's seed (time warp, speed changes, stops and starts, stride and sway "
+            "scales, turns), or, when it has none, keyed to random places and turns. "
+            "Colliders that are the owner or hang from it move with it; the others get "
+            "random keys. Each bake records which motion it drew from, and every frame is "
+            "committed; a cancel keeps what was committed. Your file is not changed (the job bakes a copy); the bakes are "
             "recorded on the object (--save keeps that), as the panel's Cloth Bake does, and "
             "train, simulate and compare take them.",
             80,
@@ -286,6 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
         "setting; empty there: its top-most parent, or itself; '-' moves nothing)",
     )
     cloth.add_argument(
+        "--motion",
+        choices=("auto", "animation", "keys"),
+        help="how the owner moves: 'animation' draws each variant from its own animation, "
+        "perturbed; 'keys' random keys; 'auto' the first when it has one (default: the "
+        "object's setting, auto)",
+    )
+    cloth.add_argument(
         "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"
     )
     cloth.add_argument("--overwrite", action="store_true", help="replace bakes that exist")
@@ -312,6 +333,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pc2.add_argument(
         "--bake", metavar="PATH", help="the .nrbake to export (default: the object's latest bake)"
+    )
+
+    onnx = sub.add_parser(
+        "export-onnx",
+        parents=[target],
+        help="write the trained model as an ONNX graph for game engines and Houdini",
+        description="Write each object's trained model as an ONNX file (opset 15): the "
+        "network step of a Subspace Neural Physics model (state and external features -> "
+        "next state, positions, normals), the decoder of an autoencoder or Shen model, the "
+        "basis of a linear model. Prints its inputs and outputs (names, shapes, units). "
+        "Needs the onnx package in this Python; the .blend is not changed.",
+    )
+    onnx.add_argument(
+        "--out",
+        metavar="PATH",
+        help="ONNX file (one object) or folder (<object>.onnx each); default: the object's "
+        "cache directory",
+    )
+    onnx.add_argument(
+        "--precision",
+        choices=("float32", "float64"),
+        default="float32",
+        help="the graph's float type; default float32, what the engines run",
     )
 
     from ..core import registry
@@ -771,6 +815,7 @@ def cmd_cloth_bake(args) -> int:
             variants=args.variants,
             seed=args.seed,
             owner=args.owner,
+            motion=args.motion,
             out_dir=_abspath(args.out) if args.out else None,
             overwrite=args.overwrite,
             processes=args.processes,
@@ -786,6 +831,9 @@ def cmd_cloth_bake(args) -> int:
             target = bpy.data.objects.get(name)
             if target is not None:
                 clothbake.on_cloth_bake_done(target, result)
+                drawn = target.neural_rom.cloth.drawn_from
+                if drawn:
+                    _out(f"{name}: the owner's motion drawn from {drawn}")
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK
@@ -808,6 +856,32 @@ def cmd_export_pc2(args) -> int:
             path = out / f"{bpy.path.clean_name(obj.name)}.pc2"
         written = export.export_pc2(obj, path, bake_path=bake_path)
         _out(f"{obj.name}: wrote {written}")
+    return EXIT_OK
+
+
+def cmd_export_onnx(args) -> int:
+    from . import export
+
+    objects = select_objects(args.objects)
+    out = _abspath(args.out) if args.out else None
+    if out is not None and len(objects) > 1 and out.suffix.lower() == ".onnx":
+        raise UserError(
+            "--out names one .onnx file but several objects are exported: pass a folder"
+        )
+    for obj in objects:
+        if out is not None and out.suffix.lower() != ".onnx":
+            path = out / f"{bpy.path.clean_name(obj.name)}.onnx"
+        else:
+            path = out
+        info = export.export_onnx(obj, bpy.context.scene, path, precision=args.precision)
+        _out(
+            f"{obj.name}: wrote {info['path']} ({info['method']} model, ONNX opset "
+            f"{info['opset']}, {info['precision']})"
+        )
+        for what in ("inputs", "outputs"):
+            for v in info[what]:
+                shape = " x ".join(str(d) for d in v["shape"])
+                print(f"    {what[:-1]} {v['name']} ({shape}): {v['doc']}")
     return EXIT_OK
 
 
@@ -858,8 +932,8 @@ def cmd_train(args) -> int:
         jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
         m = bpy.data.objects[name].neural_rom.model
         _out(
-            f"{name}: {training.model_size(m)}, validation error "
-            f"{m.val_error * 1000:.3g} mm, {m.train_seconds:.1f} s on {m.device}"
+            f"{name}: {training.model_size(m)}, {training.error_summary(m)}, "
+            f"{m.train_seconds:.1f} s on {m.device}"
         )
     return EXIT_OK
 
@@ -1011,6 +1085,7 @@ COMMANDS = {
     "bake": cmd_bake,
     "cloth-bake": cmd_cloth_bake,
     "export-pc2": cmd_export_pc2,
+    "export-onnx": cmd_export_onnx,
     "train": cmd_train,
     "simulate": cmd_simulate,
     "compare": cmd_compare,
@@ -1050,7 +1125,10 @@ def main(argv: list[str] | None = None) -> int:
     except NeuralRomError as exc:
         print(f"neural_rom: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
-    code = _run(args)
+    from .prefs import job_python_override
+
+    with job_python_override(getattr(args, "python", None)):
+        code = _run(args)
     if getattr(args, "save", False):  # commands that change nothing have no --save
         # Also after a cancel or a failure: stages record on an object only what they
         # finished (paths, stats, committed frames), so the file is consistent.

@@ -38,9 +38,11 @@ from pathlib import Path
 
 import bpy
 import numpy as np
+from mathutils import Matrix
 
 from ..core import clothbake as cb
 from ..core import jobs
+from ..core import motion as mo
 from ..core.cache import BakeCache, BakeWriter
 from ..core.errors import CacheError, JobCancelled, NeuralRomError
 from . import blender_mesh as bm
@@ -64,37 +66,105 @@ def _cloth_modifier(obj) -> tuple[int, object]:
     )
 
 
-def _scene_colliders(obj, spec: cb.ClothBakeSpec) -> list[tuple[object, str]]:
-    if spec.colliders:
-        out = []
-        for name, kind in spec.colliders:
-            col = bpy.data.objects.get(name)
-            if col is None:
-                raise cb.ClothBakeError(
-                    f"Collider '{name}' is not in {Path(spec.blend).name}: save the file, or "
-                    "pick the colliders again."
-                )
-            out.append((col, kind))
-        return out
-    return [
-        (o, "sphere")
-        for o in bpy.context.scene.objects
-        if o is not obj and any(m.type == "COLLISION" for m in o.modifiers)
-    ]
+#: Neural ROM collider shapes in the order of the add-on's enum (``addon.props``), for a file
+#: read by a job process that has no add-on registered: Blender then keeps the setting as a
+#: raw ID property holding the item's index.
+_SHAPES = ("plane", "sphere", "capsule")
+
+
+def collider_setting(o) -> tuple[str, bool]:
+    """The collider shape the object's Neural ROM settings give, and whether its role is
+    Collider (a shape the user chose). Objects with no such settings (role None, or never
+    set up) read as the settings' default, a sphere."""
+    try:
+        s = o.neural_rom  # the add-on is registered here
+        return str(s.collider_shape), s.role == "COLLIDER"
+    except AttributeError:
+        raw = o.get("neural_rom")
+        raw = raw.to_dict() if hasattr(raw, "to_dict") else {}
+        index = raw.get("collider_shape", 1)
+        shape = _SHAPES[index] if isinstance(index, int) and 0 <= index < 3 else "sphere"
+        return shape, raw.get("role", 0) == 2  # ROLE_ITEMS: NONE, DEFORMABLE, COLLIDER
+
+
+def scene_cloth_colliders(obj, scene) -> tuple[list[list[str]], list[str]]:
+    """The colliders Blender's cloth of ``obj`` sees (objects of ``scene`` with a Collision
+    modifier), each ``[name, shape]`` with the shape its Neural ROM settings give; and
+    warnings for those whose role is not Collider (taken as spheres, the settings'
+    default: set their role to Collider to choose their shape)."""
+    out, unset = [], []
+    for o in scene.objects:
+        if o is obj or not any(m.type == "COLLISION" for m in o.modifiers):
+            continue
+        shape, chosen = collider_setting(o)
+        out.append([o.name, shape])
+        if not chosen:
+            unset.append(o.name)
+    warnings = []
+    if unset:
+        warnings.append(
+            f"{', '.join(repr(n) for n in unset)}: a Collision modifier but no Neural ROM "
+            "Collider role, so the bake takes it as a sphere of its largest size; set its role "
+            "to Collider and pick its shape (sphere, capsule, plane) if it is not a ball."
+        )
+    return out, warnings
+
+
+def _scene_colliders(obj, spec: cb.ClothBakeSpec) -> tuple[list[tuple[object, str]], list]:
+    """The colliders of the bake: the spec's ``[name, kind]``, or the scene's
+    (:func:`scene_cloth_colliders`, with its warnings) when it names none."""
+    items, warnings = spec.colliders, []
+    if not items:
+        items, warnings = scene_cloth_colliders(obj, bpy.context.scene)
+    out = []
+    for name, kind in items:
+        col = bpy.data.objects.get(name)
+        if col is None:
+            raise cb.ClothBakeError(
+                f"Collider '{name}' is not in {Path(spec.blend).name}: save the file, or "
+                "pick the colliders again."
+            )
+        out.append((col, kind))
+    return out, warnings
 
 
 def _owner(obj, spec: cb.ClothBakeSpec):
+    """The owner object (None: nothing moves) and the bone of it the cloth hangs from (an
+    armature the cloth, or a parent of it, is parented to by a bone), or ""."""
     if spec.owner == "-":
-        return None
+        return None, ""
     if spec.owner:
         owner = bpy.data.objects.get(spec.owner)
         if owner is None:
             raise cb.ClothBakeError(f"Owner object '{spec.owner}' is not in the file.")
-        return owner
-    owner = obj
-    while owner.parent is not None:
-        owner = owner.parent
-    return owner
+    else:
+        owner = obj
+        while owner.parent is not None:
+            owner = owner.parent
+    link = obj
+    while link is not None and link.parent is not owner:
+        link = link.parent
+    bone = ""
+    if link is not None and link.parent_type == "BONE" and owner.type == "ARMATURE":
+        bone = link.parent_bone if owner.pose.bones.get(link.parent_bone) else ""
+    return owner, bone
+
+
+def _moves_with(o, owner) -> bool:
+    """Whether ``o`` is ``owner`` or hangs from it (a parent chain up to it)."""
+    while o is not None:
+        if o is owner:
+            return True
+        o = o.parent
+    return False
+
+
+def _owner_frame(owner, bone: str) -> np.ndarray:
+    """(4, 4) the rigid world frame the cloth hangs from: the owner's, or its bone's."""
+    M = bm.matrix(owner)
+    if bone:
+        M = M @ np.array(owner.pose.bones[bone].matrix, dtype=np.float64)
+    return cb.rigid(M)
 
 
 def _evaluated_positions(obj) -> np.ndarray:
@@ -103,8 +173,126 @@ def _evaluated_positions(obj) -> np.ndarray:
     return bm.get_positions(ev.data)
 
 
-def _keyframe(objects: list, plan: dict, owner, start: int) -> None:
-    """Replace the animation of the colliders and the owner by the plan's random keys."""
+def _animation_range(owner) -> tuple[int, int] | None:
+    """The frames the owner's animation (its action and NLA strips, its parents' too)
+    covers, or None when it has none."""
+    lo, hi = np.inf, -np.inf
+    o = owner
+    while o is not None:
+        ad = o.animation_data
+        if ad is not None:
+            if ad.action is not None:
+                a, b = ad.action.frame_range
+                lo, hi = min(lo, a), max(hi, b)
+            for track in ad.nla_tracks:
+                if track.mute:
+                    continue
+                for strip in track.strips:
+                    if not strip.mute:
+                        lo, hi = min(lo, strip.frame_start), max(hi, strip.frame_end)
+        o = o.parent
+    if not np.isfinite(lo) or hi - lo < 2:
+        return None
+    return int(np.floor(lo)), int(np.ceil(hi))
+
+
+def _sample_frames(scene, owner, bone: str, frames) -> np.ndarray:
+    """(len(frames), 4, 4) the owner's frame (:func:`_owner_frame`) at each scene frame."""
+    out = []
+    for f in frames:
+        scene.frame_set(int(f))
+        out.append(_owner_frame(owner, bone))
+    return np.array(out)
+
+
+def _other_actions(owner) -> list:
+    """The actions of the file made for the owner (a slot of theirs names it) other than
+    the one it plays."""
+    ad = owner.animation_data
+    playing = ad.action if ad is not None else None
+    ident = "OB" + owner.name
+    out = []
+    for act in bpy.data.actions:
+        if act is playing:
+            continue
+        slots = getattr(act, "slots", None)
+        if slots is not None and any(sl.identifier == ident for sl in slots):
+            out.append(act)
+    return out
+
+
+def owner_animation(scene, owner, bone: str, start: int) -> list[dict]:
+    """The owner's motions in the file, each ``{"name", "frames": [a, b], "track": (F, 4, 4)}``
+    (:func:`_owner_frame` at every frame from ``a`` to ``b``): the animation as the file plays
+    it (its action and NLA strips) from the bake's first frame ``start`` on, then each other
+    action made for the owner, played alone over its own range. Empty when nothing moves
+    the owner. The scene is left at some frame: the caller sets the one it wants."""
+    sources = []
+    span = _animation_range(owner)
+    if span is not None and span[1] > start + 1:
+        a, b = max(start, span[0]), span[1]
+        sources.append(("animation", a, b, _sample_frames(scene, owner, bone, range(a, b + 1))))
+    ad = owner.animation_data
+    for act in _other_actions(owner):
+        a, b = (int(round(v)) for v in act.frame_range)
+        if b - a < 2:
+            continue
+        keep = (ad.action, ad.use_nla, getattr(ad, "action_slot", None))
+        try:
+            ad.use_nla = False
+            ad.action = act
+            if getattr(ad, "action_slot", None) is None and len(getattr(act, "slots", ())):
+                ad.action_slot = next(
+                    (sl for sl in act.slots if sl.identifier == "OB" + owner.name), act.slots[0]
+                )
+            sources.append(
+                (f"action {act.name}", a, b, _sample_frames(scene, owner, bone, range(a, b + 1)))
+            )
+        except (RuntimeError, TypeError, AttributeError):
+            continue  # an action Blender refuses on this object: not a motion of it
+        finally:
+            ad.action = keep[0]
+            if keep[2] is not None:
+                ad.action_slot = keep[2]
+            ad.use_nla = keep[1]
+    out = []
+    for name, a, b, track in sources:
+        moved = np.abs(track - track[0]).max()
+        if moved > 1e-6:
+            out.append({"name": name, "frames": [a, b], "track": track})
+    return out
+
+
+def _key_track(scene, owner, bone: str, track: np.ndarray, start: int) -> None:
+    """Make the owner's frame follow ``track`` (F, 4, 4) from scene frame ``start`` on, its
+    own animation kept: a new empty carries the owner's top-most parent, keyed every frame
+    to ``track[f] @ inverse(the frame as the file plays it at start + f)``."""
+    root = owner
+    while root.parent is not None:
+        root = root.parent
+    played = _sample_frames(scene, owner, bone, range(start, start + len(track)))
+    carrier = bpy.data.objects.new("NeuralROM_motion", None)
+    scene.collection.objects.link(carrier)
+    carrier.rotation_mode = "QUATERNION"
+    root.parent = carrier
+    root.matrix_parent_inverse.identity()
+    prev = None
+    for f, (want, was) in enumerate(zip(track, played)):
+        W = want @ np.linalg.inv(was)
+        loc, rot, _ = Matrix(W.tolist()).decompose()
+        if prev is not None:
+            rot.make_compatible(prev)
+        prev = rot
+        carrier.location, carrier.rotation_quaternion = loc, rot
+        carrier.keyframe_insert("location", frame=start + f)
+        carrier.keyframe_insert("rotation_quaternion", frame=start + f)
+
+
+def _keyframe(objects: list, plan: dict, owner, start: int, owner_start=None) -> None:
+    """Replace the animation of the colliders ``objects`` by the plan's random keys, and
+    the owner's by its keys when the plan has them (``offsets`` from ``owner_start``, its
+    location and rotation as the file has them at the first frame, read before anything
+    was keyed)."""
     for col, keys in zip(objects, plan["colliders"]):
         col.animation_data_clear()
         for f, loc in zip(keys["frames"], keys["locations"]):
@@ -114,11 +302,10 @@ def _keyframe(objects: list, plan: dict, owner, start: int) -> None:
                 loc = bm.to_local(loc[None], to_parent)[0]
             col.location = tuple(loc)
             col.keyframe_insert("location", frame=start + int(f))
+    keys = plan["owner"]
     if owner is not None:
         owner.animation_data_clear()
-        loc0 = np.array(owner.location, dtype=np.float64)
-        rot0 = np.array(owner.rotation_euler, dtype=np.float64)
-        keys = plan["owner"]
+        loc0, rot0 = owner_start
         for f, off, turn in zip(keys["frames"], keys["offsets"], keys["turns"]):
             owner.location = tuple(loc0 + np.asarray(off))
             owner.rotation_euler = tuple(rot0 + np.asarray(turn))
@@ -176,8 +363,9 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
     pc = cloth.point_cache
     start = int(pc.frame_start)
     pc.frame_end = max(int(pc.frame_end), start + spec.frames)  # also resets an outdated cache
-    cols = _scene_colliders(obj, spec)
-    owner = _owner(obj, spec)
+    cols, more = _scene_colliders(obj, spec)
+    warnings += more
+    owner, bone = _owner(obj, spec)
     dt = float(scene.render.fps_base) / float(scene.render.fps)
     g = np.array(scene.gravity, dtype=np.float64) if scene.use_gravity else np.zeros(3)
     g = g * float(cloth.settings.effector_weights.gravity)
@@ -186,14 +374,54 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
     M0 = bm.matrix(obj)
     X = bm.to_world(bm.get_positions(obj.data), M0)
     shapes = [bm.collider_shape(c, kind) for c, kind in cols]
+    # the owner's start as the file has it, read before anything is keyed
+    owner_start = None
+    if owner is not None:
+        owner_start = (
+            np.array(owner.location, dtype=np.float64),
+            np.array(owner.rotation_euler, dtype=np.float64),
+        )
+    # a collider that is the owner or hangs from it (a torso) moves with the character;
+    # the others (a ball) get random keys
+    free = [(c, k) for c, k in cols if owner is None or not _moves_with(c, owner)]
     plan = cb.motion_plan(
         spec,
         variant,
         X.min(0),
         X.max(0),
-        [np.array(c.matrix_world.translation, dtype=np.float64) for c, _ in cols],
+        [np.array(c.matrix_world.translation, dtype=np.float64) for c, _ in free],
     )
-    _keyframe([c for c, _ in cols], plan, owner, start)
+    for entry, (c, _) in zip(plan["colliders"], free):
+        entry["name"] = c.name
+    drawn = owner is not None and spec.motion != "keys"
+    if drawn:
+        cloth.show_viewport = False  # sampling and keying step frames: not the cloth
+        sources = owner_animation(scene, owner, bone, start)
+        if sources:
+            src = sources[variant % len(sources)]
+            rng = np.random.default_rng([int(spec.seed), int(variant), 1])
+            track, draws = mo.perturb(src["track"], spec.frames, rng, dt)
+            _key_track(scene, owner, bone, track, start)
+            plan["owner"] = {
+                "source": src["name"],
+                "source_frames": src["frames"],
+                "bone": bone,
+                "sources": [x["name"] for x in sources],
+                **draws,
+            }
+        elif spec.motion == "animation":
+            raise cb.ClothBakeError(
+                f"'{owner.name}' has no animation to draw the bakes' motion from: animate it "
+                "(or give it actions), or bake with random keys (motion 'keys')."
+            )
+        else:
+            drawn = False
+        cloth.show_viewport = True
+    if owner is None:
+        plan["owner"] = None  # nothing moves it: no keys were played
+    elif not drawn:
+        plan["owner"]["source"] = "random keys"
+    _keyframe([c for c, _ in free], plan, owner if not drawn else None, start, owner_start)
     pc.frame_start = start  # the keys changed: make sure nothing old is read back
     scene.frame_set(start)  # keying left each keyed object at its last key: evaluate the first
     fv, fs = bm.polygons(obj.data)
@@ -217,6 +445,8 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
         "variant": variant,
         "object": obj.name,
         "owner": owner.name if owner is not None else "",
+        "owner_bone": bone,
+        "owner_start": _owner_frame(owner, bone).tolist() if owner is not None else None,
         "colliders": [
             {
                 "name": col.name,
@@ -454,6 +684,7 @@ def make_cloth_bake_job(
     variants: int | None = None,
     seed: int | None = None,
     owner: str | None = None,
+    motion: str | None = None,
     out_dir: str | Path | None = None,
     overwrite: bool = True,
     **extra,
@@ -487,6 +718,7 @@ def make_cloth_bake_job(
         "variants": int(c.variants if variants is None else variants),
         "seed": int(c.seed if seed is None else seed),
         "owner": str(c.owner if owner is None else owner),
+        "motion": str(c.motion if motion is None else motion),
         "overwrite": bool(overwrite),
         **extra,
     }
@@ -529,7 +761,7 @@ def on_cloth_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
         paths = sorted(Path(pending["out_dir"]).glob(f"{pending['name']}_*.nrbake"))
     if s.role == "NONE":  # baked headless: its bakes make it an object of the pipeline
         s.role = "DEFORMABLE"
-    recorded = []
+    recorded, drawn = [], set()
     for p in paths:
         try:
             cache = BakeCache.open(p, expect_mesh_hash=pending.get("mesh_hash") or None)
@@ -554,6 +786,7 @@ def on_cloth_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
         s.cloth.colliders = json.dumps(
             [[c["name"], c["kind"]] for c in cache.meta.get("colliders", [])]
         )
+        drawn.add(drawn_from(cache.meta))
         recorded.append(str(p))
         forget(obj.name)
     if recorded:
@@ -561,5 +794,17 @@ def on_cloth_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
         s.active_bake = next(
             i for i, b in enumerate(s.bakes) if load_path(b.path).resolve() == first
         )
+    s.cloth.drawn_from = ", ".join(sorted(d for d in drawn if d))
     s.pending_bake = ""
     return recorded
+
+
+def drawn_from(meta: dict) -> str:
+    """What a cloth bake's owner motion was drawn from (its metadata's motion plan): the
+    owner and its bone, and "random keys" or the animation's source; "" when nothing
+    moved it."""
+    plan = (meta.get("motion") or {}).get("owner")
+    if not plan:
+        return ""
+    who = meta.get("owner", "") + (f":{meta['owner_bone']}" if meta.get("owner_bone") else "")
+    return f"{who} {plan.get('source', 'random keys')}"

@@ -49,6 +49,30 @@ def default_pc2_path(obj: bpy.types.Object) -> Path:
     return cache_dir(obj) / f"{bpy.path.clean_name(obj.name)}.pc2"
 
 
+def export_onnx(
+    obj: bpy.types.Object,
+    scene: bpy.types.Scene,
+    path: str | os.PathLike | None = None,
+    *,
+    precision: str = "float32",
+) -> dict:
+    """Write the object's trained model as an ONNX graph (:mod:`..core.onnxgraph`; default
+    ``<cache dir>/<object>.onnx``), after the checks a simulation makes (a model of this
+    mesh). Returns the graph's description (inputs, outputs, metadata). Runs here, not in a
+    worker: it takes a fraction of a second, and needs the ``onnx`` package in this Python
+    (the message says so when it is missing)."""
+    from ..core.onnxgraph import export_onnx as write_onnx
+
+    model, mesh_hash, _ = simulate.check_model(obj, scene)
+    if path is None:
+        out = cache_dir(obj) / f"{bpy.path.clean_name(obj.name)}.onnx"
+    else:
+        out = Path(bpy.path.abspath(os.fspath(path)))
+    if out.suffix.lower() != ".onnx":
+        out = out.with_suffix(".onnx")
+    return write_onnx(model, out, precision=precision, expect_mesh_hash=mesh_hash)
+
+
 def export_pc2(
     obj: bpy.types.Object,
     path: str | os.PathLike | None = None,

@@ -6,11 +6,14 @@ points at (default: the Python running Blender), and the Check button reports wh
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import os
 from types import SimpleNamespace
 
 import bpy
 from bpy.props import EnumProperty, StringProperty
+
+from ..core.jobs import PYTHON_ENV, default_python
 
 #: ``options`` of every path property: paths may be "//"-relative to the .blend; Blender
 #: 4.5+ warns unless the property says so.
@@ -37,7 +40,8 @@ class NEURAL_ROM_AP_preferences(bpy.types.AddonPreferences):
         subtype="FILE_PATH",
         options=REL_PATH,
         default="",
-        description="Python interpreter that runs bake and training jobs; empty uses the Python running Blender",
+        description="Python interpreter that runs bake and training jobs; empty uses "
+        f"${PYTHON_ENV} when set, else the Python running Blender",
     )
     cache_dir: StringProperty(
         name="Default Cache Directory",
@@ -61,7 +65,9 @@ def draw_preferences(layout, prefs) -> None:
     row.prop(prefs, "python_path")
     row.operator("neural_rom.check_interpreter", text="Check", icon="CHECKMARK")
     if not prefs.python_path:
-        col.label(text=f"Using Blender's Python: {sys.executable}", icon="INFO")
+        python = default_python()
+        where = f"${PYTHON_ENV}" if os.environ.get(PYTHON_ENV) else "Blender's Python"
+        col.label(text=f"Using {where}: {python}", icon="INFO")
     for line in (prefs.last_check or "").splitlines():
         col.label(text=line)
     col.separator()
@@ -84,10 +90,30 @@ def get_preferences(context=None):
     )
 
 
+#: The command line's ``--python`` while a command runs (:func:`job_python_override`).
+_OVERRIDE: list[str] = []
+
+
 def job_python(context=None) -> str:
-    """Absolute path of the interpreter jobs run with."""
+    """Absolute path of the interpreter jobs run with: the command line's ``--python``, else
+    the preferences' Job Python, else ``$NEURAL_ROM_PYTHON``, else Blender's own Python."""
+    if _OVERRIDE:
+        return os.path.abspath(_OVERRIDE[-1])
     path = get_preferences(context).python_path
-    return bpy.path.abspath(path) if path else sys.executable
+    return bpy.path.abspath(path) if path else default_python()
+
+
+@contextlib.contextmanager
+def job_python_override(path: str | None):
+    """Run the jobs started inside with the interpreter ``path`` (None: no change)."""
+    if not path:
+        yield
+        return
+    _OVERRIDE.append(path)
+    try:
+        yield
+    finally:
+        _OVERRIDE.pop()
 
 
 CLASSES = (NEURAL_ROM_AP_preferences,)

@@ -168,8 +168,27 @@ class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
         description="The object the cloth hangs from, which the bakes move at random (empty: "
         "its top-most parent, or the cloth itself; '-': nothing moves)",
     )
+    motion: EnumProperty(
+        name="Motion",
+        items=(
+            ("auto", "Auto", "The owner's animation when it has one, else random keys"),
+            (
+                "animation",
+                "Animation",
+                "Each variant drawn from the owner's own animation (its action, NLA strips and "
+                "other actions made for it), perturbed with the variant's seed: time warps, "
+                "speed changes, stops and starts, stride and sway scales, turns",
+            ),
+            ("keys", "Random Keys", "The owner keyed to random places and turns (seeded)"),
+        ),
+        default="auto",
+        description="How the bakes move the owner",
+    )
     colliders: StringProperty(
         description="JSON [[name, kind], ...]: the colliders its cloth bakes recorded, in order"
+    )
+    drawn_from: StringProperty(
+        description="The motions its last cloth bakes drew the owner's from (for the panel)"
     )
 
 
@@ -357,8 +376,9 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
     k: IntProperty(name="DOFs", description="Reduced degrees of freedom (basis size)")
     cubature: IntProperty(name="Cubature", description="Cubature elements")
     val_error: FloatProperty(
-        name="Validation Error (m)",
-        description="Largest vertex reconstruction error on held-out bakes, metres",
+        name="Held-out Shape Error (m)",
+        description="Largest vertex error of the model's shapes (reconstruction or "
+        "projection, no dynamics) on held-out bakes, metres",
     )
     rollout_error: FloatProperty(
         name="Rollout Error (m)",
@@ -370,6 +390,18 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
         name="Closest-Shape Error (m)",
         description="Largest vertex error of the model's closest shapes to the same held-out "
         "frames: the best the model can represent (-1: unknown), metres",
+        default=-1.0,
+    )
+    rollout_mean_error: FloatProperty(
+        name="Rollout Mean Error (m)",
+        description="Mean vertex error (over every frame and vertex) of that replay (-1: "
+        "unknown), metres",
+        default=-1.0,
+    )
+    projection_mean_error: FloatProperty(
+        name="Closest-Shape Mean Error (m)",
+        description="Mean vertex error of the closest shapes to the same frames (-1: "
+        "unknown), metres",
         default=-1.0,
     )
     step_ms: FloatProperty(name="Step (ms)", description="Reduced step time in training")

@@ -173,6 +173,8 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.val_error = result_validation_error(result)
     m.rollout_error = _number(rollout.get("max_error_m"), -1.0)
     m.projection_error = _number(rollout.get("projection_max_error_m"), -1.0)
+    m.rollout_mean_error = _number(rollout.get("vertex_mean_error_m"), -1.0)
+    m.projection_mean_error = _number(rollout.get("projection_mean_error_m"), -1.0)
     m.step_ms = _number(rollout.get("step_ms"), 0.0)
     m.train_seconds = _number(result.get("train_seconds"), 0.0)
     m.device = str(result.get("device", ""))
@@ -197,6 +199,24 @@ def model_size(m) -> str:
     for a method that solves with one)."""
     text = f"{m.k} DOFs"
     return text + (f", {m.cubature} cubature elements" if m.cubature > 0 else "")
+
+
+def error_summary(m) -> str:
+    """The model's error as ``train`` prints it and the Train button reports it: its replay
+    of a held-out bake (max and mean vertex error) with the closest shapes' error on the
+    same frames beside it, as the floor; a model without a replay (a face's fit) its
+    held-out shape error."""
+    if m.rollout_error >= 0:
+        text = f"held-out replay error {1000 * m.rollout_error:.3g} mm max"
+        if m.rollout_mean_error >= 0:
+            text += f", {1000 * m.rollout_mean_error:.3g} mm mean"
+        if m.projection_error >= 0:
+            text += f" (closest shapes, the floor: {1000 * m.projection_error:.3g} mm max"
+            if m.projection_mean_error >= 0:
+                text += f", {1000 * m.projection_mean_error:.3g} mm mean"
+            text += ")"
+        return text
+    return f"held-out shape error {1000 * m.val_error:.3g} mm"
 
 
 def _number(value, default: float) -> float:

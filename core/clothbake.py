@@ -70,6 +70,10 @@ SOURCE = "blender_cloth"
 PIN_WEIGHT = 0.999**0.25
 
 
+#: How a cloth bake moves the owner (:attr:`ClothBakeSpec.motion`).
+MOTIONS = ("auto", "animation", "keys")
+
+
 class ClothBakeError(NeuralRomError):
     """A cloth bake cannot run as set up (no cloth, a vertex count that changes, ...)."""
 
@@ -87,9 +91,19 @@ class ClothBakeSpec:
     variants : bakes, each with its own random motion (seed ``seed + variant``)
     seed : the first variant's seed
     colliders : ``[[name, kind], ...]`` (kind: sphere, capsule or plane); empty: every object
-        of the scene with a Collision modifier, as spheres
+        of the scene with a Collision modifier, each with the shape its Neural ROM settings
+        give (:func:`addon.clothbake.scene_cloth_colliders`). A collider that is the owner or
+        hangs from it (a torso) moves with the owner; the others get random keys
     owner : the object the cloth hangs from, which the job moves; "" means the cloth's
-        top-most parent, or the cloth object itself when it has none; "-" moves nothing
+        top-most parent, or the cloth object itself when it has none; "-" moves nothing. When
+        the cloth hangs from a bone of an armature owner, the owner's frame is that bone's
+    motion : how the owner moves: "animation" draws each variant from the owner's own
+        animation in the file (its action and NLA strips as the file plays them, and each
+        other action made for it), perturbed with the variant's seed
+        (:func:`core.motion.perturb`: time warp, speed changes, stops and starts, stride and
+        sway scales, turns), the owner's animation kept under it; "keys" replaces it by
+        seeded random keys (:func:`motion_plan`); "auto" (default): "animation" when the
+        owner has an animation, else "keys"
     collider_reach : colliders' keys lie in the cloth's bounding box grown by this fraction
         of its diagonal on every side
     collider_box : ``[[x0, y0, z0], [x1, y1, z1]]``, world metres: the colliders' keys lie in
@@ -120,6 +134,7 @@ class ClothBakeSpec:
     seed: int = 0
     colliders: list = field(default_factory=list)
     owner: str = ""
+    motion: str = "auto"
     collider_reach: float = 0.25
     collider_box: list = field(default_factory=list)
     owner_reach: float = 0.25
@@ -147,6 +162,10 @@ class ClothBakeSpec:
                 raise ClothBakeError(
                     f"Collider '{item[0]}' has shape {item[1]!r}: use sphere, capsule or plane."
                 )
+        if self.motion not in MOTIONS:
+            raise ClothBakeError(
+                f"motion must be one of {', '.join(MOTIONS)}, got {self.motion!r}."
+            )
         if len(self.collider_box):
             box = np.asarray(self.collider_box, dtype=float)
             if box.shape != (2, 3) or not np.all(np.isfinite(box)) or np.any(box[1] < box[0]):

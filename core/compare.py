@@ -182,27 +182,39 @@ def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | N
     ----------
     make_sim : callable(driver) -> simulator
         Builds the reduced simulator; ``driver`` is the bake's :class:`scenarios.ScenarioDriver`
-        (its ``colliders(0)`` are the initial colliders).
+        (its ``colliders(0)`` are the initial colliders), or None for a bake of Blender's
+        cloth (:func:`.clothbake.is_cloth_bake`, replayed from rest with its recorded
+        colliders and reference frame, :func:`.clothbake.replay_cloth_bake`).
     cache : cache.BakeCache
 
     Returns
     -------
     dict with ``bake``, ``frames``, ``max_error_m``, ``mean_error_m`` (mean of per-frame
-    maxima), ``max_error_rel`` (of the bounding-box diagonal), ``step_ms``,
-    ``projection_max_error_m`` (the same frames' error of :func:`closest_shapes`, for
-    models that have it); or ``skipped`` with the reason when the reduced simulation
-    diverged.
+    maxima), ``vertex_mean_error_m`` (mean over every frame and vertex, as ``compare``'s),
+    ``max_error_rel`` (of the bounding-box diagonal), ``step_ms``,
+    ``projection_max_error_m`` and ``projection_mean_error_m`` (the same frames' errors of
+    :func:`closest_shapes`, for models that have it: the floor); or ``skipped`` with the
+    reason when the reduced simulation diverged.
     """
     from pathlib import Path
 
     from .bake import replay_scenario
+    from .clothbake import is_cloth_bake, replay_cloth_bake
 
     X = np.asarray(cache.X, dtype=float)
-    _, driver = replay_scenario(cache)
+    cloth = is_cloth_bake(cache.meta)
+    driver = None if cloth else replay_scenario(cache)[1]
     sim = make_sim(driver)
     times: list[float] = []
+    # a driven model's closest shapes are taken in the frame of each step, on the way
+    shapes: list | None = [] if cloth and callable(getattr(sim, "closest_shape", None)) else None
     try:
-        reduced = replay_bake(sim, cache, driver, cancel=cancel, step_seconds=times)
+        if cloth:
+            reduced = replay_cloth_bake(
+                sim, cache, cancel=cancel, step_seconds=times, closest=shapes
+            )
+        else:
+            reduced = replay_bake(sim, cache, driver, cancel=cancel, step_seconds=times)
     except SimulationError as e:
         return {"skipped": f"the reduced rollout failed: {e}"}
     full = cache.channel("positions")
@@ -215,11 +227,19 @@ def rollout_metrics(make_sim: Callable, cache, *, cancel: Callable[[], bool] | N
         "frames": int(len(errs)),
         "max_error_m": stats["max"],
         "mean_error_m": float(errs.mean()) if len(errs) else 0.0,
+        "vertex_mean_error_m": stats["mean"],
         "max_error_rel": stats["max"] / diag if diag > 0 else 0.0,
         "step_ms": float(1000 * np.mean(times)) if times else 0.0,
     }
     if len(reduced) > 1:
         target = np.asarray(full[1 : len(reduced)])
-        best = vertex_errors(closest_shapes(sim, target), target)
-        out["projection_max_error_m"] = float(best.max())
+        if shapes is not None:
+            best = vertex_errors(np.asarray(shapes[1:]), target)
+        elif callable(getattr(sim, "closest_shape", None)):
+            best = vertex_errors(closest_shapes(sim, target), target)
+        else:
+            best = None
+        if best is not None:
+            out["projection_max_error_m"] = float(best.max())
+            out["projection_mean_error_m"] = float(best.mean())
     return out

@@ -64,6 +64,7 @@ __all__ = [
     "Job",
     "JobError",
     "Progress",
+    "PYTHON_ENV",
     "check_interpreter",
     "default_python",
     "emit",
@@ -71,6 +72,7 @@ __all__ = [
     "init_worker",
     "probe_interpreter",
     "request_cancel",
+    "requirements",
     "usable_cores",
     "should_cancel",
     "worker_path",
@@ -96,10 +98,11 @@ ONE_THREAD_ENV = {
 #: Job states, in :attr:`Job.state`.
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
 
-#: Python packages each job kind needs in the job interpreter (numpy is always needed).
+#: Python packages each job kind needs in the job interpreter (numpy is always needed); a
+#: train job needs torch too when its method's record says so (:func:`requirements`).
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "bake": ("numpy", "scipy"),
-    "train": ("numpy", "scipy", "torch"),
+    "train": ("numpy", "scipy"),
     "simulate": ("numpy", "scipy"),
     "compare": ("numpy", "scipy"),
     "selftest": ("numpy",),
@@ -303,9 +306,36 @@ def usable_cores() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+#: Environment variable naming the job interpreter where nothing closer does (the add-on's
+#: preferences, the CLI's ``--python``): a Python 3.11 + torch trainer for Blender 5's Python
+#: 3.13, which has no CPU torch build, or a farm's shared environment.
+PYTHON_ENV = "NEURAL_ROM_PYTHON"
+
+
 def default_python() -> str:
-    """The interpreter running this code: in Blender 4.x, Blender's bundled Python."""
-    return sys.executable
+    """The job interpreter when none is given: ``$NEURAL_ROM_PYTHON`` if set, else the
+    interpreter running this code (in Blender, Blender's bundled Python)."""
+    return os.environ.get(PYTHON_ENV) or sys.executable
+
+
+def requirements(spec: dict) -> tuple[str, ...]:
+    """What the interpreter of the job ``spec`` must import: ``spec["needs"]`` when it
+    says, else :data:`REQUIREMENTS` of its kind, with torch for a train job whose method's
+    registry record ``needs_torch`` (the linear method trains with numpy and scipy)."""
+    if spec.get("needs") is not None:
+        return tuple(spec["needs"])
+    kind = str(spec.get("kind", ""))
+    needs = REQUIREMENTS.get(kind, ("numpy",))
+    if kind == "train" and spec.get("method"):
+        from . import registry
+
+        try:
+            method = registry.get(str(spec["method"]))
+        except NeuralRomError:
+            return needs  # the worker says which methods it knows
+        if method.needs_torch:
+            needs = (*needs, "torch")
+    return needs
 
 
 def probe_interpreter(
@@ -398,11 +428,14 @@ def check_interpreter(python: str | os.PathLike, needs: tuple[str, ...] = ("nump
     """
     python = os.fspath(python)
     info = probe_interpreter(python, check_torch=False)
-    fix = "set Preferences > Neural ROM > Python"
+    fix = (
+        "set Preferences > Neural ROM > Job Python (or the command line's --python, or "
+        f"${PYTHON_ENV})"
+    )
     if info["error"] is not None:
         raise JobError(
             f"the job interpreter {python} could not be run ({info['error']}): {fix} to a "
-            "Python 3.11 with numpy and scipy, or clear it to use Blender's own"
+            "Python with numpy and scipy, or clear it to use Blender's own"
         )
     missing = [name for name in ("numpy", *needs) if info.get(name) is None]
     if missing:
@@ -653,7 +686,7 @@ class Job:
             raise JobError('the job spec has no "kind": this is a bug in the caller')
         python = os.fspath(python) if python else default_python()
         if check_python and not blender:
-            check_interpreter(python, REQUIREMENTS.get(kind, ("numpy",)))
+            check_interpreter(python, requirements(spec))
         if log_dir is None:
             log_dir = Path(tempfile.gettempdir()) / "neural_rom_jobs"
         log_dir = Path(log_dir)

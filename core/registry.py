@@ -222,6 +222,10 @@ class Method:
     inputs : the frame inputs it takes (keys of :data:`INPUTS`); others are ignored
     requires : the frame inputs every frame must carry (a subset of ``inputs``)
     trains_on : the training data it learns from (keys of :data:`BAKE_KINDS`)
+    onnx : the model's ONNX graph (:mod:`core.onnxgraph`), or None when its runtime is no
+        fixed array program: ``onnx(model, graph) -> doc`` adds the inputs, nodes and outputs
+        of the opened model file to the :class:`core.onnxgraph.OnnxGraph` and returns the
+        graph's description; a callable or ``"module:function"``, as ``trainer``
     order : position in menus (built-ins: linear first)
     origin : the file that defined the record (set by :func:`register`)
     """
@@ -236,6 +240,7 @@ class Method:
     inputs: frozenset = frozenset()
     requires: frozenset = frozenset()
     trains_on: frozenset = frozenset({"fem"})
+    onnx: str | Callable | None = None
     order: int = 100
     origin: str = ""
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -319,13 +324,22 @@ class Method:
 
     def trainer_function(self) -> Callable:
         """The trainer, imported now (in the worker: torch is imported here, not before)."""
-        if callable(self.trainer):
-            return self.trainer
-        module, _, func = self.trainer.partition(":")
-        if module.split(".")[0] in ("training", "core"):  # inside this package
-            module = f"{_PACKAGE}.{module}"
-        mod = importlib.import_module(module)
-        return getattr(mod, func)
+        return _resolve(self.trainer)
+
+    def onnx_function(self) -> Callable | None:
+        """The ONNX graph builder (see ``onnx``), or None."""
+        return None if self.onnx is None else _resolve(self.onnx)
+
+
+def _resolve(ref: str | Callable) -> Callable:
+    """A callable, or ``"module:function"`` (relative to the package when it starts with
+    ``training`` or ``core``) imported now."""
+    if callable(ref):
+        return ref
+    module, _, func = ref.partition(":")
+    if module.split(".")[0] in ("training", "core"):  # inside this package
+        module = f"{_PACKAGE}.{module}"
+    return getattr(importlib.import_module(module), func)
 
 
 #: "neural_rom", or "bl_ext.<repository>.neural_rom" inside Blender

@@ -1,5 +1,5 @@
 """Train a reduced model in a background job; clear it; simulate with it (viewport driver,
-reset, bake to PC2)."""
+reset, bake to PC2); export it to ONNX."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
             text = f"Trained '{obj.name}': {training.model_size(m)}"
             if not m.bakes:  # a face: fitted to its shape keys, no bake held out
                 return text
-            return f"{text}, validation error {m.val_error * 1000:.3g} mm"
+            return f"{text}, {training.error_summary(m)}"
 
         return launch_job(
             self,
@@ -183,10 +183,45 @@ class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
         )
 
 
+class NEURAL_ROM_OT_export_onnx(bpy.types.Operator):
+    """Write the trained model's network step, decoder or basis as an ONNX file for game
+    engines and Houdini (needs the onnx package in Blender's Python)"""
+
+    bl_idname = "neural_rom.export_onnx"
+    bl_label = "Export ONNX"
+    bl_options = {"REGISTER"}  # writes a file only
+
+    filepath: StringProperty(name="File Path", subtype="FILE_PATH", options=REL_PATH, default="")
+    filter_glob: StringProperty(default="*.onnx", options={"HIDDEN"})
+
+    @classmethod
+    def poll(cls, context):
+        return _has_model(context)
+
+    def invoke(self, context, event):
+        obj = active_deformable(context)
+        if not self.filepath and obj is not None:
+            self.filepath = bpy.path.clean_name(obj.name) + ".onnx"
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            info = export.export_onnx(obj, context.scene, self.filepath or None)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        self.report({"INFO"}, f"Wrote {info['path']} (ONNX opset {info['opset']})")
+        return {"FINISHED"}
+
+
 CLASSES = (
     NEURAL_ROM_OT_train,
     NEURAL_ROM_OT_clear_model,
     NEURAL_ROM_OT_simulate,
     NEURAL_ROM_OT_reset_simulation,
+    NEURAL_ROM_OT_export_onnx,
     NEURAL_ROM_OT_bake_simulation,
 )

@@ -18,6 +18,7 @@ def draw_cloth_bake(layout, obj, context) -> None:
     row.prop(c, "seed")
     col.prop(c, "variants")
     col.prop_search(c, "owner", bpy.data, "objects", icon="OBJECT_DATA")
+    col.prop(c, "motion")
     mod = cloth.cloth_modifier(obj)
     if mod is not None:
         pc = mod.point_cache
@@ -42,7 +43,10 @@ def draw_cloth_bake(layout, obj, context) -> None:
     if rec.kind == cloth.KIND and cloth.is_stale(obj, rec):
         box.label(text="Stale: the mesh changed, cloth-bake again", icon="ERROR")
     names = [n for n, _ in cloth.collider_specs(obj)]
-    box.label(text="Colliders: " + (", ".join(names) if names else "none"))
+    kinds = [f"{n} ({k})" for n, k in cloth.collider_specs(obj)]
+    box.label(text="Colliders: " + (", ".join(kinds) if names else "none"))
+    if c.drawn_from:
+        box.label(text=f"Owner motion: {c.drawn_from}")
     if obj.get(cloth.MUTED) is not None:
         box.label(text="Cloth modifier muted while the model drives it", icon="INFO")
     row = layout.row(align=True)

@@ -358,14 +358,21 @@ def draw_model_result(box, s) -> None:
     label = known[m.method].label if m.method in known else f"{m.method} (not installed)"
     box.label(text=label, icon="CHECKMARK")
     box.label(text=f"{m.method}: {training.model_size(m)}")
-    if m.bakes:  # a face's model fits its shape keys: its Face box shows the fit
-        box.label(text=f"Validation error {m.val_error * 1000:.3g} mm")
-    if m.rollout_error >= 0:
-        box.label(text=f"Rollout error {m.rollout_error * 1000:.3g} mm, {m.step_ms:.2f} ms/step")
+    if m.rollout_error >= 0:  # the model's own error: its replay of a held-out bake
+        mean = f", {m.rollout_mean_error * 1000:.3g} mean" if m.rollout_mean_error >= 0 else ""
+        box.label(text=f"Held-out replay error {m.rollout_error * 1000:.3g} mm max{mean}")
+        box.label(text=f"{m.step_ms:.2f} ms/step")
         if m.projection_error >= 0:
-            box.label(text=f"Closest shapes {m.projection_error * 1000:.3g} mm")
+            mean = (
+                f", {m.projection_mean_error * 1000:.3g} mean"
+                if m.projection_mean_error >= 0
+                else ""
+            )
+            box.label(text=f"Closest shapes (floor) {m.projection_error * 1000:.3g} mm max{mean}")
             if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
                 box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
+    if m.bakes:  # a face's model fits its shape keys: its Face box shows the fit
+        box.label(text=f"Held-out shape error {m.val_error * 1000:.3g} mm")
     what = f"on {m.bakes} bake(s) " if m.bakes else ""
     box.label(text=f"Trained {what}in {m.train_seconds:.1f} s ({m.device})")
     draw_family_model(box, s.id_data)
@@ -432,7 +439,9 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
                 col.label(text=f"Ground plane of the bakes at z = {d.ground_z:.3f} m", icon="INFO")
         draw_family_simulate(col, obj)
         draw_jobs(col, obj.name, "simulate")
-        col.operator("neural_rom.bake_simulation", icon="EXPORT")
+        row = col.row(align=True)
+        row.operator("neural_rom.bake_simulation", icon="EXPORT")
+        row.operator("neural_rom.export_onnx", text="ONNX", icon="EXPORT")
 
 
 class NEURAL_ROM_PT_compare(_DeformableSub, bpy.types.Panel):

@@ -9,19 +9,23 @@ wheel file (``./wheels/<PyPI file name>``): the one table of pinned versions. Th
 
 1. downloads (``pip download``, once per platform) the listed wheels that ``wheels/``
    lacks; a second run needs no network; ``--offline`` never downloads;
-2. checks the list and the files: one wheel of each pinned distribution per platform, all
-   of one version, each for Blender's Python 3.11, every runtime requirement either bundled
-   at a version it admits or numpy admitting Blender's own (:data:`BLENDER_NUMPY`);
+2. checks the list and the files: for each of Blender's Pythons (:data:`BLENDER_NUMPY`:
+   3.11 for Blender 4.2 to 5.0, 3.13 for 5.1 and later) one wheel of each pinned
+   distribution per platform, one version per Python on every platform, every runtime
+   requirement either bundled for that Python at a version it admits or numpy admitting that
+   Blender line's own;
 3. runs ``blender --command extension build --split-platforms``, which writes
    ``<output-dir>/neural_rom-<version>-<platform>.zip`` (``linux_x64``, ``windows_x64``,
-   ...), each holding that platform's wheels. Blender is ``--blender PATH``; without it, the
+   ...), each holding that platform's wheels for both Pythons: Blender installs those of its
+   own Python and skips the others. Blender is ``--blender PATH``; without it, the
    same builder from this Python's PyPI ``bpy`` (``addons_core/bl_pkg/cli/blender_ext.py``,
    the program ``blender --command extension`` runs, with Blender's tag list); without
    that, ``blender`` on ``PATH``.
 
 What goes into a zip besides the wheels is Blender's business: the files of the source tree
 that ``[build] paths_exclude_pattern`` of the manifest does not exclude. Blender installs the
-wheels into ``extensions/.local/lib/python3.11/site-packages``; numpy is never bundled.
+wheels of its Python into ``extensions/.local/lib/python3.X/site-packages``; numpy is never
+bundled.
 """
 
 from __future__ import annotations
@@ -44,13 +48,15 @@ MANIFEST = "blender_manifest.toml"
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL_FOLDER = "wheels"
 
-#: Blender 4.2 to 5.0 run Python 3.11; Blender 5.1 moved to Python 3.13.
-PYTHON_VERSION = "3.11"
-#: The first Blender whose Python the cp311 wheels do not fit (the manifest's exclusive max).
-BLENDER_VERSION_MAX = "5.1.0"
-#: The oldest numpy a supported Blender bundles: 1.24.3 in Blender 4.2 and 4.3 (4.4 to 5.0
-#: ship 1.26.4). Every bundled wheel's numpy requirement must admit it.
-BLENDER_NUMPY = "1.24.3"
+#: Blender's Pythons -> the oldest numpy a Blender of that Python bundles; every bundled
+#: wheel's numpy requirement must admit it. Blender 4.2 to 5.0 run Python 3.11 (numpy 1.24.3
+#: in 4.2 and 4.3, 1.26.4 in 4.4 to 5.0); Blender 5.1 moved to Python 3.13 and numpy 2
+#: (the PyPI bpy 5.2 and 5.3 require numpy >= 2.2).
+BLENDER_NUMPY = {"3.11": "1.24.3", "3.13": "2.2.0"}
+PYTHON_VERSIONS = tuple(BLENDER_NUMPY)
+#: The first Blender the zips are not tested on (the manifest's exclusive maximum): 5.3 is
+#: the newest release, and a later Python would need its own wheels.
+BLENDER_VERSION_MAX = "5.4.0"
 
 #: Blender platform -> ``pip download --platform`` tags, oldest OS each Blender 4.2 runs on
 #: where the pinned wheels allow: glibc 2.28 on Linux (pip does not expand manylinux tags,
@@ -140,10 +146,11 @@ def blender_platforms_of_wheel_tag(tag: str) -> list[str]:
     return [f"{head}-{t}" for t in tails]
 
 
-def wheel_fits(filename: str, platform: str, python: str = PYTHON_VERSION) -> bool:
+def wheel_fits(filename: str, platform: str, python: str) -> bool:
     """Whether the wheel file ``filename`` installs on Blender ``platform`` with Python
     ``python`` ("3.11"): its platform tag serves the platform and one of its Python tags
-    is ``py3``, ``py311``, ``cp311``, or an ``abi3`` one of CPython 3.11 or older."""
+    is ``py3``, ``py311``, ``cp311``, or an ``abi3`` one of CPython 3.11 or older (as
+    Blender's installer picks them, ``bl_extension_ops._extensions_wheel_filter_for_this_system``)."""
     _, _, python_tags, abi_tag, platform_tag = parse_wheel_filename(filename)
     if platform not in blender_platforms_of_wheel_tag(platform_tag):
         return False
@@ -187,28 +194,33 @@ def wheel_names(manifest: dict) -> list[str]:
     return names
 
 
-def pins(manifest: dict) -> dict[str, str]:
-    """Normalized distribution name -> version, read from the manifest's wheel list."""
+def pins(manifest: dict, python: str) -> dict[str, str]:
+    """Normalized distribution name -> version for Blender's Python ``python``, read from the
+    manifest's wheel list (the wheels that fit that Python on any of its platforms)."""
+    platforms = [p for p in manifest.get("platforms") or [] if p in PIP_PLATFORMS]
     out: dict[str, str] = {}
     for name in wheel_names(manifest):
-        dist, version = parse_wheel_filename(name)[:2]
-        out.setdefault(dist, version)
+        if any(wheel_fits(name, p, python) for p in platforms):
+            dist, version = parse_wheel_filename(name)[:2]
+            out.setdefault(dist, version)
     return out
 
 
-def platform_wheels(manifest: dict, platform: str) -> list[str]:
-    """The manifest's wheel file names that Blender puts in the ``platform`` zip."""
+def platform_wheels(manifest: dict, platform: str, python: str | None = None) -> list[str]:
+    """The manifest's wheel file names that Blender puts in the ``platform`` zip; with
+    ``python``, only those that Blender of that Python installs."""
     return [
         n
         for n in wheel_names(manifest)
         if platform in blender_platforms_of_wheel_tag(parse_wheel_filename(n)[4])
+        and (python is None or wheel_fits(n, platform, python))
     ]
 
 
 def check_manifest(manifest: dict) -> list[str]:
     """What is wrong with the manifest's ``platforms`` and ``wheels``, as messages (empty
-    where all is well): every platform must get exactly one wheel of each pinned
-    distribution, all of one version, each for Python :data:`PYTHON_VERSION`."""
+    where all is well): for each of :data:`PYTHON_VERSIONS`, every platform must get exactly
+    one wheel of each distribution pinned for any Python, all platforms the same version."""
     problems = []
     platforms = manifest.get("platforms") or []
     if not platforms:
@@ -222,45 +234,54 @@ def check_manifest(manifest: dict) -> list[str]:
     most = manifest.get("blender_version_max")
     if most is None or _version_tuple(most) > _version_tuple(BLENDER_VERSION_MAX):
         problems.append(
-            f"the wheels are for Python {PYTHON_VERSION}, which Blender {BLENDER_VERSION_MAX} "
-            f'no longer runs: set blender_version_max = "{BLENDER_VERSION_MAX}" in {MANIFEST}'
+            f"the wheels are for Python {' and '.join(PYTHON_VERSIONS)}, and Blender "
+            f"{BLENDER_VERSION_MAX} is not tested: set blender_version_max = "
+            f'"{BLENDER_VERSION_MAX}" in {MANIFEST}'
         )
     try:
         names = wheel_names(manifest)
         parsed = {n: parse_wheel_filename(n) for n in names}
     except ValueError as exc:
         return [*problems, f"{MANIFEST} wheels: {exc}"]
-    versions: dict[str, set[str]] = {}
-    for dist, version, *_ in parsed.values():
-        versions.setdefault(dist, set()).add(version)
-    for dist, found in versions.items():
-        if dist == "numpy":
-            problems.append("numpy is in the wheels: remove it, Blender ships numpy")
-        if len(found) > 1:
-            problems.append(
-                f"{dist} is pinned at {', '.join(sorted(found))}: list one version for all "
-                "platforms"
-            )
+    known = [p for p in platforms if p in PIP_PLATFORMS]
+    any_version = {dist: version for dist, version, *_ in parsed.values()}
+    if "numpy" in any_version:
+        problems.append("numpy is in the wheels: remove it, Blender ships numpy")
+    tags = " or ".join(f"cp{v.replace('.', '')}" for v in PYTHON_VERSIONS)
     for name in names:
-        if not any(wheel_fits(name, p) for p in platforms if p in PIP_PLATFORMS):
+        if not any(wheel_fits(name, p, v) for p in known for v in PYTHON_VERSIONS):
             problems.append(
-                f"{name} installs on none of the platforms with Python {PYTHON_VERSION}: "
-                "list a cp311 (or py3) wheel of one of them"
+                f"{name} installs on none of the platforms with Python "
+                f"{' or '.join(PYTHON_VERSIONS)}: list a {tags} (or py3) wheel of one of them"
             )
-    for platform in platforms:
-        if platform not in PIP_PLATFORMS:
-            continue
+    for python in PYTHON_VERSIONS:
+        versions: dict[str, set[str]] = {}
+        for name in names:
+            if any(wheel_fits(name, p, python) for p in known):
+                versions.setdefault(parsed[name][0], set()).add(parsed[name][1])
         for dist, found in versions.items():
-            mine = [n for n in platform_wheels(manifest, platform) if parsed[n][0] == dist]
-            if not mine:
+            if len(found) > 1:
                 problems.append(
-                    f"no {platform} wheel of {dist} {min(found)} in {MANIFEST}: add the file "
-                    f"name that `pip download --platform {PIP_PLATFORMS[platform][0]}` gets"
+                    f"{dist} is pinned at {', '.join(sorted(found))} for Python {python}: list "
+                    "one version for all platforms"
                 )
-            elif len(mine) > 1:
-                problems.append(
-                    f"{len(mine)} {platform} wheels of {dist} ({', '.join(mine)}): keep one"
-                )
+        for platform in known:
+            for dist in sorted(any_version):
+                mine = [
+                    n for n in platform_wheels(manifest, platform, python) if parsed[n][0] == dist
+                ]
+                if not mine:
+                    version = min(versions.get(dist) or {any_version[dist]})
+                    problems.append(
+                        f"no {platform} wheel of {dist} for Python {python} in {MANIFEST}: add "
+                        f"the file name that `pip download --python-version {python} "
+                        f"--platform {PIP_PLATFORMS[platform][0]} {dist}=={version}` gets"
+                    )
+                elif len(mine) > 1:
+                    problems.append(
+                        f"{len(mine)} {platform} wheels of {dist} for Python {python} "
+                        f"({', '.join(mine)}): keep one"
+                    )
     return problems
 
 
@@ -273,16 +294,23 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------
 
 
-def missing_wheels(source: Path, manifest: dict, platform: str | None = None) -> list[str]:
-    """The manifest's wheel files (of ``platform``, default all) not in ``wheels/``."""
-    names = wheel_names(manifest) if platform is None else platform_wheels(manifest, platform)
+def missing_wheels(
+    source: Path, manifest: dict, platform: str | None = None, python: str | None = None
+) -> list[str]:
+    """The manifest's wheel files (of ``platform`` and ``python``, default all) not in
+    ``wheels/``."""
+    if platform is None:
+        names = wheel_names(manifest)
+    else:
+        names = platform_wheels(manifest, platform, python)
     folder = Path(source) / WHEEL_FOLDER
     return [n for n in names if not (folder / n).is_file()]
 
 
 def download_wheels(source: Path, pip: Sequence[str] | None = None) -> None:
     """``pip download`` the wheels the manifest lists and ``wheels/`` lacks, one pip run
-    per platform that lacks any (pure-Python ones are fetched once, for the first).
+    per platform and Python that lacks any (pure-Python ones are fetched once, for the
+    first).
 
     ``pip`` is the pip command, default ``[sys.executable, "-m", "pip"]``. pip chooses the
     file for each ``name==version`` from the platform's tags (:data:`PIP_PLATFORMS`): a
@@ -295,34 +323,36 @@ def download_wheels(source: Path, pip: Sequence[str] | None = None) -> None:
         raise BuildError("fix the wheel list first:\n  " + "\n  ".join(problems))
     pip = list(pip) if pip is not None else [sys.executable, "-m", "pip"]
     folder = source / WHEEL_FOLDER
-    for platform in manifest["platforms"]:
-        missing = missing_wheels(source, manifest, platform)
+    for platform, python in [(p, v) for p in manifest["platforms"] for v in PYTHON_VERSIONS]:
+        missing = missing_wheels(source, manifest, platform, python)
         if not missing:
             continue
         folder.mkdir(exist_ok=True)
         requested = sorted({"{}=={}".format(*parse_wheel_filename(n)[:2]) for n in missing})
         with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
             cmd = [*pip, "download", "--only-binary=:all:", "--no-deps"]
-            cmd += ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
+            cmd += ["--python-version", python, "--implementation", "cp"]
             for tag in PIP_PLATFORMS[platform]:
                 cmd += ["--platform", tag]
             cmd += ["--dest", tmp, *requested]
-            print(f"wheels: {platform}: {' '.join(cmd)}", flush=True)
+            print(f"wheels: {platform}, Python {python}: {' '.join(cmd)}", flush=True)
             proc = subprocess.run(cmd, check=False)
             if proc.returncode != 0:
                 raise BuildError(
-                    f"pip download for {platform} failed (exit code {proc.returncode}): see its "
-                    f"output above; it needs the network (or put the files in {folder})"
+                    f"pip download for {platform}, Python {python} failed (exit code "
+                    f"{proc.returncode}): see its output above; it needs the network (or put "
+                    f"the files in {folder})"
                 )
             got = sorted(p.name for p in Path(tmp).glob("*.whl"))
             for name in missing:
                 if name in got:
                     os.replace(Path(tmp) / name, folder / name)
-        still = missing_wheels(source, manifest, platform)
+        still = missing_wheels(source, manifest, platform, python)
         if still:
             raise BuildError(
-                f"pip download for {platform} got {', '.join(got)}, not {', '.join(still)}, "
-                f"which {MANIFEST} lists: put the file names pip chose in its wheels"
+                f"pip download for {platform}, Python {python} got {', '.join(got)}, not "
+                f"{', '.join(still)}, which {MANIFEST} lists: put the file names pip chose in "
+                "its wheels"
             )
 
 
@@ -355,13 +385,17 @@ def wheel_requirements(path: Path) -> list[str]:
     return metadata.get_all("Requires-Dist") or []
 
 
-def check_requirements(wheels: Sequence[Path], platform: str, pinned: dict[str, str]) -> list[str]:
-    """What the bundled ``wheels`` need on ``platform`` and do not get, as messages.
+def check_requirements(
+    wheels: Sequence[Path], platform: str, pinned: dict[str, str], python: str
+) -> list[str]:
+    """What the bundled ``wheels`` need on ``platform`` with Blender's Python ``python``
+    and do not get, as messages.
 
     Every runtime requirement (``Requires-Dist`` without an unmet marker, extras left out)
-    must be a distribution of ``pinned`` (:func:`pins`) at a version it admits, or numpy
-    admitting :data:`BLENDER_NUMPY`. Empty where all is well, or where ``packaging`` is not
-    there to read the requirements (then nothing is checked).
+    must be a distribution of ``pinned`` (:func:`pins` of that Python) at a version it
+    admits, or numpy admitting that Python's Blender numpy (:data:`BLENDER_NUMPY`). Empty
+    where all is well, or where ``packaging`` is not there to read the requirements (then
+    nothing is checked).
     """
     found = _packaging()
     if found is None:
@@ -370,8 +404,8 @@ def check_requirements(wheels: Sequence[Path], platform: str, pinned: dict[str, 
     env = default_environment()
     env.update(_MARKER_ENV[platform])
     env.update(
-        python_version=PYTHON_VERSION,
-        python_full_version=PYTHON_VERSION + ".0",
+        python_version=python,
+        python_full_version=python + ".0",
         implementation_name="cpython",
         platform_python_implementation="CPython",
         extra="",
@@ -383,11 +417,16 @@ def check_requirements(wheels: Sequence[Path], platform: str, pinned: dict[str, 
             if req.marker is not None and not req.marker.evaluate(env):
                 continue
             name = normalize_name(req.name)
-            have = BLENDER_NUMPY if name == "numpy" else pinned.get(name)
-            where = "Blender's numpy" if name == "numpy" else f"the pinned {req.name}"
+            have = BLENDER_NUMPY[python] if name == "numpy" else pinned.get(name)
+            where = (
+                f"the numpy of Blender's Python {python}"
+                if name == "numpy"
+                else f"the pinned {req.name}"
+            )
             if have is None:
                 problems.append(
-                    f"{path.name} needs {line!r}: add {req.name}'s wheels to {MANIFEST}"
+                    f"{path.name} needs {line!r}: add {req.name}'s wheels for Python {python} "
+                    f"to {MANIFEST}"
                 )
             elif not req.specifier.contains(have, prereleases=True):
                 problems.append(f"{path.name} needs {line!r}, but {where} is {have}")
@@ -411,12 +450,14 @@ def check_wheels(source: Path) -> dict:
             "`python scripts/build_extension.py` without --offline, which downloads the wheels "
             f"{MANIFEST} lists (pip, network)"
         )
-    pinned = pins(manifest)
     folder = source / WHEEL_FOLDER
     problems = [
         msg
+        for v in PYTHON_VERSIONS
         for p in manifest["platforms"]
-        for msg in check_requirements([folder / n for n in platform_wheels(manifest, p)], p, pinned)
+        for msg in check_requirements(
+            [folder / n for n in platform_wheels(manifest, p, v)], p, pins(manifest, v), v
+        )
     ]
     if problems:
         raise BuildError("the pinned wheels do not fit together:\n  " + "\n  ".join(problems))

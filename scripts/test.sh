@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up .venv if needed and run the whole test suite.
+# Set up the venv if needed and run the whole test suite (PYTHON=python3.13: Blender 5.x's
+# line in .venv313; see scripts/env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-exec .venv/bin/python -m pytest -q "$@"
+source scripts/env.sh
+exec "$VENV/bin/python" -m pytest -q "$@"

@@ -415,6 +415,21 @@ def test_compare_with_a_held_out_cloth_bake(trained):
     print(f"by hand: max {1e3 * err.max():.1f} mm, mean {1e3 * err.mean():.1f} mm")
     assert abs(err.max() - info["max_error"]) < 1e-9 and abs(err.mean() - info["mean_error"]) < 1e-9
     assert 0 < info["closest_max_error"] <= info["max_error"]
+    # what train printed and the panel shows as the model's error is this replay (the
+    # trainer replayed the one held-out bake), the closest shapes beside it as the floor
+    from neural_rom.addon import training
+
+    m = s.model
+    # (the panel's properties are float32; the replay's mean is over the stepped frames,
+    # compare's over frame 0 too)
+    assert abs(m.rollout_error - info["max_error"]) < 1e-6 * info["max_error"]
+    stepped = err[1:].mean()
+    assert abs(m.rollout_mean_error - stepped) < 1e-6 * stepped
+    assert abs(m.projection_error - info["closest_max_error"]) < 1e-6 * info["max_error"]
+    summary = training.error_summary(m)
+    print("train's summary:", summary)
+    assert summary.startswith(f"held-out replay error {1000 * info['max_error']:.3g} mm max")
+    assert f"closest shapes, the floor: {1000 * info['closest_max_error']:.3g} mm max" in summary
     assert not _cloth(trained).show_viewport  # the comparison drives the mesh
     bpy.context.scene.frame_set(12)
     colours = sheet.data.color_attributes.get(compare.COLOR_ATTRIBUTE)

@@ -128,8 +128,10 @@ def test_train_and_simulate_through_the_operators(addon, blend_file):
     log = draw_all(bpy, obj)
     assert {"NEURAL_ROM_PT_model", "NEURAL_ROM_PT_simulate"} <= panels(log)
     t = texts(log)
-    assert "linear: 4 DOFs" in t and "Validation error" in t and "Trained on 2 bake(s)" in t
-    assert "Closest shapes" in t and m.projection_error >= 0
+    assert "linear: 4 DOFs" in t and "Held-out shape error" in t and "Trained on 2 bake(s)" in t
+    # the model's own error first (its replay of a held-out bake), the floor beside it
+    assert "Held-out replay error" in t and "Closest shapes (floor)" in t
+    assert m.projection_error >= 0 and m.rollout_mean_error >= 0 and m.projection_mean_error >= 0
 
     rest = mesh_positions(obj)
     scene.frame_set(1)

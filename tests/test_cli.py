@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -75,6 +76,7 @@ def bakes_of(bpy, name="Ball"):
             ],
         ),
         (["export-pc2", "--help"], ["--out PATH", "--bake PATH"]),
+        (["export-onnx", "--help"], ["--out PATH", "--precision {float32,float64}", "opset 15"]),
     ],
 )
 def test_help_of_every_subcommand(argv, expected, capsys):
@@ -368,7 +370,17 @@ def test_train_and_simulate_headless(addon, tmp_path, capsys):
     bpy.ops.wm.read_factory_settings(use_empty=True)  # the CLI opens the file itself
 
     argv = ["train", "--file", str(blend), "-o", "Ball", "--k", "3", "--max-cubature", "20"]
-    assert cli().main([*argv, "--device", "cpu", "--save"]) == 0
+    missing = tmp_path / "no" / "python3"
+    assert cli().main([*argv, "--python", str(missing)]) == 2
+    assert f"job interpreter {missing} could not be run (no such file)" in capsys.readouterr().err
+    # --python picks the job interpreter (here this Python behind a wrapper that says so).
+    trainer = tmp_path / "trainer"
+    trainer.write_text(
+        f'#!/bin/sh\necho "$@" >> {tmp_path / "trainer.log"}\nexec {sys.executable} "$@"\n'
+    )
+    trainer.chmod(0o755)
+    assert cli().main([*argv, "--device", "cpu", "--python", str(trainer), "--save"]) == 0
+    assert "worker.py" in (tmp_path / "trainer.log").read_text()
     out = capsys.readouterr().out
     assert "training Ball: linear on 2 bake(s)" in out and "Ball: 3 DOFs" in out
     bpy.ops.wm.open_mainfile(filepath=str(blend))
@@ -390,6 +402,25 @@ def test_train_and_simulate_headless(addon, tmp_path, capsys):
     assert frames.shape[0] == 3 and start == 2
     assert cli().main(["simulate", "--frames", "0:4"]) == 2
     assert "pick a start frame >= 1" in capsys.readouterr().err
+
+    # export-onnx: the linear model's basis, q = 0 is the rest mesh (tests/test_onnx_export.py
+    # checks the graphs against the runtimes)
+    onnx_path = tmp_path / "out" / "ball.onnx"
+    code = cli().main(["export-onnx", "--file", str(blend), "--out", str(onnx_path)])
+    try:
+        import onnxruntime
+    except ImportError:
+        assert code == 2 and "pip install onnx" in capsys.readouterr().err
+        return
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "Ball: wrote" in out and "input q (B x 3)" in out and "output positions" in out
+    from neural_rom.core.modelfile import load_model
+
+    X = load_model(bpy.path.abspath(bpy.data.objects["Ball"].neural_rom.model.path)).arrays["X"]
+    s = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    (y,) = s.run(["positions"], {"q": np.zeros((1, 3), np.float32)})
+    np.testing.assert_allclose(y[0], X, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------

@@ -50,9 +50,11 @@ def committed_lines(path: Path) -> list[int]:
     return [int(line) for line in text.splitlines()]
 
 
-def fake_python_without_numpy(tmp_path: Path) -> Path:
-    """An executable 'interpreter' that behaves like Python but cannot import numpy/scipy
-    while ``<it>.nonumpy`` exists (delete that file to 'install' them)."""
+def fake_python_without_numpy(
+    tmp_path: Path, missing: tuple[str, ...] = ("numpy", "scipy")
+) -> Path:
+    """An executable 'interpreter' that behaves like Python but cannot import the
+    ``missing`` packages while ``<it>.nonumpy`` exists (delete that file to 'install' them)."""
     path = tmp_path / "fake_python"
     path.with_suffix(".nonumpy").touch()
     path.write_text(
@@ -60,7 +62,7 @@ def fake_python_without_numpy(tmp_path: Path) -> Path:
         "import os, runpy, sys\n"
         "class _NoNumpy:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('numpy', 'scipy'):\n"
+        f"        if name.split('.')[0] in {missing!r}:\n"
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "if os.path.exists(os.path.splitext(sys.argv[0])[0] + '.nonumpy'):\n"
         "    sys.meta_path.insert(0, _NoNumpy())\n"
@@ -158,8 +160,8 @@ def test_interpreter_without_numpy_is_refused_with_the_fix(tmp_path):
     with pytest.raises(jobs.JobError) as err:
         jobs.Job.start({"kind": "bake"}, fake, tmp_path / "logs")
     assert str(err.value) == (
-        f"the job interpreter {fake} has no numpy: set Preferences > Neural ROM > Python, "
-        "or install numpy/scipy there"
+        f"the job interpreter {fake} has no numpy: set Preferences > Neural ROM > Job Python "
+        "(or the command line's --python, or $NEURAL_ROM_PYTHON), or install numpy/scipy there"
     )
     assert not (tmp_path / "logs").exists()  # refused before anything was written
     # Installing numpy/scipy into that interpreter fixes it without restarting Blender.
@@ -171,9 +173,44 @@ def test_missing_interpreter_is_a_clear_error(tmp_path):
     missing = tmp_path / "no" / "python3"
     assert jobs.probe_interpreter(missing)["error"] == "no such file"
     with pytest.raises(
-        jobs.JobError, match=r"could not be run \(no such file\).*Preferences > Neural ROM > Python"
+        jobs.JobError,
+        match=r"could not be run \(no such file\).*Preferences > Neural ROM > Job Python",
     ):
         jobs.check_interpreter(missing)
+
+
+def test_jobs_run_with_neural_rom_python_when_no_interpreter_is_given(tmp_path, monkeypatch):
+    fake = fake_python_without_numpy(tmp_path, missing=())  # a working Python at another path
+    monkeypatch.setenv(jobs.PYTHON_ENV, str(fake))
+    assert jobs.default_python() == str(fake)
+    job = jobs.Job.start({"kind": "selftest", "steps": 2, "sleep": 0.0}, None, tmp_path / "logs")
+    assert job.python == str(fake) and job.wait(timeout=60) == jobs.DONE
+    assert f"--- neural_rom job {job.id}: {fake} " in job.log_path.read_text()
+    monkeypatch.setenv(jobs.PYTHON_ENV, "")  # set but empty: this interpreter
+    assert jobs.default_python() == sys.executable
+    monkeypatch.delenv(jobs.PYTHON_ENV)
+    assert jobs.default_python() == sys.executable
+
+
+def test_a_train_job_needs_torch_only_for_a_method_that_trains_with_it(tmp_path):
+    from neural_rom.core import registry
+
+    no_torch = fake_python_without_numpy(tmp_path, missing=("torch",))
+    for method in registry.methods():
+        spec = {"kind": "train", "method": method.name}
+        needs = jobs.requirements(spec)
+        assert needs[:2] == ("numpy", "scipy") and ("torch" in needs) == method.needs_torch
+        if method.needs_torch:
+            with pytest.raises(jobs.JobError, match=f"{no_torch} has no torch: set Prefer"):
+                jobs.check_interpreter(no_torch, needs)
+        else:
+            assert jobs.check_interpreter(no_torch, needs)["torch"] is None
+    assert not registry.get("linear").needs_torch and registry.get("autoencoder").needs_torch
+    # What the spec says it needs wins; an unknown method is left to the worker to name.
+    assert jobs.requirements({"kind": "train", "method": "linear", "needs": ["torch"]}) == (
+        "torch",
+    )
+    assert jobs.requirements({"kind": "train", "method": "nonesuch"}) == ("numpy", "scipy")
 
 
 def test_an_uncreatable_log_folder_is_a_clear_error(tmp_path):
@@ -586,9 +623,29 @@ def test_the_preferences_interpreter_is_checked_before_starting(addon, tmp_path)
     fake = fake_python_without_numpy(tmp_path)
     addon.prefs.python_path = str(fake)
     spec = {"kind": "selftest", "log_dir": str(tmp_path / "logs")}
-    with pytest.raises(jobs.JobError, match=r"has no numpy: set Preferences > Neural ROM > Python"):
+    with pytest.raises(
+        jobs.JobError, match=r"has no numpy: set Preferences > Neural ROM > Job Python"
+    ):
         addon_jobs.start_job(addon.bpy.context, spec, owner="Cube")
     assert addon_jobs.active_jobs(include_finished=True) == []
+
+
+def test_the_job_python_is_the_cli_s_then_the_preferences_then_the_environment_s(
+    addon, monkeypatch
+):
+    from neural_rom.addon import prefs
+
+    monkeypatch.delenv(jobs.PYTHON_ENV, raising=False)
+    assert prefs.job_python() == sys.executable
+    monkeypatch.setenv(jobs.PYTHON_ENV, "/env/bin/python")
+    assert prefs.job_python() == "/env/bin/python"
+    addon.prefs.python_path = "/prefs/bin/python"
+    assert prefs.job_python() == "/prefs/bin/python"
+    with prefs.job_python_override("/cli/bin/python"):
+        assert prefs.job_python() == "/cli/bin/python"
+    with prefs.job_python_override(None):
+        assert prefs.job_python() == "/prefs/bin/python"
+    assert prefs.job_python() == "/prefs/bin/python"
 
 
 def test_job_monitor_needs_a_window(addon):

@@ -60,7 +60,8 @@ def test_manifest_has_the_required_keys_and_values(manifest):
     assert manifest["maintainer"].strip()
     assert manifest["type"] == "add-on"
     assert manifest["blender_version_min"] == "4.2.0"
-    assert manifest["blender_version_max"] == "5.1.0"  # the wheels are for Python 3.11
+    # Wheels for Python 3.11 (Blender 4.2 to 5.0) and 3.13 (5.1 to 5.3): 5.3 is the newest.
+    assert manifest["blender_version_max"] == "5.4.0"
     assert manifest["platforms"] == ["linux-x64", "windows-x64", "macos-arm64", "macos-x64"]
     assert manifest["wheels"] and all(
         re.fullmatch(r"\./wheels/[^/]+\.whl", w) for w in manifest["wheels"]
@@ -79,6 +80,7 @@ def test_manifest_has_the_required_keys_and_values(manifest):
         "/.venv/",
         "/.ci/",
         "/scripts/",
+        "/farm/",
         "/dist/",
         "/wheels/",
         "__pycache__/",

@@ -488,7 +488,9 @@ class TrainingRun:
         try:
             tmp = write(temporary_path(out))
             roll = rollout_metrics(
-                lambda driver: registry.load_simulator(tmp, colliders=driver.colliders(0))[0],
+                lambda driver: registry.load_simulator(
+                    tmp, colliders=driver.colliders(0) if driver is not None else None
+                )[0],
                 self.bakes.heldout_bake(),
                 cancel=self.should_cancel,
             )

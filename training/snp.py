@@ -1411,8 +1411,9 @@ def train(
         k=u,
         dofs=u,
         max_error_val_m=err_val,
-        # a cloth bake has no FEM scenario to replay: its held-out bakes are measured above
-        rollout=s.rollout and not is_cloth_bake(b.ds[0].meta),
+        # a cloth bake is replayed from rest with its recorded colliders and frame, as
+        # compare replays it (core.compare.rollout_metrics): the model's own error
+        rollout=s.rollout,
         at=0.85,
         stiffening=False,  # its advice (modes, cubature) is about solved subspace dynamics
         metrics={

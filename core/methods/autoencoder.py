@@ -56,6 +56,7 @@ from .common import (
     SUBSPACE_SETTINGS,
     TRAINER_SETTING,
     SubspaceModel,
+    onnx_decoder_graph,
     run_frame,
     subspace_arguments,
     subspace_payload,
@@ -828,6 +829,14 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     TRAINER_SETTING["rollout"],
 )
 
+
+def onnx_graph(model, g) -> str:
+    """The decoder of an opened model file as an ONNX graph (:mod:`core.onnxgraph`,
+    :func:`.common.onnx_decoder_graph`); the latent dynamics stay in the runtime."""
+    onnx_decoder_graph(model, g, "z", "z: latent coordinates (the decoder's input)", 0)
+    return "Autoencoder (Fulton 2019) decoder: z -> PCA coordinates q -> positions = X + U q."
+
+
 METHOD = Method(
     name=NAME,
     label="Autoencoder (Fulton 2019)",
@@ -839,5 +848,6 @@ METHOD = Method(
     trainer="training.autoencoder:train",
     needs_torch=True,
     inputs=SUBSPACE_INPUTS,
+    onnx=onnx_graph,
     order=10,
 )

@@ -34,6 +34,7 @@ from ..registry import Method
 from ..sim import FrameInputs, SimSettings, StepReport
 from ..subspace import Subspace
 from .common import (
+    ONNX_POSITIONS,
     SUBSPACE_INPUTS,
     SUBSPACE_SETTINGS,
     SubspaceModel,
@@ -299,6 +300,16 @@ def load(model, *, settings: SimSettings | None = None, colliders=None) -> Reduc
     return ReducedSimulation(**subspace_arguments(model, settings, colliders))
 
 
+def onnx_graph(model, g) -> str:
+    """The basis of an opened linear model file as an ONNX graph (:mod:`core.onnxgraph`):
+    reduced coordinates ``q`` -> positions, one MatMul. The dynamics (Newton on the
+    cubature energy) are not a network step and stay in the runtime."""
+    X, U = model.arrays["X"], model.arrays["U"]
+    q = g.input("q", ["B", U.shape[1]], "q: reduced coordinates (m), the weights of the basis")
+    g.affine_positions(q, X, U, "positions", ONNX_POSITIONS)
+    return "Linear (POD) model's basis: positions = X + U q."
+
+
 METHOD = Method(
     name=NAME,
     label="Linear (POD + cubature)",
@@ -310,5 +321,6 @@ METHOD = Method(
     trainer="training.linear:train",
     needs_torch=False,
     inputs=SUBSPACE_INPUTS,
+    onnx=onnx_graph,
     order=0,
 )

@@ -225,6 +225,7 @@ from .common import (
     SUBSPACE_SETTINGS,
     TRAINER_SETTING,
     SubspaceModel,
+    onnx_decoder_graph,
     run_frame,
     subspace_arguments,
     subspace_payload,
@@ -1149,6 +1150,20 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
     TRAINER_SETTING["rollout"],
 )
 
+
+def onnx_graph(model, g) -> str:
+    """The decoder of an opened model file as an ONNX graph (:mod:`core.onnxgraph`,
+    :func:`.common.onnx_decoder_graph`); the latent dynamics stay in the runtime."""
+    onnx_decoder_graph(
+        model,
+        g,
+        "r",
+        "r = (p, z): the linear PCA coordinates p (m) then the latent z (generalized coordinates)",
+        int(model.metadata["n_p"]),
+    )
+    return "High-order autoencoder (Shen 2021) decoder: r = (p, z) -> q = [p, 0] + D(z) -> positions = X + U q."
+
+
 METHOD = Method(
     name=NAME,
     label="High-order Autoencoder (Shen 2021)",
@@ -1160,5 +1175,6 @@ METHOD = Method(
     trainer="training.shen:train",
     needs_torch=True,
     inputs=SUBSPACE_INPUTS,
+    onnx=onnx_graph,
     order=15,
 )

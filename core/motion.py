@@ -1,0 +1,248 @@
+"""Training motion drawn from the user's own animation (no bpy, no torch).
+
+A bake teaches a model only the motions it shows. A cloth on a character is driven by the
+character's walk, turn and stop, not by random keys; so a bake can draw each variant's
+motion from the user's animation of the thing the cloth hangs from (its *owner*, an object
+or an armature bone), sampled per frame as world transforms by Blender
+(:mod:`addon.clothbake`), and perturbed here with a seed, so that every variant is a motion
+of the same character that no other variant contains (whole variants can be held out).
+
+Conventions: a *track* is an ``(F, 4, 4)`` array of rigid world transforms, one per frame
+(scale divided out, :func:`core.clothbake.rigid`), of the owner's frame; the world's up is
+``+Z`` (Blender's). Times are in frames of the track.
+
+The perturbation (:func:`perturb`) rebuilds the motion from the source's *body-frame
+increments* ``B_t = M(s_{t-1})^-1 M(s_t)`` at a warped source time ``s_t``: composed back,
+``M'_t = Y_t M'_{t-1} B'_t`` reproduces the source exactly when nothing is perturbed
+(``M'_t = M'_0 M(s_0)^-1 M(s_t)``), and each perturbation is a change to one factor:
+
+* **time warp, speed changes**: ``s_t = s_{t-1} + v_t`` with ``v_t`` the variant's speed
+  (a factor in :attr:`Perturbation.speed`) times a smooth random wobble; past the end of the
+  source it plays on looped (a walk cycle keeps walking: the loop continues from the last
+  frame's pose);
+* **stops and starts**: ``v_t`` ramps to zero for a stretch and back up (the character
+  stands, then walks on); every variant starts from rest (``v`` ramps up over
+  :attr:`Perturbation.ramp` frames: Blender's cloth starts at rest) and from the source's
+  first pose, where the user put the owner;
+* **amplitude scales**: ``B'_t`` is ``B_t`` with its translation scaled by one factor and
+  its rotation angle by another (a longer stride, a stronger sway);
+* **turns**: ``Y_t`` turns the previous pose about the world up axis through its own
+  position by a smooth random yaw rate, so the character walks on in the new heading.
+
+:func:`motion_distance` measures how far two tracks are apart as the cloth feels them
+(body-frame velocities, invariant to where and which way the whole track goes, minimised
+over time shifts): what a test asserts to say a held-out variant is not a training one.
+This module is meant for FEM bakes too (a soft body carried by a character): a bake samples
+its owner, perturbs, and keys the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from .errors import NeuralRomError
+
+__all__ = [
+    "MotionError",
+    "Perturbation",
+    "body_velocities",
+    "motion_distance",
+    "perturb",
+    "sample",
+]
+
+_UP = np.array([0.0, 0.0, 1.0])
+
+
+class MotionError(NeuralRomError):
+    """A track cannot be used as a source of training motion."""
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """The ranges a variant's perturbation is drawn from (uniformly, seeded).
+
+    Attributes
+    ----------
+    speed : (lo, hi) factor on the source's playback speed (a time warp of the whole motion)
+    wobble : relative amplitude of the smooth speed changes along a variant (0: constant)
+    stop : probability that a variant stops for a stretch and starts again
+    stop_frames : (lo, hi) frames a stop lasts (ramps included)
+    ramp : frames over which a variant starts from rest (and a stop slows and speeds up)
+    stride : (lo, hi) factor on the translation of every frame's body-frame increment
+    sway : (lo, hi) factor on the rotation angle of every frame's body-frame increment
+    turn : the largest extra heading turn rate, rad per second (a smooth random yaw rate
+        within +-turn, with a random sign)
+    """
+
+    speed: tuple = (0.6, 1.5)
+    wobble: float = 0.25
+    stop: float = 0.5
+    stop_frames: tuple = (20, 50)
+    ramp: int = 8
+    stride: tuple = (0.7, 1.3)
+    sway: tuple = (0.6, 1.4)
+    turn: float = 0.8
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def _check_track(M: np.ndarray, name: str) -> np.ndarray:
+    M = np.asarray(M, dtype=np.float64)
+    if M.ndim != 3 or M.shape[1:] != (4, 4) or len(M) < 2:
+        raise MotionError(f"{name} must be (F, 4, 4) world transforms with F >= 2, got {M.shape}.")
+    if not np.all(np.isfinite(M)):
+        raise MotionError(f"{name} has non-finite transforms: check the owner's animation.")
+    return M
+
+
+def sample(track: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``(len(s), 4, 4)``: the track at fractional frames ``s`` (>= 0): translations linearly,
+    rotations along the shortest arc between the two frames around; past the last frame the
+    track plays on looped, each loop carried by the whole track's motion
+    ``M(L) M(0)^-1`` (continuous in pose: a walk cycle walks on)."""
+    M = _check_track(track, "the track")
+    s = np.asarray(s, dtype=np.float64)
+    if np.any(s < 0):
+        raise MotionError("sample: times must be >= 0")
+    L = len(M) - 1
+    k = np.floor(s / L).astype(int)
+    r = s - k * L
+    i = np.minimum(np.floor(r).astype(int), L - 1)
+    w = r - i
+    a, b = M[i], M[i + 1]
+    rel = Rotation.from_matrix(np.einsum("fji,fjk->fik", a[:, :3, :3], b[:, :3, :3]))
+    out = np.zeros((len(s), 4, 4))
+    out[:, 3, 3] = 1.0
+    out[:, :3, :3] = a[:, :3, :3] @ Rotation.from_rotvec(rel.as_rotvec() * w[:, None]).as_matrix()
+    out[:, :3, 3] = (1 - w)[:, None] * a[:, :3, 3] + w[:, None] * b[:, :3, 3]
+    if np.any(k > 0):
+        D = M[L] @ np.linalg.inv(M[0])
+        for n in np.unique(k[k > 0]):
+            out[k == n] = np.linalg.matrix_power(D, int(n)) @ out[k == n]
+    return out
+
+
+def _smooth_noise(rng: np.random.Generator, n: int, period: float) -> np.ndarray:
+    """(n,) a smooth random signal in about [-1, 1]: a cubic interpolation of uniform knots
+    ``period`` frames apart."""
+    knots = max(2, int(np.ceil(n / max(period, 1.0))) + 2)
+    v = rng.uniform(-1.0, 1.0, knots)
+    x = np.arange(n) / max(period, 1.0)
+    i = np.minimum(np.floor(x).astype(int), knots - 2)
+    t = x - i
+    h = t * t * (3 - 2 * t)  # smoothstep: zero slope at the knots
+    return (1 - h) * v[i] + h * v[i + 1]
+
+
+def _ramp(t: np.ndarray, width: float) -> np.ndarray:
+    u = np.clip(t / max(width, 1e-9), 0.0, 1.0)
+    return u * u * (3 - 2 * u)
+
+
+def perturb(
+    track: np.ndarray,
+    frames: int,
+    rng: np.random.Generator,
+    dt: float,
+    settings: Perturbation | None = None,
+) -> tuple[np.ndarray, dict]:
+    """One variant of the source ``track`` (module docstring).
+
+    Parameters
+    ----------
+    track : (F, 4, 4) rigid world transforms of the owner, one per frame of its animation
+    frames : the variant's frames after the first (the result has ``frames + 1``)
+    rng : the variant's generator (seeded by the caller: seed and variant)
+    dt : seconds per frame (the turn rate is per second)
+    settings : the ranges (:class:`Perturbation`); default ranges when None
+
+    Returns
+    -------
+    (frames + 1, 4, 4) rigid world transforms, the first the source's first; and the draws
+    (JSON-able: speed, stride, sway, turn rate, the stop's frames or None, the source time
+    reached) for the bake's metadata.
+    """
+    p = settings or Perturbation()
+    M = _check_track(track, "the owner's animation")
+    T = int(frames) + 1
+    t = np.arange(T, dtype=np.float64)
+    speed = float(rng.uniform(*p.speed))
+    v = speed * (1.0 + p.wobble * _smooth_noise(rng, T, 30.0))
+    v *= _ramp(t, p.ramp)  # start from rest
+    stop = None
+    if rng.uniform() < p.stop and T > 2 * p.ramp + p.stop_frames[0]:
+        length = int(rng.integers(p.stop_frames[0], p.stop_frames[1] + 1))
+        length = min(length, T - 2 * p.ramp - 1)
+        a = int(rng.integers(p.ramp, T - length))
+        b = a + length
+        v *= np.maximum(_ramp(a + p.ramp - t, p.ramp), _ramp(t - (b - p.ramp), p.ramp))
+        stop = [a, b]
+    v = np.maximum(v, 0.0)
+    v[0] = 0.0
+    s = np.cumsum(v)
+    stride = float(rng.uniform(*p.stride))
+    sway = float(rng.uniform(*p.sway))
+    yaw_rate = p.turn * dt * _smooth_noise(rng, T, 60.0) * np.sign(rng.uniform(-1, 1))
+    yaw_rate *= v / max(speed, 1e-9)  # a standing character does not turn on its own
+    S = sample(M, s)
+    B = np.linalg.inv(S[:-1]) @ S[1:]  # body-frame increments
+    rot = Rotation.from_matrix(B[:, :3, :3]).as_rotvec() * sway
+    B[:, :3, :3] = Rotation.from_rotvec(rot).as_matrix()
+    B[:, :3, 3] *= stride
+    out = np.empty((T, 4, 4))
+    out[0] = M[0]
+    for f in range(1, T):
+        prev = out[f - 1]
+        Y = np.eye(4)
+        Y[:3, :3] = Rotation.from_rotvec(_UP * yaw_rate[f]).as_matrix()
+        Y[:3, 3] = prev[:3, 3] - Y[:3, :3] @ prev[:3, 3]  # about the up axis through it
+        out[f] = Y @ prev @ B[f - 1]
+    draws = {
+        "speed": speed,
+        "stride": stride,
+        "sway": sway,
+        "turn_rate_max": float(np.abs(yaw_rate).max() / dt),
+        "stop": stop,
+        "source_frames": float(s[-1]),
+    }
+    return out, draws
+
+
+def body_velocities(track: np.ndarray, dt: float, length: float) -> np.ndarray:
+    """(F - 1, 6): each frame's body-frame linear velocity (m/s) and angular velocity times
+    ``length`` (m/s): the motion as a body carried by the track feels it, whatever the
+    track's place and heading in the world."""
+    M = _check_track(track, "the track")
+    B = np.linalg.inv(M[:-1]) @ M[1:]
+    w = Rotation.from_matrix(B[:, :3, :3]).as_rotvec()
+    return np.concatenate([B[:, :3, 3], w * float(length)], axis=1) / float(dt)
+
+
+def motion_distance(
+    a: np.ndarray, b: np.ndarray, dt: float, length: float, max_shift: int | None = None
+) -> float:
+    """How unlike track ``a`` track ``b`` is: the RMS difference of their
+    :func:`body_velocities` over the frames they share, relative to ``a``'s RMS, minimised
+    over time shifts of ``b`` by up to ``max_shift`` frames (default: a quarter of the
+    shorter track). 0: ``b`` contains ``a``'s motion (shifted); 1: as far as standing still.
+    """
+    va = body_velocities(a, dt, length)
+    vb = body_velocities(b, dt, length)
+    n = min(len(va), len(vb))
+    shift = n // 4 if max_shift is None else int(max_shift)
+    scale = float(np.sqrt(np.mean(np.sum(va[:n] ** 2, axis=1)))) or 1.0
+    best = np.inf
+    for k in range(-shift, shift + 1):
+        x = va[max(0, -k) : n - max(0, k)]
+        y = vb[max(0, k) : n - max(0, -k)]
+        m = min(len(x), len(y))
+        if m < max(2, n // 2):
+            continue
+        d = float(np.sqrt(np.mean(np.sum((x[:m] - y[:m]) ** 2, axis=1))))
+        best = min(best, d)
+    return best / scale

@@ -1,0 +1,20 @@
+# Sourced by setup_env.sh, test.sh and demo.sh: picks the Python line and its venv.
+#   default                 Python 3.11 (bpy 4.5, numpy 1.x, torch)   -> .venv
+#   PYTHON=python3.13       Python 3.13 (bpy 5.2, numpy 2, no torch)  -> .venv313
+# Any other PYTHON gets .venv<major><minor> (.venv for 3.11). A name that is not on PATH
+# but that pyenv has (python3.13 with another pyenv version active) is found through pyenv.
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  if command -v python3.11 >/dev/null 2>&1; then PY=python3.11; else PY=python3; fi
+fi
+if ! "$PY" -c "" >/dev/null 2>&1 && command -v pyenv >/dev/null 2>&1; then
+  want_version=${PY##*python}
+  found=$(pyenv versions --bare 2>/dev/null | grep -E "^${want_version//./\\.}(\.|$)" | tail -n 1 || true)
+  if [ -n "$found" ]; then PY="$(pyenv root)/versions/$found/bin/python$want_version"; fi
+fi
+if ! "$PY" -c "" >/dev/null 2>&1; then
+  echo "error: no Python '$PY': install it (the default line is python3.11; PYTHON=python3.13 for Blender 5.x's line) or set PYTHON to a Python 3.11 or 3.13" >&2
+  exit 1
+fi
+PY_TAG=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+if [ "$PY_TAG" = 311 ]; then VENV=.venv; else VENV=.venv$PY_TAG; fi
