@@ -278,8 +278,9 @@ def test_animated_pins_follow_the_pins_frame_as_the_linear_model(setup):
     """Animated pins: the pins' moving frame (core.frame: inertial and damping targets,
     gravity and colliders in the frame) enters Shen's step as constant forces, so with a
     linear decoder onto the next modes (H = S = 0) Shen is the linear model on n_p + n_z
-    modes whose pins swing and turn, eq. (10) and the variational step alike; a curved
-    decoder follows the same pins, and its positions carry the pins to their targets."""
+    modes whose pins swing and turn, eq. (10) and the variational step (the default where
+    the frame moves) alike; a curved decoder follows the same pins, and its positions carry
+    the pins to their targets."""
     X, T, pinned, sub, dec = setup
     s = SimSettings(dt=1 / 24, substeps=2, newton_tol=1e-12, damping_alpha=0.5, damping_beta=0.002)
     E = np.zeros((sub.k, 3))
@@ -288,7 +289,10 @@ def test_animated_pins_follow_the_pins_frame_as_the_linear_model(setup):
     targets = swing(X, pinned, 12)
     for variational in (False, True):
         red = ReducedSimulation(X, T, MAT, sub.U[:, :7], s, pinned=pinned)
-        she = ShenSimulation(X, T, MAT, sub.U, 4, lin, s, pinned=pinned, variational=variational)
+        she = ShenSimulation(
+            X, T, MAT, sub.U, 4, lin, s, pinned=pinned, variational=variational,
+            frame_variational=variational,
+        )  # fmt: skip
         worst = 0.0
         for p in targets:
             red.step(FrameInputs(pin_targets=p))
