@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from .test_shen_whip import child_json
 
 SEEDS = (0, 1, 2)
 THREADS = (1, 2)
@@ -118,20 +119,9 @@ def runs(tmp_path_factory):
     bakes = bake(out / "bakes")
     found = {}
     for threads in THREADS:
-        env = {**os.environ, "MKL_NUM_THREADS": str(threads)}
-        env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = str(threads)
         d = out / f"threads_{threads}"
         d.mkdir()
-        run = subprocess.run(  # as a module of the tests package (its relative import)
-            [sys.executable, "-m", "tests.test_shen_energy", str(d), *map(str, bakes)],
-            cwd=Path(__file__).resolve().parents[1],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
-        for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items():
+        for k, v in child_json("tests.test_shen_energy", [d, *bakes], threads).items():
             found[f"{threads} thread(s), {k}"] = v
     return found
 

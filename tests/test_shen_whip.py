@@ -101,11 +101,18 @@ def whip(tmp_path_factory):
     """:func:`measure` in a child process with single-threaded BLAS: the thread count
     changes the last bits of the training's cubature fit, hence the model and whether its
     replay meets a crawling step at all; one thread makes the scene the same everywhere."""
-    out = tmp_path_factory.mktemp("whip")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    env["MKL_NUM_THREADS"] = "1"
-    run = subprocess.run(  # as a module of the tests package (its relative import)
-        [sys.executable, "-m", "tests.test_shen_whip", str(out)],
+    return child_json("tests.test_shen_whip", [tmp_path_factory.mktemp("whip")], threads=1)
+
+
+def child_json(module: str, args, threads: int):
+    """Run ``python -m module *args`` (a module of the tests package, for its relative
+    imports) with ``threads`` BLAS/OpenMP threads, set before numpy starts, and return the
+    JSON its last line prints."""
+    env = {**os.environ}
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    run = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
         cwd=Path(__file__).resolve().parents[1],
         env=env,
         capture_output=True,
