@@ -301,10 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cloth.add_argument(
         "--motion",
-        choices=("auto", "animation", "keys"),
+        choices=("auto", "animation", "keys", "file"),
         help="how the owner moves: 'animation' draws each variant from its own animation, "
         "perturbed; 'keys' random keys; 'auto' the first when it has one (default: the "
-        "object's setting, auto)",
+        "object's setting, auto); 'file' keys nothing: the shot as the file animates it",
     )
     cloth.add_argument(
         "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"
@@ -430,6 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("sliders", "markers"),
         help="what drives a face: its latent sliders' animation or its markers' (default: "
         "the object's Drive setting)",
+    )
+    sim.add_argument(
+        "--jaw",
+        choices=("markers", "keyed"),
+        help="what opens a face's jaw when markers drive it: the markers (its hinge angle "
+        "solved each frame) or the jaw object's animation (default: the object's Jaw setting)",
     )
 
     from . import face_cli
@@ -703,7 +709,9 @@ def _describe(obj) -> list[str]:
         lines.append(
             f"face: {face.path}, {face.tets} tets, skull {getattr(face.skull, 'name', '-')}, "
             f"jaw {getattr(face.jaw, 'name', '-')}, {face.keys} shape keys ({face.held_out} held "
-            f"out), drive {face.drive.lower()}, solve {face.solve.lower()}"
+            f"out), drive {face.drive.lower()} (the jaw by "
+            f"{'the markers' if face.jaw_drive == 'MARKERS' else 'its keys'}), solve "
+            f"{face.solve.lower()}"
         )
     if settings.role != "COLLIDER":
         method = settings.method()
@@ -919,9 +927,12 @@ def cmd_train(args) -> int:
             spec = training.make_train_job(
                 obj, bpy.context.scene, method=args.method, settings=given, device=args.device
             )
-        _out(
-            f"training {obj.name}: {spec['method']} on {len(spec['bakes'])} bake(s) -> {spec['out']}"
-        )
+        if obj.neural_rom.training_data_kind() == "face":
+            f = obj.neural_rom.face
+            data = f"the face's {f.keys} shape keys ({f.held_out} held out)"
+        else:
+            data = f"{len(spec['bakes'])} bake(s)"
+        _out(f"training {obj.name}: {spec['method']} on {data} -> {spec['out']}")
         name = obj.name
 
         def on_done(result: dict, name: str = name) -> None:
@@ -930,11 +941,15 @@ def cmd_train(args) -> int:
                 training.on_train_done(target, result)
 
         jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
-        m = bpy.data.objects[name].neural_rom.model
-        _out(
-            f"{name}: {training.model_size(m)}, {training.error_summary(m)}, "
-            f"{m.train_seconds:.1f} s on {m.device}"
-        )
+        target = bpy.data.objects[name]
+        m = target.neural_rom.model
+        if m.kind == "face":  # fitted to shape keys: what the held-out keys measured
+            from .face import fit_lines
+
+            fit = "; ".join(line[0].lower() + line[1:] for line in fit_lines(target))
+        else:
+            fit = training.error_summary(m)
+        _out(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
     return EXIT_OK
 
 
@@ -970,6 +985,10 @@ def cmd_simulate(args) -> int:
             if not obj.neural_rom.face.path:
                 raise UserError(f"--drive: '{obj.name}' is not a face (run face-setup)")
             obj.neural_rom.face.drive = args.drive.upper()
+        if args.jaw:
+            if not obj.neural_rom.face.path:
+                raise UserError(f"--jaw: '{obj.name}' is not a face (run face-setup)")
+            obj.neural_rom.face.jaw_drive = args.jaw.upper()
         if out is None:
             path = None
         elif out.suffix.lower() == ".pc2":

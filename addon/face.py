@@ -32,7 +32,6 @@ names): :mod:`..core.facejob`.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -141,10 +140,12 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
             "key_positions": P,
         },
     )
-    f.pending = json.dumps({"jaw_rest": J.ravel().tolist(), "skin_hash": bm.surface_hash(obj)})
     return {
         "kind": "face_setup",
         "name": obj.name,
+        # what the object records once the face is written (echoed back by the job's result:
+        # nothing is written on the object before, so a refused set-up changes nothing)
+        "record": {"jaw_rest": J.ravel().tolist(), "skin_hash": bm.surface_hash(obj)},
         "inputs": str(inputs),
         "key_names": names,
         "spacing": float(f.spacing if spacing is None else spacing),
@@ -159,13 +160,13 @@ def discard_job(job: dict) -> None:
 
 
 def on_setup_done(obj: bpy.types.Object, result: dict) -> bool:
-    """Record the face a finished set-up wrote (a cancelled one records nothing). A model of
-    an older face is kept but no longer drives the object (its flesh differs: re-train)."""
+    """Record the face a finished set-up wrote (a cancelled one records nothing) and make the
+    skin Deformable. A model of an older face is kept but no longer drives the object (its
+    flesh differs: re-train)."""
     f = obj.neural_rom.face
-    pending = json.loads(f.pending) if f.pending else {}
-    f.pending = ""
     if not result or result.get("cancelled") or not result.get("path"):
         return False
+    record = result.get("record") or {}
     f.path = store_path(obj, result["path"])
     f.tets, f.nodes = int(result["tets"]), int(result["nodes"])
     f.skull_nodes, f.jaw_nodes = int(result["skull_nodes"]), int(result["jaw_nodes"])
@@ -173,9 +174,10 @@ def on_setup_done(obj: bpy.types.Object, result: dict) -> bool:
     f.used_spacing = float(result.get("spacing", 0.0))
     f.min_dihedral = float(result["min_dihedral_deg"])
     f.mesh_hash = str(result["mesh_hash"])
-    if pending:
-        f.jaw_rest = pending["jaw_rest"]
-        f.skin_hash = pending["skin_hash"]
+    obj.neural_rom.role = "DEFORMABLE"  # a face is: Train and Simulate take it (the CLI's too)
+    if record:
+        f.jaw_rest = record["jaw_rest"]
+        f.skin_hash = record["skin_hash"]
     return True  # a running simulation rebuilds its driver: its key holds the face's hash
 
 
@@ -277,16 +279,13 @@ def build_demo_objects(scene: bpy.types.Scene, name: str, result: dict) -> bpy.t
         kb = skin.shape_key_add(name=facejob.key_name(label, float(angle), bool(held)))
         kb.data.foreach_set("co", np.asarray(P, np.float32).ravel())
     s = skin.neural_rom
-    s.role = "DEFORMABLE"
     s.face.skull, s.face.jaw = skull, jaw
     s.face.spacing = float(result.get("spacing", 0.0))
-    s.face.pending = json.dumps(
-        {
-            "jaw_rest": np.array(jaw.matrix_basis).ravel().tolist(),
-            "skin_hash": bm.surface_hash(skin),
-        }
-    )
-    on_setup_done(skin, result)
+    record = {
+        "jaw_rest": np.array(jaw.matrix_basis).ravel().tolist(),
+        "skin_hash": bm.surface_hash(skin),
+    }
+    on_setup_done(skin, {**result, "record": record})
     return skin
 
 
@@ -321,11 +320,40 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
             del obj[key]
     if result is not None:
         obj[FIT_PROP] = {
-            k: 1000.0 * float(result[k])
-            for k in ("train_error_m", "warm_error_m")
-            if result.get(k) is not None
+            **{
+                k: 1000.0 * float(result[k])  # millimetres, under the result's names
+                for k in (
+                    "train_error_m",
+                    "warm_error_m",
+                    "max_error_val_m",
+                    "held_out_mean_error_m",
+                    "held_out_pca_mean_error_m",
+                )
+                if result.get(k) is not None
+            },
+            "latent": int(codes.shape[1]),
         }
     return names
+
+
+def fit_lines(obj: bpy.types.Object) -> list[str]:
+    """What Train measured of a face's fit, in words (the Face box and ``train`` say these):
+    the training keys' mean skin error, and the held-out keys' (each key's code refitted to
+    its skin): the worst vertex of the worst key, their mean, and the PCA of the training
+    keys with as many dimensions as the latent code beside it."""
+    fit = obj.get(FIT_PROP) or {}
+    lines = []
+    if "train_error_m" in fit:
+        lines.append(f"Training keys: {fit['train_error_m']:.3g} mm mean skin error")
+    if "max_error_val_m" in fit:
+        lines.append(
+            f"Held-out keys: worst {fit['max_error_val_m']:.3g} mm, mean "
+            f"{fit.get('held_out_mean_error_m', 0.0):.3g} mm (PCA-{fit.get('latent', 0)} of "
+            f"the keys {fit.get('held_out_pca_mean_error_m', 0.0):.3g} mm)"
+        )
+    elif fit:
+        lines.append("No key held out ('heldout' in a key's name measures the fit)")
+    return lines
 
 
 def slider_values(obj: bpy.types.Object, count: int) -> np.ndarray:
@@ -451,18 +479,21 @@ def add_markers(
     seed: int = 0,
     vertices=None,
     size: float = 0.004,
+    layout: str = "FACE",
 ) -> list[bpy.types.Object]:
     """Marker empties bound to skin vertices (``vertices``; default the selected vertices of
-    the skin, else ``count`` spread over the front of the face), at the vertices' rest
-    positions, in a collection "<skin> Markers". Animate them (or constrain them to a
-    tracked point) and set Drive to Markers."""
+    the skin, else ``count`` placed by ``layout``, :func:`..core.faceinputs.marker_layout`:
+    by default on the face between brow and chin, denser where the shape keys move it), at
+    the vertices' rest positions, in a collection "<skin> Markers". Animate them (or
+    constrain them to a tracked point) and set Drive to Markers."""
     V = bm.rest_positions(obj.data)
     if vertices is None:
         sel = np.zeros(len(obj.data.vertices), dtype=bool)
         obj.data.vertices.foreach_get("select", sel)
         vertices = np.flatnonzero(sel) if 0 < sel.sum() < len(sel) else None
     if vertices is None:
-        vertices = fi.spread_vertices(V, count, seed)
+        _, F = bm.surface(obj, world=False)
+        vertices = fi.marker_layout(V, F, count, seed, layout, keys=shape_keys(obj)[0])
     vertices = np.asarray(vertices, dtype=np.int64)
     if vertices.size == 0 or vertices.min() < 0 or vertices.max() >= len(V):
         raise NeuralRomError(f"Marker vertices must be skin vertices 0..{len(V) - 1}.")
@@ -564,10 +595,14 @@ def gather_track(
     )
 
 
-def set_solve(sim, solve: str) -> None:
-    """Switch a face runtime (:func:`..core.facejob.face_runtime`) between its reduced and
-    full solve ("REDUCED", "FULL")."""
-    sim.mode = solve.lower()
+def runtime_options(obj: bpy.types.Object) -> dict:
+    """How the face of ``obj`` runs (:func:`..core.facejob.configure_face`): its solve
+    ("reduced", "full") and whether the markers turn the jaw."""
+    f = obj.neural_rom.face
+    return {
+        "solve": f.solve.lower(),
+        "jaw": "markers" if f.drive == "MARKERS" and f.jaw_drive == "MARKERS" else "keyed",
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -599,6 +634,8 @@ class FaceDriver:
                 "last Set Up Face; train again."
             ) from e
         facejob.face_runtime(self.sim, self.model, obj.name)
+        facejob.configure_face(self.sim, runtime_options(obj))
+        self.threads = facejob.tune_threads(self.sim)  # measured here, kept for every frame
         self.n_sliders = int(np.asarray(self.model.arrays["codes"]).shape[1])
         self.key = key  # what the frames depend on besides their inputs (simulate.driver_key)
         self.read_colliders = read_colliders
@@ -616,9 +653,9 @@ class FaceDriver:
         track = gather_track(
             obj, scene, n_sliders=self.n_sliders, read_colliders=self.read_colliders
         )
-        solve = obj.neural_rom.face.solve
-        set_solve(self.sim, solve)
-        sig = fi.track_signature(track) + solve.encode()
+        options = runtime_options(obj)
+        facejob.configure_face(self.sim, options)
+        sig = fi.track_signature(track) + repr(sorted(options.items())).encode()
         hit = self.cache.get(int(frame))
         if hit is not None and hit[0] == sig:
             return hit[1]
@@ -724,7 +761,7 @@ def make_face_simulation_job(
     return {
         "kind": "face_simulate",
         "name": obj.name,
-        "solve": s.face.solve.lower(),
+        **runtime_options(obj),
         "model": str(model),
         "expect_mesh_hash": s.face.mesh_hash,
         **registry.job_fields_of(s.model.method),

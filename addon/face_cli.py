@@ -63,27 +63,28 @@ def cmd_face_setup(args, cli) -> int:
     for obj in cli.select_objects(args.objects):
         f = obj.neural_rom.face
         old = (f.skull, f.jaw)
-        if args.skull:
-            f.skull = _mesh(args.skull, cli.UserError)
-        if args.jaw:
-            f.jaw = _mesh(args.jaw, cli.UserError)
+        skull = _mesh(args.skull, cli.UserError) if args.skull else f.skull
+        jaw = _mesh(args.jaw, cli.UserError) if args.jaw else f.jaw
+        f.skull, f.jaw = skull, jaw
+        name = obj.name
+        recorded = []
+
+        def on_done(result: dict, name: str = name, recorded: list = recorded) -> None:
+            target = bpy.data.objects.get(name)
+            if target is not None and face.on_setup_done(target, result):
+                recorded.append(name)
+
         try:
             spec = face.make_setup_job(obj, scene, spacing=args.spacing)
-        except Exception:
-            f.skull, f.jaw = old  # a refused set-up changes nothing
-            raise
-        cli.say(f"setting up the face of {obj.name}: {len(spec['key_names'])} shape keys")
-        name = obj.name
-
-        def on_done(result: dict, name: str = name) -> None:
-            target = bpy.data.objects.get(name)
-            if target is not None:
-                face.on_setup_done(target, result)
-
-        try:
-            jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
+            cli.say(f"setting up the face of {name}: {len(spec['key_names'])} shape keys")
+            try:
+                jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
+            finally:
+                face.discard_job(spec)
         finally:
-            face.discard_job(spec)
+            if not recorded:  # refused, failed or cancelled: the picks go back (--save)
+                f = bpy.data.objects[name].neural_rom.face
+                f.skull, f.jaw = old
         f = bpy.data.objects[name].neural_rom.face
         cli.say(
             f"{name}: {f.tets} tets ({f.used_spacing * 1000:.1f} mm), {f.skull_nodes} skull and "

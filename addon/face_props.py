@@ -64,6 +64,20 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
         description="Edge of the flesh lattice's cells (m); 0 picks the skin's tallest side / 12",
     )
     drive: EnumProperty(name="Drive", items=DRIVE_ITEMS, default="SLIDERS")
+    jaw_drive: EnumProperty(
+        name="Jaw",
+        items=(
+            (
+                "MARKERS",
+                "From Markers",
+                "The markers turn the jaw too: each frame its hinge angle is solved with the "
+                "expression (a capture gives markers, not jaw keys)",
+            ),
+            ("KEYED", "Keyed", "The jaw object's own animation (rotate it about its hinge)"),
+        ),
+        default="MARKERS",
+        description="What opens the jaw when markers drive the face",
+    )
     solve: EnumProperty(
         name="Solve",
         items=(
@@ -98,7 +112,6 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
     jaw_rest: FloatVectorProperty(
         size=16, description="The jaw's matrix in the skin's local space at set-up (row major)"
     )
-    pending: StringProperty(description="JSON record of the set-up job in flight")
 
 
 CLASSES = (NEURAL_ROM_PG_face,)

@@ -216,6 +216,8 @@ def error_summary(m) -> str:
                 text += f", {1000 * m.projection_mean_error:.3g} mm mean"
             text += ")"
         return text
+    if m.kind == "face":
+        return f"worst held-out key {1000 * m.val_error:.3g} mm (largest vertex error)"
     return f"held-out shape error {1000 * m.val_error:.3g} mm"
 
 

@@ -73,7 +73,7 @@ s; held out 0.035 mm vs PCA-12 0.028; sliders 25.7 fps, markers 9.4 fps.
 Usage::
 
     python bench/active.py [--size bench] [--keys 48] [--held-out 8] [--epochs 15]
-                           [--markers 30] [--frames 48] [--json F]
+                           [--markers 30] [--frames 48] [--threads 1] [--json F]
 """
 
 from __future__ import annotations
@@ -85,10 +85,11 @@ import sys
 import time
 from pathlib import Path
 
-# one BLAS thread, set before numpy starts its pool (bench/common.py's pin_this_process
-# then pins the process to one core)
+# ``--threads N`` BLAS threads (default one), set before numpy starts its pool; with one the
+# process is pinned to one core (bench/common.py's pin_this_process), with more to as many
+_THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ[_var] = "1"
+    os.environ[_var] = str(_THREADS)
 
 import numpy as np  # noqa: E402
 
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
     p.add_argument("--jaw-input", action="store_true", help="the jaw angle as a decoder input")
     p.add_argument("--markers", type=int, default=30)
     p.add_argument("--frames", type=int, default=48)
+    p.add_argument("--threads", type=int, default=1, help="BLAS threads (and cores) to run on")
     p.add_argument("--out", type=Path, default=Path("/tmp/neural_rom_bench_active"))
     p.add_argument("--json", type=Path)
     p.add_argument(
@@ -125,10 +127,13 @@ def main(argv=None) -> int:
         "file (trained by a previous run on the same keys): timings only",
     )
     a = p.parse_args(argv)
-    pin_this_process()
+    if a.threads == 1:
+        pin_this_process()
+    elif hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[-a.threads :]))
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     from neural_rom.training.active import fit
 
     R: dict = {}
@@ -193,8 +198,10 @@ def main(argv=None) -> int:
     mean = D.mean(0)
     _, _, Vt = np.linalg.svd(D - mean, full_matrices=False)
     B = Vt[:d].T  # surface PCA with as many dimensions as the latent
-    rng = np.random.default_rng(0)
-    mv = rng.choice(len(rig.skin_V), a.markers, replace=False)
+    from neural_rom.core.faceinputs import marker_layout
+
+    # where Add Markers puts them: the face, denser where the keys move it
+    mv = marker_layout(rig.skin_V, rig.skin_F, a.markers, 0, keys=keys.positions[tr])
     rows = (3 * mv[:, None] + np.arange(3)).ravel()
     out = []
     for j in ho if not a.model else []:  # with --model: timings only
@@ -301,19 +308,26 @@ def main(argv=None) -> int:
         m_frames.append((P, model.jaw_matrix(ji)))
     mstats = {}
     red_lm = ActiveFace(model, marker_solver="lm")
-    for name, sim in (("full", full), ("reduced", red), ("reduced_lm", red_lm)):
+    red_jaw = ActiveFace(model, jaw_from_markers=True)  # the markers turn the jaw too
+    for name, sim in (
+        ("full", full),
+        ("reduced", red),
+        ("reduced_lm", red_lm),
+        ("reduced_jaw_solved", red_jaw),
+    ):
         if name == "full":
             frames = m_frames[:: max(1, F // 8)]  # the full solve is slow: a sample
         else:
             frames = m_frames
         sim.reset()
-        times, errs, iters, res_f = [], [], [], []
+        times, errs, iters, res_f, jaw_err = [], [], [], [], []
         for P, M in frames:
             t = time.perf_counter()
             rep = sim.step(FrameInputs(markers=Markers(mv, P[mv]), reference_frame=M))
             times.append(time.perf_counter() - t)
             errs.append(_err(sim.skin_positions(), P))
             iters.append(rep.newton_iters)
+            jaw_err.append(abs(sim.model.jaw_angle(sim.jaw) - sim.model.jaw_angle(M)))
             res_f.append(rep.residual)
         mstats[name] = {
             "fps": 1.0 / float(np.mean(times)),
@@ -322,7 +336,9 @@ def main(argv=None) -> int:
             "frames": len(frames),
             "iterations_mean": float(np.mean(iters)),
             "residual_max": float(max(res_f)),
+            "jaw_error_max_deg": float(np.degrees(max(jaw_err))),
         }
+    R["threads"] = a.threads
     R["markers"] = mstats
     print(json.dumps({"markers": mstats}), flush=True)
 

@@ -17,6 +17,7 @@ from .embedding import Embedding, embed_points
 from .errors import MeshError
 from .mesher import tetrahedralize
 from .tetmesh import TetMesh, as_faces, as_points, bbox_diagonal
+from .winding import inside_mesh
 
 __all__ = [
     "build_cage",
@@ -291,9 +292,10 @@ VOID = 1e-3
 
 
 def inside_render_mesh(P, V, F) -> np.ndarray:
-    """Which points lie inside a closed triangle mesh: the parity of a ray's crossings, cast
-    along x, y and z, by majority (a ray through a small hole or along an edge of an open or
-    imperfect render mesh is outvoted).
+    """Which points lie inside a triangle mesh: its generalized winding number above 1/2
+    (:func:`.winding.inside_mesh`), exact for a closed mesh wherever a point lies (on a
+    mirror plane, over a pole, on an edge's line), graceful for an open or imperfect one (a
+    small hole changes the number near the hole only).
 
     Parameters
     ----------
@@ -307,72 +309,7 @@ def inside_render_mesh(P, V, F) -> np.ndarray:
     -------
     (p,) bool array
     """
-    P = as_points(P, "P")
-    V = as_points(V, "V")
-    F = as_faces(F, len(V))
-    votes = np.zeros(len(P), dtype=np.int64)
-    for axis in range(3):
-        votes += _ray_parity(P, V, F, axis)
-    return votes >= 2
-
-
-def _ray_parity(P, V, F, axis: int, chunk: int = 2_000_000) -> np.ndarray:
-    """Odd number of crossings of the ray from each point along ``+axis`` (0/1 per point).
-
-    Triangles are binned by the bounding box of their projection on the other two axes, on a
-    grid of about one triangle per cell, so a point meets only the few triangles over its cell.
-    """
-    u, w = (axis + 1) % 3, (axis + 2) % 3
-    V2, P2 = V[:, [u, w]], P[:, [u, w]]
-    lo, hi = V2.min(0), V2.max(0)
-    cells = max(1, int(math.sqrt(len(F))))
-    size = np.maximum((hi - lo) / cells, 1e-12)
-    tri = V2[F]  # (k, 3, 2)
-    c0 = np.clip(((tri.min(1) - lo) / size).astype(np.int64), 0, cells - 1)
-    c1 = np.clip(((tri.max(1) - lo) / size).astype(np.int64), 0, cells - 1)
-    span = c1 - c0 + 1
-    per_tri = span[:, 0] * span[:, 1]
-    t_ids = np.repeat(np.arange(len(F)), per_tri)
-    k = np.arange(len(t_ids)) - np.repeat(np.cumsum(per_tri) - per_tri, per_tri)
-    cu = c0[t_ids, 0] + k % span[t_ids, 0]
-    cw = c0[t_ids, 1] + k // span[t_ids, 0]
-    cell = cu * cells + cw
-    order = np.argsort(cell, kind="stable")
-    t_sorted = t_ids[order]
-    start = np.searchsorted(cell[order], np.arange(cells * cells + 1))
-    # 2-D barycentric set-up of each triangle's projection
-    a, b, c = tri[:, 0], tri[:, 1], tri[:, 2]
-    det = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (c[:, 0] - a[:, 0]) * (b[:, 1] - a[:, 1])
-    out = np.zeros(len(P), dtype=np.int64)
-    inside_box = np.all((P2 >= lo) & (P2 <= hi), axis=1)
-    pid = np.flatnonzero(inside_box)
-    pc = np.clip(((P2[pid] - lo) / size).astype(np.int64), 0, cells - 1)
-    pcell = pc[:, 0] * cells + pc[:, 1]
-    count = start[pcell + 1] - start[pcell]
-    bounds = np.searchsorted(np.cumsum(count), np.arange(0, count.sum() + chunk, chunk))
-    for s0, s1 in zip(bounds[:-1], bounds[1:]):  # chunks of points, about ``chunk`` pairs each
-        if s1 <= s0:
-            continue
-        cnt = count[s0:s1]
-        q = np.repeat(np.arange(s0, s1), cnt)
-        off = np.arange(len(q)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        t = t_sorted[start[pcell[q]] + off]
-        p = P2[pid[q]]
-        ok = np.abs(det[t]) > 1e-300
-        d = np.where(ok, det[t], 1.0)
-        l1 = (
-            (p[:, 0] - a[t, 0]) * (c[t, 1] - a[t, 1]) - (c[t, 0] - a[t, 0]) * (p[:, 1] - a[t, 1])
-        ) / d
-        l2 = (
-            (b[t, 0] - a[t, 0]) * (p[:, 1] - a[t, 1]) - (p[:, 0] - a[t, 0]) * (b[t, 1] - a[t, 1])
-        ) / d
-        l0 = 1.0 - l1 - l2
-        # half-open barycentric test: a point over a shared edge counts for one triangle
-        hit = ok & (l0 >= 0) & (l1 >= 0) & (l2 > 0) | ok & (l0 > 0) & (l1 >= 0) & (l2 == 0)
-        height = l0 * V[F[t, 0], axis] + l1 * V[F[t, 1], axis] + l2 * V[F[t, 2], axis]
-        cross = hit & (height > P[pid[q], axis])
-        np.add.at(out, pid[q[cross]], 1)
-    return out % 2
+    return inside_mesh(P, V, F)
 
 
 def is_closed(F) -> bool:

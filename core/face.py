@@ -167,8 +167,8 @@ class ShapeKeys:
 def ellipsoid_mesh(center, radii, subdivisions: int) -> tuple[np.ndarray, np.ndarray]:
     """A closed ellipsoid (V (k, 3), F (f, 3)) from an icosphere, metres."""
     V, F = icosphere(1.0, subdivisions)
-    # a generic tilt, so no vertex sits on the planes of symmetry that the inside tests'
-    # axis-aligned rays run along
+    # a generic tilt (from when inside/outside was a ray count that points on a mirror plane
+    # fooled; the winding number needs none): kept, so the demo head stays the same head
     c, s = np.cos(0.3), np.sin(0.3)
     R = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]) @ np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
     return (V @ R.T) * np.asarray(radii) + np.asarray(center), F

@@ -12,7 +12,9 @@ that it is tested here without Blender.
   opened by ``θ`` about the hinge, ``J = R Rx(θ)``, so the frame is ``R Rx(θ) R⁻¹``.
 * **Sliders** (:func:`slider_ranges`, :func:`training_keys`): one per latent coordinate,
   their soft range the training keys' codes padded by half their spread.
-* **Markers** (:func:`spread_vertices`): skin vertices spread by farthest-point sampling.
+* **Markers** (:func:`marker_layout`): skin vertices on the face region (forward-facing,
+  brow to chin), denser where the shape keys move the skin, by weighted farthest-point
+  sampling.
 * **A frame's inputs and a track** (:func:`frame_inputs`, :func:`face_track`,
   :func:`track_signature`): one frame's values mapped into the skin's space, frames
   stacked into a :class:`.simjob.Track`, and the bytes that say whether two tracks are
@@ -98,21 +100,112 @@ def training_keys(held_out, n_codes: int) -> np.ndarray:
     return np.flatnonzero(~np.asarray(held_out, bool))[:n_codes]
 
 
+#: Marker layouts of :func:`marker_layout` (identifier, label, description): the panel's
+#: and the command line's choices.
+MARKER_LAYOUTS = (
+    (
+        "FACE",
+        "Face",
+        "The front of the face between brow and chin, denser where the shape keys move the "
+        "skin (mouth, eyes, brows)",
+    ),
+    ("EVEN", "Even", "Evenly over the front of the face between brow and chin"),
+    ("FRONT", "Front Half", "Evenly over the whole front half of the head"),
+)
+#: Skin facing forward: a vertex normal within this many degrees of -y.
+FRONT_DEG = 65.0
+#: The face's band: from the chin up to this fraction of the chin-to-crown height (the brow
+#: of a human head lies about 2/3 of the way up).
+BROW = 0.72
+
+
+def vertex_normals(V: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """Area-weighted unit vertex normals (n, 3) of the triangle mesh (V, F)."""
+    V = np.asarray(V, float)
+    F = np.asarray(F, np.int64).reshape(-1, 3)
+    fn = np.cross(V[F[:, 1]] - V[F[:, 0]], V[F[:, 2]] - V[F[:, 0]])
+    N = np.zeros_like(V)
+    for k in range(3):
+        np.add.at(N, F[:, k], fn)
+    return N / np.maximum(np.linalg.norm(N, axis=1, keepdims=True), 1e-300)
+
+
+def face_region(V: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """Skin vertices (indices) on the face: facing forward (local -y, within
+    :data:`FRONT_DEG`) and between the chin (the lowest forward-facing vertex) and the brow
+    (:data:`BROW` of the way from it to the crown)."""
+    V = np.asarray(V, float)
+    n = vertex_normals(V, F)
+    front = n[:, 1] < -np.cos(np.radians(FRONT_DEG))
+    if not front.any():
+        return np.zeros(0, np.int64)
+    chin = V[front, 2].min()
+    brow = chin + BROW * (V[:, 2].max() - chin)
+    return np.flatnonzero(front & (V[:, 2] <= brow))
+
+
+def marker_layout(
+    V: np.ndarray,
+    F: np.ndarray,
+    count: int,
+    seed: int,
+    layout: str = "FACE",
+    keys: np.ndarray | None = None,
+) -> np.ndarray:
+    """``count`` skin vertices (indices) for markers, by (weighted) farthest-point sampling.
+
+    Parameters
+    ----------
+    V : (n, 3) rest skin, the skin's local space (the face looks along -y, z up)
+    F : (f, 3) its triangles
+    layout : one of :data:`MARKER_LAYOUTS`: "FACE" (:func:`face_region`, a vertex's
+        distance to the picks weighted by ``0.25 + sqrt(motion)``, ``motion`` its largest
+        displacement over the shape ``keys`` (K, n, 3) relative to the largest anywhere, so
+        the spacing shrinks where the expressions act), "EVEN" (the face region, unweighted),
+        "FRONT" (the front half of the head, local -y of the median)
+    """
+    V = np.asarray(V, float)
+    if layout == "FRONT":
+        pool = np.flatnonzero(V[:, 1] < np.median(V[:, 1]))
+    elif layout in ("FACE", "EVEN"):
+        pool = face_region(V, F)
+    else:
+        raise NeuralRomError(
+            f"Unknown marker layout {layout!r}: pick one of "
+            f"{', '.join(m[0] for m in MARKER_LAYOUTS)}."
+        )
+    weight = np.ones(len(V))
+    if layout == "FACE" and keys is not None and len(keys):
+        motion = np.linalg.norm(np.asarray(keys, float) - V, axis=2).max(0)
+        top = motion[pool].max() if len(pool) else 0.0
+        if top > 0:
+            weight = 0.25 + np.sqrt(motion / top)
+    return _farthest_points(V, pool, weight, count, seed)
+
+
 def spread_vertices(V: np.ndarray, count: int, seed: int, front: bool = True) -> np.ndarray:
     """``count`` indices of skin vertices ``V`` (n, 3) spread by farthest-point sampling from
-    a seeded start, over the front half of the face (local -y, below the median) when
+    a seeded start, over the front half of the head (local -y, below the median) when
     ``front``."""
     V = np.asarray(V, float)
     pool = np.flatnonzero(V[:, 1] < np.median(V[:, 1])) if front else np.arange(len(V))
+    return _farthest_points(V, pool, np.ones(len(V)), count, seed)
+
+
+def _farthest_points(V, pool, weight, count: int, seed: int) -> np.ndarray:
+    """Farthest-point sampling of ``count`` of ``pool``'s vertices from a seeded start, each
+    vertex's distance to the picks scaled by its ``weight`` (a vertex weighing twice as much
+    ends with picks about half as far apart)."""
     if count > len(pool):
         raise NeuralRomError(f"The skin has only {len(pool)} vertices to put {count} markers on.")
     rng = np.random.default_rng(seed)
+    w = weight[pool]
     pick = [int(pool[rng.integers(len(pool))])]
-    d = np.linalg.norm(V[pool] - V[pick[0]], axis=1)
+    d = np.linalg.norm(V[pool] - V[pick[0]], axis=1) * w
     for _ in range(count - 1):
         j = int(np.argmax(d))
         pick.append(int(pool[j]))
-        d = np.minimum(d, np.linalg.norm(V[pool] - V[pool[j]], axis=1))
+        d = np.minimum(d, np.linalg.norm(V[pool] - V[pool[j]], axis=1) * w)
     return np.array(pick)
 
 

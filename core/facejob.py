@@ -107,9 +107,10 @@ def setup_face(spec: dict, *, progress: Callable[[int, str], None] | None = None
     Spec keys: ``inputs`` (npz: ``skin_V``, ``skin_F``, ``skull_V``, ``skull_F``, ``jaw_V``,
     ``jaw_F``, ``jaw_pivot`` (3,), ``jaw_axis`` (3,), ``key_positions`` (K, s, 3); all in the
     skin's local space, metres), ``key_names`` (K names: jaw angles and held-out flags, see the
-    module docstring), ``spacing`` (m; 0: :func:`auto_spacing`), ``out`` (the face file).
+    module docstring), ``spacing`` (m; 0: :func:`auto_spacing`), ``out`` (the face file),
+    ``record`` (what the host records once the face is written; returned as it came).
 
-    Returns :func:`face_stats` and ``path``, ``spacing``, ``seconds``.
+    Returns :func:`face_stats` and ``path``, ``spacing``, ``seconds``, ``record``.
 
     Raises
     ------
@@ -155,6 +156,7 @@ def setup_face(spec: dict, *, progress: Callable[[int, str], None] | None = None
         "path": str(path),
         "spacing": spacing,
         "seconds": time.perf_counter() - t0,
+        "record": spec.get("record", {}),
     }
 
 
@@ -198,11 +200,11 @@ def simulate_face_to_pc2(
     Spec keys: ``name``, ``model``, ``expect_mesh_hash`` (the face's flesh), ``method`` /
     ``method_origin``, ``inputs`` (:func:`core.simjob.write_track`: sliders or markers, the
     jaw as ``reference_frame`` and colliders, all in the skin's local space), ``out``,
-    ``frame_start`` .. ``frame_end``, ``solve`` ("reduced", the default, or "full": the
-    runtime's ``mode``). Each frame is solved with the frame's inputs, from the
+    ``frame_start`` .. ``frame_end``, ``solve`` and ``jaw`` (:func:`configure_face`). Each frame is solved with the frame's inputs, from the
     previous frame's state, as the viewport does. The PC2 is renamed into place once complete.
 
-    Returns ``path``, ``frames``, ``frame_start``, ``step_ms``.
+    Returns ``path``, ``frames``, ``frame_start``, ``step_ms``, ``threads`` (the BLAS threads
+    its frames ran on, :func:`tune_threads`).
     """
     from .pc2 import PC2Writer
     from .simjob import load_model_for, read_track
@@ -216,9 +218,8 @@ def simulate_face_to_pc2(
             f"Frames {first}..{last} are not in the gathered inputs ({f0}..{f0 + len(track) - 1}); "
             "run Bake Simulation again."
         )
-    sim = face_runtime(*load_model_for(spec), name)
-    if spec.get("solve"):
-        sim.mode = str(spec["solve"])
+    sim = configure_face(face_runtime(*load_model_for(spec), name), spec)
+    threads = tune_threads(sim)
     out = Path(spec["out"])
     sim.reset()
     seconds = []
@@ -240,6 +241,7 @@ def simulate_face_to_pc2(
         "frames": last - first + 1,
         "frame_start": first,
         "step_ms": 1000.0 * float(np.mean(seconds)) if seconds else 0.0,
+        "threads": threads,
     }
 
 
@@ -249,6 +251,7 @@ __all__ = [
     "INPUTS_FILE",
     "MeshError",
     "auto_spacing",
+    "configure_face",
     "demo_face",
     "face_runtime",
     "face_stats",
@@ -258,14 +261,37 @@ __all__ = [
     "key_name",
     "setup_face",
     "simulate_face_to_pc2",
+    "tune_threads",
 ]
+
+
+def configure_face(sim, options: dict):
+    """Set a face runtime's ``mode`` from ``options["solve"]`` ("reduced" or "full") and its
+    ``jaw_from_markers`` from ``options["jaw"]`` ("markers": marker frames solve the jaw's
+    hinge angle; "keyed": the jaw is each frame's reference frame); a missing option keeps
+    the runtime's. Returns ``sim``."""
+    if options.get("solve"):
+        sim.mode = str(options["solve"])
+    if options.get("jaw"):
+        if options["jaw"] not in ("markers", "keyed"):
+            raise NeuralRomError(f"jaw must be 'markers' or 'keyed', not {options['jaw']!r}")
+        sim.jaw_from_markers = options["jaw"] == "markers"
+    return sim
+
+
+def tune_threads(sim) -> int | None:
+    """Have a face runtime measure the BLAS thread count its frames solve fastest on
+    (``pick_threads``, where it has one) and keep it; returns the count (None: left as the
+    process runs them)."""
+    pick = getattr(sim, "pick_threads", None)
+    return pick()["threads"] if pick is not None else None
 
 
 def face_runtime(sim, model, name: str):
     """``sim``, checked to be a face runtime by the registry: its model's method trains on a
     face (``Method.trains_on``). A face runtime (:class:`.methods.active.ActiveFace` and any
     method registered with ``trains_on={"face"}``) has ``skin_positions()``,
-    ``fit_latent(...)`` and ``mode`` ("reduced" or "full").
+    ``fit_latent(...)``, ``mode`` ("reduced" or "full") and ``jaw_from_markers``.
 
     Raises NeuralRomError saying what to do for a model of another kind of data.
     """

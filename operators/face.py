@@ -8,6 +8,7 @@ from bpy.props import EnumProperty, IntProperty, StringProperty
 
 from ..addon import face
 from ..core.errors import NeuralRomError
+from ..core.faceinputs import MARKER_LAYOUTS
 from ._common import active_deformable, active_object, fail, launch_job
 
 
@@ -101,8 +102,9 @@ class NEURAL_ROM_OT_add_demo_head(bpy.types.Operator):
 
 
 class NEURAL_ROM_OT_add_markers(bpy.types.Operator):
-    """Add marker empties bound to skin vertices (the selected ones, else spread over the
-    front of the face); animate them and set Drive to Markers"""
+    """Add marker empties bound to skin vertices (the selected ones, else placed by the
+    layout: on the face between brow and chin, denser where the shape keys move it); animate
+    them and set Drive to Markers"""
 
     bl_idname = "neural_rom.add_markers"
     bl_label = "Add Markers"
@@ -110,6 +112,7 @@ class NEURAL_ROM_OT_add_markers(bpy.types.Operator):
 
     count: IntProperty(name="Count", default=30, min=1, soft_max=200)
     seed: IntProperty(name="Seed", default=0, min=0)
+    layout: EnumProperty(name="Layout", items=MARKER_LAYOUTS, default="FACE")
 
     @classmethod
     def poll(cls, context):
@@ -120,7 +123,9 @@ class NEURAL_ROM_OT_add_markers(bpy.types.Operator):
         if obj is None:
             return fail(self, "The active object has no face: Set Up Face first.")
         try:
-            made = face.add_markers(obj, context.scene, count=self.count, seed=self.seed)
+            made = face.add_markers(
+                obj, context.scene, count=self.count, seed=self.seed, layout=self.layout
+            )
         except NeuralRomError as e:
             return fail(self, str(e))
         self.report({"INFO"}, f"Added {len(made)} markers to '{obj.name}'")

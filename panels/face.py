@@ -38,9 +38,9 @@ def draw_face(layout, obj, scene) -> None:
     )
     box.label(text=f"Skull {f.skull_nodes} nodes, jaw {f.jaw_nodes} nodes")
     box.label(text=f"{f.keys} shape keys, {f.held_out} held out")
-    fit = obj.get(face.FIT_PROP)
-    if fit and obj.neural_rom.model.path:
-        box.label(text=f"Fit: {fit.get('train_error_m', 0.0):.3g} mm mean skin error")
+    if obj.neural_rom.model.path:
+        for line in face.fit_lines(obj):
+            box.label(text=line)
     if not obj.neural_rom.model.path:
         return
     col = layout.column()
@@ -56,9 +56,12 @@ def draw_face(layout, obj, scene) -> None:
         if fitted:
             col.label(text=f"'{fitted['key']}': {fitted['mean_mm']:.3g} mm mean error")
     else:
+        col.prop(f, "jaw_drive", expand=True)
         markers = face.markers_of(obj, scene)
         col.label(text=f"{len(markers)} markers", icon="EMPTY_AXIS")
-    col.operator("neural_rom.add_markers", icon="EMPTY_AXIS")
+    col.operator_menu_enum(
+        "neural_rom.add_markers", "layout", text="Add Markers", icon="EMPTY_AXIS"
+    )
 
 
 class NEURAL_ROM_PT_face(bpy.types.Panel):

@@ -191,3 +191,41 @@ def build_cape(
     path = Path(path)
     bpy.ops.wm.save_as_mainfile(filepath=str(path))
     return path
+
+
+def character_accuracy(sim, bakes: list) -> list[dict]:
+    """Per bake replayed from rest as Simulate plays it (bench/snp_cloth.py ``--scene cape``,
+    tests/test_cloth_character.py): the model's max
+    and mean vertex error, the closest shapes' (the floor), the alpha/beta model alone's
+    (eq. 1, the network off) and a cape glued to its owner's (the rest shape carried by the
+    reference frame), metres."""
+    from dataclasses import replace as dc_replace
+
+    from neural_rom.core.clothbake import replay_cloth_bake
+    from neural_rom.core.methods.snp import SNPSimulation
+
+    alone = SNPSimulation(dc_replace(sim.p, net=None), sim.settings)
+    rows = []
+    for b in bakes:
+        x = np.asarray(b.channel("positions"), dtype=np.float64)
+        X = np.asarray(b.X, dtype=np.float64)
+        closest: list = []
+        y = replay_cloth_bake(sim, b, closest=closest)
+        y0 = replay_cloth_bake(alone, b)
+        R = np.asarray(b.channel("reference_frame"), dtype=np.float64)
+        rel = R @ np.linalg.inv(np.asarray(b.meta["reference_rest"], dtype=np.float64))
+        glued = np.einsum("fij,nj->fni", rel[:, :3, :3], X) + rel[:, None, :3, 3]
+        e, ec, e0, eg = (np.linalg.norm(a - x, axis=-1) for a in (y, np.array(closest), y0, glued))
+        rows.append(
+            {
+                "bake": b.path.name,
+                "frames": int(b.n_frames),
+                "diagonal_m": float(np.linalg.norm(X.max(0) - X.min(0))),
+                "max_m": float(e.max()),
+                "mean_m": float(e.mean()),
+                "floor_mean_m": float(ec.mean()),
+                "alone_mean_m": float(e0.mean()),
+                "glued_mean_m": float(eg.mean()),
+            }
+        )
+    return rows

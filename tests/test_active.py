@@ -239,3 +239,86 @@ def test_face_jobs_know_a_face_runtime_by_the_registry(trained, tmp_path):
     linear, lmodel = load_simulator(_linear_model(tmp_path)[0])
     with pytest.raises(NeuralRomError, match="Linear .* not a face model: train it on the face"):
         face_runtime(linear, lmodel, "Face")
+
+
+def test_markers_alone_open_the_jaw(trained):
+    """The issue's capture: markers only (no jaw keys). Marker frames solve the jaw's hinge
+    angle with the code (jaw_from_markers); a jaw-open key comes out within 2x the error of
+    the same markers with the jaw keyed by hand, from a ramp and from one jump."""
+    from neural_rom.core import faceinputs as fi
+
+    rig, keys, _, _, tmp = trained
+    sim, _ = load_simulator(tmp / "b.nrmodel")
+    model = sim.model
+    # the jaw's rates: dx/dtheta of the reduced and the full equilibria against differences
+    z = model.codes[0]
+    for mode in ("reduced", "full"):
+        face = ActiveFace(model, solve=mode, tol=1e-10)
+        xs = []
+        for th in (0.2 - 1e-5, 0.2, 0.2 + 1e-5):
+            jaw = model.jaw_matrix(th)
+            x = face.solve_full(z, jaw).x if mode == "full" else face.solve_reduced(z, jaw)[0]
+            xs.append(x)
+        fd = (xs[2] - xs[0]) / 2e-5
+        an = face._jaw_jacobian(xs[1], z, 0.2, mode)[:, :, 0]
+        rel = np.abs(an - fd).max() / np.abs(fd).max()
+        print(f"\n{mode}: dx/dtheta against central differences {rel:.1e} relative")
+        assert rel < 1e-4
+    mv = fi.marker_layout(rig.skin_V, rig.skin_F, 30, 0, keys=keys.positions)
+    j = int(np.argmax(np.where(keys.held_out, keys.jaw, -1)))  # the widest held-out jaw
+    if keys.jaw[j] < np.radians(10):
+        j = int(np.argmax(keys.jaw))
+    t = keys.positions[j]
+    assert keys.jaw[j] > np.radians(10)
+    out = {}
+    for how in ("keyed", "markers", "markers, one jump"):
+        face = ActiveFace(model, jaw_from_markers=how != "keyed")
+        ramp = [1.0] if "jump" in how else np.linspace(0.25, 1.0, 4)
+        for u in ramp:
+            P = rig.skin_V + u * (t - rig.skin_V)
+            rep = face.step(
+                FrameInputs(
+                    markers=Markers(mv, P[mv]),
+                    reference_frame=model.jaw_matrix(u * keys.jaw[j]) if how == "keyed" else None,
+                )
+            )
+            assert rep.converged
+        out[how] = (skin_error(rig, face.x, t), face.theta)
+    print(
+        f"{keys.names[j]} (jaw {np.degrees(keys.jaw[j]):.2f} deg), 30 markers: "
+        + ", ".join(
+            f"{how} {e * 1000:.4f} mm (jaw {np.degrees(th):.2f} deg)"
+            for how, (e, th) in out.items()
+        )
+    )
+    keyed = out["keyed"][0]
+    for how in ("markers", "markers, one jump"):
+        assert out[how][0] < 2.0 * keyed
+        assert abs(out[how][1] - keys.jaw[j]) < np.radians(2.0)
+    # the jaw keyed stays the default of the runtime; the solved angle is the state's
+    face = ActiveFace(model, jaw_from_markers=True)
+    face.step(FrameInputs(markers=Markers(mv, t[mv])))
+    st = face.get_state()
+    face.reset()
+    face.set_state(st)
+    assert face.theta == st["theta"] != 0.0 and not ActiveFace(model).jaw_from_markers
+
+
+def test_frames_run_on_the_thread_count_measured_fastest(trained):
+    from neural_rom.core.blas import get_blas_threads
+
+    rig, keys, _, _, tmp = trained
+    sim, _ = load_simulator(tmp / "b.nrmodel")
+    sim.step(FrameInputs(sliders=sim.model.codes[0]))
+    state = sim.get_state()
+    before = get_blas_threads()
+    got = sim.pick_threads(counts=(1, 2))
+    print(f"\nbest of 3 (slider + marker frame): {got['seconds']} -> {got['threads']} thread(s)")
+    assert got["threads"] in (1, 2) and sim.threads == got["threads"]
+    assert got["seconds"][got["threads"]] == min(got["seconds"].values())
+    assert get_blas_threads() == before  # the process's own count is put back
+    for k, v in state.items():  # and the face's state
+        np.testing.assert_array_equal(sim.get_state()[k], v)
+    rep = sim.step(FrameInputs(sliders=sim.model.codes[1]))
+    assert rep.converged and get_blas_threads() == before
+    assert ActiveFace(sim.model, solve="full").pick_threads()["threads"] is None

@@ -391,6 +391,36 @@ def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
     sheet.modifiers.remove(sheet.modifiers[export.SIM_MODIFIER_NAME])
 
 
+def test_export_onnx_button_writes_the_step_with_its_linear_normals(trained):
+    """The panel's ONNX button on the sheet's snp model (a cloth model: it has the linear
+    normal model): onnxruntime's step from rest gives the runtime's state, positions and
+    normals (tests/test_onnx_export.py checks the rollout)."""
+    ort = pytest.importorskip("onnxruntime", reason="the exported file is checked in onnxruntime")
+    from neural_rom.addon.paths import load_path
+    from neural_rom.core.frame import IDENTITY
+    from neural_rom.core.methods.snp import linear_normals
+    from neural_rom.core.registry import load_simulator
+
+    bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
+    _select(bpy, sheet)
+    path = tmp / "sheet.onnx"
+    assert bpy.ops.neural_rom.export_onnx(filepath=str(path)) == {"FINISHED"}
+    sim, _ = load_simulator(load_path(sheet.neural_rom.model.path))
+    p = sim.p
+    z = np.stack([sim.z1, sim.z1 + 0.1 * (p.z_hi - p.z_lo)])
+    f = np.stack([p.encoder.lo, p.encoder.hi])
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [o.name for o in s.get_outputs()] == ["z", "positions", "normals"]
+    feeds = {"z_prev": z, "z_prev2": z[::-1], "features": f}
+    got = s.run(None, {k: v.astype(np.float32) for k, v in feeds.items()})
+    want_z = sim.predict_features(z, z[::-1], f)
+    want_y = p.mean + (want_z @ p.U.T).reshape(2, -1, 3)
+    want_n = linear_normals(p.normal_mean, p.normal_basis, want_z, [IDENTITY] * 2)
+    errs = [float(np.abs(g - w).max()) for g, w in zip(got, (want_z, want_y, want_n))]
+    print("ONNX button, float32 vs runtime (z, positions m, normals):", errs)
+    assert max(errs) < 1e-5
+
+
 def test_compare_with_a_held_out_cloth_bake(trained):
     from neural_rom.addon import cli, cloth, compare
 

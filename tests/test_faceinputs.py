@@ -137,3 +137,43 @@ def test_a_track_without_jaw_markers_or_colliders_has_just_sliders():
     assert tr.reference_frame is None and tr.marker_vertices is None
     assert tr.collider_kind.shape == (1, 0) and tr.sliders.tolist() == [[1.0, 2.0]]
     assert np.array_equal(tr.object_matrix[0], np.eye(4))
+
+
+def test_marker_layout_puts_markers_on_the_face_denser_where_the_keys_move():
+    # the head: a UV sphere head; Add Markers spread 24 markers over the whole front
+    # half (10 on the face, the rest on the crown and under the chin)
+    from .test_winding import uv_sphere
+
+    V, F = uv_sphere(0.1, 48, 24, scale=(0.7, 0.95, 1.0))
+    mouth, eyes = (
+        np.array([0, -0.085, -0.04]),
+        np.array([[0.03, -0.08, 0.03], [-0.03, -0.08, 0.03]]),
+    )
+    keys = []
+    for c, amp in ((mouth, 0.006), (eyes[0], 0.003), (eyes[1], 0.003)):
+        bump = np.exp(-np.sum((V - c) ** 2, axis=1) / (2 * 0.015**2))
+        keys.append(V + amp * bump[:, None] * [0, 0, 1])
+    keys = np.array(keys)
+    n = fi.vertex_normals(V, F)
+    np.testing.assert_allclose(np.einsum("ij,ij->i", n, V / np.linalg.norm(V, axis=1)[:, None])
+                               > 0.9, True)  # fmt: skip
+    region = fi.face_region(V, F)
+    chin = V[region, 2].min()
+    brow = chin + fi.BROW * (V[:, 2].max() - chin)
+    near = lambda pick: int((np.linalg.norm(V[pick] - mouth, axis=1) < 0.03).sum())  # noqa: E731
+    counts = {}
+    for layout in ("FACE", "EVEN", "FRONT"):
+        pick = fi.marker_layout(V, F, 24, seed=0, layout=layout, keys=keys)
+        assert len(set(pick.tolist())) == 24
+        on_face = (n[pick, 1] < -np.cos(np.radians(fi.FRONT_DEG))) & (V[pick, 2] <= brow + 1e-12)
+        counts[layout] = (int(on_face.sum()), near(pick))
+        if layout != "FRONT":
+            assert on_face.all()  # none on the crown, none under the chin
+    print(f"\n24 markers (on the face, within 3 cm of the mouth): {counts}")
+    assert counts["FRONT"][0] < 20  # the old layout: the front half of the head
+    assert counts["FACE"][1] >= 1.5 * counts["EVEN"][1]  # denser where the keys move
+    np.testing.assert_array_equal(
+        fi.marker_layout(V, F, 24, seed=0, keys=keys), fi.marker_layout(V, F, 24, 0, keys=keys)
+    )
+    with pytest.raises(NeuralRomError, match="Unknown marker layout 'RING': pick one of FACE"):
+        fi.marker_layout(V, F, 4, 0, "RING")

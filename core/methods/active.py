@@ -121,6 +121,16 @@ class ActiveModel:
         J = self.X[self.jaw_nodes] @ M[:3, :3].T + M[:3, 3]
         return np.concatenate([self.X[self.fixed], J])
 
+    def boundary_rate(self, angle: float) -> np.ndarray:
+        """``d boundary / d angle`` (c, 3) of the jaw opened ``angle`` rad about its hinge
+        (zero on the skull's rows): ``K R (X - pivot)``, ``K`` the hinge axis' cross matrix."""
+        a = self.jaw_axis / np.linalg.norm(self.jaw_axis)
+        K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+        R = self.jaw_matrix(angle)[:3, :3]
+        out = np.zeros((len(self.fixed) + len(self.jaw_nodes), 3))
+        out[len(self.fixed) :] = (self.X[self.jaw_nodes] - self.jaw_pivot) @ (K @ R).T
+        return out
+
     def jaw_angle(self, jaw=None) -> float:
         """The hinge angle (rad) of a jaw 4x4 transform (its rotation about ``jaw_axis``), an
         angle, or None (closed)."""
@@ -343,6 +353,12 @@ class ActiveFace(SimulatorBase):
     marker_jacobian : "broyden" (a marker frame starts from the previous frame's Jacobian of
         the markers with respect to the code and corrects it by secant updates; the exact one
         only after a rejected step) or "exact" (at every accepted step)
+    jaw_from_markers : a marker frame solves the jaw's hinge angle with the code (the markers
+        alone drive the whole face, as a performance capture gives them); the frame's
+        ``reference_frame`` (the jaw keyed by hand) is then ignored. Off: the jaw is the
+        frame's ``reference_frame``
+    threads : BLAS threads of a frame's solve (None: as the process runs them);
+        :meth:`pick_threads` measures the fastest
     marker_solver : "sqp" (reduced solve: the code and the equilibrium by one joint Newton /
         Gauss-Newton iteration, :meth:`fit_markers_sqp`, Levenberg-Marquardt when it does not
         converge) or "lm" (Levenberg-Marquardt, each trial a converged reduced solve)
@@ -366,6 +382,8 @@ class ActiveFace(SimulatorBase):
         marker_jacobian: str = "broyden",
         marker_solver: str = "sqp",
         contact: str = "full",
+        jaw_from_markers: bool = False,
+        threads: int | None = None,
     ) -> None:
         if solve not in ("reduced", "full"):
             raise SimulationError(f"solve must be 'reduced' or 'full', not {solve!r}")
@@ -386,6 +404,8 @@ class ActiveFace(SimulatorBase):
         if contact not in ("full", "reduced"):
             raise SimulationError(f"contact must be 'full' or 'reduced', not {contact!r}")
         self.contact = contact
+        self.jaw_from_markers = bool(jaw_from_markers)
+        self.threads = threads
         self._marker_J = None
         self.fem = TetFEM(model.X, model.T, model.material)
         self.qs = QuasistaticSolver(self.fem, model.constrained, surface=model.skin.matrix)
@@ -467,6 +487,7 @@ class ActiveFace(SimulatorBase):
         self.frame = 0
         self.z = np.zeros(self.model.latent_dim)
         self.jaw = np.eye(4)
+        self.theta = self.fitted_theta = 0.0  # the hinge angle (rad) the markers solved
         self.q = np.zeros(self.model.U.shape[1])
         self.x = self.model.X.copy()
         self.residual = 0.0
@@ -477,6 +498,7 @@ class ActiveFace(SimulatorBase):
             "frame": self.frame,
             "z": self.z.copy(),
             "jaw": self.jaw.copy(),
+            "theta": self.theta,
             "q": self.q.copy(),
             "x": self.x.copy(),
         }
@@ -484,6 +506,7 @@ class ActiveFace(SimulatorBase):
     def set_state(self, state: dict) -> None:
         self.frame = int(state["frame"])
         self.z, self.jaw = np.array(state["z"], float), np.array(state["jaw"], float)
+        self.theta = float(state.get("theta", 0.0))
         self.q, self.x = np.array(state["q"], float), np.array(state["x"], float)
 
     def closest_shape(self, x: np.ndarray) -> np.ndarray:
@@ -510,11 +533,7 @@ class ActiveFace(SimulatorBase):
         m = self.model
         colliders = self.colliders if colliders is None else colliders
         self.sub.set_actions(self.sub_decoder.forward(m.decoder_input(z, jaw)).reshape(-1, 6))
-        bnd = m.boundary(jaw)
-        ujaw = (bnd[self.jaw_rows] - m.X[m.jaw_nodes]).ravel()
-        base = m.X.copy()
-        base.ravel()[self.free] += m.lift @ ujaw
-        base[m.constrained] = bnd
+        base = self._base(jaw)
         U = self.Ufull
         q = (self.q if q0 is None else q0).copy()
         scale = self.qs.force_scale
@@ -573,7 +592,45 @@ class ActiveFace(SimulatorBase):
 
     # ------------------------------------------------------------------ inverse control
 
-    def fit_markers_sqp(self, targets, vertices, weights=None, jaw=None, iters: int = 8):
+    def _base(self, jaw):
+        """Node positions (n, 3) of the zero reduced coordinate with the jaw at ``jaw``: the
+        constrained nodes on their boundary, the free ones lifted by ``G``."""
+        m = self.model
+        bnd = m.boundary(jaw)
+        ujaw = (bnd[self.jaw_rows] - m.X[m.jaw_nodes]).ravel()
+        base = m.X.copy()
+        base.ravel()[self.free] += m.lift @ ujaw
+        base[m.constrained] = bnd
+        return base
+
+    def _base_rate(self, theta: float) -> np.ndarray:
+        """``d base / d theta`` (n, 3) of the jaw opened ``theta`` rad (:meth:`_base`)."""
+        m = self.model
+        rate = m.boundary_rate(theta)
+        out = np.zeros_like(m.X)
+        out.ravel()[self.free] = m.lift @ rate[self.jaw_rows].ravel()
+        out[m.constrained] = rate
+        return out
+
+    def _jaw_force_rate(self, x, z, theta: float, dx: np.ndarray, gr: np.ndarray, eps=1e-6):
+        """``d gr / d theta`` (r,) at fixed reduced coordinates: the reduced force's change
+        when the jaw turns (its nodes and the lift move by ``dx`` per radian; a decoder that
+        takes the jaw changes the actions too), by a forward difference of one gradient pass
+        (``eps`` rad: the force is smooth, the difference agrees with a central one to
+        1e-7 relative on the small head)."""
+        m = self.model
+        if m.jaw_scale:
+            self.sub.set_actions(
+                self.sub_decoder.forward(m.decoder_input(z, theta + eps)).reshape(-1, 6)
+            )
+        g2 = self.reduced_terms(x + eps * dx, self.colliders, False)[1]
+        if m.jaw_scale:
+            self.sub.set_actions(self.sub_decoder.forward(m.decoder_input(z, theta)).reshape(-1, 6))
+        return (g2 - gr) / eps
+
+    def fit_markers_sqp(
+        self, targets, vertices, weights=None, jaw=None, iters: int = 8, theta=None
+    ):
         """Eq. (17) on the reduced problem by Newton / Gauss-Newton iterations on the code and
         the equilibrium together (SQP): each iteration is one pass over the cubature elements
         (reduced gradient and Hessian) and two small solves, where a Levenberg-Marquardt
@@ -590,9 +647,15 @@ class ActiveFace(SimulatorBase):
         with Hessians, 4.1 line-search energies, 1.0 mixed): CPU time per frame 30.9 ->
         14.3 ms, skin error 0.1194 vs 0.1192 mm (``bench/active.py``).
 
-        Returns ``(z, x, q, cost, iterations, reduced residual, converged)``; not converged
-        (a far jump, an indefinite reduced Hessian): the caller falls back to
-        :meth:`fit_latent`.
+        With ``theta`` (the previous frame's hinge angle, rad) the jaw's angle is an unknown
+        too: ``x = base(theta) + U q``, the markers move with ``base`` directly
+        (``S dbase/dtheta``) and through the equilibrium (``Hr dq = -Bt dtheta``, ``Bt`` the
+        reduced force's rate, :meth:`_jaw_force_rate`, one gradient pass an iteration); the
+        same pull ``rho`` holds it to the previous frame's angle. ``jaw`` is then ignored.
+
+        Returns ``(z, x, q, cost, iterations, reduced residual, converged, theta)``
+        (``theta`` None without); not converged (a far jump, an indefinite reduced Hessian):
+        the caller falls back to :meth:`fit_latent`.
         """
         m = self.model
         v = np.asarray(vertices)
@@ -604,22 +667,26 @@ class ActiveFace(SimulatorBase):
         z_prev = self.z.copy()
         rho = self.marker_pull
         d = len(z_prev)
-        bnd = m.boundary(jaw)
-        ujaw = (bnd[self.jaw_rows] - m.X[m.jaw_nodes]).ravel()
-        base = m.X.copy()
-        base.ravel()[self.free] += m.lift @ ujaw
-        base[m.constrained] = bnd
+        solve_jaw = theta is not None
+        th_prev = float(theta) if solve_jaw else 0.0
+        th = th_prev
+        if not solve_jaw:
+            base = self._base(jaw)
         scale = self.qs.force_scale
         wrep = np.repeat(self.w, 6)
         z, q = z_prev.copy(), self.q.copy()
         small, res_prev = False, np.inf
         for it in range(iters + 1):
+            if solve_jaw:
+                jaw = m.jaw_matrix(th)
+                base = self._base(jaw)
             self.sub.set_actions(self.sub_decoder.forward(m.decoder_input(z, jaw)).reshape(-1, 6))
             x = base + (self.Ufull @ q).reshape(-1, 3)
             _, gr, Hr = self.reduced_terms(x, self.colliders, True)
             res = float(np.abs(gr).max() / scale)
             rm = sw * ((S @ x).ravel() - t)
-            cost = float(rm @ rm) + rho * float((z - z_prev) @ (z - z_prev))
+            pull = float((z - z_prev) @ (z - z_prev)) + (th - th_prev) ** 2
+            cost = float(rm @ rm) + rho * pull
             if not np.isfinite(res) or res > 1.0 or res > 10.0 * res_prev:
                 break  # far from an equilibrium, or diverging: no step without a line search
             res_prev = res
@@ -628,25 +695,34 @@ class ActiveFace(SimulatorBase):
             if it == 0:  # a chord method: the frame's first Br serves its later iterations
                 Jd = self.sub_decoder.jacobian(m.decoder_input(z, jaw))[:, :d]
                 Br = ((self.sub.mixed_hessian(x).T @ self.Ufull).T * wrep) @ Jd  # (r, d)
+            B, G0 = Br, None
+            if solve_jaw:  # the jaw's column: its rate changes with the angle, so every time
+                dx = self._base_rate(th)
+                B = np.column_stack([Br, self._jaw_force_rate(x, z, th, dx, gr)])
+                G0 = sw * (S @ dx).ravel()  # the markers ride on the lifted jaw directly
             try:
                 cf = sla.cho_factor(Hr)
             except np.linalg.LinAlgError:
                 break
             a = -sla.cho_solve(cf, gr)
-            Jq = -sla.cho_solve(cf, Br)
+            Jq = -sla.cho_solve(cf, B)
             c = rm + Jm @ a
             G = Jm @ Jq
-            A = G.T @ G + rho * np.eye(d)
-            dz = -sla.solve(A, G.T @ c + rho * (z - z_prev), assume_a="pos")
-            pred = float(np.sum((c + G @ dz) ** 2)) + rho * float(
-                (z + dz - z_prev) @ (z + dz - z_prev)
-            )
-            small = abs(float(c @ c) + rho * float((z - z_prev) @ (z - z_prev)) - pred) < (
+            if solve_jaw:
+                G[:, -1] += G0
+            k = G.shape[1]
+            off = np.append(z - z_prev, th - th_prev)[:k]
+            A = G.T @ G + rho * np.eye(k)
+            dv = -sla.solve(A, G.T @ c + rho * off, assume_a="pos")
+            pred = float(np.sum((c + G @ dv) ** 2)) + rho * float((off + dv) @ (off + dv))
+            small = abs(float(c @ c) + rho * float(off @ off) - pred) < (
                 self.marker_rtol * max(pred, 1e-300)
             )
-            z, q = z + dz, q + a + Jq @ dz
+            z, q = z + dv[:d], q + a + Jq @ dv
+            if solve_jaw:
+                th = th + float(dv[-1])
         ok = res < self.tol and small
-        return z, x, q, cost, it, res, ok
+        return z, x, q, cost, it, res, ok, (th if solve_jaw else None)
 
     def fit_latent(
         self,
@@ -659,6 +735,7 @@ class ActiveFace(SimulatorBase):
         z0=None,
         pull=None,
         iters=None,
+        theta0=None,
     ):
         """Eq. (17): the code whose equilibrium's skin best matches ``targets``.
 
@@ -668,6 +745,9 @@ class ActiveFace(SimulatorBase):
         weights : (p,) marker weights
         mode : "reduced" or "full" (the runtime's solve by default)
         pull : ``rho``, the pull toward ``z0`` (m^2 per unit code)
+        theta0 : the jaw's hinge angle (rad) to start from when the fit solves it too (the
+            same pull holds it there, per radian); ``jaw`` is then ignored and the fitted
+            angle is left in ``fitted_theta``
 
         Returns ``(z, x, cost, iterations)``.
         """
@@ -680,26 +760,33 @@ class ActiveFace(SimulatorBase):
         sw = np.sqrt(w)[:, None]
         t = np.asarray(targets, float).reshape(-1, 3)
         z0 = self.z if z0 is None else np.asarray(z0, float)
+        d = len(z0)
+        solve_jaw = theta0 is not None
+        v0 = np.append(z0, float(theta0)) if solve_jaw else z0
         rho = self.marker_pull if pull is None else pull
         state = {"x": self.x, "q": self.q, "z": None}
 
-        def rj(z):
+        def rj(v):
+            z = v[:d]
+            jv = m.jaw_matrix(float(v[d])) if solve_jaw else jaw
             if mode == "full":
-                x = self.solve_full(z, jaw, x0=state["x"]).x
+                x = self.solve_full(z, jv, x0=state["x"]).x
             else:
-                x, q, _, res = self.solve_reduced(z, jaw, q0=state["q"])
+                x, q, _, res = self.solve_reduced(z, jv, q0=state["q"])
                 state["q"], state["res"] = q, res
-            state["x"], state["z"] = x, z.copy()
-            r = np.concatenate([(sw * (S @ x - t)).ravel(), np.sqrt(rho) * (z - z0)])
+            state["x"], state["z"] = x, v.copy()
+            r = np.concatenate([(sw * (S @ x - t)).ravel(), np.sqrt(rho) * (v - v0)])
 
             def jacobian():  # only at accepted steps
                 if mode == "full":
-                    Jx = self.full_jacobian(x, z, self.colliders, jaw)  # (n, 3, d)
+                    Jx = self.full_jacobian(x, z, self.colliders, jv)  # (n, 3, d)
                 else:
-                    Jx = (self.Ufull @ self.reduced_jacobian(x, z, jaw)).reshape(len(x), 3, -1)
+                    Jx = (self.Ufull @ self.reduced_jacobian(x, z, jv)).reshape(len(x), 3, -1)
+                if solve_jaw:
+                    Jx = np.concatenate([Jx, self._jaw_jacobian(x, z, float(v[d]), mode)], 2)
                 Jp = (S @ Jx.reshape(len(x), -1)).reshape(S.shape[0], 3, -1)
                 return np.concatenate(
-                    [(sw[:, :, None] * Jp).reshape(-1, len(z)), np.sqrt(rho) * np.eye(len(z))]
+                    [(sw[:, :, None] * Jp).reshape(-1, len(v)), np.sqrt(rho) * np.eye(len(v))]
                 )
 
             return r, jacobian
@@ -708,6 +795,7 @@ class ActiveFace(SimulatorBase):
         # markers are the same vertices with the same weights
         key = (
             mode,
+            solve_jaw,
             S.shape[0],
             hash(np.asarray(vertices).tobytes()) if vertices is not None else None,
             hash(w.tobytes()),
@@ -721,15 +809,19 @@ class ActiveFace(SimulatorBase):
             and self._marker_J[0] == key
         ):
             J0 = self._marker_J[1]
-        z, cost, it, J = levenberg_marquardt(
+        v, cost, it, J = levenberg_marquardt(
             rj,
-            z0,
+            v0,
             iters=iters or self.marker_iters,
             rtol=self.marker_rtol if iters is None else 1e-6,
             J0=J0,
         )
         self._marker_J = (key, J)
-        if not np.array_equal(state["z"], z):  # the last trial was a rejected step
+        z = v[:d]
+        if solve_jaw:
+            self.fitted_theta = float(v[d])
+            jaw = m.jaw_matrix(self.fitted_theta)
+        if not np.array_equal(state["z"], v):  # the last trial was a rejected step
             if mode == "full":
                 state["x"] = self.solve_full(z, jaw, x0=state["x"]).x
             else:
@@ -739,9 +831,74 @@ class ActiveFace(SimulatorBase):
             self._fit_res = state["res"]
         return z, state["x"], cost, it
 
+    def _jaw_jacobian(self, x, z, theta: float, mode: str) -> np.ndarray:
+        """``dx/dtheta`` (n, 3, 1) at the equilibrium ``x`` of code ``z`` with the jaw open
+        ``theta`` rad: the jaw's nodes turn, the free nodes answer (the reduced solve: the lift
+        and ``U dq``, ``Hr dq = -d gr/d theta``; the full one: ``H dx_f = -d g_f/d theta``)."""
+        m = self.model
+        if mode == "full":
+            qs, eps = self.qs, 1e-6
+            dx = np.zeros_like(x)
+            dx[m.constrained] = m.boundary_rate(theta)
+            actions = m.actions(z, theta)
+            g = qs.gradient(x, self.colliders).ravel()[qs.free]
+            if m.jaw_scale:
+                qs.fem.set_actions(m.actions(z, theta + eps))
+            g2 = qs.gradient(x + eps * dx, self.colliders).ravel()[qs.free]
+            qs.fem.set_actions(actions)
+            lu = spla.splu(qs.hessian(x, self.colliders, None))
+            dx.ravel()[qs.free] = -lu.solve((g2 - g) / eps)
+            return dx[:, :, None]
+        self.sub.set_actions(self.sub_decoder.forward(m.decoder_input(z, theta)).reshape(-1, 6))
+        _, gr, Hr = self.reduced_terms(x, self.colliders, True)
+        dx = self._base_rate(theta)
+        dq = -sla.solve(Hr, self._jaw_force_rate(x, z, theta, dx, gr), assume_a="sym")
+        return (dx + (self.Ufull @ dq).reshape(-1, 3))[:, :, None]
+
     # ------------------------------------------------------------------ frame
 
+    def pick_threads(self, counts=None) -> dict:
+        """Set :attr:`threads` to the BLAS thread count under which this face's frames solve
+        fastest, measured here (:func:`core.blas.fastest_threads`): a slider frame and a marker
+        frame (30 skin vertices at a training key's equilibrium, the jaw as the runtime
+        drives it), from rest, each count three times, the state put back after (the reduced
+        solve only: the full one is left as the process runs it). Small faces
+        solve fastest on one thread (the BLAS's thread start-up outweighs the small products)
+        and a busy machine makes it worse; the measurement, not the size, decides.
+
+        Returns :func:`core.blas.fastest_threads`'s ``{"threads", "seconds"}``."""
+        from ..blas import fastest_threads
+
+        m = self.model
+        if self.mode != "reduced":  # seconds a frame, sparse factorizations: nothing to gain
+            return {"threads": None, "seconds": {}}
+        state, threads = self.get_state(), self.threads
+        z = m.codes[min(1, len(m.codes) - 1)]
+        skin = m.skin.apply(self.solve_reduced(z, None, q0=np.zeros_like(self.q))[0])
+        v = np.linspace(0, len(skin) - 1, min(30, len(skin))).astype(np.int64)
+        self.threads = None
+
+        def frames():
+            self.reset()
+            self.step(FrameInputs(sliders=z))
+            self.reset()
+            self.step(FrameInputs(markers=Markers(v, skin[v])))
+
+        try:
+            found = fastest_threads(frames, counts)
+        finally:
+            self.set_state(state)
+            self._marker_J = None
+        self.threads = found["threads"] or threads
+        return found
+
     def step(self, inputs: FrameInputs | None = None) -> StepReport:
+        from ..blas import blas_threads
+
+        with blas_threads(self.threads):
+            return self._step(inputs)
+
+    def _step(self, inputs: FrameInputs | None = None) -> StepReport:
         import time
 
         t0 = time.perf_counter()
@@ -753,18 +910,26 @@ class ActiveFace(SimulatorBase):
         rep = StepReport()
         if inputs.markers is not None:
             mk: Markers = inputs.markers
+            theta = self.theta if self.jaw_from_markers else None
             ok = False
             if self.mode == "reduced" and self.marker_solver == "sqp":
-                z, x, q, _, rep.newton_iters, res, ok = self.fit_markers_sqp(
-                    mk.positions, mk.vertices, mk.weights, self.jaw
+                z, x, q, _, rep.newton_iters, res, ok, th = self.fit_markers_sqp(
+                    mk.positions, mk.vertices, mk.weights, self.jaw, theta=theta
                 )
                 if ok:
                     self.z, self.q, self._fit_res = z, q, res
             if not ok:
                 self.z, x, _, its = self.fit_latent(
-                    mk.positions, vertices=mk.vertices, weights=mk.weights, jaw=self.jaw
+                    mk.positions,
+                    vertices=mk.vertices,
+                    weights=mk.weights,
+                    jaw=self.jaw,
+                    theta0=theta,
                 )
                 rep.newton_iters += its
+                th = self.fitted_theta if theta is not None else None
+            if th is not None:  # the markers turned the jaw
+                self.theta, self.jaw = th, self.model.jaw_matrix(th)
         elif inputs.sliders is not None:
             z = np.zeros(self.model.latent_dim)
             s = np.asarray(inputs.sliders, float).reshape(-1)[: len(z)]
