@@ -33,12 +33,12 @@ def swing(tmp_path_factory):
 def test_shen_replays_a_held_out_bake_with_animated_pins(swing):
     """Shen 3 + 2 against PCA with 5 modes (the linear method at k = 5), the same held-out
     bake replayed with its pin targets and pokes; the model's pins follow their targets.
-    Measured (numpy 1.26): Shen 299.4 / 155.0 mm max / mean, closest shapes 47.2 mm; PCA-5
-    331.6 / 159.8 mm, closest shapes 53.1 (0.90x in replay; both about 6x their closest
-    shapes: at 5 DOFs this bar is too stiff in dynamics, PCA-12 replays at 73 mm). With eq.
-    (10) in the moving frame instead of the variational step Shen replayed 301.9 mm (247.9
-    on numpy 2.4). The bound: no worse than PCA at equal DOFs (a 10% margin here; two other
-    trainings, each on its own held-out bake, 54 and 362 mm)."""
+    Measured (numpy 1.26): Shen 293.6 / 154.0 mm max / mean, closest shapes 47.2 mm; PCA-5
+    331.6 / 159.8 mm, closest shapes 53.1 (0.89x in replay; both about 6x their closest
+    shapes: at 5 DOFs this bar is too stiff in dynamics, PCA-12 replays at 73 mm); numpy 2.4:
+    240.5 mm (0.73x). With eq. (10) in the moving frame instead of the variational step Shen
+    replayed 301.9 mm (247.9 on numpy 2.4). The bound: no worse than PCA at equal DOFs (an
+    11% margin here; two other trainings, each on its own held-out bake, 54 and 362 mm)."""
     from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
     from neural_rom.training.linear import LinearSettings, train_linear
