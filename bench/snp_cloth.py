@@ -113,14 +113,7 @@ def blender_cloth_step(blend: Path, self_collision: bool, frames: int) -> float:
     for f, y in ((1, -0.6), (frames // 2, 0.05), (frames, -0.6)):
         ball.location = (0.0, y, 1.0)
         ball.keyframe_insert("location", frame=f)
-    scene.frame_set(1)
-    times = []
-    for f in range(2, frames + 1):
-        t0 = time.perf_counter()
-        scene.frame_set(f)
-        sheet.evaluated_get(bpy.context.evaluated_depsgraph_get())
-        times.append(time.perf_counter() - t0)
-    return float(np.mean(times))
+    return _frame_seconds(scene, sheet, frames)
 
 
 def blender_cape_step(blend: Path, frames: int) -> float:
@@ -132,12 +125,19 @@ def blender_cape_step(blend: Path, frames: int) -> float:
     scene = bpy.context.scene
     cape = bpy.data.objects["Cape"]
     next(m for m in cape.modifiers if m.type == "CLOTH").point_cache.frame_end = frames + 1
+    return _frame_seconds(scene, cape, frames)
+
+
+def _frame_seconds(scene, obj, frames: int) -> float:
+    """Mean seconds of ``scene.frame_set`` of frames 2 .. ``frames`` with ``obj`` evaluated."""
+    import bpy
+
     scene.frame_set(1)
     times = []
     for f in range(2, frames + 1):
         t0 = time.perf_counter()
         scene.frame_set(f)
-        cape.evaluated_get(bpy.context.evaluated_depsgraph_get())
+        obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
         times.append(time.perf_counter() - t0)
     return float(np.mean(times))
 
