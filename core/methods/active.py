@@ -687,8 +687,9 @@ class ActiveFace(SimulatorBase):
             rm = sw * ((S @ x).ravel() - t)
             pull = float((z - z_prev) @ (z - z_prev)) + (th - th_prev) ** 2
             cost = float(rm @ rm) + rho * pull
-            if not np.isfinite(res) or res > 1.0 or res > 10.0 * res_prev:
+            if not np.isfinite(res) or res > 1.0 or res > max(10.0 * res_prev, 1e-2):
                 break  # far from an equilibrium, or diverging: no step without a line search
+                # (from an equilibrium, 1e-7, a code step may leave 1e-3: that is no divergence)
             res_prev = res
             if (res < self.tol and small) or it == iters:
                 break
