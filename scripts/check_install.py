@@ -136,13 +136,7 @@ def main(argv: list[str] | None = None) -> int:
          "--save"],
         ["simulate", "--out", str(pc2), "--save"],
     ]  # fmt: skip
-    codes = []
-    for step in steps:
-        codes.append(cli.main(step))
-        if codes[-1] != 0:
-            break
-    report["exit_codes"] = codes
-    if codes == [0] * len(steps):
+    if run_steps(cli, steps, report):
         bpy.ops.wm.open_mainfile(filepath=str(blend))
         s = bpy.data.objects["Ball"].neural_rom
         report["tets"] = int(s.tets_count)
@@ -156,7 +150,18 @@ def main(argv: list[str] | None = None) -> int:
         report["finite"] = bool(np.isfinite(frames).all())
         report["last_frame_sum"] = float(frames[-1].astype(np.float64).sum())
     print("check_install: " + json.dumps(report))
-    return 0 if codes == [0] * len(steps) else 1
+    return 0 if report["exit_codes"] == [0] * len(steps) else 1
+
+
+def run_steps(cli, steps: list[list[str]], report: dict) -> bool:
+    """Run the CLI commands ``steps`` until one fails; their exit codes go into ``report``.
+    True when all passed."""
+    codes = report["exit_codes"] = []
+    for step in steps:
+        codes.append(cli.main(step))
+        if codes[-1] != 0:
+            return False
+    return True
 
 
 def check_scene(bpy, cli, scene: Path, work: Path, report: dict) -> int:
@@ -172,13 +177,7 @@ def check_scene(bpy, cli, scene: Path, work: Path, report: dict) -> int:
         ["simulate", "--out", str(work / "simulated"), "--save"],
         ["compare", "--json", str(work / "compare.json")],
     ]
-    codes = []
-    for step in steps:
-        codes.append(cli.main(step))
-        if codes[-1] != 0:
-            break
-    report["exit_codes"] = codes
-    if codes == [0] * len(steps):
+    if run_steps(cli, steps, report):
         bpy.ops.wm.open_mainfile(filepath=str(blend))
         found = json.loads((work / "compare.json").read_text())
         rows = found["bakes"]
@@ -193,7 +192,7 @@ def check_scene(bpy, cli, scene: Path, work: Path, report: dict) -> int:
                     "compare": [r for r in rows if r.get("object") == obj.name],
                 }
     print("check_install: " + json.dumps(report))
-    return 0 if codes == [0] * len(steps) else 1
+    return 0 if report["exit_codes"] == [0] * len(steps) else 1
 
 
 if __name__ == "__main__":
