@@ -208,7 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
             "the frames an uninterrupted bake gives; a complete one is kept; one baked with other "
             "settings or on another mesh starts over. Each object bakes its own scenario, "
             "frames and material (the panel's Training Scenario box); the scenarios and their "
-            "defaults, sized from the object, are below.",
+            "defaults, sized from the object, are below. When the object is pinned and "
+            "animated (itself, a parent, or the bone of an armature it hangs from), each "
+            "variant's pins are drawn from that animation (--motion, default auto: the "
+            "action and NLA strips from the scene's start frame on, and other actions made "
+            "for the object), perturbed with the variant's seed: a time warp (0.6-1.5x speed "
+            "with smooth changes), a stop and start in half the variants, the swing's "
+            "amplitude (0.6-1.4x) and travel (0.7-1.3x) scaled, a slow turn about the "
+            "vertical; the scenario's pokes, pushes and colliders come on top. Variants are "
+            "different motions, so a bake Train holds out is a motion no training bake "
+            "contains. Each bake records what it drew (info lists it).",
             80,
         ),
         epilog=_scenarios_epilog(),
@@ -225,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="number of scenario variants (overrides the object's)",
+    )
+    bake.add_argument(
+        "--motion",
+        choices=("auto", "animation", "scenario"),
+        help="how the pins move: 'animation' draws each variant from the object's animation, "
+        "perturbed; 'scenario' follows the animation as it plays, the same in every variant; "
+        "'auto' the first when the object is pinned and animated (default: the object's "
+        "Motion setting, auto)",
     )
     bake.add_argument(
         "--shard",
@@ -777,6 +794,7 @@ def cmd_bake(args) -> int:
             variants=args.variants,
             restart=args.restart,
             processes=args.processes,
+            motion=args.motion,
         )
         spec["shard"] = list(args.shard)
         for warning in spec.get("warnings") or ():
@@ -799,6 +817,9 @@ def cmd_bake(args) -> int:
             target = bpy.data.objects.get(name)
             if target is not None:
                 bakes.on_bake_done(target, result)
+                for rec in target.neural_rom.bakes:
+                    if rec.motion:
+                        _out(f"{name}: {rec.name}: pins drawn from {rec.motion}")
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK

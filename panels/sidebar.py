@@ -222,8 +222,13 @@ class NEURAL_ROM_PT_scenario(_FemSub, bpy.types.Panel):
         row.prop(s, "frames")
         row.prop(s, "seed")
         col.prop(s, "variants")
+        col.prop(s, "bake_motion")
         box = col.box()
         from ..core.scenarios import describe
+
+        if s.bake_motion != "scenario" and s.pin_group:
+            box.label(text="Pins: each variant drawn from the animation when it has one,")
+            box.label(text="perturbed (speed, stops, amplitude, turns); the scenario on top.")
 
         # what the bake will do, in words (Blender labels do not wrap: one sentence a line)
         for sentence in describe(s.scenario_dict()).replace("; ", ";. ").split(". "):
@@ -268,6 +273,9 @@ class NEURAL_ROM_PT_bake(_FemSub, bpy.types.Panel):
                 text=f"Status: {rec.status}",
                 icon="CHECKMARK" if rec.status == "complete" else "ERROR",
             )
+            if rec.motion:  # the variant's pins drawn from the animation: which, how
+                for i, part in enumerate(rec.motion.split(", ")):
+                    box.label(text=("Pins: " if i == 0 else "  ") + part, icon="NONE")
             stale = rec.tets_hash != s.tets_hash or rec.source_hash != s.source_hash
             if stale:
                 box.label(text="Stale: the mesh or tets changed, re-bake", icon="ERROR")
