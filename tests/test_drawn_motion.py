@@ -145,3 +145,84 @@ def test_a_drawn_spec_is_baked_by_variant_and_needs_its_pins():
     spec = B.BakeSpec(**base, pinned=[0], motion={**motion, "pins": [X[0].tolist()]})
     with pytest.raises(NeuralRomError, match="bake_variants"):
         B.setup_scenario(X, T, spec)
+
+
+# ---------------------------------------------------------------------------- in Blender
+
+from .blender_fixtures import addon  # noqa: E402, F401 (pytest fixture)
+
+
+def _pinned_cube(bpy, name="Bar"):
+    bpy.ops.mesh.primitive_cube_add(size=0.4, location=(0.0, 0.0, 0.0))
+    obj = bpy.context.object
+    obj.name = name
+    group = obj.vertex_groups.new(name="Top")
+    group.add([v.index for v in obj.data.vertices if v.co.z > 0], 1.0, "REPLACE")
+    obj.neural_rom.role = "DEFORMABLE"
+    obj.neural_rom.pin_group = "Top"
+    return obj
+
+
+def _key_swing(target, path, frames=((1, 0.0), (12, 0.5), (24, -0.4), (36, 0.0))):
+    for f, a in frames:
+        target.rotation_euler = (a, 0.0, 0.0)
+        target.keyframe_insert(path, frame=f)
+
+
+def test_bake_draws_from_the_objects_keys_and_from_a_bones(addon):
+    """The source is the object's world frame over its animation: its own keys, or the pose
+    of the armature bone it hangs from; the scene's frame is kept."""
+    from neural_rom.addon import bakes
+
+    bpy = addon.bpy
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_current = 1, 7
+    obj = _pinned_cube(bpy)
+    _key_swing(obj, "rotation_euler")
+    drawn = bakes.drawn_motion(obj, scene, "auto", 1)
+    assert scene.frame_current == 7
+    (src,) = drawn["sources"]
+    assert src["name"] == "animation" and src["frames"] == [1, 36]
+    scene.frame_set(12)
+    np.testing.assert_allclose(src["track"][11], np.array(obj.matrix_world), atol=1e-6)
+
+    bpy.ops.object.armature_add(location=(1.0, 0.0, 0.0))
+    rig = bpy.context.object
+    other = _pinned_cube(bpy, "Hung")
+    other.parent, other.parent_type, other.parent_bone = rig, "BONE", "Bone"
+    rig.pose.bones["Bone"].rotation_mode = "XYZ"
+    _key_swing(rig.pose.bones["Bone"], "rotation_euler")
+    (src,) = bakes.drawn_motion(other, scene, "animation", 1)["sources"]
+    track = np.asarray(src["track"])
+    scene.frame_set(24)
+    M = np.array(other.matrix_world)
+    np.testing.assert_allclose(track[23][:3, 3], M[:3, 3], atol=1e-6)
+    assert np.abs(track[:, :3, 3] - M[:3, 3]).max() > 0.1  # it moves
+
+
+def test_bake_motion_refusals_and_the_default_scenario(addon):
+    from neural_rom.addon import bakes
+
+    bpy = addon.bpy
+    scene = bpy.context.scene
+    still = _pinned_cube(bpy, "Still")
+    assert bakes.drawn_motion(still, scene, "auto", 1) is None  # not animated: the scenario
+    with pytest.raises(NeuralRomError, match="has no animation to draw"):
+        bakes.drawn_motion(still, scene, "animation", 1)
+    _key_swing(still, "rotation_euler")
+    assert bakes.drawn_motion(still, scene, "scenario", 1) is None
+    still.neural_rom.pin_group = ""
+    assert bakes.drawn_motion(still, scene, "auto", 1) is None  # no pins: nothing to move
+    with pytest.raises(NeuralRomError, match="pick a Pin Group"):
+        bakes.drawn_motion(still, scene, "animation", 1)
+    with pytest.raises(NeuralRomError, match="use auto, animation, scenario"):
+        bakes.drawn_motion(still, scene, "walk", 1)
+
+
+def test_bake_help_says_what_the_variants_are(addon, capsys):
+    from neural_rom.addon import cli
+
+    assert cli.main(["bake", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "each variant's pins are drawn from that animation" in text
+    assert "--motion {auto,animation,scenario}" in text
