@@ -258,13 +258,13 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
     The source is the object's rigid world frame (its own animation, its parents', the bone
     it hangs from) over the animation in the file from the bake's first frame ``start`` on
     (action and NLA strips), then over each other action made for it
-    (:func:`.clothbake.owner_animation`). The scene's current frame is kept.
+    (:func:`.animation.owner_animation`). The scene's current frame is kept.
 
     Raises NeuralRomError (nothing changed) for an unknown mode, or for "animation" on an
     object without pins or without animation.
     """
     from ..core.motion import Perturbation
-    from .clothbake import owner_animation
+    from .animation import owner_animation
 
     if mode not in MOTIONS:
         raise NeuralRomError(f"Unknown bake motion {mode!r}: use {', '.join(MOTIONS)}.")

@@ -250,7 +250,9 @@ def motion_distance(
     return best / scale
 
 
-def draw_pins(motion: dict, frames: int, dt: float, seed: int, variant: int) -> tuple[np.ndarray, dict]:
+def draw_pins(
+    motion: dict, frames: int, dt: float, seed: int, variant: int
+) -> tuple[np.ndarray, dict]:
     """Variant ``variant``'s pin targets drawn from the user's animation (FEM bakes).
 
     The pins ride on the source's rigid frame: each variant takes source ``variant`` modulo
@@ -276,7 +278,10 @@ def draw_pins(motion: dict, frames: int, dt: float, seed: int, variant: int) -> 
         raise MotionError("the motion has no source animation to draw from.")
     src = sources[int(variant) % len(sources)]
     settings = Perturbation(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in (motion.get("perturbation") or {}).items()}
+        **{
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in (motion.get("perturbation") or {}).items()
+        }
     )
     rng = np.random.default_rng([int(seed), int(variant), 1])
     track, draws = perturb(np.asarray(src["track"], dtype=np.float64), frames, rng, dt, settings)

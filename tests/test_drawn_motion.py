@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.spatial.transform import Rotation
-
 from neural_rom.core import bake as B
 from neural_rom.core import fem, grid
 from neural_rom.core import motion as mo
 from neural_rom.core.cache import BakeCache, BakeDataset
 from neural_rom.core.errors import NeuralRomError
 from neural_rom.core.tetmesh import TetMesh
+from scipy.spatial.transform import Rotation
+
+from .blender_fixtures import addon  # noqa: F401 (pytest fixture)
 
 DT = 1.0 / 24.0
 FRAMES = 30
@@ -58,7 +59,10 @@ def hanging_bar(tmp_path_factory):
         "perturbation": mo.Perturbation().to_dict(),
     }
     out = {"mesh": mesh, "pinned": pinned, "motion": motion, "base": base}
-    for name, extra in (("played", {"pin_targets": played.tolist()}), ("drawn", {"motion": motion})):
+    for name, extra in (
+        ("played", {"pin_targets": played.tolist()}),
+        ("drawn", {"motion": motion}),
+    ):
         spec = B.BakeSpec(**base, **extra)
         folder = tmp_path_factory.mktemp(name)
         paths = B.bake_variants(mesh, spec, folder, "bar")
@@ -78,6 +82,7 @@ def test_drawn_variants_differ_by_more_than_the_scenarios_push(hanging_bar):
     """Played as animated, the variants differ by the push alone (measured 0.2-0.8 mm RMS
     over the frames); drawn, by their motions (35-56 mm here; 141-313 mm on 4 variants of
     48 frames): at least 20x the push's largest difference, and 2 cm."""
+
     def spread(x):
         return [_rms(x[i], x[j]) for i in range(len(x)) for j in range(i + 1, len(x))]
 
@@ -148,8 +153,6 @@ def test_a_drawn_spec_is_baked_by_variant_and_needs_its_pins():
 
 
 # ---------------------------------------------------------------------------- in Blender
-
-from .blender_fixtures import addon  # noqa: E402, F401 (pytest fixture)
 
 
 def _pinned_cube(bpy, name="Bar"):
