@@ -70,11 +70,14 @@ def load_arguments(obj: bpy.types.Object, scene: bpy.types.Scene, tets, mesh_has
     return {"expect_mesh_hash": mesh_hash}
 
 
-def job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
+def job_fields(
+    obj: bpy.types.Object, scene: bpy.types.Scene, *, other_mesh: bool | None = None
+) -> dict:
     """What a worker job spec needs to put ``obj``'s model on its tets
     (:func:`..core.simjob.load_model_for`): ``mesh_matrix``, the start-frame matrix
-    placing the job's ``tets`` in the world, for a method that runs on other meshes."""
-    if not runs_on_other_meshes(obj):
+    placing the job's ``tets`` in the world, for a method that runs on other meshes
+    (``other_mesh``; default: whether the object's recorded model's does)."""
+    if not (runs_on_other_meshes(obj) if other_mesh is None else other_mesh):
         return {}
     return {"mesh_matrix": start_matrix(obj, scene).tolist()}
 
