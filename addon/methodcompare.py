@@ -96,12 +96,11 @@ def make_compare_methods_job(
     records = registry.methods()
     for name in only or ():
         registry.get(name)  # an unknown name: refused with the known ones
-    reasons = {
-        r.name: "not asked for (--method)"
-        if only and r.name not in only
-        else _refusal(r, kind, python)
-        for r in records
-    }
+    reasons = {}
+    for r in records:  # what the data refuses first, then what the user did not ask for
+        reasons[r.name] = _refusal(r, kind, python)
+        if reasons[r.name] is None and only and r.name not in only:
+            reasons[r.name] = "not asked for (--method)"
     learned = [
         r.name
         for r in records
