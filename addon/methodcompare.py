@@ -186,10 +186,29 @@ def on_compare_methods_done(obj: bpy.types.Object, job: dict, result: dict) -> s
     }
     text = json.dumps(table, indent=2, default=json_default)
     write_atomic(Path(job["table"]), (text + "\n").encode("utf-8"))
+    obj["neural_rom_methods"] = panel_lines(result["rows"], result["recommendation"])
     best = result["recommendation"].get("method")
     if best is not None:
         use_method(obj, job, result, best)
     return best
+
+
+def panel_lines(rows: list[dict], recommendation: dict) -> list[str]:
+    """The table in short lines for the panel (Blender labels do not wrap)."""
+    out = []
+    for r in rows:
+        if r["status"] == "done":
+            closest, pca = r.get("closest_mean_m"), r.get("pca_mean_m")
+            out.append(
+                f"{r['label']}: {r['dofs']} DOFs, replay {1000 * r['mean_m']:.3g} mm mean "
+                f"({r['mean_pct']:.2g}%), {1000 * r['max_m']:.3g} max"
+                + (f", closest {1000 * closest:.3g}" if closest is not None else "")
+                + (f", PCA {1000 * pca:.3g}" if pca is not None else "")
+                + f", {r['step_ms']:.2g} ms/step"
+            )
+        else:
+            out.append(f"{r['label']}: {r['reason'][:90]}")
+    return [*out, "Use " + recommendation["reason"]]
 
 
 def use_method(obj: bpy.types.Object, job: dict, result: dict, method: str) -> None:

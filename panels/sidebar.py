@@ -390,6 +390,17 @@ def draw_model_result(box, s) -> None:
         box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
 
 
+def draw_methods_table(layout, obj) -> None:
+    """The last Compare Methods' table, one method a line, and its recommendation (kept on
+    the object by :func:`..addon.methodcompare.on_compare_methods_done`)."""
+    lines = obj.get("neural_rom_methods")
+    if not lines:
+        return
+    box = layout.box()
+    for i, line in enumerate(lines):
+        box.label(text=str(line), icon="CHECKMARK" if i == len(lines) - 1 else "NONE")
+
+
 class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
     bl_label = "Reduced Model"
     bl_idname = "NEURAL_ROM_PT_model"
@@ -405,7 +416,9 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         row = layout.row(align=True)
         row.enabled = can_train
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
+        row.operator("neural_rom.compare_methods", text="Compare Methods", icon="SORTSIZE")
         draw_family_train(layout, obj)
+        draw_methods_table(layout, obj)
         if not can_train:
             first = "Cloth Bake" if s.training_data_kind() == "cloth" else "Bake"
             layout.label(text=f"{first} first", icon="INFO")

@@ -199,3 +199,33 @@ def test_refusals_change_nothing(compared):
     ):
         methodcompare.make_compare_methods_job(obj, obj.users_scene[0], budget_s=10.0, only=["pod"])
     assert obj.neural_rom.model.path == before
+
+
+def test_the_panel_button_runs_the_comparison_and_shows_the_table(compared):
+    """Compare Methods from the panel (blocking in the background), linear only: kept from
+    the last comparison; the table's lines land on the object for the Reduced Model panel,
+    which draws them."""
+    from neural_rom.panels import sidebar
+
+    bpy, obj = compared["bpy"], compared["obj"]
+    for o in bpy.context.view_layer.objects:
+        o.select_set(o is obj)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.neural_rom.compare_methods(budget=20.0, methods="linear") == {"FINISHED"}
+    lines = list(obj["neural_rom_methods"])
+    assert len(lines) == len(registry.names()) + 1 and lines[-1].startswith("Use ")
+    assert any(line.startswith("Linear") and "DOFs, replay" in line for line in lines)
+
+    class Layout:  # what draw_methods_table calls
+        def __init__(self):
+            self.labels = []
+
+        def box(self):
+            return self
+
+        def label(self, text="", icon="NONE"):
+            self.labels.append(text)
+
+    layout = Layout()
+    sidebar.draw_methods_table(layout, obj)
+    assert layout.labels == lines
