@@ -319,10 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cloth.add_argument(
         "--motion",
-        choices=("auto", "animation", "keys"),
+        choices=("auto", "animation", "keys", "file"),
         help="how the owner moves: 'animation' draws each variant from its own animation, "
         "perturbed; 'keys' random keys; 'auto' the first when it has one (default: the "
-        "object's setting, auto)",
+        "object's setting, auto); 'file' keys nothing: the shot as the file animates it",
     )
     cloth.add_argument(
         "--out", metavar="DIR", help="write the bakes here (default: the object's cache directory)"

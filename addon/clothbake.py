@@ -287,6 +287,8 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
     # a collider that is the owner or hangs from it (a torso) moves with the character;
     # the others (a ball) get random keys
     free = [(c, k) for c, k in cols if owner is None or not _moves_with(c, owner)]
+    if spec.motion == "file":  # the user's own shot: nothing keyed
+        free = []
     plan = cb.motion_plan(
         spec,
         variant,
@@ -296,7 +298,7 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
     )
     for entry, (c, _) in zip(plan["colliders"], free):
         entry["name"] = c.name
-    drawn = owner is not None and spec.motion != "keys"
+    drawn = owner is not None and spec.motion not in ("keys", "file")
     if drawn:
         cloth.show_viewport = False  # sampling and keying step frames: not the cloth
         sources = owner_animation(scene, owner, bone, start)
@@ -322,9 +324,12 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
         cloth.show_viewport = True
     if owner is None:
         plan["owner"] = None  # nothing moves it: no keys were played
+    elif spec.motion == "file":
+        plan["owner"] = {"source": "the file's animation"}  # kept: nothing keyed
     elif not drawn:
         plan["owner"]["source"] = "random keys"
-    _keyframe([c for c, _ in free], plan, owner if not drawn else None, start, owner_start)
+    keyed = owner if plan["owner"] and plan["owner"]["source"] == "random keys" else None
+    _keyframe([c for c, _ in free], plan, keyed, start, owner_start)
     pc.frame_start = start  # the keys changed: make sure nothing old is read back
     scene.frame_set(start)  # keying left each keyed object at its last key: evaluate the first
     fv, fs = bm.polygons(obj.data)

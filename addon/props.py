@@ -185,6 +185,12 @@ class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
                 "speed changes, stops and starts, stride and sway scales, turns",
             ),
             ("keys", "Random Keys", "The owner keyed to random places and turns (seeded)"),
+            (
+                "file",
+                "As Animated",
+                "Nothing keyed: the owner and the colliders move as the file animates them (a "
+                "bake of your own shot, to compare a model with)",
+            ),
         ),
         default="auto",
         description="How the bakes move the owner",

@@ -1011,6 +1011,21 @@ class BakeCache:
             self._maps[name] = arr
         return arr
 
+    def driven_by(self) -> frozenset[str]:
+        """The frame inputs (keys of :data:`core.registry.INPUTS`) this bake's scenario
+        drives: ``forces`` when any frame pushes, ``pin_targets`` when the pins move from
+        their rest positions, ``colliders`` when there are colliders."""
+        found = set()
+        if "forces" in self.channels and np.any(self.channel("forces")):
+            found.add("forces")
+        if "pin_targets" in self.channels and "pinned" in self.extra_names:
+            rest = self.X[np.asarray(self.extra("pinned"), dtype=np.int64)]
+            if np.any(self.channel("pin_targets") != rest):
+                found.add("pin_targets")
+        if "colliders" in self.channels:
+            found.add("colliders")
+        return frozenset(found)
+
     @property
     def positions(self) -> np.ndarray:
         """``channel("positions")``: (n_frames, n, 3) deformed positions [m]."""

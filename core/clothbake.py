@@ -71,7 +71,7 @@ PIN_WEIGHT = 0.999**0.25
 
 
 #: How a cloth bake moves the owner (:attr:`ClothBakeSpec.motion`).
-MOTIONS = ("auto", "animation", "keys")
+MOTIONS = ("auto", "animation", "keys", "file")
 
 
 class ClothBakeError(NeuralRomError):
@@ -103,7 +103,9 @@ class ClothBakeSpec:
         (:func:`core.motion.perturb`: time warp, speed changes, stops and starts, stride and
         sway scales, turns), the owner's animation kept under it; "keys" replaces it by
         seeded random keys (:func:`motion_plan`); "auto" (default): "animation" when the
-        owner has an animation, else "keys"
+        owner has an animation, else "keys"; "file": nothing keyed, the owner and every
+        collider move as the file animates them (a bake of the user's own shot, to compare a
+        model with)
     collider_reach : colliders' keys lie in the cloth's bounding box grown by this fraction
         of its diagonal on every side
     collider_box : ``[[x0, y0, z0], [x1, y1, z1]]``, world metres: the colliders' keys lie in

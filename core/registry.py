@@ -55,6 +55,10 @@ INPUTS = {
     "other_mesh": "a mesh other than the one it was trained on (same object family)",
 }
 
+#: Inputs of bakes that a model must take to be trained on them at all (a model that keeps
+#: its pins where they were while the bakes swing them learns shapes it cannot play back).
+BAKE_INPUTS_NEEDED = frozenset({"pin_targets"})
+
 KINDS = ("int", "float", "bool", "enum", "int_list")
 
 #: Training data a method can learn from. A record lists the kinds it takes in ``trains_on``;
@@ -274,6 +278,24 @@ class Method:
             + " or ".join(BAKE_KINDS[k] for k in sorted(self.trains_on))
             + f", not on {BAKE_KINDS.get(kind, kind)}"
             + (f"; methods that do: {', '.join(takers)}." if takers else ".")
+        )
+
+    def check_bake_inputs(self, inputs) -> None:
+        """Refuse bakes driven by inputs this method cannot take (``inputs``: keys of
+        :data:`INPUTS`, :meth:`core.cache.BakeCache.driven_by`) before any training: a model
+        that cannot follow the bakes' animated pins would be trained for nothing. Names the
+        methods that take them."""
+        missing = sorted((set(inputs) & BAKE_INPUTS_NEEDED) - self.inputs)
+        if not missing:
+            return
+        takers = [
+            m.label for m in methods() if set(missing) <= m.inputs and self.trains_on & m.trains_on
+        ]
+        raise NeuralRomError(
+            f"The bakes have {', '.join(INPUTS[k] for k in missing)}, which the {self.label} "
+            "method cannot follow; nothing was trained. "
+            + (f"Train {' or '.join(takers)} instead" if takers else "No method takes them")
+            + ", or bake with the pins still."
         )
 
     def setting(self, name: str) -> Setting:

@@ -13,6 +13,29 @@ from pathlib import Path
 import numpy as np
 
 
+def _hung_grid(name: str, a: int, b: int, size: float, sx: float = 1.0, sz: float = 1.0):
+    """A grid of ``a x b`` vertices (``size`` m) hung in the object's XZ plane from its top
+    row (at z = 0), scaled by ``sx`` across and ``sz`` down, with the pin group ``pin`` of
+    that row; the new active object."""
+    import bpy
+
+    bpy.ops.mesh.primitive_grid_add(
+        x_subdivisions=a - 1, y_subdivisions=b - 1, size=size, location=(0, 0, 0)
+    )
+    obj = bpy.context.active_object
+    obj.name = name
+    mesh = obj.data
+    co = np.empty(3 * len(mesh.vertices))
+    mesh.vertices.foreach_get("co", co)
+    co = co.reshape(-1, 3)
+    hung = np.stack([sx * co[:, 0], np.zeros(len(co)), sz * (co[:, 1] - co[:, 1].max())], axis=1)
+    mesh.vertices.foreach_set("co", hung.ravel())
+    mesh.update()
+    group = obj.vertex_groups.new(name="pin")
+    group.add([int(i) for i in np.flatnonzero(hung[:, 2] > -1e-9)], 1.0, "REPLACE")
+    return obj
+
+
 def build_sheet(
     path: str | Path,
     n: int = 12,
@@ -33,21 +56,7 @@ def build_sheet(
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     scene = bpy.context.scene
-    bpy.ops.mesh.primitive_grid_add(
-        x_subdivisions=n - 1, y_subdivisions=n - 1, size=size, location=(0, 0, 0)
-    )
-    sheet = bpy.context.active_object
-    sheet.name = "Sheet"
-    mesh = sheet.data
-    co = np.empty(3 * len(mesh.vertices))
-    mesh.vertices.foreach_get("co", co)
-    co = co.reshape(-1, 3)
-    hung = np.stack([co[:, 0], np.zeros(len(co)), co[:, 1] - co[:, 1].max()], axis=1)
-    mesh.vertices.foreach_set("co", hung.ravel())
-    mesh.update()
-    top = np.flatnonzero(hung[:, 2] > -1e-9)
-    group = sheet.vertex_groups.new(name="pin")
-    group.add([int(i) for i in top], 1.0, "REPLACE")
+    sheet = _hung_grid("Sheet", n, n, size)
     if before:
         sheet.modifiers.new("Before", before)
     cloth = sheet.modifiers.new("Cloth", "CLOTH")
@@ -132,19 +141,8 @@ def build_cape(
     torso.modifiers.new("Collision", "COLLISION")
     torso["neural_rom"] = {"role": 2, "collider_shape": 2}  # Collider, capsule
     a, b = n
-    bpy.ops.mesh.primitive_grid_add(x_subdivisions=a - 1, y_subdivisions=b - 1, size=1.0)
-    cape = bpy.context.active_object
-    cape.name = "Cape"
-    mesh = cape.data
-    co = np.empty(3 * len(mesh.vertices))
-    mesh.vertices.foreach_get("co", co)
-    co = co.reshape(-1, 3)
-    hung = np.stack([0.5 * co[:, 0], np.zeros(len(co)), 0.75 * (co[:, 1] - co[:, 1].max())], 1)
-    mesh.vertices.foreach_set("co", hung.ravel())
-    mesh.update()
+    cape = _hung_grid("Cape", a, b, 1.0, 0.5, 0.75)
     cape.location = (0.0, -0.2, 1.45)
-    group = cape.vertex_groups.new(name="pin")
-    group.add([int(i) for i in np.flatnonzero(hung[:, 2] > -1e-9)], 1.0, "REPLACE")
     cloth = cape.modifiers.new("Cloth", "CLOTH")
     cloth.settings.vertex_group_mass = "pin"
     cloth.settings.quality = quality
@@ -191,3 +189,41 @@ def build_cape(
     path = Path(path)
     bpy.ops.wm.save_as_mainfile(filepath=str(path))
     return path
+
+
+def character_accuracy(sim, bakes: list) -> list[dict]:
+    """Per bake replayed from rest as Simulate plays it (bench/snp_cloth.py ``--scene cape``,
+    tests/test_cloth_character.py): the model's max
+    and mean vertex error, the closest shapes' (the floor), the alpha/beta model alone's
+    (eq. 1, the network off) and a cape glued to its owner's (the rest shape carried by the
+    reference frame), metres."""
+    from dataclasses import replace as dc_replace
+
+    from neural_rom.core.clothbake import replay_cloth_bake
+    from neural_rom.core.methods.snp import SNPSimulation
+
+    alone = SNPSimulation(dc_replace(sim.p, net=None), sim.settings)
+    rows = []
+    for b in bakes:
+        x = np.asarray(b.channel("positions"), dtype=np.float64)
+        X = np.asarray(b.X, dtype=np.float64)
+        closest: list = []
+        y = replay_cloth_bake(sim, b, closest=closest)
+        y0 = replay_cloth_bake(alone, b)
+        R = np.asarray(b.channel("reference_frame"), dtype=np.float64)
+        rel = R @ np.linalg.inv(np.asarray(b.meta["reference_rest"], dtype=np.float64))
+        glued = np.einsum("fij,nj->fni", rel[:, :3, :3], X) + rel[:, None, :3, 3]
+        e, ec, e0, eg = (np.linalg.norm(a - x, axis=-1) for a in (y, np.array(closest), y0, glued))
+        rows.append(
+            {
+                "bake": b.path.name,
+                "frames": int(b.n_frames),
+                "diagonal_m": float(np.linalg.norm(X.max(0) - X.min(0))),
+                "max_m": float(e.max()),
+                "mean_m": float(e.mean()),
+                "floor_mean_m": float(ec.mean()),
+                "alone_mean_m": float(e0.mean()),
+                "glued_mean_m": float(eg.mean()),
+            }
+        )
+    return rows

@@ -1,11 +1,10 @@
 """Shen 2021 runtime (core/methods/shen.py): the Newton matrix of eq. (10) against finite
 differences of phi, Newton's convergence rate with and without the third-order term, energy
 of undamped free vibration, equality with the linear reduced model when nothing is
-nonlinear, state and model-file round trips, refusal of animated pins."""
+nonlinear, state and model-file round trips, animated pins (the linear model's moving frame)."""
 
 import numpy as np
 import pytest
-from neural_rom.core.errors import SimulationError
 from neural_rom.core.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.files import mesh_hash
 from neural_rom.core.grid import grid_tetmesh
@@ -127,10 +126,15 @@ def p_reading(setup, **kw):
 def test_newton_converges_quadratically_and_linearly_without_the_third_order_term(setup, sees_p):
     """From the same start near the root: e_{k+1} <= C e_k^2 with the exact matrix; without
     S a constant ratio e_{k+1} / e_k (linear), so S is what makes the matrix exact (also
-    with the decoder reading p, whose S then spans all of r)."""
+    with the decoder reading p, whose S then spans all of r). The state is set directly
+    (no stepping history whose rounding path, numpy 1 or 2, one CPU or another, decides
+    which root earlier steps took)."""
     sim = p_reading(setup) if sees_p else make(setup)
-    moving_state(sim, seed=1)
-    root = newton_iterates(sim, True, sim.r + sim.settings.dt * sim.rdot, 12)[-1]
+    rng = np.random.default_rng(2)
+    w = np.r_[np.full(sim.n_p, 0.1), np.ones(sim.n_z)]  # z moves most (dz, v, g nonzero)
+    sim.reset(r=sim.r + 0.1 * w * rng.normal(size=sim.n), rdot=w * rng.normal(size=sim.n))
+    root = newton_iterates(sim, True, sim.r + sim.settings.dt * sim.rdot, 30)[-1]
+    assert np.abs(root - sim.r).max() < 1.0  # the step's own root, not a far one
     start = root + 0.003 * np.random.default_rng(0).normal(size=sim.n)
     exact = [float(np.linalg.norm(x - root)) for x in newton_iterates(sim, True, start, 5)]
     inexact = [float(np.linalg.norm(x - root)) for x in newton_iterates(sim, False, start, 5)]
@@ -138,17 +142,15 @@ def test_newton_converges_quadratically_and_linearly_without_the_third_order_ter
     print(f"start {e0:.1e}; errors, exact matrix:", " ".join(f"{e:.1e}" for e in exact))
     print("errors without S:", " ".join(f"{e:.1e}" for e in inexact))
     quad = [b / a**2 for a, b in zip([e0] + exact, exact) if b > 1e-13]
-    rates = [b / a for a, b in zip([e0] + inexact, inexact)]
+    rates = [b / a for a, b in zip([e0] + inexact, inexact) if b > 1e-12]
     print("exact e_{k+1} / e_k^2:", " ".join(f"{x:.2f}" for x in quad))
     print("without S e_{k+1} / e_k:", " ".join(f"{x:.2e}" for x in rates))
-    # quadratic: from 5 mm-ish to rounding in four iterations; linear without S: a constant
-    # ratio once the start's transient is gone (the state is the fallback's minimizer, so
-    # the constants depend on the variational step: thresholds with margin, not exact)
-    # (the first ratio is the start's transient: 80 for D(z), 107 for D(p, z), then 16 / 1.9
-    # and 1.1 / 1.2)
+    # measured (numpy 1.26 and 2.4, AMD EPYC, the same to two digits): exact 4.2e-3 1.5e-4
+    # 1.4e-7 1.0e-13 (D(z)), 1.8e-3 2.3e-5 6.3e-9 6e-16 (D(p, z)); without S, after the
+    # start's transient (0.82, 0.38), ratios 0.068-0.099 and 0.023-0.033
     assert exact[3] < 1e-12 and max(quad[1:]) < 100
-    assert all(x < 0.9 for x in rates) and max(rates[2:]) < 5 * min(rates[2:])
-    assert inexact[3] > 1e3 * exact[3]
+    assert all(x < 0.9 for x in rates) and max(rates[1:]) < 5 * min(rates[1:])
+    assert len(rates) == 5 and inexact[3] > 1e3 * exact[3]
 
 
 def test_step_converges_and_returns_to_rest(setup):
@@ -259,48 +261,100 @@ def test_state_round_trip_and_model_file(setup, tmp_path):
     assert (loaded.n_p, loaded.n_z) == (4, 3)
 
 
-def test_animated_pins_are_refused(setup):
-    sim = make(setup)
-    targets = sim.X[sim.pinned] + np.array([0.0, 0.0, 0.05])
-    with pytest.raises(SimulationError, match="animated pins"):
-        sim.step(FrameInputs(pin_targets=targets))
-    assert sim.frame == 0
+def swing(X, pinned, frames, amplitude=0.08, angle=0.5):
+    """Pin targets (frames, p, 3) of a keyed swing: the pins' rest positions turned about z
+    (up to ``angle`` rad) and moved along y (up to ``amplitude`` m), as an animated object
+    moves them."""
+    out = []
+    for i in range(1, frames + 1):
+        t = np.sin(np.pi * i / frames)
+        a = angle * t
+        R = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
+        out.append(X[pinned] @ R.T + np.array([0.0, amplitude * t, 0.0]))
+    return out
 
 
-def test_a_stalled_step_is_two_half_steps_or_the_plain_fallback(setup):
-    """With the decoder reading p, a step Newton stalls in (a hard poke) is taken as two
-    eq. (10) steps of h / 2, the state ``substeps`` 2 reaches, with no variational fallback;
-    when a half stalls too (one Newton iteration allowed), the split is undone and the state
-    is the variational fallback's, as with ``split_stalls`` off."""
-    f = pokes(setup[0], 4, seed=1, scale=10.0)
-    base = p_reading(setup)
-    for fi in f[:3]:
-        assert base.step(FrameInputs(forces=fi)).converged
-    state = base.get_state()
+def test_animated_pins_follow_the_pins_frame_as_the_linear_model(setup):
+    """Animated pins: the pins' moving frame (core.frame: inertial and damping targets,
+    gravity and colliders in the frame) enters Shen's step as constant forces, so with a
+    linear decoder onto the next modes (H = S = 0) Shen is the linear model on n_p + n_z
+    modes whose pins swing and turn, eq. (10) and the variational step (the default where
+    the frame moves) alike; a curved decoder follows the same pins, and its positions carry
+    the pins to their targets."""
+    X, T, pinned, sub, dec = setup
+    s = SimSettings(dt=1 / 24, substeps=2, newton_tol=1e-12, damping_alpha=0.5, damping_beta=0.002)
+    E = np.zeros((sub.k, 3))
+    E[4:7] = np.eye(3)
+    lin = MLP([E], [np.zeros(sub.k)], ["identity"])
+    targets = swing(X, pinned, 12)
+    for variational in (False, True):
+        red = ReducedSimulation(X, T, MAT, sub.U[:, :7], s, pinned=pinned)
+        she = ShenSimulation(
+            X, T, MAT, sub.U, 4, lin, s, pinned=pinned, variational=variational,
+            frame_variational=variational,
+        )  # fmt: skip
+        worst = 0.0
+        for p in targets:
+            red.step(FrameInputs(pin_targets=p))
+            assert she.step(FrameInputs(pin_targets=p)).converged
+            worst = max(worst, float(np.abs(she.positions() - red.positions()).max()))
+        moved = float(np.abs(red.positions() - X).max())
+        print(
+            f"variational={variational}: {worst:.2e} m from the linear model (moved {moved:.3f} m)"
+        )
+        # measured 8.4e-10 m (Newton's tolerance, 1e-12 of the size, on 70 mm of motion)
+        assert worst < 1e-8 and moved > 0.05
+    curved = make(setup, settings=s)
+    for p in targets:
+        assert curved.step(FrameInputs(pin_targets=p)).converged
+        assert np.abs(curved.positions()[pinned] - p).max() < 1e-9  # the fit: 5e-11 m
+    state = curved.get_state()  # the frame is part of the state
+    again = make(setup, settings=s)
+    again.set_state(state)
+    curved.step(FrameInputs(pin_targets=targets[0]))
+    again.step(FrameInputs(pin_targets=targets[0]))
+    np.testing.assert_array_equal(curved.positions(), again.positions())
 
-    def run(max_iters=50, substeps=1, split=True, constant_force=False):
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_a_stalled_step_is_two_half_steps_or_the_plain_fallback(setup, seed, monkeypatch):
+    """With the decoder reading p, a step Newton stalls in is taken as two eq. (10) steps of
+    h / 2, the state ``substeps`` 2 reaches, with no variational fallback; when a half
+    stalls too, the split is undone and the state is the variational fallback's, as with
+    ``split_stalls`` off. The stall is made, not hoped for (which steps crawl depends on
+    rounding): a step that may be halved gets one Newton iteration (``_CRAWL_ITERS``), far
+    fewer than a poke of 3 N takes from the warm start (4-9 measured), and the halves their
+    50; with one iteration for the halves too, they stall as well. (Random decoders: seed 2's
+    two plain halves themselves need the fallback at this state, so it proves nothing.)"""
+    from neural_rom.core.methods import shen
+
+    f = pokes(setup[0], 1, seed=seed, scale=3.0)[0]
+    dec = sin_decoder(7, setup[3].k, seed=seed)
+
+    def run(max_iters=50, substeps=1, split=True):
         s = SimSettings(dt=1 / 24, substeps=substeps, newton_tol=1e-10, max_newton_iters=max_iters)
-        sim = p_reading(setup, settings=s)
-        sim.set_state(state)
+        sim = make(setup, decoder=dec, decoder_sees_p=True, settings=s)
+        rng = np.random.default_rng(seed)
+        w = np.r_[np.full(sim.n_p, 0.1), np.ones(sim.n_z)]
+        sim.reset(r=sim.r + 0.1 * w * rng.normal(size=sim.n), rdot=w * rng.normal(size=sim.n))
         sim.split_stalls = split
-        if constant_force:  # substeps interpolate the force from the last frame's; a split not
-            sim.f_ext = sim.project_forces(f[3])
-        rep = sim.step(FrameInputs(forces=f[3]))
+        sim.f_ext = sim.project_forces(f)  # substeps interpolate from the last frame's force
+        rep = sim.step(FrameInputs(forces=f))
         return sim, rep
 
-    plain, rep_plain = run(split=False)
+    monkeypatch.setattr(shen, "_CRAWL_ITERS", 1)
+    halves, rep_halves = run(substeps=2, split=False)  # the reference: two plain halves
+    assert halves.fallbacks == 0 and halves.splits == 0 and rep_halves.converged
+    plain, rep_plain = run(1, split=False)
     split, rep = run()
-    halves, _ = run(substeps=2, constant_force=True)
     gap = float(np.abs(split.r - halves.r).max())
     print(
-        f"without halving: {plain.fallbacks} fallback, {rep_plain.newton_iters} iterations; "
-        f"halved: {split.splits} split, {split.fallbacks} fallbacks, {rep.newton_iters} "
-        f"iterations, |r - r(substeps 2)| = {gap:.1e}"
+        f"seed {seed}: halved: {split.splits} split, {split.fallbacks} fallbacks, "
+        f"{rep.newton_iters} iterations, |r - r(substeps 2)| = {gap:.1e}; without halving "
+        f"(one iteration): {plain.fallbacks} fallback"
     )
-    assert plain.fallbacks == 1 and plain.splits == 0
     assert split.splits == 1 and split.fallbacks == 0 and rep.converged and gap < 1e-8
     failed, _ = run(1)  # the halves stall too: undone, the fallback's state
-    plain, _ = run(1, split=False)
     print(f"one iteration at most: splits {failed.splits}, fallbacks {failed.fallbacks}")
     assert failed.splits == 0 and failed.fallbacks == 1 and plain.fallbacks == 1
     assert np.array_equal(failed.r, plain.r) and np.array_equal(failed.rdot, plain.rdot)

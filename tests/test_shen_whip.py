@@ -101,11 +101,18 @@ def whip(tmp_path_factory):
     """:func:`measure` in a child process with single-threaded BLAS: the thread count
     changes the last bits of the training's cubature fit, hence the model and whether its
     replay meets a crawling step at all; one thread makes the scene the same everywhere."""
-    out = tmp_path_factory.mktemp("whip")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    env["MKL_NUM_THREADS"] = "1"
-    run = subprocess.run(  # as a module of the tests package (its relative import)
-        [sys.executable, "-m", "tests.test_shen_whip", str(out)],
+    return child_json("tests.test_shen_whip", [tmp_path_factory.mktemp("whip")], threads=1)
+
+
+def child_json(module: str, args, threads: int):
+    """Run ``python -m module *args`` (a module of the tests package, for its relative
+    imports) with ``threads`` BLAS/OpenMP threads, set before numpy starts, and return the
+    JSON its last line prints."""
+    env = {**os.environ}
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    run = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
         cwd=Path(__file__).resolve().parents[1],
         env=env,
         capture_output=True,
@@ -119,9 +126,12 @@ def whip(tmp_path_factory):
 def test_replay_does_not_depend_on_rounding_at_the_release(whip):
     """Measured (one core of the shared machine): with the rule before the three replays
     were 15.9 mm apart here (24.6 mm largest error), and on the bench's 960-tet whip the
-    largest errors were 42 / 42 / 280 mm; now the replays are identical to rounding (0.0 um
-    here, 24.9 mm error; 42.1 mm each on the bench's whip) and the crawling steps are
-    halved (2 splits, no variational fallback)."""
+    largest errors were 42 / 42 / 280 mm; with the crawl cut short the replays became
+    identical to rounding (0.0 um here, 24.9 mm error) and the crawling steps halved. Since
+    a root that gains energy is refused too (core/methods/shen.py, "Energy"), even 30
+    iterations before halving give the same replay (0.00 mm apart; the far root gained
+    energy): 13.86 mm on numpy 1.26 (13.45 at cubature 0.05), 27.43 mm on numpy 2.4 (its OpenBLAS trains another
+    model), 1-2 halved steps, no variational fallback, replays 0.000 um apart on both."""
     r = whip
     print(
         f"largest displacement {1000 * r['disp']:.0f} mm; replay errors at weights x (1, "

@@ -52,9 +52,26 @@ def resolve_device(preference: str, method: registry.Method) -> str:
     return "cuda" if (cuda and preference != "cpu") else "cpu"
 
 
+def bake_inputs(bakes) -> frozenset[str]:
+    """The frame inputs the bakes drive (:meth:`core.cache.BakeCache.driven_by`, over every
+    bake); none when ``bakes`` are not FEM or cloth bakes the cache opens (a face file, a
+    family's entries: their trainer checks them)."""
+    from ..core.cache import BakeDataset
+
+    paths = [bakes] if isinstance(bakes, (str, Path)) else bakes
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(b, (str, Path)) for b in paths):
+        return frozenset()
+    try:
+        ds = BakeDataset.open(bakes)
+    except NeuralRomError:
+        return frozenset()
+    return frozenset().union(*(t.driven_by() for t in ds.trajectories))
+
+
 def run(spec: dict) -> dict:
     method = registry.get(spec.get("method", "linear"), origin=spec.get("method_origin"))
     settings = method.validate(spec.get("settings"))
+    method.check_bake_inputs(bake_inputs(spec["bakes"]))
     out = Path(spec["out"])
     device = resolve_device(spec.get("device") or "auto", method)
     meter = jobs.Progress(PROGRESS_UNITS)

@@ -166,13 +166,61 @@ is positive definite, else the Gauss-Newton one with PSD-projected element Hessi
 on the exact one took 8.3 iterations a step, 26 at most, on the ball). Steps without contact
 (the whip, the swung arm) are Shen's eq. (10) as above.
 
-Pins stay where they were trained: animated pins (a moving pin frame) would add the frame's
-fictitious forces to a curved subspace, which is not derived here, so they are refused with a
-message. Colliders, pokes, gravity and damping are as in the other subspace runtimes.
+Cubature. The default target is 0.01, not the linear method's 0.05: the curved subspace's
+replays were far more sensitive to the cubature's force error. Measured on held-out bakes of
+animated pinned bodies built with Blender primitives (CLI, defaults otherwise): a keyed
+cylinder bar, 3 + 3 DOFs, 67.6 mm at 0.05 (40 elements), 6.2 mm at 0.01 (66), 1.8 mm with
+every element (closest shapes 0.43 mm; the linear model at its default 6 DOFs 16.3 mm, at
+0.01 9.9 mm); a cone tentacle, 2 + 2, 5.3 mm (20 elements), 4.5 mm (36), 4.4 mm with every
+element (the linear model at 4 DOFs: 9.4 mm, at 0.01 15.3 mm).
+
+Energy. ``phi`` has several roots where the decoder curves, and Newton (or its crawl) may end
+on a far one: on the random decoders of ``tests/test_shen.py`` a converged root raised the
+energy of undamped free vibration from 0.24 to 1.23 J in one step and to 2.64 J in four
+(AMD EPYC, numpy 1.26; on numpy 2.4 the energy rose 26x and Newton then took 11.4
+iterations a step instead of 2.3, the "3x the iterations on numpy 2" of issue 27). Which
+root a step meets depends on the last bits: traced on this machine, the first difference
+between numpy 1.26 and 2.4 is the reduced force ``U_elem^T g_e`` (a transposed
+matrix-vector product), whose OpenBLAS kernel sums in another order in the OpenBLAS each
+wheel bundles (0.3.23 and 0.3.31; ``sin``, the decoder's jets and the element terms agree
+to the bit), as OpenBLAS picks other kernels on other CPUs. Implicit Euler dissipates, so a root is accepted
+only if the step's energy ``E = |qdot|^2_{M~} / 2 + V(c) + C(c) - f.c`` (``f`` the step's
+constant forces: pokes, gravity, the pins' frame) does not rise beyond rounding (1e-12 of
+its terms); a root that gains is treated as a stall (halved where the decoder reads ``p``,
+else the variational step). The variational step starts from ``r_n`` where the warm start's
+potential is higher, so its minimizer's potential is at most the step's start energy, and
+where its end still gains (a curved or non-convex potential allows it) the velocity is
+scaled down to the start's energy (``energy_clamps``; ``energy_rejections`` counts the
+rejected roots). Measured on the random decoders: one rejected root, then 200 undamped
+steps each losing energy (largest change -2.4e-4 of the start), 2.2-2.3 Newton iterations
+a step on numpy 1 and 2 alike; on tiny trained models with omega 4
+(``tests/test_shen_energy.py``, 3 seeds x 1 or 2 threads, weights as trained and x
+(1 + 1e-9)): 3-13 rejected roots and 0-4 scaled velocities in 126 steps, no rise beyond
+1e-13 of the start, where without the guard the energy grew 1e7-1e29-fold.
+
+Animated pins. The pins' moving frame (:mod:`core.frame`) changes a step only through its
+inertial target ``q~`` (for ``c_n + h qdot_n``), the mass damping's target ``q_d`` (for
+``c_n``), gravity and the colliders taken into the frame: the first two are constant over
+the step, so they enter eq. (10) and the variational step as the constant force
+``M~ (q~ - c_n - h qdot_n) / h^2 + alpha M~ (q_d - c_n) / h`` (exact for the flat part; on
+the curved part it is the frame's force on the same inertia). With a linear decoder this is
+the linear runtime's frame to 8e-10 m (``tests/test_shen.py``). A halved step turns the
+frame halfway for its first half. But eq. (10)'s inertia is a second-order expansion about
+``r_n`` with ``r``'s own velocity, and the frame's target ``q~`` is the exact one of the
+flat coordinates, so on the curved part the two disagree by the frame's motion over the
+step; the variational step's inertia ``|c(r) - q~|^2_{M~}`` takes the frame exactly. So
+where the frame moves the variational step is taken (``frame_variational``, the default).
+Measured on held-out bakes of animated pinned bodies built with Blender primitives (defaults,
+the CLI): a cone tentacle (873 tets, 2 + 2 DOFs) 5.3 mm with it against 41.8 mm with eq. (10)
+(4 rejected roots, 2 fallbacks; 262 mm with neither the guard nor it); a keyed cylinder bar
+(3 + 3) 67.6 against 188.7 mm; the test's small swung bar (3 + 2, three trainings) 299 /
+54 / 362 mm against 302 / 70 / 348. Colliders, pokes, gravity and damping are as in the
+other subspace runtimes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -183,6 +231,7 @@ from .. import fem as _fem
 from ..colliders import Collider, ContactPoints
 from ..cubature import Cubature
 from ..errors import SimulationError
+from ..frame import interpolate
 from ..hocs import jet
 from ..modelfile import save_model
 from ..nnet import MLP
@@ -191,6 +240,7 @@ from ..sim import FrameInputs, SimSettings, StepReport
 from ..subspace import Subspace
 from .common import (
     SUBSPACE_INPUTS,
+    SUBSPACE_SETTING,
     SUBSPACE_SETTINGS,
     TRAINER_SETTING,
     SubspaceModel,
@@ -248,6 +298,9 @@ class ShenSimulation(SubspaceModel):
     decoder_sees_p : bool
         The decoder reads ``[p; z]`` ((n_p + n_z,) -> (k,)): ``c = E_p p + D^(p, z)``, and
         the encoder reads ``p`` too (not filtered at its input).
+    frame_variational : bool
+        Take the variational step in the steps where the pins' frame moves (module
+        docstring, "Animated pins").
 
     Attributes
     ----------
@@ -283,6 +336,7 @@ class ShenSimulation(SubspaceModel):
         variational: bool = False,
         contact_variational: bool = True,
         decoder_sees_p: bool = False,
+        frame_variational: bool = True,
     ) -> None:
         self._setup(X, T, material, U, settings, pinned, cubature, contact, colliders)
         k = self.k
@@ -331,10 +385,13 @@ class ShenSimulation(SubspaceModel):
         self.fictitious, self.third = bool(fictitious), bool(third)
         self.variational = bool(variational)
         self.contact_variational = bool(contact_variational)
+        self.frame_variational = bool(frame_variational)
         self.variational_steps = 0
         self.evaluations = 0
         self.fallbacks = 0
         self.splits = 0
+        self.energy_rejections = 0
+        self.energy_clamps = 0
         # a stalled step is halved (two eq. (10) steps of h / 2) where the decoder reads p
         self.split_stalls = bool(self.n_z) and self._d0 == 0
         self.z_rest = self.encode_q(np.zeros(k))[n_p:]
@@ -503,17 +560,24 @@ class ShenSimulation(SubspaceModel):
         )
         return lambda r: system(np.asarray(r, dtype=float), True)[:2]
 
-    def _system(self, h: float, f: np.ndarray, cols):
-        """``(r, jacobian) -> (phi, A or None, c, timings)`` of a step of ``h`` with reduced
-        external force ``f`` (gravity included)."""
+    def _damping(self) -> np.ndarray:
+        """``D~ = alpha M~ + beta K~+(c_n)`` (k, k): Rayleigh damping frozen over the step,
+        with the PSD-projected stiffness at the step's start (as the linear runtime's)."""
         s = self.settings
-        r_n, rdot_n, c_n = self.r, self.rdot, self.q
-        n_p, n, Mr = self.n_p, self.n, self.M_red
-        D = s.damping_alpha * Mr  # Rayleigh damping, frozen over the step
-        if s.damping_beta > 0:  # the PSD-projected stiffness, as the linear runtime's
-            x_sub = self._X_sub + (self._U_sub_flat @ c_n).reshape(-1, 3)
+        D = s.damping_alpha * self.M_red
+        if s.damping_beta > 0:
+            x_sub = self._X_sub + (self._U_sub_flat @ self.q).reshape(-1, 3)
             He = self.sub_fem.element_terms(x_sub, self.weights, True, True)[2]
             D = D + s.damping_beta * self._U_elem_flat.T @ (He @ self.U_elem).reshape(-1, self.k)
+        return D
+
+    def _system(self, h: float, f: np.ndarray, cols, D: np.ndarray | None = None):
+        """``(r, jacobian) -> (phi, A or None, c, timings)`` of a step of ``h`` with reduced
+        external force ``f`` (gravity and the pins' frame included) and damping ``D``
+        (default :meth:`_damping`)."""
+        r_n, rdot_n, c_n = self.r, self.rdot, self.q
+        n_p, n, Mr = self.n_p, self.n, self.M_red
+        D = self._damping() if D is None else D
         fict, third, dec, d0 = self.fictitious, self.third, self.decoder, self._d0
 
         def system(r: np.ndarray, jacobian: bool):
@@ -569,54 +633,72 @@ class ShenSimulation(SubspaceModel):
         """Advance one frame (``settings.substeps`` implicit Euler steps in ``r``).
 
         ``inputs.forces`` are projected onto ``V``; colliders move as in full space; pin
-        targets that move the pins are refused (see the module docstring).
+        targets move the pins' frame (module docstring, "Animated pins").
         """
         return run_frame(self, inputs, self._implicit_euler, "Shen")
 
     def _implicit_euler(
         self, h: float, f_ext: np.ndarray, colliders, pose=None, depth: int = 0
     ) -> StepReport:
-        """One implicit Euler step (Newton on ``phi`` with the merit line search, the
-        Levenberg-Marquardt step where Newton's fails, and the variational fallback when
-        Newton stalls); updates the state."""
-        if pose is not None and not pose.is_identity:
-            raise SimulationError(
-                "The Shen model keeps its pinned vertices where they were baked; it does not "
-                "follow animated pins. Keep the pins still, or train the linear or autoencoder "
-                "method for animated pins."
-            )
+        """One implicit Euler step into the pins' frame ``pose`` (None: it stays): Newton on
+        ``phi`` with the merit line search and the Levenberg-Marquardt step where Newton's
+        fails; a step Newton stalls in, or whose root would gain energy, is halved or taken
+        by the variational step, and no step gains energy (module docstring, "Energy");
+        updates the state."""
         s = self.settings
         rep = StepReport(substeps=1)
-        f = f_ext + self.f_gravity
-        if self.variational or (self.contact_variational and self._touching(h, colliders)):
+        # the pins' frame: its inertial and mass-damping targets differ from c_n + h qdot_n
+        # and c_n by forces constant over the step (frame.py's q~, q_d), folded into f
+        # (stiffness damping acts on c - c_n in the frame, as the linear runtime's)
+        q_tilde, q_damp, f_grav, cols = self.step_terms(h, pose, colliders)
+        f = (
+            f_ext
+            + f_grav
+            + self.M_red @ (q_tilde - self.q - h * self.qdot) / (h * h)
+            + (s.damping_alpha / h) * (self.M_red @ (q_damp - self.q))
+        )
+        D = self._damping()
+        e0, e_scale = self._step_energy(self.q, self.qdot, f, cols)
+        tol = s.newton_tol * self.length_scale
+        new = self.pose if pose is None else pose
+        moving = not (new.is_identity and self.pose.is_identity and self.pose_prev.is_identity)
+        if (
+            self.variational
+            or (self.frame_variational and moving)
+            or (self.contact_variational and self._touching(h, cols))
+        ):
             self.variational_steps += 1
             t0 = time.perf_counter()
-            tol = s.newton_tol * self.length_scale
-            r, c, conv, ok, rep.newton_iters, step = self._variational_step(h, f, colliders, tol)
+            r, c, conv, ok, rep.newton_iters, step = self._variational_step(h, f, cols, tol, D)
             rep.timings["line_search"] += time.perf_counter() - t0
             rep.converged, rep.line_search_ok = conv, ok
             rep.residual = step / self.length_scale
             if ok and np.all(np.isfinite(r)):
-                self.rdot, self.r = (r - self.r) / h, r
-                self.qdot, self.q = (c - self.q) / h, c
-                self._advance_frame(None)
+                self._accept(r, c, h, pose, e0, e_scale, f, cols)
             return rep
-        system = self._system(h, f, colliders)
-        tol = s.newton_tol * self.length_scale
+        system = self._system(h, f, cols, D)
         rep.timings["decoder"] = 0.0  # the decoder's derivatives (jet, left contraction)
         rep.converged = False
         can_split = self.split_stalls and depth < _MAX_SPLITS
         iters = min(_CRAWL_ITERS, s.max_newton_iters) if can_split else s.max_newton_iters
         r, c, step = self._newton(system, self.r + h * self.rdot, tol, rep, iters)  # warm start
+        if rep.converged and self._step_energy(c, (c - self.q) / h, f, cols)[0] > e0 + e_scale:
+            # a root that gains energy: a far root of phi (the decoder's curvature makes
+            # several), not implicit Euler's dissipative step
+            rep.converged = False
+            self.energy_rejections += 1
         if not rep.converged and can_split:
             # Newton stalled: the step moves r too far for eq. (10)'s expansion (see the
             # module docstring). Two implicit Euler steps of h / 2 on eq. (10) instead, kept
             # when both converge with no variational step anywhere in them
             saved = (self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev)
-            counts = (self.fallbacks, self.splits)
+            counts = (self.fallbacks, self.splits, self.energy_clamps)
+            mid = None
+            if pose is not None:  # halfway along the frame's screw motion (as run_frame)
+                mid = interpolate(self.pose, pose, 0.5, self.pin_frame().rest_pins.mean(0))
             split_ok = True
-            for _ in range(2):
-                half = self._implicit_euler(h / 2, f_ext, colliders, pose, depth + 1)
+            for half_pose in (mid, pose):
+                half = self._implicit_euler(h / 2, f_ext, colliders, half_pose, depth + 1)
                 rep.merge(half)
                 if not half.converged or self.fallbacks > counts[0]:
                     split_ok = False
@@ -627,24 +709,46 @@ class ShenSimulation(SubspaceModel):
                 self.splits += 1
                 return rep
             self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev = saved
-            self.fallbacks, self.splits = counts
+            self.fallbacks, self.splits, self.energy_clamps = counts
             rep.substeps = 1
         if not rep.converged:
             # Newton stalled at the smallest step: take the variational step instead
             t0 = time.perf_counter()
-            r, c, conv, ok, iters, step = self._variational_step(h, f, colliders, tol)
+            r, c, conv, ok, iters, step = self._variational_step(h, f, cols, tol, D)
             rep.timings["line_search"] += time.perf_counter() - t0
             rep.newton_iters += iters
             self.fallbacks += 1
             rep.converged, rep.line_search_ok = conv, ok
         rep.residual = step / self.length_scale
         if np.all(np.isfinite(r)) and (rep.converged or rep.line_search_ok):
-            self.rdot = (r - self.r) / h
-            self.r = r
-            self.qdot = (c - self.q) / h
-            self.q = c
-            self._advance_frame(None)
+            self._accept(r, c, h, pose, e0, e_scale, f, cols)
         return rep
+
+    def _step_energy(self, c: np.ndarray, qdot: np.ndarray, f: np.ndarray, cols):
+        """``(E, rounding)``: the step's energy ``|qdot|^2_{M~} / 2 + V(c) + C(c) - f.c``, J
+        (elastic by cubature, collider penalty, constant reduced force ``f`` of the step),
+        and the rounding it may carry (1e-12 of its terms' magnitudes)."""
+        kinetic = 0.5 * qdot @ self.M_red @ qdot
+        e_el = self._elastic(c, 0)[0]
+        e_c = self._contact(c, cols, hessian=False)[0]
+        work = float(f @ c)
+        return kinetic + e_el + e_c - work, 1e-12 * (kinetic + abs(e_el) + e_c + abs(work))
+
+    def _accept(self, r, c, h: float, pose, e0: float, e_scale: float, f, cols) -> None:
+        """Take ``r`` (``c = c(r)``) as the step's end; where its energy exceeds the step's
+        start ``e0`` (a variational step on a curved or non-convex potential may), the
+        velocity is scaled down to ``e0``: the minimizer's potential is at most ``e0``
+        (:meth:`_variational_step` starts no higher than ``r_n``), so a scale in [0, 1]
+        always exists (``energy_clamps`` counts these steps)."""
+        rdot, qdot = (r - self.r) / h, (c - self.q) / h
+        e1 = self._step_energy(c, qdot, f, cols)[0]
+        if e1 > e0 + e_scale:
+            kinetic = 0.5 * qdot @ self.M_red @ qdot
+            scale = np.sqrt(max(e0 - (e1 - kinetic), 0.0) / kinetic) if kinetic > 0 else 0.0
+            rdot, qdot = scale * rdot, scale * qdot
+            self.energy_clamps += 1
+        self.r, self.rdot, self.q, self.qdot = r, rdot, c, qdot
+        self._advance_frame(pose)
 
     def _newton(self, system, r: np.ndarray, tol: float, rep: StepReport, max_iters: int):
         """Newton on ``phi`` from ``r`` (the merit line search, the Levenberg-Marquardt step
@@ -735,7 +839,7 @@ class ShenSimulation(SubspaceModel):
                 return True
         return False
 
-    def _variational_step(self, h: float, f: np.ndarray, cols, tol: float):
+    def _variational_step(self, h: float, f: np.ndarray, cols, tol: float, D: np.ndarray):
         """The fallback and the contact step: minimize the implicit Euler incremental
         potential over ``r``,
 
@@ -755,11 +859,6 @@ class ShenSimulation(SubspaceModel):
         s = self.settings
         c_tilde, c_n = self.q + h * self.qdot, self.q
         Mr, n_p, dec = self.M_red, self.n_p, self.decoder
-        D = s.damping_alpha * Mr
-        if s.damping_beta > 0:
-            x_sub = self._X_sub + (self._U_sub_flat @ c_n).reshape(-1, 3)
-            He = self.sub_fem.element_terms(x_sub, self.weights, True, True)[2]
-            D = D + s.damping_beta * self._U_elem_flat.T @ (He @ self.U_elem).reshape(-1, self.k)
 
         def energy(r, order):
             c = self.coordinates(r)
@@ -786,7 +885,12 @@ class ShenSimulation(SubspaceModel):
 
             return e, Jt.T @ g, (0.5 * (H + H.T), gauss_newton), c
 
+        # from the warm start, or from r_n where that is lower: E(r_n) is the step's energy
+        # at its start, so the minimizer's potential never exceeds it (what the energy
+        # guard of _implicit_euler relies on)
         r = self.r + h * self.rdot
+        if energy(self.r, 0)[0] < energy(r, 0)[0]:
+            r = self.r.copy()
         e, g, H, c = energy(r, 1)
         e0 = e
         step, iters = np.inf, 0
@@ -1072,7 +1176,9 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         maximum=1.0,
     ),
     TRAINER_SETTING["checkpoint_every"],
-    *SUBSPACE_SETTINGS[3:],
+    # a finer cubature than the linear method's: the module docstring, "Cubature"
+    dataclasses.replace(SUBSPACE_SETTING["cubature_target"], default=0.01),
+    *SUBSPACE_SETTINGS[4:],
     TRAINER_SETTING["rollout"],
 )
 

@@ -206,16 +206,71 @@ def frame_features(
     p0, p1, p2 = poses
     if p0 is IDENTITY and p1 is IDENTITY and p2 is IDENTITY:  # the common case, fast
         return np.concatenate([np.asarray(gravity, float), np.zeros(12)])
-    Rt = p0.R.T
-    if origin is None:
-        c0, c1, c2 = p0.c, p1.c, p2.c
-    else:
-        c0, c1, c2 = (p.R @ origin + p.c for p in poses)
-    vel = Rt @ (c0 - c1) / dt
-    acc = Rt @ (c0 - 2.0 * c1 + c2) / dt**2
-    w0 = _rotvec(p1.R.T @ p0.R) / dt
-    w1 = _rotvec(p2.R.T @ p1.R) / dt
-    return np.concatenate([Rt @ np.asarray(gravity, float), vel, acc, w0, (w0 - w1) / dt])
+    # Python floats on 3-vectors and 3 x 3 matrices: a moving frame's features every frame
+    # (numpy's calls on arrays this small cost ~1 us each)
+    R0, R1, R2 = p0.R.tolist(), p1.R.tolist(), p2.R.tolist()
+    cs = [p.c.tolist() for p in poses]
+    if origin is not None:
+        o = np.asarray(origin, float).tolist()
+        cs = [_add(_mv(R, o), c) for R, c in zip((R0, R1, R2), cs)]
+    c0, c1, c2 = cs
+    inv_dt = 1.0 / dt
+    vel = [v * inv_dt for v in _mtv(R0, [c0[0] - c1[0], c0[1] - c1[1], c0[2] - c1[2]])]
+    acc = _mtv(R0, [c0[i] - 2.0 * c1[i] + c2[i] for i in range(3)])
+    acc = [a * inv_dt * inv_dt for a in acc]
+    w0 = [w * inv_dt for w in _rotvec_rows(_mtm(R1, R0))]
+    w1 = [w * inv_dt for w in _rotvec_rows(_mtm(R2, R1))]
+    dw = [(w0[0] - w1[0]) * inv_dt, (w0[1] - w1[1]) * inv_dt, (w0[2] - w1[2]) * inv_dt]
+    g = _mtv(R0, np.asarray(gravity, float).tolist())
+    return np.array(g + vel + acc + w0 + dw)
+
+
+def _mv(A: list, v: list) -> list:
+    """``A v`` of a 3 x 3 (rows) and a 3-vector, Python floats."""
+    a0, a1, a2 = A
+    return [
+        a0[0] * v[0] + a0[1] * v[1] + a0[2] * v[2],
+        a1[0] * v[0] + a1[1] * v[1] + a1[2] * v[2],
+        a2[0] * v[0] + a2[1] * v[1] + a2[2] * v[2],
+    ]
+
+
+def _mtv(A: list, v: list) -> list:
+    """``A^T v``, Python floats."""
+    a0, a1, a2 = A
+    x, y, z = v
+    return [
+        a0[0] * x + a1[0] * y + a2[0] * z,
+        a0[1] * x + a1[1] * y + a2[1] * z,
+        a0[2] * x + a1[2] * y + a2[2] * z,
+    ]
+
+
+def _mtm(A: list, B: list) -> list:
+    """``A^T B`` of two 3 x 3 (rows), Python floats."""
+    b0, b1, b2 = B
+    out = []
+    for i in range(3):
+        x, y, z = A[0][i], A[1][i], A[2][i]
+        out.append([x * b0[j] + y * b1[j] + z * b2[j] for j in range(3)])
+    return out
+
+
+def _add(a: list, b: list) -> list:
+    return [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+
+
+def _rotvec_rows(R: list) -> list:
+    """:func:`_rotvec` of a 3 x 3 rotation given as rows of Python floats."""
+    v = [R[2][1] - R[1][2], R[0][2] - R[2][0], R[1][0] - R[0][1]]
+    c = 0.5 * (R[0][0] + R[1][1] + R[2][2] - 1.0)
+    if c < _COS_FALLBACK:
+        return Rotation.from_matrix(np.array(R)).as_rotvec().tolist()
+    s = 0.5 * math.sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
+    if s < 1e-300:
+        return [0.0, 0.0, 0.0]
+    k = math.atan2(s, c) / (2.0 * s)
+    return [v[0] * k, v[1] * k, v[2] * k]
 
 
 def _rotvec(R: np.ndarray) -> np.ndarray:
@@ -223,14 +278,7 @@ def _rotvec(R: np.ndarray) -> np.ndarray:
     about ``v``, the axial vector of ``R - R^T``), accurate from zero up to near a half turn;
     scipy's general conversion only past 170 degrees, where ``v`` vanishes. The closed form is
     ~20x faster than scipy's, which cost ~57 us twice per frame of a moving reference frame."""
-    v = np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
-    c = 0.5 * (R[0, 0] + R[1, 1] + R[2, 2] - 1.0)
-    if c < _COS_FALLBACK:
-        return Rotation.from_matrix(R).as_rotvec()
-    s = 0.5 * math.sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
-    if s < 1e-300:
-        return np.zeros(3)
-    return v * (math.atan2(s, c) / (2.0 * s))
+    return np.array(_rotvec_rows(np.asarray(R, dtype=np.float64).tolist()))
 
 
 #: Below this cosine of the angle (170 degrees) :func:`_rotvec` uses scipy's conversion.
@@ -246,9 +294,18 @@ def collider_features(transforms: np.ndarray, sizes: np.ndarray, pose: Pose) -> 
     transforms : (c, 4, 4) world transforms
     sizes : (c, 2) radius and half length of each, m
     """
-    M = to_frame(transforms, pose)
+    T = np.asarray(transforms, dtype=np.float64).reshape(-1, 4, 4)
     sizes = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
-    return np.concatenate([M[:, :3, :3].reshape(-1, 9), M[:, :3, 3], sizes], axis=1).reshape(-1)
+    if pose is IDENTITY or pose.is_identity:
+        return np.concatenate([T[:, :3, :3].reshape(-1, 9), T[:, :3, 3], sizes], axis=1).reshape(-1)
+    # Python floats (as frame_features): a few colliders a frame in a moving frame
+    Rp, cp = pose.R.tolist(), pose.c.tolist()
+    out = []
+    for M, sz in zip(T.tolist(), sizes.tolist()):
+        t = _mtv(Rp, [M[0][3] - cp[0], M[1][3] - cp[1], M[2][3] - cp[2]])
+        Q = _mtm(Rp, [M[0][:3], M[1][:3], M[2][:3]])
+        out += (*Q[0], *Q[1], *Q[2], *t, *sz)
+    return np.array(out)
 
 
 def swept_push_out(
@@ -1340,6 +1397,8 @@ class SNPSimulation(SimulatorBase):
             return self._world_features(
                 colliders[0], poses[0], None if previous is None else previous[0]
             )[None]
+        if B == 1 and not self.p.contact and not _world(poses[0][0]):
+            return self._moving_features(colliders[0], poses[0])[None]
         mats, sizes = self._slots(colliders, [ps[0] for ps in poses])
         f = np.zeros((B, self.p.n_features))
         f[:, :3] = self.gravity  # frame_features of a frame that stays the world
@@ -1387,6 +1446,26 @@ class SNPSimulation(SimulatorBase):
                 self.p.X, before, after, self.p.kinds, sizes, self._bound
             )
         return f
+
+    def _moving_features(self, cols: list[Collider], poses: tuple[Pose, Pose, Pose]) -> np.ndarray:
+        """(e,) :meth:`batch_features` of one instance without contact features whose frame
+        moved (a cape on a walking character): the same numbers (:func:`frame_features`,
+        then each slot as :func:`collider_features` takes it into the frame), in Python
+        floats made an array once, where the general path's small arrays cost ~40 us."""
+        p, pose = self.p, poses[0]
+        out = frame_features(poses, self.gravity, self.dt, p.frame_origin).tolist()
+        Rp, cp = pose.R.tolist(), pose.c.tolist()
+        for i in range(len(p.sizes)):
+            if i < len(cols):
+                M = cols[i].transform.tolist()
+                r, h = float(cols[i].radius), float(cols[i].half_length)
+            else:
+                M = _world_matrix(pose, self._far).tolist()
+                r, h = self._sizes[i]
+            t = _mtv(Rp, [M[0][3] - cp[0], M[1][3] - cp[1], M[2][3] - cp[2]])
+            Q = _mtm(Rp, [M[0][:3], M[1][:3], M[2][:3]])
+            out += (*Q[0], *Q[1], *Q[2], *t, r, h)
+        return np.array(out)
 
     def _world_features(
         self, cols: list[Collider], poses: tuple[Pose, Pose, Pose], previous: list | None
