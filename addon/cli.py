@@ -394,12 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="training method (overrides the object's); its settings are the object's for "
         "that method",
     )
-    train.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        type=str.lower,
-        help="training device (overrides the add-on preference)",
-    )
+    _add_device_option(train)
     train.add_argument(
         "--with",
         dest="family",
@@ -517,12 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of network training for the whole comparison, shared equally by the "
         "learned methods (linear takes seconds and comes on top); default 600",
     )
-    cm.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        type=str.lower,
-        help="training device (overrides the add-on preference)",
-    )
+    _add_device_option(cm)
     cm.add_argument("--restart", action="store_true", help="forget the finished methods")
     cm.add_argument(
         "--method",
@@ -539,6 +529,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_options(cm)
     return parser
+
+
+def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        type=str.lower,
+        help="training device (overrides the add-on preference)",
+    )
 
 
 def _scenarios_epilog() -> str:

@@ -16,7 +16,7 @@ from neural_rom.core import methodcompare as mc
 from neural_rom.core import registry
 from neural_rom.core.errors import JobCancelled
 
-from .blender_fixtures import addon_module, fresh_file
+from .blender_fixtures import registered
 
 ASKED = ("linear", "autoencoder")
 QUICK = ["--epochs", "4", "--search-epochs", "2", "--max-frames", "40"]
@@ -32,14 +32,10 @@ def _cli(*argv) -> int:
 def compared(tmp_path_factory):
     """The bar tetrahedralized, baked (3 variants of 16 frames, drawn from its swing) and
     compared through the CLI; yields what the tests need, the extension unregistered after."""
-    bpy = fresh_file()
-    package = addon_module()
-    package.register()
-    entry = bpy.context.preferences.addons.new()
-    entry.module = "neural_rom"
-    folder = tmp_path_factory.mktemp("methods")
-    blend = folder / "bar.blend"
-    try:
+    with registered() as ns:
+        bpy = ns.bpy
+        folder = tmp_path_factory.mktemp("methods")
+        blend = folder / "bar.blend"
         bpy.ops.mesh.primitive_cube_add(size=1.0, location=(0.0, 0.0, -0.5))
         obj = bpy.context.object
         obj.name = "Bar"
@@ -63,15 +59,6 @@ def compared(tmp_path_factory):
         argv += [a for m in ASKED for a in ("--method", m)] + QUICK
         assert _cli(*argv) == 0
         yield {"bpy": bpy, "obj": bpy.data.objects["Bar"], "json": out, "folder": folder}
-    finally:
-        from neural_rom.addon import jobs
-
-        jobs.cancel_job("", force=True)
-        jobs._JOBS.clear()
-        got = bpy.context.preferences.addons.get("neural_rom")
-        if got is not None:
-            bpy.context.preferences.addons.remove(got)
-        package.unregister()
 
 
 def _plan(obj, **kw):
