@@ -835,6 +835,7 @@ def cmd_tetrahedralize(args) -> int:
 
 def cmd_bake(args) -> int:
     from . import bakes, jobs
+    from .paths import load_path
 
     scene = bpy.context.scene
     for obj in select_objects(args.objects):
@@ -867,9 +868,9 @@ def cmd_bake(args) -> int:
                 _out(f"{name}: {Path(path).name} was complete and is kept")
             target = bpy.data.objects.get(name)
             if target is not None:
-                bakes.on_bake_done(target, result)
+                written = {Path(p).resolve() for p in bakes.on_bake_done(target, result)}
                 for rec in target.neural_rom.bakes:
-                    if rec.motion:
+                    if rec.motion and load_path(rec.path).resolve() in written:
                         _out(f"{name}: {rec.name}: pins drawn from {rec.motion}")
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
