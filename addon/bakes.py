@@ -26,7 +26,7 @@ from ..core.meshfile import write_tetmesh
 from ..core.tetmesh import TetMesh
 from . import blender_mesh as bm
 from .paths import cache_dir, load_path, scene_of, store_path
-from .tets import embedding_nodes, load_tets
+from .tets import load_tets, pinned_nodes
 
 BAKES_DIR = "bakes"
 
@@ -131,12 +131,9 @@ def make_bake_job(
     if scenario.get("source"):
         scenario["source"] = bpy.path.abspath(scenario["source"])
     scenario = validate_scenario(scenario)
-    pins_render = _pins(obj, s, scenario)
+    _pins(obj, s, scenario)
     n_nodes = len(tets.mesh.X)
-    if tets.embedding is not None:
-        pinned = embedding_nodes(tets.embedding, pins_render)
-    else:
-        pinned = pins_render
+    pinned = pinned_nodes(obj, tets)
     folder = cache_dir(obj)
 
     frames = int(s.frames)

@@ -74,6 +74,14 @@ def restore_rest(mesh: bpy.types.Mesh) -> None:
     mesh.update()
 
 
+def replace_rest(mesh: bpy.types.Mesh, rest: np.ndarray) -> None:
+    """Make (n, 3) local ``rest`` the mesh's rest shape and show it (an edited mesh's)."""
+    if has_rest(mesh):
+        mesh.attributes.remove(mesh.attributes[REST_ATTRIBUTE])
+    set_positions(mesh, rest)
+    store_rest(mesh)
+
+
 def _rest_flat(mesh: bpy.types.Mesh) -> np.ndarray:
     co = np.empty(3 * len(mesh.vertices), dtype=np.float32)
     mesh.attributes[REST_ATTRIBUTE].data.foreach_get("vector", co)

@@ -33,7 +33,7 @@ from .reference import (
     model_record,
     world_mesh,
 )
-from .tets import load_tets, world_mesh_hash
+from .tets import load_tets, pins_name, world_mesh_hash
 
 # ------------------------------------------------------------------------------------------
 # Training on several objects
@@ -151,6 +151,8 @@ def apply_model(
     record = registry.get(model.method)
     report = getattr(sim, "domain_report", None)
     warning = report.message() if report is not None and report.warn else ""
+    pins = pin_warning(obj, sim)
+    warning = " ".join(w for w in (pins, warning) if w)
     s = obj.neural_rom
     if s.simulate:
         stop_simulation(obj)
@@ -178,6 +180,14 @@ def apply_model(
     }
 
 
+def pin_warning(obj: bpy.types.Object, sim) -> str:
+    """What ``sim`` (a model put on ``obj``'s mesh) says of ``obj``'s pins against those of
+    the model's family, naming its pin group; "" when they match (or the method has no such
+    report)."""
+    report = getattr(sim, "pin_report", None)
+    return report.message(pins_name(obj)) if report is not None and report.warn else ""
+
+
 def domain_text(m) -> str | None:
     """``"0.0% outside the training domain (up to 12 mm)"`` of a model's properties, or None
     when unknown."""
@@ -197,11 +207,16 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
     """Continue ``obj``'s running simulation on its edited mesh (a cut, a hole, deleted
     faces, a remesh: the rest surface changed since it was tetrahedralized).
 
-    The new rest surface (the vertices' saved rest positions, which an edit carries along;
-    the current positions where the edit dropped them) is tetrahedralized by the worker's
-    tetrahedralize job with the object's Tet Size; when it ends the tets are stored on the
-    object and the simulation swaps to them at the current frame (:func:`swap_to_tets`):
-    ``q`` and its velocity are kept, the motion goes on. Checked first: Simulate on, a
+    The edit was made on the mesh as shown (deformed): its rest shape is the edit's own,
+    each vertex pulled back through the deformation of the frame shown
+    (:func:`edited_rest`), so a Boolean's, a Bisect's or a knife's new vertices rest where
+    the edit put them on the body. It is tetrahedralized by the worker's tetrahedralize
+    job with the object's Tet Size, into new files beside the tets the saved .blend
+    records (:func:`.tets.store_tets`' ``keep_files``); a Mesh Cache modifier playing a
+    cache of the old vertex count is turned off (:func:`mute_stale_caches`). When the job
+    ends the tets are stored on the object and the simulation swaps to them at the frame
+    the edit was made on (:func:`swap_to_tets`): ``q`` and its velocity are kept, the
+    motion goes on. Checked first: Simulate on, a
     model that runs on other meshes, a running driver, an edit to apply.
 
     Returns
@@ -238,11 +253,13 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
         raise NeuralRomError(
             f"'{obj.name}' has not been edited since it was tetrahedralized: nothing to apply."
         )
-    bm.store_rest(obj.data)  # an edit that dropped the rest positions: the shape as shown
+    d = simulate._drivers[obj.name]
+    rest = edited_rest(obj, scene, d)
     # the rest shape shown while the worker meshes it: Blender splits quads and n-gons by the
     # current positions, so the surface (and its hash) is the rest one only at rest
-    bm.set_positions(obj.data, bm.rest_positions(obj.data))
-    frame = int(scene.frame_current)
+    bm.replace_rest(obj.data, rest)
+    muted = mute_stale_caches(obj)
+    frame = int(getattr(d, "shown", scene.frame_current))  # the frame the edit was made on
     job = make_tet_job(obj)
     name, info = obj.name, {}
 
@@ -251,9 +268,10 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
         if target is None:
             discard_tet_job(job)
             return
-        if on_tet_done(target, job, result) is None:
+        # beside the tets the saved .blend records, which it needs until the user saves
+        if on_tet_done(target, job, result, keep_files=True) is None:
             return  # cancelled: the old tets and the simulation stay
-        info.update(swap_to_tets(target, scene_of(target), frame))
+        info.update(swap_to_tets(target, scene_of(target), frame), muted=muted)
 
     try:
         jobs.start_job(context or bpy.context, job, owner=name, on_done=done)
@@ -263,13 +281,62 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
     return info or None
 
 
+def edited_rest(obj: bpy.types.Object, scene: bpy.types.Scene, driver) -> np.ndarray:
+    """The rest shape (n, 3), local metres, of ``obj``'s mesh edited during Simulate
+    (``driver``: its :class:`.simulate.Driver`).
+
+    The edit was made on the mesh as shown, deformed at the frame the driver last showed:
+    each vertex is pulled back through that frame's deformation of the tets
+    (:func:`..core.embedding.pull_back`, the inverse of the piecewise-linear map). A vertex
+    whose carried rest position (the saved rest attribute, which Blender keeps on the
+    vertices an edit keeps and interpolates on those it splits) agrees with that to 0.1% of
+    the mesh's size keeps it exactly; the others (a Boolean's vertices from its cutter,
+    which come with none: the origin) take the pulled-back one.
+    """
+    from ..core.embedding import pull_back
+
+    frame = int(getattr(driver, "shown", scene.frame_current))
+    P = driver.positions_at(frame, obj, scene)
+    t = driver.tets
+    x = bm.to_local(P, bm.matrix(obj))
+    X = np.asarray(t.mesh.X, dtype=np.float64)
+    rest, _ = pull_back(bm.get_positions(obj.data), x, X, t.mesh.T)
+    if bm.has_rest(obj.data):
+        carried = bm.rest_positions(obj.data)
+        size = float(np.linalg.norm(X.max(0) - X.min(0)))
+        keep = np.linalg.norm(carried - rest, axis=1) <= 1e-3 * size
+        rest[keep] = carried[keep]
+    return rest
+
+
+def mute_stale_caches(obj: bpy.types.Object) -> list[str]:
+    """Turn off ``obj``'s Mesh Cache modifiers that play a PC2 of another vertex count than
+    its (edited) mesh (Bake Simulation's, left from before the edit: Blender would print
+    "Vertex count mismatch" every frame). Returns their names."""
+    from ..core.pc2 import read_pc2
+
+    n, muted = len(obj.data.vertices), []
+    for mod in obj.modifiers:
+        if mod.type != "MESH_CACHE" or mod.cache_format != "PC2" or not mod.show_viewport:
+            continue
+        try:
+            r = read_pc2(bpy.path.abspath(mod.filepath), mmap=True)[0].shape[1]
+        except (OSError, CacheError):
+            continue  # Blender says what is wrong with a cache that cannot be read
+        if r != n:
+            mod.show_viewport = mod.show_render = False
+            muted.append(mod.name)
+    return muted
+
+
 def swap_to_tets(obj: bpy.types.Object, scene: bpy.types.Scene, frame: int) -> dict:
     """Swap ``obj``'s running simulation to its (new) stored tets at ``frame``
     (:meth:`..core.framecache.Timeline.swap_mesh`), rebuild the render mapping and record
     the tets on the model; then show the frame. A failure stops the simulation and says why.
 
     Returns a dict: ``frame``, ``seconds`` (the swap), ``vertices``, ``elements``,
-    ``kinetic_before`` and ``kinetic_after`` (J), ``share_outside``, ``max_distance_m``.
+    ``kinetic_before`` and ``kinetic_after`` (J), ``share_outside``, ``max_distance_m``,
+    ``pin_warning`` ("" when the edited mesh's pin group matches the model's family).
     """
     from . import simulate
 
@@ -277,22 +344,23 @@ def swap_to_tets(obj: bpy.types.Object, scene: bpy.types.Scene, frame: int) -> d
     if d is None or not obj.neural_rom.simulate:
         raise NeuralRomError(f"The simulation of '{obj.name}' stopped before the swap.")
     t = load_tets(obj)
-    X, T, _ = world_mesh(obj, scene, t)
-    rep = d.timeline.swap_mesh(frame, X, T)
-    pinned = np.asarray(getattr(d.sim, "pinned", ()), dtype=np.int64)
+    X, T, _, pinned = world_mesh(obj, scene, t)
+    rep = d.timeline.swap_mesh(frame, X, T, pinned)
     d.tets = t
     d.n_nodes = len(X)
-    d.pins_local = np.asarray(t.mesh.X, dtype=np.float64)[pinned] if pinned.size else None
+    held = np.asarray(d.sim.pinned, dtype=np.int64)
+    d.pins_local = np.asarray(t.mesh.X, dtype=np.float64)[held] if held.size else None
     s = obj.neural_rom
     m = s.model
     m.tets_hash = s.tets_hash
     m.source_hash = s.source_hash
     m.mesh_hash = world_mesh_hash(obj, scene)
     dom = rep.domain
+    pins = pin_warning(obj, d.sim)
     if dom is not None:
         m.domain_outside = float(dom.share_outside)
         m.domain_distance = float(dom.max_distance_m)
-        m.domain_warning = dom.message() if dom.warn else ""
+        m.domain_warning = " ".join(w for w in (pins, dom.message() if dom.warn else "") if w)
     d.key = simulate.driver_key(obj, scene)
     simulate.apply_frame(obj, scene, frame)
     return {
@@ -304,6 +372,7 @@ def swap_to_tets(obj: bpy.types.Object, scene: bpy.types.Scene, frame: int) -> d
         "kinetic_after": float(rep.kinetic_after),
         "share_outside": None if dom is None else float(dom.share_outside),
         "max_distance_m": None if dom is None else float(dom.max_distance_m),
+        "pin_warning": pins,
     }
 
 
@@ -316,6 +385,13 @@ def swap_text(name: str, info: dict) -> str:
     )
     if info.get("share_outside"):
         text += f"; {info['share_outside']:.1%} of it outside the training domain"
+    if info.get("pin_warning"):
+        text += f". {info['pin_warning']}"
+    for name in info.get("muted", ()):
+        text += (
+            f". Its '{name}' modifier played a cache of the mesh before the edit and is "
+            "turned off: Bake Simulation again for the edited mesh"
+        )
     return text
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..core import registry
 from ..core.errors import NeuralRomError
 from . import blender_mesh as bm
-from .tets import load_tets, start_matrix
+from .tets import load_tets, pinned_nodes, start_matrix
 
 
 def reference_origin(obj: bpy.types.Object, scene: bpy.types.Scene) -> np.ndarray:
@@ -53,12 +53,15 @@ def runs_on_other_meshes(obj: bpy.types.Object) -> bool:
 
 
 def world_mesh(obj: bpy.types.Object, scene: bpy.types.Scene, tets=None) -> tuple:
-    """``(X, T, origin)``: ``obj``'s tets placed at the scene's start frame (world, metres)
-    and its reference origin, as :func:`..core.registry.load_simulator` takes a mesh."""
+    """``(X, T, origin, pinned)``: ``obj``'s tets placed at the scene's start frame (world,
+    metres), its reference origin and the nodes its pin group holds
+    (:func:`.tets.pinned_nodes`, as its bakes pin them), as
+    :func:`..core.registry.load_simulator` takes a mesh."""
     tets = tets or load_tets(obj)
     M = start_matrix(obj, scene)
     X = bm.to_world(np.asarray(tets.mesh.X, dtype=np.float64), M)
-    return X, np.asarray(tets.mesh.T, dtype=np.int64), np.asarray(M[:3, 3], dtype=np.float64)
+    T = np.asarray(tets.mesh.T, dtype=np.int64)
+    return X, T, np.asarray(M[:3, 3], dtype=np.float64), pinned_nodes(obj, tets)
 
 
 def load_arguments(obj: bpy.types.Object, scene: bpy.types.Scene, tets, mesh_hash: str) -> dict:
@@ -72,11 +75,15 @@ def load_arguments(obj: bpy.types.Object, scene: bpy.types.Scene, tets, mesh_has
 
 def job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
     """What a worker job spec needs to put ``obj``'s model on its tets
-    (:func:`..core.simjob.load_model_for`): ``mesh_matrix``, the start-frame matrix
-    placing the job's ``tets`` in the world, for a method that runs on other meshes."""
+    (:func:`..core.simjob.load_model_for`), for a method that runs on other meshes:
+    ``mesh_matrix``, the start-frame matrix placing the job's ``tets`` in the world, and
+    ``pinned``, the nodes its pin group holds."""
     if not runs_on_other_meshes(obj):
         return {}
-    return {"mesh_matrix": start_matrix(obj, scene).tolist()}
+    return {
+        "mesh_matrix": start_matrix(obj, scene).tolist(),
+        "pinned": [int(i) for i in pinned_nodes(obj, load_tets(obj))],
+    }
 
 
 def mesh_edit_pending(obj: bpy.types.Object, driver) -> bool:

@@ -420,6 +420,7 @@ def apply_frame(
     frame = scene.frame_current if frame is None else frame
     P = d.positions_at(frame, obj, scene, colliders=colliders)
     d.write(obj, P)
+    d.shown = int(frame)
     return P
 
 

@@ -130,8 +130,11 @@ def discard_tet_job(job: dict) -> None:
     shutil.rmtree(job["folder"], ignore_errors=True)
 
 
-def on_tet_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | None:
-    """Store the tets a finished job left (:func:`store_tets`) and remove the job files.
+def on_tet_done(
+    obj: bpy.types.Object, job: dict, result: dict, *, keep_files: bool = False
+) -> dict | None:
+    """Store the tets a finished job left (:func:`store_tets`, ``keep_files`` passed on)
+    and remove the job files.
 
     A cancelled job (``result`` empty or ``cancelled``) stores nothing: the object keeps
     its old tets. Returns :func:`store_tets`' info, or None.
@@ -141,22 +144,30 @@ def on_tet_done(obj: bpy.types.Object, job: dict, result: dict) -> dict | None:
             return None
         r = read_result(Path(job["folder"]))
         tets = TetResult(obj.name, r.mesh, r.embedding, r.quality, job["source_hash"], r.warnings)
-        return store_tets(obj, tets)
+        return store_tets(obj, tets, keep_files=keep_files)
     finally:
         discard_tet_job(job)
 
 
-def store_tets(obj: bpy.types.Object, result: TetResult) -> dict:
-    """Write a computed tet mesh to the object's cache directory and record it."""
+def store_tets(obj: bpy.types.Object, result: TetResult, *, keep_files: bool = False) -> dict:
+    """Write a computed tet mesh to the object's cache directory and record it.
+
+    ``keep_files``: write it beside the files the object records now (named by the mesh's
+    hash) instead of over them, so a .blend saved before still finds its tets (a mesh edit
+    during Simulate, which the user may not save)."""
     folder = cache_dir(obj)
     tets_path = folder / TETS_FILE
     emb_path = folder / EMBEDDING_FILE
+    if keep_files:
+        tag = result.mesh.hash()[:12]
+        tets_path = tets_path.with_name(f"{tets_path.stem}_{tag}.npz")
+        emb_path = emb_path.with_name(f"{emb_path.stem}_{tag}.npz")
     write_tetmesh(tets_path, result.mesh)  # atomic
     if result.embedding is not None:
         arrays = result.embedding.to_arrays()
         with atomic_path(emb_path) as tmp:
             np.savez(tmp, **arrays)
-    else:
+    elif not keep_files:
         emb_path.unlink(missing_ok=True)
     # open bakes need no forgetting: they are keyed by tets_hash and source_hash
     s = obj.neural_rom
@@ -262,10 +273,30 @@ def load_tets(obj: bpy.types.Object, *, check_fresh: bool = True) -> Tets:
 
 def embedding_nodes(emb, render_idx: np.ndarray) -> np.ndarray:
     """Tet nodes that carry the render vertices ``render_idx`` of an embedding: the nodes
-    of their enclosing tets, sorted. Pinning them holds those render vertices exactly."""
+    of their enclosing tets with a weight in them, sorted (a vertex at a node, as on a
+    repaired surface's tets, is carried by that node alone). Pinning them holds those
+    render vertices exactly."""
     if len(render_idx) == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.unique(np.asarray(emb.nodes)[render_idx]).astype(np.int64)
+    idx = np.asarray(render_idx, dtype=np.int64)
+    nodes, weight = np.asarray(emb.nodes)[idx], np.asarray(emb.bary)[idx]
+    return np.unique(nodes[np.abs(weight) > 1e-12]).astype(np.int64)
+
+
+def pinned_nodes(obj: bpy.types.Object, tets: Tets) -> np.ndarray:
+    """The tet nodes ``obj``'s pin group holds, sorted: its vertices with weight >= 0.5 (the
+    tet nodes carrying them, for a mesh in a cage). What its bakes pin, and what a model put
+    on it pins (on its own mesh, another of its family, an edited one). Raises
+    NeuralRomError naming a pin group the object does not have."""
+    group = obj.neural_rom.pin_group
+    idx = bm.vertex_group_indices(obj, group) if group else np.zeros(0, np.int64)
+    return embedding_nodes(tets.embedding, idx) if tets.embedding is not None else np.sort(idx)
+
+
+def pins_name(obj: bpy.types.Object) -> str:
+    """How a message names ``obj``'s pins: "Pin group 'Pins' of 'Ring'"."""
+    group = obj.neural_rom.pin_group
+    return f"Pin group '{group}' of '{obj.name}'" if group else f"'{obj.name}' (no pin group)"
 
 
 def render_world(tets: Tets, P: np.ndarray) -> np.ndarray:

@@ -341,7 +341,9 @@ def rollout(sim, cache, record: list | None = None) -> dict:
     for f in range(1, cache.n_frames):
         inp = driver.inputs(f)
         t0 = time.perf_counter()
-        rep = sim.step(FrameInputs(forces=inp.forces, colliders=inp.colliders))
+        rep = sim.step(
+            FrameInputs(forces=inp.forces, colliders=inp.colliders, pin_targets=inp.pin_targets)
+        )
         times.append(time.perf_counter() - t0)
         reports.append(rep)
         x = sim.positions()

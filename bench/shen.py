@@ -7,6 +7,12 @@ Scenes, each a set of bakes split into training and held-out bakes by whole traj
 
 * ``swing``: the swung arm of ``bench/latent.py`` (a clamped bar bent up to ~90 degrees in
   every direction by a turning body load; heavily damped, near its quasi-static shapes);
+* ``pins``: a bar whose clamp an animated object swings 0.2 m and turns 0.8 rad while pokes
+  push it (:func:`bake_pins`, 240 tets, 5 bakes of 30 frames; the scene of
+  ``tests/test_shen_pins.py``): the pins' moving frame, where every Shen step is the
+  variational one (``frame_variational``), so its three Shen rows agree. Measured at 3 + 2,
+  300 epochs (load ~20, step times inflated): replay / closest shapes Shen 232.6 / 36.9 mm,
+  PCA-5 331.6 / 53.1, Fulton at latent 5 587.5 / 94.6; 11.3 / 0.74 / 2.6 ms a step;
 * ``whip``: a thin clamped bar (1 m x 0.04 m x 0.04 m, E = 3 MPa, nu = 0.45, rho = 1000 kg/m^3,
   light Rayleigh damping alpha = 0.5 1/s, beta = 0.002 s, h = 1/48 s, no gravity) whose tip is
   pulled hard in a random direction of the y-z plane (a force ramped over ``PULL`` frames, then
@@ -23,7 +29,7 @@ closest shape (its :meth:`closest_shape`) over the held-out frames.
 
 Usage::
 
-    python bench/shen.py [--scene swing,whip] [--np 4] [--nz 2] [--epochs 3000]
+    python bench/shen.py [--scene swing,whip,pins] [--np 4] [--nz 2] [--epochs 3000]
                          [--divisions 10,2,2] [--whip-divisions 40,2,2] [--variants 8]
                          [--frames 72] [--full] [--no-fulton] [--out DIR]
     python bench/shen.py --speed 56,8,8 [--np 10] [--nz 5]
@@ -114,6 +120,44 @@ def bake_whip(
             bake(latent._Mesh(X, T), spec, out_dir / f"whip_v{v:03d}.nrbake", overwrite=True)
         )
     return paths
+
+
+def pin_swing(X: np.ndarray, pinned: np.ndarray, frames: int) -> np.ndarray:
+    """Pin targets (frames + 1, p, 3) of an animated object: the clamped end turns 0.8 rad
+    about z while sliding 0.2 m along y, eased in and out."""
+    centre = X[pinned].mean(0)
+    path = []
+    for f in range(frames + 1):
+        s = 0.5 - 0.5 * np.cos(np.pi * f / frames)
+        a = 0.8 * s
+        R = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
+        path.append((X[pinned] - centre) @ R.T + centre + s * np.array([0.0, 0.2, 0.0]))
+    return np.array(path)
+
+
+def bake_pins(out_dir, *, divisions=(10, 2, 2), variants: int = 5, frames: int = 30) -> list[Path]:
+    """The ``pins`` scene: a 0.5 m bar (E = 200 kPa, nu = 0.4, rho = 1000 kg/m^3, mass
+    damping 0.5 1/s, gravity) clamped at x = 0, its clamp swung by :func:`pin_swing` while
+    two random pokes a bake push it; ``variants`` bakes differ in the pokes."""
+    from types import SimpleNamespace
+
+    from neural_rom.core import bake as bk
+    from neural_rom.core.fem import Material
+    from neural_rom.core.grid import grid_tetmesh
+
+    X, T = grid_tetmesh((0.5, 0.1, 0.1), tuple(divisions))
+    pinned = np.flatnonzero(X[:, 0] < 1e-9)
+    spec = bk.BakeSpec(
+        material=Material(youngs_modulus=2e5, poisson_ratio=0.4, density=1000.0).to_dict(),
+        scenario={"kind": "random_pokes", "count": 2, "strength": 1.0, "duration": 0.4},
+        frames=frames,
+        pinned=pinned.tolist(),
+        pin_targets=pin_swing(X, pinned, frames).tolist(),
+        damping=(0.5, 0.0),
+        seed=5,
+        variants=variants,
+    )
+    return bk.bake_variants(SimpleNamespace(X=X, T=T), spec, out_dir, "swing")
 
 
 def heldout(paths):
@@ -668,8 +712,10 @@ def main(argv=None) -> int:
                 variants=args.variants,
                 frames=args.frames,
             )
+        elif scene == "pins":
+            paths = bake_pins(d / "bakes")
         else:
-            raise SystemExit(f"Unknown scene {scene!r}: swing or whip.")
+            raise SystemExit(f"Unknown scene {scene!r}: swing, whip or pins.")
         bake_s = time.perf_counter() - t0
         r = compare(paths, d, args.n_p, args.n_z, epochs=args.epochs, fulton=not args.no_fulton)
         r["bake_s"] = bake_s

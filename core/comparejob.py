@@ -82,6 +82,9 @@ def compare_with_bake(
         raise CacheError(f"Bake '{bake_name}' is missing ({spec['bake']}); re-bake.") from e
     except CacheError as e:
         raise CacheError(f"Bake '{bake_name}' cannot be used ({e}); re-bake.") from e
+    if spec.get("mesh_matrix") is not None and "pinned" in cache.extra_names:
+        # a model put on the object's tets replays the bake pinned as the bake was
+        spec = {**spec, "pinned": np.asarray(cache.extra("pinned"), dtype=np.int64).tolist()}
     sim, model = load_model_for(spec)
     # a model put on the object's tets (``mesh_matrix``) runs on the object's world mesh
     runs_on = spec.get("expect_mesh_hash") if spec.get("mesh_matrix") else model.mesh_hash

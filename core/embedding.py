@@ -355,3 +355,25 @@ def embed_points(P, mesh: TetMesh, *, inside_tol: float = 1e-10) -> Embedding:
             dist[pts] = d[j]
 
     return Embedding(tet=tet, bary=bary, nodes=T[tet], n_nodes=mesh.n_vertices, distance=dist)
+
+
+def pull_back(P, x, X, T) -> tuple[np.ndarray, np.ndarray]:
+    """Rest positions of points ``P`` (r, 3) given in a deformed tet mesh: the inverse of the
+    piecewise-linear deformation ``X -> x``. Each point's barycentric coordinates in the
+    deformed tet that holds it (:func:`embed_points`; extrapolated from the closest boundary
+    tet for a point outside) are applied to the rest nodes.
+
+    Parameters
+    ----------
+    P : (r, 3) float array, points in the deformed configuration, metres
+    x : (n, 3) float array, deformed node positions, metres
+    X : (n, 3) float array, rest node positions, metres
+    T : (m, 4) int array
+
+    Returns
+    -------
+    rest : (r, 3) float64, the points' rest positions
+    distance : (r,) float64, how far outside the deformed mesh each point lay, metres
+    """
+    emb = embed_points(P, TetMesh(np.asarray(x, dtype=np.float64), np.asarray(T, np.int64)))
+    return emb.apply(np.asarray(X, dtype=np.float64)), np.asarray(emb.distance, dtype=np.float64)

@@ -229,8 +229,9 @@ class Timeline:
         self.cache.put(self.frame_start, self.sim.get_state(), self.sim.positions(), mesh=self.mesh)
         self._held = self.cache.get(self.frame_start)
 
-    def swap_mesh(self, frame: int, X: np.ndarray, T: np.ndarray):
-        """Continue on the mesh ``(X, T)`` (rest nodes (n, 3), tets (m, 4)) from the newest
+    def swap_mesh(self, frame: int, X: np.ndarray, T: np.ndarray, pinned=None):
+        """Continue on the mesh ``(X, T)`` (rest nodes (n, 3), tets (m, 4); ``pinned`` its
+        pinned nodes, None: the simulator's choice) from the newest
         kept frame at or before ``frame``: its state goes through ``sim.swap_mesh`` (which
         keeps ``q`` and its velocity), the frames after it are forgotten, and the earlier
         ones are shown on the new mesh from now on (see the module docstring).
@@ -243,7 +244,7 @@ class Timeline:
         hit = self.cache.get(at)
         self._hold(hit)
         self._held = None  # swap_mesh changes the simulator (and may raise halfway)
-        report = self.sim.swap_mesh(X, T)
+        report = self.sim.swap_mesh(X, T, pinned)
         self.mesh += 1
         self.cache.invalidate(at + 1)
         self.cache.put(at, self.sim.get_state(), self.sim.positions(), hit.inputs, self.mesh)

@@ -216,7 +216,8 @@ def load_model_for(spec: dict):
     registry, from ``method_origin`` for a method registered outside the package), refused
     with what to do when it is not the model of the mesh ``expect_mesh_hash``. With
     ``mesh_matrix`` (a model that runs on other meshes) it is put on the job's ``tets``
-    placed in the world by that (4, 4) matrix, with its translation as the object's origin.
+    placed in the world by that (4, 4) matrix, with its translation as the object's origin
+    and ``pinned`` (the nodes the object's pin group holds; absent: the model's choice).
 
     Returns (simulator, model).
     """
@@ -236,7 +237,9 @@ def load_model_for(spec: dict):
 
         M = np.asarray(spec["mesh_matrix"], dtype=np.float64).reshape(4, 4)
         tm = read_tetmesh(spec["tets"])
-        where = {"mesh": (to_world(np.asarray(tm.X, np.float64), M), tm.T, M[:3, 3])}
+        pinned = spec.get("pinned")
+        pinned = None if pinned is None else np.asarray(pinned, dtype=np.int64)
+        where = {"mesh": (to_world(np.asarray(tm.X, np.float64), M), tm.T, M[:3, 3], pinned)}
     else:
         where = {"expect_mesh_hash": spec.get("expect_mesh_hash")}
     try:

@@ -456,6 +456,40 @@ def _self_intersecting_pairs(V, F, valid, diag, chunk: int = 200_000) -> np.ndar
     return ids[np.concatenate(hits)]
 
 
+def merge_close_vertices(V, F, tol: float) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """A surface with its vertices closer than ``tol`` metres merged (each cluster into its
+    first vertex), the faces that collapse with them dropped, and pairs of faces on the same
+    three vertices (a fin of zero thickness left between two merged sheets) dropped.
+
+    What a Boolean through a ring of vertices leaves (vertices a hair apart, edges of zero
+    length, faces of zero area) and TetGen would fill with slivers or with a tiny tet size
+    around them. Returns ``(V2 (n2, 3), F2 (k2, 3), merged, dropped)``: the new surface
+    (unused vertices removed), how many vertices went into others and how many faces were
+    dropped. The result is not checked: pass it to :func:`check_surface`.
+    """
+    V = as_points(V, "V")
+    F = as_faces(F, len(V))
+    pairs = cKDTree(V).query_pairs(float(tol), output_type="ndarray")
+    n = len(V)
+    if len(pairs):
+        g = sp.coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+        _, label = csgraph.connected_components(g, directed=False)
+    else:
+        label = np.arange(n)
+    first = np.full(label.max() + 1, n)
+    np.minimum.at(first, label, np.arange(n))
+    G = first[label][F]
+    keep = (G[:, 0] != G[:, 1]) & (G[:, 1] != G[:, 2]) & (G[:, 2] != G[:, 0])
+    key = np.sort(G, axis=1)
+    _, inverse, count = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    keep &= count[inverse.reshape(-1)] == 1
+    G = G[keep]
+    used = np.unique(G)
+    new = np.full(n, -1, np.int64)
+    new[used] = np.arange(len(used))
+    return V[used], new[G], int(n - len(np.unique(first[label]))), int(len(F) - len(G))
+
+
 # --------------------------------------------------------------------------------------------
 # closest points (used to embed points outside a tet mesh)
 # --------------------------------------------------------------------------------------------

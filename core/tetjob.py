@@ -91,11 +91,16 @@ def mesh_surface(
         setting of object ``name`` to change.
     """
     from .cage import tetrahedralize_embedded
+    from .embedding import embed_points
     from .mesher import tetrahedralize
     from .tetmesh import TetMesh
 
     V = np.asarray(V, dtype=np.float64)
     kw = {"target_edge_length": float(target_edge_length), "quality": float(quality)}
+    notes: list[str] = []
+    meshed = V, F
+    if not embedded:
+        meshed = _repaired(V, F, name, float(target_edge_length), notes)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -103,9 +108,10 @@ def mesh_surface(
                 tm, emb = tetrahedralize_embedded(V, F, resolution=int(cage_resolution), **kw)
             else:
                 # boundary may be split (finer tets than the render mesh); the render vertices
-                # stay the first nodes, so the render mesh still maps one to one
-                tm = tetrahedralize(V, F, keep_surface=False, check=False, **kw)
-                emb = None
+                # stay the first nodes, so the render mesh still maps one to one (a repaired
+                # surface's ride on its tets: an embedding, exact at rest)
+                tm = tetrahedralize(*meshed, keep_surface=False, check=False, **kw)
+                emb = None if meshed[0] is V else embed_points(V, tm)
     except NeuralRomError:
         raise
     except Exception as e:  # the mesher's own failures (tetgen RuntimeError, ...)
@@ -120,9 +126,75 @@ def mesh_surface(
         )
     q = tm.quality
     measures = dict(q() if callable(q) else q)
+    _refuse_degenerate(tm, meshed, name, float(target_edge_length), measures, notes)
     Minv = np.linalg.inv(np.asarray(M, dtype=np.float64))
     local = TetMesh(tm.X @ Minv[:3, :3].T + Minv[:3, 3], tm.T, tm.n_surface_inputs)
-    return TetJobResult(local, emb, measures, [str(w.message) for w in caught])
+    return TetJobResult(local, emb, measures, notes + [str(w.message) for w in caught])
+
+
+#: Surface vertices closer than this share of the Tet Size are merged before meshing.
+MERGE_SHARE = 0.01
+
+#: More tets than this many times the Tet Size's count (the volume over a regular tet's, or
+#: four per surface face for a thin body) is refused: features far below the Tet Size
+#: forced TetGen to refine around them.
+EXPLOSION_FACTOR = 30.0
+
+#: A smallest dihedral angle below this (degrees) is a flat tet: the user is told.
+FLAT_DIHEDRAL_DEG = 0.1
+
+
+def _repaired(V, F, name: str, edge: float, notes: list[str]):
+    """``(V, F)`` as given, or with the vertices closer than :data:`MERGE_SHARE` of the
+    Tet Size merged and the faces that collapse dropped (:func:`.surface.
+    merge_close_vertices`), a note added; refused when the repaired surface is not closed."""
+    from .surface import check_surface, merge_close_vertices
+
+    V2, F2, merged, dropped = merge_close_vertices(V, F, MERGE_SHARE * edge)
+    if not merged and not dropped:
+        return V, F
+    try:
+        check_surface(V2, F2)
+    except MeshError as e:
+        raise MeshError(
+            f"'{name}' has {merged} vertices within {MERGE_SHARE * edge * 1000:.3g} mm of "
+            "others (a Boolean through a ring of vertices leaves them), which would fill it "
+            "with slivers, and merging them does not leave a closed surface: merge them in "
+            f"Blender (Mesh > Clean Up > Merge by Distance) and fix the mesh. Details: {e}"
+        ) from None
+    notes.append(
+        f"'{name}': merged {merged} vertices within {MERGE_SHARE * edge * 1000:.3g} mm of "
+        f"others and dropped {dropped} faces of no area before meshing (they would have "
+        "made slivers); its vertices ride on the tets of the repaired surface."
+    )
+    return V2, F2
+
+
+def _refuse_degenerate(tm, surface, name: str, edge: float, measures: dict, notes) -> None:
+    """Refuse tets far more numerous than the Tet Size asks; note a flat tet (a Boolean's
+    sliver faces leave some next to the surface: measured 0.01 degrees, harmless to the
+    solver there, but worth a cleanup)."""
+    from .surface import enclosed_volume
+
+    V, F = surface
+    # a thin body's count is set by its surface: its faces are faces of tets
+    expected = max(abs(enclosed_volume(V, F)) / (edge**3 / (6.0 * np.sqrt(2.0))), 4.0 * len(F))
+    e = float(np.linalg.norm(V[F] - V[np.roll(F, 1, axis=1)], axis=2).min())
+    dihedral = float(measures.get("min_dihedral_deg", 90.0))
+    if len(tm.T) > EXPLOSION_FACTOR * expected + 1000:
+        raise MeshError(
+            f"Tetrahedralizing '{name}' made {len(tm.T):,} tets where its Tet Size asks "
+            f"about {expected:,.0f}, smallest dihedral angle {dihedral:.2g} degrees: its surface "
+            f"has features far smaller than the Tet Size (shortest edge {e * 1000:.3g} mm). "
+            "Clean the mesh (Mesh > Clean Up > Merge by Distance, Limited Dissolve) or raise "
+            "Tet Size."
+        )
+    if dihedral < FLAT_DIHEDRAL_DEG:
+        notes.append(
+            f"'{name}' has nearly flat tets (smallest dihedral angle {dihedral:.2g} degrees) "
+            f"next to sliver faces of its surface (shortest edge {e * 1000:.3g} mm); if it "
+            "simulates stiffly there, clean the mesh (Mesh > Clean Up > Limited Dissolve)."
+        )
 
 
 def write_result(folder: Path, result: TetJobResult) -> None:

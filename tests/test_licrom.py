@@ -19,6 +19,7 @@ from neural_rom.core.fem import Material, TetFEM
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.methods import licrom
 from neural_rom.core.modelfile import load_model
+from neural_rom.core.nnet import MLP
 from neural_rom.core.registry import get, load_simulator
 from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
 from neural_rom.core.subspace import mass_weighted_pod
@@ -757,9 +758,8 @@ def test_free_body_continues_across_a_mesh_swap(shapes):
         assert jump < 1e-3 and max(gaps) < 1e-3
     # a free body's state has six rigid coordinates a pinned mesh has not: refused, unchanged
     before = run.get_state()
-    run.pins = licrom.PinRegion(np.array([[[-1.0, -1.0, -1.0], [1.0, 1.0, -0.09]]]))
     with pytest.raises(SimulationError, match="pinned"):
-        run.swap_mesh(coarse.X, coarse.T)
+        run.swap_mesh(coarse.X, coarse.T, pinned=np.flatnonzero(coarse.X[:, 2] < -0.09))
     assert run.floating and np.array_equal(run.get_state()["q"], before["q"])
 
 
@@ -1054,3 +1054,108 @@ def test_a_tight_time_budget_plans_the_whole_schedule(bakes, tmp_path, monkeypat
     assert trainer.planned_epochs(0.02, 1.0, 0, 400) == 45
     assert trainer._split_plan(45, 300, 100, 3) == (34, 11)
     assert trainer._split_plan(45, 300, 100, 40) == (41, 4)  # never fewer than the done
+
+
+# ------------------------------------------------------------------------------ pins
+
+
+def _cone(depth, n=8, r0=0.08, r1=0.02, edge=0.05):
+    """A truncated cone hanging from its base cap at z = 0 (``n`` vertices per ring, the base
+    ring first), tetrahedralized as the add-on does (TetGen may split the surface), and its
+    pin group: the base ring's vertices."""
+    a = 2 * np.pi * np.arange(n) / n
+    ring = np.stack([np.cos(a), np.sin(a), np.zeros(n)], 1)
+    V = np.concatenate([ring * [r0, r0, 0], ring * [r1, r1, 0] - [0, 0, depth]])
+    F = [[i, (i + 1) % n, n + i] for i in range(n)]
+    F += [[(i + 1) % n, n + (i + 1) % n, n + i] for i in range(n)]
+    F += [[0, i + 1, i] for i in range(1, n - 1)] + [[n, n + i, n + i + 1] for i in range(1, n - 1)]
+    m = mesher.tetrahedralize(V, np.array(F), keep_surface=False, target_edge_length=edge)
+    return SimpleNamespace(X=np.asarray(m.X), T=np.asarray(m.T), pinned=np.arange(n))
+
+
+def test_pins_are_the_pin_groups_points_on_every_member():
+    """A family of cones pinned at their base ring, whose TetGen meshes put other nodes on the
+    base cap (which the bakes leave free): on each trained mesh the model pins exactly its
+    ring, not the cap's other nodes (a box around the pins held them too: "Pin targets have
+    shape (8, 3), expected (23, 3)"); an unseen length pinned at its base matches the family;
+    one pinned at its tip instead is told how far off its pins are, and which of the
+    family's points it leaves free; given pins are used as given."""
+    short, long_, unseen = _cone(0.3), _cone(0.45), _cone(0.375, edge=0.04)
+    pins = licrom.PinPoints.of_meshes(
+        [(m.X, m.T, m.pinned) for m in (short, long_)], licrom.PIN_TOLERANCE * 0.5
+    )
+    for m in (short, long_, unseen):
+        cap = np.flatnonzero(np.abs(m.X[:, 2]) < 1e-9)
+        print(f"{len(m.X)} nodes: {len(cap)} on the base cap, {len(m.pinned)} pinned")
+        assert len(cap) > len(m.pinned)  # TetGen's nodes on the pinned face
+        assert np.array_equal(pins.select(m.X), m.pinned)
+        rep = pins.check(m.X, m.pinned)
+        assert not rep.warn and rep.far == 0 and rep.free == 0
+    tip = np.flatnonzero(np.abs(unseen.X[:, 2] + 0.375) < 1e-9)
+    rep = pins.check(unseen.X, tip)
+    print(rep.message("Pin group 'Tip' of 'Cone'"))
+    assert rep.warn and rep.far == len(tip) and rep.free == 8
+    assert rep.far_distance_m > 0.3
+    assert rep.message("Pin group 'Tip' of 'Cone'").startswith("Pin group 'Tip' of 'Cone' holds")
+    assert "Pin the same region" in rep.message()
+    # the runtime: the given pins are the pinned nodes, and the report is warned about
+    rng = np.random.default_rng(0)  # any field: only which nodes are pinned is checked
+    W = [rng.normal(size=(8, 3)), rng.normal(size=(6, 8))]
+    field = licrom.Field(
+        MLP(W, [np.zeros(8), np.zeros(6)], ["tanh", "identity"]), np.zeros(3), 0.5, 0.01
+    )
+    with pytest.warns(licrom.PinWarning, match="farther than"):
+        sim = licrom.LicromSimulation(
+            field, unseen.X, unseen.T, MATERIAL, pins=pins, pinned=tip, cubature_vertices=0
+        )
+    assert np.array_equal(sim.pinned, tip) and sim.pin_report.far == len(tip)
+    sim = licrom.LicromSimulation(field, short.X, short.T, MATERIAL, pins=pins, cubature_vertices=0)
+    assert np.array_equal(sim.pinned, short.pinned) and not sim.pin_report.warn
+
+
+def test_static_modes_give_a_pinned_body_full_spaces_sag(trained):
+    """With Static Modes the mesh's own sag under 1 g along x, y and z joins the field's basis
+    (k = r + 3, the pins held). Rayleigh-Ritz: the subspace's linear static sag under
+    gravity (``U^T K U q = U^T f``) is then full space's to rounding, on the training bar and
+    on a finer remesh, where the field's basis alone is stiffer (its compliance ``f . u`` is
+    smaller: a basis without the static deflection sags less); and it follows full space's
+    30 frames from rest no worse than the field alone (exact energy)."""
+    from scipy.sparse.linalg import spsolve
+
+    for div in ((10, 2, 2), (20, 4, 4)):
+        m = bar(div)
+        free = np.ones(3 * len(m.X), bool)
+        free[(3 * m.pinned[:, None] + np.arange(3)).ravel()] = False
+        K = TetFEM(m.X, m.T, MATERIAL).hessian(m.X, project=False).tocsc()
+        compliance = {}
+        for static in (False, True):
+            red = licrom.load_on_mesh(trained.out, m.X, m.T, cubature_vertices=0, static=static)
+            f = (red.mass[:, None] * np.asarray(red.settings.gravity)[None]).ravel()
+            u = np.zeros_like(f)
+            u[free] = spsolve(K[free][:, free], f[free])
+            U = red.U
+            u_red = U @ np.linalg.solve(U.T @ (K @ U), U.T @ f)
+            compliance[static] = (float(f @ u_red), float(f @ u), red.k)
+            off = np.abs(u_red - u).max() / np.abs(u).max()
+            print(f"{div} static modes {static}: k {red.k}, sag {np.abs(u_red).max() * 1000:.4g} "
+                  f"mm against full space's {np.abs(u).max() * 1000:.4g} (off {off:.1e})")  # fmt: skip
+            if static:
+                assert off < 1e-8
+        (c_field, c_full, k_field), (c_static, _, k_static) = compliance[False], compliance[True]
+        assert k_static == k_field + 3
+        assert c_field < c_full * (1 - 1e-6) and abs(c_static - c_full) < 1e-9 * c_full
+    m = trained.mesh
+    errs = {}
+    for static in (False, True):
+        red = licrom.load_on_mesh(trained.out, m.X, m.T, cubature_vertices=0, static=static)
+        full = Simulation(m.X, m.T, MATERIAL, red.settings, pinned=m.pinned)
+        err = 0.0
+        for _ in range(30):
+            red.step()
+            full.step()
+            err = max(err, float(np.linalg.norm(red.positions() - full.x, axis=1).max()))
+        assert np.abs(red.positions()[m.pinned] - m.X[m.pinned]).max() == 0.0
+        errs[static] = err
+    print(f"30 frames from rest: field {errs[False] * 1000:.3g} mm, with static modes "
+          f"{errs[True] * 1000:.3g} mm")  # fmt: skip
+    assert errs[True] <= errs[False]

@@ -10,56 +10,35 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from neural_rom.core import bake as bk
 from neural_rom.core import registry
 from neural_rom.core.errors import NeuralRomError
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
 
+from .bench_modules import load_bench
+
+bench_shen = load_bench("shen")
 FRAMES = 30
-
-
-def swing_path(X, pinned, frames=FRAMES):
-    """Pin targets (frames + 1, p, 3): turns 0.8 rad about z while sliding 0.2 m, eased."""
-    centre = X[pinned].mean(0)
-    path = []
-    for f in range(frames + 1):
-        s = 0.5 - 0.5 * np.cos(np.pi * f / frames)
-        a = 0.8 * s
-        R = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
-        path.append((X[pinned] - centre) @ R.T + centre + s * np.array([0.0, 0.2, 0.0]))
-    return np.array(path)
 
 
 @pytest.fixture(scope="module")
 def swing(tmp_path_factory):
+    """bench/shen.py's ``pins`` scene: 5 bakes of 30 frames of the swung, poked bar."""
     out = tmp_path_factory.mktemp("swing")
-    X, T = grid_tetmesh((0.5, 0.1, 0.1), (10, 2, 2))
+    paths = bench_shen.bake_pins(out / "b", frames=FRAMES)
+    X = np.asarray(bench_shen.heldout(paths)[0][0].X)
     pinned = np.flatnonzero(X[:, 0] < 1e-9)
-    path = swing_path(X, pinned)
-    spec = bk.BakeSpec(
-        material=Material(youngs_modulus=2e5, poisson_ratio=0.4, density=1000.0).to_dict(),
-        scenario={"kind": "random_pokes", "count": 2, "strength": 1.0, "duration": 0.4},
-        frames=FRAMES,
-        pinned=pinned.tolist(),
-        pin_targets=path.tolist(),
-        damping=(0.5, 0.0),
-        seed=5,
-        variants=5,
-    )
-    paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, out / "b", "swing")
+    path = bench_shen.pin_swing(X, pinned, FRAMES)
     return SimpleNamespace(paths=paths, X=X, pinned=pinned, path=path, out=out)
 
 
 def test_shen_replays_a_held_out_bake_with_animated_pins(swing):
     """Shen 3 + 2 against PCA with 5 modes (the linear method at k = 5), the same held-out
     bake replayed with its pin targets and pokes; the model's pins follow their targets.
-    Measured (numpy 1.26): Shen 299.4 / 155.0 mm max / mean, closest shapes 47.2 mm; PCA-5
-    331.6 / 159.8 mm, closest shapes 53.1 (0.90x in replay; both about 6x their closest
-    shapes: at 5 DOFs this bar is too stiff in dynamics, PCA-12 replays at 73 mm). With eq.
-    (10) in the moving frame instead of the variational step Shen replayed 301.9 mm (247.9
-    on numpy 2.4). The bound: no worse than PCA at equal DOFs (a 10% margin here; two other
-    trainings, each on its own held-out bake, 54 and 362 mm)."""
+    Measured (numpy 1.26): Shen 293.6 / 154.0 mm max / mean, closest shapes 47.2 mm; PCA-5
+    331.6 / 159.8 mm, closest shapes 53.1 (0.89x in replay; both about 6x their closest
+    shapes: at 5 DOFs this bar is too stiff in dynamics, PCA-12 replays at 73 mm); numpy 2.4:
+    240.5 mm (0.73x). With eq. (10) in the moving frame instead of the variational step Shen
+    replayed 301.9 mm (247.9 on numpy 2.4). The bound: no worse than PCA at equal DOFs (an
+    11% margin here; two other trainings, each on its own held-out bake, 54 and 362 mm)."""
     from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
     from neural_rom.training.linear import LinearSettings, train_linear

@@ -130,7 +130,7 @@ def test_replay_does_not_depend_on_rounding_at_the_release(whip):
     identical to rounding (0.0 um here, 24.9 mm error) and the crawling steps halved. Since
     a root that gains energy is refused too (core/methods/shen.py, "Energy"), even 30
     iterations before halving give the same replay (0.00 mm apart; the far root gained
-    energy): 13.45 mm on numpy 1.26, 27.43 mm on numpy 2.4 (its OpenBLAS trains another
+    energy): 13.86 mm on numpy 1.26 (13.45 at cubature 0.05), 27.43 mm on numpy 2.4 (its OpenBLAS trains another
     model), 1-2 halved steps, no variational fallback, replays 0.000 um apart on both."""
     r = whip
     print(

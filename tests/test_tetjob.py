@@ -155,3 +155,57 @@ def test_a_worker_that_dies_fails_the_job_and_stores_nothing(tmp_path):
     assert job.wait(timeout=60) == jobs.FAILED
     assert job.crashed
     assert not (folder / tetjob.RESULT_FILE).exists()
+
+
+def near_duplicate_box():
+    """The unit cube with one face split by a vertex 1e-6 m from its corner (what a Boolean
+    through a ring of vertices leaves: a vertex a hair from another, faces of no area)."""
+    V, F = box_surface()
+    a, b, c = F[0]
+    p = V[a] + 1e-6 * ((V[b] - V[a]) + (V[c] - V[a]))
+    F = np.vstack([F[1:], [[a, b, 8], [b, c, 8], [c, a, 8]]])
+    return np.vstack([V, p]), F
+
+
+def test_near_duplicate_vertices_are_merged_and_the_mesh_rides_on_the_repair():
+    """A vertex a micrometre from another is merged before TetGen (not filled with slivers):
+    the tets are those of the clean cube (count within 5%, smallest dihedral no worse), the
+    render vertices ride on them exactly at rest, and the user is told what was merged."""
+    clean = tetjob.mesh_surface(
+        *box_surface(), np.eye(4), name="Box", embedded=False, target_edge_length=0.1,
+        quality=1.5, cage_resolution=6,
+    )  # fmt: skip
+    V, F = near_duplicate_box()
+    r = tetjob.mesh_surface(
+        V, F, np.eye(4), name="Box", embedded=False, target_edge_length=0.1, quality=1.5,
+        cage_resolution=6,
+    )  # fmt: skip
+    print(
+        f"clean {len(clean.mesh.T)} tets ({clean.quality['min_dihedral_deg']:.2f} deg), "
+        f"repaired {len(r.mesh.T)} ({r.quality['min_dihedral_deg']:.2f} deg): {r.warnings}"
+    )
+    assert abs(len(r.mesh.T) / len(clean.mesh.T) - 1) < 0.05
+    assert r.quality["min_dihedral_deg"] >= clean.quality["min_dihedral_deg"] - 1e-9
+    assert r.quality["volume"] > 1e-9  # no sliver of 1e-19 m^3 as unrepaired
+    assert r.embedding is not None
+    np.testing.assert_allclose(r.embedding.apply(r.mesh.X), V, atol=1e-12)
+    assert "merged 1 vertices" in r.warnings[0] and "Box" in r.warnings[0]
+
+
+def test_a_degenerate_mesh_is_refused_with_what_to_do(monkeypatch):
+    """A surface that merging does not repair (a slab thinner than the merge distance), and
+    tets far more numerous than the Tet Size asks, are refused with the object's name and
+    what to do in Blender."""
+    V, F = box_surface()
+    V = V * [1.0, 1.0, 1e-4]  # 0.1 mm thick: its faces merge into one sheet
+    with pytest.raises(MeshError, match="'Slab' has 4 vertices within 5 mm.*Merge by Distance"):
+        tetjob.mesh_surface(
+            V, F, np.eye(4), name="Slab", embedded=False, target_edge_length=0.5, quality=2.0,
+            cage_resolution=6,
+        )  # fmt: skip
+    monkeypatch.setattr(tetjob, "EXPLOSION_FACTOR", 0.0)  # any count past the 1,000 margin
+    with pytest.raises(MeshError, match="made .* tets where its Tet Size asks.*raise Tet Size"):
+        tetjob.mesh_surface(
+            *box_surface(), np.eye(4), name="Box", embedded=False, target_edge_length=0.1,
+            quality=2.0, cage_resolution=6,
+        )  # fmt: skip

@@ -55,7 +55,7 @@ Where we depart from the paper, each measured on the bakes of tests/test_licrom.
   (:mod:`core.methods.licrom`). A pinned body is trained in its pins' frame as before.
 
 The exported model holds the field (numpy :class:`core.nnet.MLP`), its normalization, a volume
-sample of the training domain, the pinned regions and the least-squares latent codes of up to
+sample of the training domain, the pinned points and the least-squares latent codes of up to
 :data:`CUBATURE_CODES` training frames, the poses each mesh's cubature is fitted to when the
 model is put on it (:mod:`core.methods.licrom`); the encoder is not exported. Checkpoints every ``checkpoint_every`` epochs (torch state,
 ``weights_only`` on load) let a cancelled or killed run resume.
@@ -91,7 +91,7 @@ from ..core.methods.licrom import (
     REFERENCE_WORLD,
     Domain,
     Field,
-    PinRegion,
+    PinPoints,
     body_frames,
     fitted_cubature,
     mesh_seed,
@@ -254,6 +254,13 @@ def open_family(bakes, validation_fraction: float, seed: int, expect_mesh_hash: 
                 "on the object you train for, or train without a target."
             )
         primary = by_hash[expect_mesh_hash]
+        mine = np.asarray(meshes[primary].bakes)
+        if len(val) and len(mine) > 1 and not np.isin(val, mine).any():
+            # the held-out rollout replays a bake of the target mesh: trade one of its
+            # training bakes for a held-out bake of another mesh (the same count held out)
+            take = int(np.setdiff1d(mine, val)[-1])
+            train = np.sort(np.append(np.setdiff1d(train, [take]), val[0]))
+            val = np.sort(np.append(val[1:], take))
     else:
         primary = mesh_of[int(val[0])] if len(val) else 0
     return caches, meshes, np.array(mesh_of), train, val, primary, material, all_ds
@@ -801,7 +808,7 @@ def train(
         field.float()
         export_error = float(np.abs(net.forward(test.numpy()) - ref).max())
     fld = Field(net, center, scale, u_scale)
-    pins = PinRegion.of_pins([(m.X_ref, m.pinned) for m in meshes], PIN_TOLERANCE * diag)
+    pins = PinPoints.of_meshes([(m.X_ref, m.T, m.pinned) for m in meshes], PIN_TOLERANCE * diag)
     domain = Domain.of_meshes(
         [(m.X_ref, m.T) for m in meshes], seed=seed, avoid=tuple(len(m.X) for m in meshes)
     )
@@ -821,8 +828,7 @@ def train(
 
     def basis_of(m: Mesh) -> np.ndarray:
         U = fld.basis(m.X_ref)
-        sel = pins.select(m.X_ref)
-        U.reshape(len(m.X), 3, r)[sel] = 0.0
+        U.reshape(len(m.X), 3, r)[m.pinned] = 0.0
         return U
 
     pm = meshes[primary]

@@ -164,7 +164,7 @@ class ShenSettings:
     batch_size: int = 256
     learning_rate: float = 1e-3
     checkpoint_every: int = 100
-    cubature_target: float = 0.05
+    cubature_target: float = 0.01
     max_cubature: int = 500
     cubature_poses: int = 200
     cubature_validation: float = 0.2
