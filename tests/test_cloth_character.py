@@ -9,8 +9,8 @@ the owner's own animation (core/motion.py), each one a motion no other variant c
 
 Small scenes: a 6 x 9 cape, bakes of 24 frames (about 2 s each on the 2-core machine); and
 one model (:func:`trained_cape`: 8 bakes of 48 frames drawn from the walk, 30 epochs) whose
-two held-out bakes are replayed from rest. Module: about 75 s at load 20 (the bakes of the
-model 20 s, its training 26-30 s).
+two held-out bakes are replayed from rest. Module: 33 s at load 5.5 (the model's bakes and
+training 18.6 s), about 75 s at load 20.
 """
 
 from __future__ import annotations
