@@ -53,12 +53,9 @@ from neural_rom.core.errors import SimulationError
 from neural_rom.core.frame import IDENTITY
 from neural_rom.core.methods.snp import SNPSimulation
 from neural_rom.core.sim import FrameInputs
+from neural_rom.training.snp import SNPSettings, train_snp
 
 from .cloth_scenes import build_sheet, replay
-
-# SNP trains in this process, with torch; Blender 5's line (Python 3.13) has none here.
-_snp = pytest.importorskip("neural_rom.training.snp", reason="SNP trains with torch, not here")
-SNPSettings, train_snp = _snp.SNPSettings, _snp.train_snp
 
 SHEET = 50  # vertices per side: 2,500, the issue's size
 # 10 bakes of 320 frames rather than 20 of 160 (the same frames to bake): a bake starts
