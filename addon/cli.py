@@ -515,6 +515,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_option(cm)
     cm.add_argument("--restart", action="store_true", help="forget the finished methods")
     cm.add_argument(
+        "--shot",
+        metavar="BAKE",
+        help="one of the object's bakes that is your own shot (e.g. baked with --motion "
+        "scenario: the animation as it plays), by its name in the panel's list: no method "
+        "trains on it, each replays it beside the held-out bakes",
+    )
+    cm.add_argument(
         "--method",
         dest="methods",
         action="append",
@@ -1184,6 +1191,7 @@ def cmd_compare_methods(args) -> int:
                 device=args.device,
                 restart=args.restart,
                 only=args.methods,
+                shot=args.shot,
             ),
         )
         for obj in select_objects(args.objects)
