@@ -176,6 +176,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.rollout_mean_error = _number(rollout.get("vertex_mean_error_m"), -1.0)
     m.projection_mean_error = _number(rollout.get("projection_mean_error_m"), -1.0)
     m.step_ms = _number(rollout.get("step_ms"), 0.0)
+    m.choice = str(result.get("choice") or "")
     m.train_seconds = _number(result.get("train_seconds"), 0.0)
     m.device = str(result.get("device", ""))
     m.mesh_hash = str(pending.get("mesh_hash", ""))
@@ -204,7 +205,8 @@ def model_size(m) -> str:
 def error_summary(m) -> str:
     """The model's error as ``train`` prints it and the Train button reports it: its replay
     of a held-out bake (max and mean vertex error) with the closest shapes' error on the
-    same frames beside it, as the floor; a model without a replay (a face's fit) its
+    same frames beside it, as the floor, then the training's choice of model (``choice``:
+    the sentence that says which model it kept and both replay errors); a model without a replay (a face's fit) its
     held-out shape error."""
     if m.rollout_error >= 0:
         text = f"held-out replay error {1000 * m.rollout_error:.3g} mm max"
@@ -215,7 +217,7 @@ def error_summary(m) -> str:
             if m.projection_mean_error >= 0:
                 text += f", {1000 * m.projection_mean_error:.3g} mm mean"
             text += ")"
-        return text
+        return text + (f". {m.choice}" if m.choice else "")
     if m.kind == "face":
         return f"worst held-out key {1000 * m.val_error:.3g} mm (largest vertex error)"
     return f"held-out shape error {1000 * m.val_error:.3g} mm"

@@ -411,6 +411,7 @@ def test_autoencoder_method_trains_and_simulates_from_the_panel(addon, blend_fil
     ae.max_cubature = 40
     ae.latent_dim = 2
     ae.hidden, ae.epochs, ae.batch_size = "16, 16", 30, 32
+    ae.keep_linear = False  # this test looks at the autoencoder (test_autoencoder_choice.py)
     settings = s.model_settings()
     assert settings["hidden"] == [16, 16] and settings["latent_dim"] == 2 and settings["k"] == 4
     # only the autoencoder's own settings are sent to it
