@@ -205,8 +205,7 @@ def model_size(m) -> str:
 def error_summary(m) -> str:
     """The model's error as ``train`` prints it and the Train button reports it: its replay
     of a held-out bake (max and mean vertex error) with the closest shapes' error on the
-    same frames beside it, as the floor, then the training's choice of model (``choice``:
-    the sentence that says which model it kept and both replay errors); a model without a replay (a face's fit) its
+    same frames beside it, as the floor; a model without a replay (a face's fit) its
     held-out shape error."""
     if m.rollout_error >= 0:
         text = f"held-out replay error {1000 * m.rollout_error:.3g} mm max"
@@ -217,10 +216,18 @@ def error_summary(m) -> str:
             if m.projection_mean_error >= 0:
                 text += f", {1000 * m.projection_mean_error:.3g} mm mean"
             text += ")"
-        return text + (f". {m.choice}" if m.choice else "")
+        return text
     if m.kind == "face":
         return f"worst held-out key {1000 * m.val_error:.3g} mm (largest vertex error)"
     return f"held-out shape error {1000 * m.val_error:.3g} mm"
+
+
+def report_line(m) -> str:
+    """What the Train button reports: the model's size and :func:`error_summary`, then the
+    training's choice of model when it made one (``choice``: which model it kept over
+    another, with both replay errors)."""
+    text = f"{model_size(m)}, {error_summary(m)}"
+    return f"{text}. {m.choice}" if m.choice else text
 
 
 def _number(value, default: float) -> float:
