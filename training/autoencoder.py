@@ -432,7 +432,9 @@ def train(
     autoencoder errors (m; ``pca_r_max_error_val_m`` is PCA truncated to ``latent_dim``), the
     latent-size search, the plan (``estimate_s``, ``time_budget_s``), the final network's
     epochs and why it stopped, ``fallback`` ("pca" when PCA-r replaced the network) and
-    ``epochs_run`` (epochs this run trained: a resumed run counts only its own).
+    ``epochs_run`` (epochs this run trained: a resumed run counts only its own). With
+    ``keep_linear`` and a held-out replay, :func:`keep_better`'s record: the linear model's
+    when it replays better (its file at ``out``), with ``choice`` either way.
     """
     dev = torch_device(device)
     run = TrainingRun.start(
@@ -543,8 +545,14 @@ def train(
     )
     if not s.keep_linear or result.get("rollout_max_error_m") is None:
         return result
-    run.say(0.99, "training the linear model of the same bakes to compare replays")
-    linear = _train_linear(run, bakes, out, s, expect_mesh_hash)
+    run.say(1.0, "training the linear model of the same bakes to compare replays")
+    try:
+        linear = _train_linear(run, bakes, out, s, expect_mesh_hash)
+    except JobCancelled:
+        raise
+    except NeuralRomError as e:  # the autoencoder stays; say why nothing was compared
+        result["warnings"].append(f"The linear model of these bakes did not train ({e}).")
+        return result
     return keep_better(result, linear)
 
 
