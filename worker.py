@@ -484,6 +484,26 @@ def run_compare(spec: dict) -> dict:
     return _frames_job(_sub("core.comparejob").compare_with_bake, spec, "replayed")
 
 
+def run_compare_methods(spec: dict) -> dict:
+    """``kind: "compare_methods"``: train every method of the add-on's plan and replay the
+    held-out bakes with each model (:func:`core.methodcompare.run_comparison`), through this
+    module's train and compare runners, one after another in this process; finished methods
+    are kept in the state file, so a cancel keeps them and a re-run resumes after them."""
+    jobs = _sub("core.jobs")
+    meter = jobs.Progress(1000)
+
+    def say(fraction: float, message: str) -> None:
+        meter.update(int(1000 * fraction), message)
+        _log(message)
+
+    def compare(c: dict) -> dict:
+        return _sub("core.comparejob").compare_with_bake(c, should_cancel=jobs.should_cancel)
+
+    return _sub("core.methodcompare").run_comparison(
+        spec, train=run_train, compare=compare, say=say, should_cancel=jobs.should_cancel
+    )
+
+
 def _frames_job(run, spec: dict, what: str) -> dict:
     """``run(spec, progress=, should_cancel=)`` with per-frame progress; a cancel's result
     says the file ``spec["out"]`` was not written (the previous one stays)."""
@@ -535,6 +555,7 @@ HANDLERS = {
     "train": run_train,
     "simulate": run_simulate,
     "compare": run_compare,
+    "compare_methods": run_compare_methods,
     "face_setup": run_face_setup,
     "face_demo": run_face_demo,
     "face_simulate": run_face_simulate,

@@ -93,6 +93,7 @@ def make_bake_job(
     shard: tuple[int, int] = (0, 1),
     restart: bool = False,
     processes: int = 0,
+    motion: str | None = None,
 ) -> dict:
     """The worker job that bakes ``obj``'s scenario (JSON-able).
 
@@ -105,6 +106,11 @@ def make_bake_job(
     its last committed frame, keeps a complete one, and starts over one baked with other
     settings or on another mesh; ``restart`` bakes every variant from frame 0. Variants
     bake in ``processes`` worker processes at once (0: one per CPU core).
+
+    ``motion`` (default: the object's Motion setting, ``bake_motion``) says how the pins
+    move: "animation" draws each variant's from the object's animation (:func:`drawn_motion`),
+    "scenario" has them follow the animation as it plays in every variant, "auto" the first
+    when the object is pinned and animated.
 
     Returns
     -------
@@ -147,8 +153,11 @@ def make_bake_job(
     ]
     X_local = np.asarray(tets.mesh.X, dtype=np.float64)
     X_world = bm.to_world(X_local, mats[0, 0])
+    drawn = drawn_motion(obj, scene, s.bake_motion if motion is None else motion, start)
     pin_targets = None
-    if len(pinned) and not np.allclose(mats[:, 0], mats[0, 0]):
+    if drawn is not None:
+        drawn["pins"] = X_world[pinned].tolist()
+    elif len(pinned) and not np.allclose(mats[:, 0], mats[0, 0]):
         Xp = X_local[pinned]
         pin_targets = (
             Xp @ np.transpose(mats[:, 0, :3, :3], (0, 2, 1)) + mats[:, 0, None, :3, 3]
@@ -193,6 +202,7 @@ def make_bake_job(
         seed=int(s.seed if seed is None else seed),
         variants=int(s.variants if variants is None else variants),
         contact=contact,
+        motion=drawn,
     )
     spec.validate(n_nodes)
 
@@ -233,6 +243,60 @@ def make_bake_job(
     }
 
 
+#: How a bake moves the pins (the object's ``bake_motion``; ``bake --motion``).
+MOTIONS = ("auto", "animation", "scenario")
+
+
+def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start: int):
+    """The motion ``obj``'s bake variants draw their pins from (:attr:`core.bake.BakeSpec.motion`
+    without ``pins``), or None when the pins follow the animation as it plays (``mode``
+    "scenario", or "auto" on an object without pins or animation).
+
+    The source is the object's rigid world frame (its own animation, its parents', the bone
+    it hangs from) over the animation in the file from the bake's first frame ``start`` on
+    (action and NLA strips), then over each other action made for it
+    (:func:`.animation.owner_animation`). The scene's current frame is kept.
+
+    Raises NeuralRomError (nothing changed) for an unknown mode, or for "animation" on an
+    object without pins or without animation.
+    """
+    from ..core.motion import Perturbation
+    from .animation import owner_animation
+
+    if mode not in MOTIONS:
+        raise NeuralRomError(f"Unknown bake motion {mode!r}: use {', '.join(MOTIONS)}.")
+    if mode == "scenario":
+        return None
+    s = obj.neural_rom
+    pinned = bool(s.pin_group) and len(bm.vertex_group_indices(obj, s.pin_group)) > 0
+    if not pinned:
+        if mode == "animation":
+            raise NeuralRomError(
+                f"'{obj.name}' has no pins, so its animation moves nothing in the bake; pick a "
+                "Pin Group (the vertices that follow the animation) or bake with Motion Auto."
+            )
+        return None
+    frame = scene.frame_current
+    try:
+        sources = owner_animation(scene, obj, "", start)
+    finally:
+        scene.frame_set(frame)
+    if not sources:
+        if mode == "animation":
+            raise NeuralRomError(
+                f"'{obj.name}' has no animation to draw the bakes' motion from: key it (or a "
+                "parent, or the bone it hangs from), or bake with Motion Auto."
+            )
+        return None
+    return {
+        "sources": [
+            {"name": x["name"], "frames": list(x["frames"]), "track": x["track"].tolist()}
+            for x in sources
+        ],
+        "perturbation": Perturbation().to_dict(),
+    }
+
+
 def on_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
     """Record the bakes a finished (or cancelled) job left on disk on ``obj``.
 
@@ -267,6 +331,7 @@ def on_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
         rec.nbytes = float(cache.nbytes)
         rec.status = cache.status
         rec.scenario = pending.get("scenario", cache.meta.get("scenario", {}).get("kind", ""))
+        rec.motion = motion_text(cache.meta.get("spec", {}).get("motion"))
         rec.mesh_hash = cache.mesh_hash
         rec.tets_hash = pending.get("tets_hash", s.tets_hash)
         rec.source_hash = pending.get("source_hash", s.source_hash)
@@ -277,6 +342,15 @@ def on_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
         s.active_bake = next(i for i, b in enumerate(s.bakes) if load_path(b.path) == first)
     s.pending_bake = ""
     return recorded
+
+
+def motion_text(record: dict | None) -> str:
+    """What a variant's drawn motion was (:func:`core.motion.describe_draws`), "" for none."""
+    from ..core.motion import describe_draws
+
+    if not record or "speed" not in record:
+        return ""
+    return describe_draws(record)
 
 
 def find_bake(obj: bpy.types.Object, bake_path: str | os.PathLike | None = None):

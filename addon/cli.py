@@ -6,7 +6,7 @@ tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "
 "3", "--save"])`` returns the exit code.
 
 Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``cloth-bake``, ``export-pc2``, ``train``,
-``simulate``, ``compare``, ``face-setup``, ``face-demo`` (:mod:`.face_cli`); ``--help`` on each.
+``simulate``, ``compare``, ``compare-methods``, ``face-setup``, ``face-demo`` (:mod:`.face_cli`); ``--help`` on each.
 Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
 the cancel is kept and recorded).
@@ -49,6 +49,7 @@ examples:
   {PROG} train --object PropA --with PropB --with PropC --method licrom --save
   {PROG} simulate --object PropD --model-of PropA --out //cache/propd.pc2 --save
   {PROG} compare --object Body --bake all --json //cache/body_compare.json
+  {PROG} compare-methods --object Body --budget 900 --json //cache/methods.json --save
   {PROG} face-setup --object Skin --skull Skull --jaw Jaw --save
   {PROG} simulate --object Skin --drive markers --out //cache/skin.pc2 --save
 """
@@ -208,7 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
             "the frames an uninterrupted bake gives; a complete one is kept; one baked with other "
             "settings or on another mesh starts over. Each object bakes its own scenario, "
             "frames and material (the panel's Training Scenario box); the scenarios and their "
-            "defaults, sized from the object, are below.",
+            "defaults, sized from the object, are below. When the object is pinned and "
+            "animated (itself, a parent, or the bone of an armature it hangs from), each "
+            "variant's pins are drawn from that animation (--motion, default auto: the "
+            "action and NLA strips from the scene's start frame on, and other actions made "
+            "for the object), perturbed with the variant's seed: a time warp (0.6-1.5x speed "
+            "with smooth changes), a stop and start in half the variants, the swing's "
+            "amplitude (0.6-1.4x) and travel (0.7-1.3x) scaled, a slow turn about the "
+            "vertical; the scenario's pokes, pushes and colliders come on top. Variants are "
+            "different motions, so a bake Train holds out is a motion no training bake "
+            "contains. Each bake records what it drew (info lists it).",
             80,
         ),
         epilog=_scenarios_epilog(),
@@ -225,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="number of scenario variants (overrides the object's)",
+    )
+    bake.add_argument(
+        "--motion",
+        choices=("auto", "animation", "scenario"),
+        help="how the pins move: 'animation' draws each variant from the object's animation, "
+        "perturbed; 'scenario' follows the animation as it plays, the same in every variant; "
+        "'auto' the first when the object is pinned and animated (default: the object's "
+        "Motion setting, auto)",
     )
     bake.add_argument(
         "--shard",
@@ -376,12 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="training method (overrides the object's); its settings are the object's for "
         "that method",
     )
-    train.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        type=str.lower,
-        help="training device (overrides the add-on preference)",
-    )
+    _add_device_option(train)
     train.add_argument(
         "--with",
         dest="family",
@@ -469,7 +482,62 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the numbers to this JSON file (metres, percent of the diagonal, "
         "milliseconds)",
     )
+
+    cm = sub.add_parser(
+        "compare-methods",
+        parents=[common],
+        help="train every method the object's bakes allow and say which to use",
+        description=textwrap.fill(
+            "Train every registered method on each object's bakes (one worker job: each "
+            "method with the object's settings of it, its defaults unless changed, and an "
+            "equal share of --budget as its time budget), replay the bakes training held out "
+            "with each model as compare does, and print one table: DOFs, training time, "
+            "replay max and mean (mm and % of the bounding-box diagonal), the closest "
+            "shapes' error, the closest shapes of a linear (PCA) model with as many DOFs, and "
+            "ms per step; then which method to use and why. A method that cannot take the "
+            "data is listed with the reason. Finished methods are kept (in the object's "
+            "cache directory, compare_methods/): a cancelled comparison keeps them and a "
+            "re-run resumes after them (--restart trains all again). The recommended "
+            "method's model becomes the object's model (--save keeps that). A method setting "
+            "option applies to the methods that have it (e.g. --epochs 50 for a quick look).",
+            80,
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cm.add_argument(
+        "--budget",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds of network training for the whole comparison, shared equally by the "
+        "learned methods (linear takes seconds and comes on top); default 600",
+    )
+    _add_device_option(cm)
+    cm.add_argument("--restart", action="store_true", help="forget the finished methods")
+    cm.add_argument(
+        "--method",
+        dest="methods",
+        action="append",
+        choices=registry.names(),
+        help="train only this method (repeat for several); the others are listed as not "
+        "asked for; default: every method",
+    )
+    cm.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the table to this JSON file (metres, percent, seconds, ms)",
+    )
+    _add_setting_options(cm)
     return parser
+
+
+def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        type=str.lower,
+        help="training device (overrides the add-on preference)",
+    )
 
 
 def _scenarios_epilog() -> str:
@@ -767,6 +835,7 @@ def cmd_tetrahedralize(args) -> int:
 
 def cmd_bake(args) -> int:
     from . import bakes, jobs
+    from .paths import load_path
 
     scene = bpy.context.scene
     for obj in select_objects(args.objects):
@@ -777,6 +846,7 @@ def cmd_bake(args) -> int:
             variants=args.variants,
             restart=args.restart,
             processes=args.processes,
+            motion=args.motion,
         )
         spec["shard"] = list(args.shard)
         for warning in spec.get("warnings") or ():
@@ -798,7 +868,10 @@ def cmd_bake(args) -> int:
                 _out(f"{name}: {Path(path).name} was complete and is kept")
             target = bpy.data.objects.get(name)
             if target is not None:
-                bakes.on_bake_done(target, result)
+                written = {Path(p).resolve() for p in bakes.on_bake_done(target, result)}
+                for rec in target.neural_rom.bakes:
+                    if rec.motion and load_path(rec.path).resolve() in written:
+                        _out(f"{name}: {rec.name}: pins drawn from {rec.motion}")
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK
@@ -1091,6 +1164,58 @@ def cmd_compare(args) -> int:
     return EXIT_OK
 
 
+def cmd_compare_methods(args) -> int:
+    from ..core.files import ensure_writable_dir, json_default, write_atomic
+    from ..core.methodcompare import table_text
+    from . import jobs, methodcompare
+
+    if not (args.budget > 0):
+        raise UserError(f"--budget {args.budget}: give a positive number of seconds")
+    json_path = _abspath(args.json) if args.json else None
+    if json_path is not None:
+        ensure_writable_dir(json_path.parent, "the --json file")
+    given = given_settings(args)
+    plans = [  # every object planned before the first job: a refusal changes nothing
+        (
+            obj.name,
+            methodcompare.make_compare_methods_job(
+                obj,
+                bpy.context.scene,
+                budget_s=args.budget,
+                settings=given,
+                device=args.device,
+                restart=args.restart,
+                only=args.methods,
+            ),
+        )
+        for obj in select_objects(args.objects)
+    ]
+    tables = []
+    for name, spec in plans:
+        runs = [e["method"] for e in spec["methods"] if e["status"] == "run"]
+        _out(
+            f"comparing methods on {name}: {', '.join(runs) or 'none'} "
+            f"({args.budget:g} s of training shared)"
+        )
+        got: list[dict] = []
+        jobs.start_job(bpy.context, spec, owner=name, on_done=got.append)
+        result = got[0]
+        best = methodcompare.on_compare_methods_done(bpy.data.objects[name], spec, result)
+        for method in result.get("kept") or []:
+            _out(f"{name}: {method} kept from the last comparison")
+        print(table_text(result["rows"], result["recommendation"]))
+        if best is not None:
+            _out(f"{name}: its model is now the {best} model")
+        tables.append(methodcompare.read_table(bpy.data.objects[name]))
+    if json_path is not None:
+        text = json.dumps(
+            {"file": bpy.data.filepath, "objects": tables}, indent=2, default=json_default
+        )
+        write_atomic(json_path, (text + "\n").encode("utf-8"))
+        _out(f"wrote {json_path}")
+    return EXIT_OK
+
+
 def cmd_face(args) -> int:
     from types import SimpleNamespace
 
@@ -1110,6 +1235,7 @@ COMMANDS = {
     "train": cmd_train,
     "simulate": cmd_simulate,
     "compare": cmd_compare,
+    "compare-methods": cmd_compare_methods,
     "face-setup": cmd_face,
     "face-demo": cmd_face,
 }

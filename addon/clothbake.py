@@ -46,6 +46,7 @@ from ..core import motion as mo
 from ..core.cache import BakeCache, BakeWriter
 from ..core.errors import CacheError, JobCancelled, NeuralRomError
 from . import blender_mesh as bm
+from .animation import owner_animation, owner_frame, sample_frames
 
 _REFERENCE_CHANNEL = "reference_frame"
 
@@ -159,108 +160,10 @@ def _moves_with(o, owner) -> bool:
     return False
 
 
-def _owner_frame(owner, bone: str) -> np.ndarray:
-    """(4, 4) the rigid world frame the cloth hangs from: the owner's, or its bone's."""
-    M = bm.matrix(owner)
-    if bone:
-        M = M @ np.array(owner.pose.bones[bone].matrix, dtype=np.float64)
-    return cb.rigid(M)
-
-
 def _evaluated_positions(obj) -> np.ndarray:
     """The cloth's vertices (local) as the depsgraph evaluates them now."""
     ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
     return bm.get_positions(ev.data)
-
-
-def _animation_range(owner) -> tuple[int, int] | None:
-    """The frames the owner's animation (its action and NLA strips, its parents' too)
-    covers, or None when it has none."""
-    lo, hi = np.inf, -np.inf
-    o = owner
-    while o is not None:
-        ad = o.animation_data
-        if ad is not None:
-            if ad.action is not None:
-                a, b = ad.action.frame_range
-                lo, hi = min(lo, a), max(hi, b)
-            for track in ad.nla_tracks:
-                if track.mute:
-                    continue
-                for strip in track.strips:
-                    if not strip.mute:
-                        lo, hi = min(lo, strip.frame_start), max(hi, strip.frame_end)
-        o = o.parent
-    if not np.isfinite(lo) or hi - lo < 2:
-        return None
-    return int(np.floor(lo)), int(np.ceil(hi))
-
-
-def _sample_frames(scene, owner, bone: str, frames) -> np.ndarray:
-    """(len(frames), 4, 4) the owner's frame (:func:`_owner_frame`) at each scene frame."""
-    out = []
-    for f in frames:
-        scene.frame_set(int(f))
-        out.append(_owner_frame(owner, bone))
-    return np.array(out)
-
-
-def _other_actions(owner) -> list:
-    """The actions of the file made for the owner (a slot of theirs names it) other than
-    the one it plays."""
-    ad = owner.animation_data
-    playing = ad.action if ad is not None else None
-    ident = "OB" + owner.name
-    out = []
-    for act in bpy.data.actions:
-        if act is playing:
-            continue
-        slots = getattr(act, "slots", None)
-        if slots is not None and any(sl.identifier == ident for sl in slots):
-            out.append(act)
-    return out
-
-
-def owner_animation(scene, owner, bone: str, start: int) -> list[dict]:
-    """The owner's motions in the file, each ``{"name", "frames": [a, b], "track": (F, 4, 4)}``
-    (:func:`_owner_frame` at every frame from ``a`` to ``b``): the animation as the file plays
-    it (its action and NLA strips) from the bake's first frame ``start`` on, then each other
-    action made for the owner, played alone over its own range. Empty when nothing moves
-    the owner. The scene is left at some frame: the caller sets the one it wants."""
-    sources = []
-    span = _animation_range(owner)
-    if span is not None and span[1] > start + 1:
-        a, b = max(start, span[0]), span[1]
-        sources.append(("animation", a, b, _sample_frames(scene, owner, bone, range(a, b + 1))))
-    ad = owner.animation_data
-    for act in _other_actions(owner):
-        a, b = (int(round(v)) for v in act.frame_range)
-        if b - a < 2:
-            continue
-        keep = (ad.action, ad.use_nla, getattr(ad, "action_slot", None))
-        try:
-            ad.use_nla = False
-            ad.action = act
-            if getattr(ad, "action_slot", None) is None and len(getattr(act, "slots", ())):
-                ad.action_slot = next(
-                    (sl for sl in act.slots if sl.identifier == "OB" + owner.name), act.slots[0]
-                )
-            sources.append(
-                (f"action {act.name}", a, b, _sample_frames(scene, owner, bone, range(a, b + 1)))
-            )
-        except (RuntimeError, TypeError, AttributeError):
-            continue  # an action Blender refuses on this object: not a motion of it
-        finally:
-            ad.action = keep[0]
-            if keep[2] is not None:
-                ad.action_slot = keep[2]
-            ad.use_nla = keep[1]
-    out = []
-    for name, a, b, track in sources:
-        moved = np.abs(track - track[0]).max()
-        if moved > 1e-6:
-            out.append({"name": name, "frames": [a, b], "track": track})
-    return out
 
 
 def _key_track(scene, owner, bone: str, track: np.ndarray, start: int) -> None:
@@ -270,7 +173,7 @@ def _key_track(scene, owner, bone: str, track: np.ndarray, start: int) -> None:
     root = owner
     while root.parent is not None:
         root = root.parent
-    played = _sample_frames(scene, owner, bone, range(start, start + len(track)))
+    played = sample_frames(scene, owner, bone, range(start, start + len(track)))
     carrier = bpy.data.objects.new("NeuralROM_motion", None)
     scene.collection.objects.link(carrier)
     carrier.rotation_mode = "QUATERNION"
@@ -451,7 +354,7 @@ def _bake_variant(spec: cb.ClothBakeSpec, variant: int, meter: jobs.Progress, do
         "object": obj.name,
         "owner": owner.name if owner is not None else "",
         "owner_bone": bone,
-        "owner_start": _owner_frame(owner, bone).tolist() if owner is not None else None,
+        "owner_start": owner_frame(owner, bone).tolist() if owner is not None else None,
         "colliders": [
             {
                 "name": col.name,

@@ -129,6 +129,7 @@ def make_compare_job(
     display: str = "WIRE",
     bake_path: str | None = None,
     show: bool = True,
+    model: tuple[str, str] | None = None,
 ) -> dict:
     """The worker job that replays the active bake (or ``bake_path``) of ``obj`` with its
     reduced model (JSON-able).
@@ -144,6 +145,8 @@ def make_compare_job(
     show : False for a job whose numbers are read but that is not shown (the headless
         ``compare`` command): what only showing needs (no shape keys, a free ghost name)
         is not required
+    model : ``(path, method)`` of a model of the object's bakes not recorded on it
+        (:func:`.simulate.model_job_fields`; Compare Methods), default the object's
 
     Returns
     -------
@@ -171,7 +174,7 @@ def make_compare_job(
             )
     rec = bakes.find_bake(obj, bake_path)
     bakes.RenderMap(obj, rec)  # stale, missing, foreign bake: "re-bake"
-    fields = simulate.model_job_fields(obj, scene)  # no model, stale tets: "re-train"
+    fields = simulate.model_job_fields(obj, scene, model)  # no model, stale tets: "re-train"
     return {
         "kind": "compare",
         **fields,

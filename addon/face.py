@@ -339,17 +339,18 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
 def fit_lines(obj: bpy.types.Object) -> list[str]:
     """What Train measured of a face's fit, in words (the Face box and ``train`` say these):
     the training keys' mean skin error, and the held-out keys' (each key's code refitted to
-    its skin): the worst vertex of the worst key, their mean, and the PCA of the training
-    keys with as many dimensions as the latent code beside it."""
+    its skin): their mean vertex error, the largest vertex error of any of them, and the
+    mean of the PCA of the training keys with as many dimensions as the latent code beside
+    it."""
     fit = obj.get(FIT_PROP) or {}
     lines = []
     if "train_error_m" in fit:
         lines.append(f"Training keys: {fit['train_error_m']:.3g} mm mean skin error")
     if "max_error_val_m" in fit:
         lines.append(
-            f"Held-out keys: worst {fit['max_error_val_m']:.3g} mm, mean "
-            f"{fit.get('held_out_mean_error_m', 0.0):.3g} mm (PCA-{fit.get('latent', 0)} of "
-            f"the keys {fit.get('held_out_pca_mean_error_m', 0.0):.3g} mm)"
+            f"Held-out keys: {fit.get('held_out_mean_error_m', 0.0):.3g} mm mean, largest "
+            f"vertex {fit['max_error_val_m']:.3g} mm (PCA-{fit.get('latent', 0)} of the "
+            f"keys: {fit.get('held_out_pca_mean_error_m', 0.0):.3g} mm mean)"
         )
     elif fit:
         lines.append("No key held out ('heldout' in a key's name measures the fit)")

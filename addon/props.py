@@ -141,6 +141,11 @@ class NEURAL_ROM_PG_bake(bpy.types.PropertyGroup):
         default="fem",
         description="The training data it is (core.registry.BAKE_KINDS): fem or cloth",
     )
+    motion: StringProperty(
+        name="Motion",
+        description="What moved its pins, when the bake drew them from the object's animation "
+        "(the source and the variant's draws), else empty",
+    )
 
 
 class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
@@ -576,6 +581,33 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         description="Randomized bakes of the scenario (seeds derived from Seed). Train holds "
         "whole bakes out to check the model on motion it never saw, which takes 2 or more",
     )
+    bake_motion: EnumProperty(
+        name="Motion",
+        items=(
+            (
+                "auto",
+                "Auto",
+                "The object's animation when it is pinned and animated (itself, a parent or "
+                "the bone it hangs from), else the scenario's",
+            ),
+            (
+                "animation",
+                "Animation",
+                "Each variant's pins drawn from the object's animation (its action, NLA strips "
+                "and other actions made for it), perturbed with the variant's seed: time warps, "
+                "speed changes, stops and starts, amplitude scales, turns; the scenario's "
+                "pokes, pushes and colliders on top",
+            ),
+            (
+                "scenario",
+                "As Animated",
+                "The pins follow the object's animation as it plays, the same in every "
+                "variant; only the scenario differs between variants",
+            ),
+        ),
+        default="auto",
+        description="How the bakes move the pins",
+    )
     scenario_params: CollectionProperty(type=NEURAL_ROM_PG_scenario_param)
     scenario_params_kind: StringProperty(description="Scenario the parameters were filled for")
 
@@ -644,7 +676,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
             "material_preset", "youngs_modulus", "poisson_ratio", "density", "pin_group",
             "require_pins", "tet_size", "tet_quality", "embedding", "cage_resolution",
             "dt_from_scene", "dt", "substeps", "damping_mass", "damping_stiffness", "scenario",
-            "frames", "seed", "variants", "scenario_params", "scenario_params_kind",
+            "frames", "seed", "variants", "bake_motion", "scenario_params", "scenario_params_kind",
             "tets_path", "embedding_path", "tets_nodes", "tets_count", "tets_surface",
             "tets_quality_min", "tets_quality_mean", "tets_min_dihedral", "tets_embedded",
             "tets_hash", "source_hash",

@@ -73,12 +73,15 @@ def load_arguments(obj: bpy.types.Object, scene: bpy.types.Scene, tets, mesh_has
     return {"expect_mesh_hash": mesh_hash}
 
 
-def job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
+def job_fields(
+    obj: bpy.types.Object, scene: bpy.types.Scene, *, other_mesh: bool | None = None
+) -> dict:
     """What a worker job spec needs to put ``obj``'s model on its tets
-    (:func:`..core.simjob.load_model_for`), for a method that runs on other meshes:
+    (:func:`..core.simjob.load_model_for`), for a method that runs on other meshes
+    (``other_mesh``; default: whether the object's recorded model's does):
     ``mesh_matrix``, the start-frame matrix placing the job's ``tets`` in the world, and
     ``pinned``, the nodes its pin group holds."""
-    if not runs_on_other_meshes(obj):
+    if not (runs_on_other_meshes(obj) if other_mesh is None else other_mesh):
         return {}
     return {
         "mesh_matrix": start_matrix(obj, scene).tolist(),

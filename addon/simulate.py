@@ -155,14 +155,26 @@ def check_model(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
     return path, tets.world_mesh_hash(obj, scene), t
 
 
-def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
+def model_job_fields(
+    obj: bpy.types.Object, scene: bpy.types.Scene, model: tuple[str, str] | None = None
+) -> dict:
     """The part of a job spec that lets a worker load and map the object's model
     (:func:`..core.simjob.load_model_for`, :func:`..core.simjob.read_render_map`), after
-    :func:`check_model`."""
+    :func:`check_model`; or, with ``model`` ``(path, method)``, a model of the object's
+    FEM bakes that is not (yet) recorded on it (Compare Methods trains one per method)."""
     from ..core import registry
 
-    path, mesh_hash, t = check_model(obj, scene)
     s = obj.neural_rom
+    if model is None:
+        path, mesh_hash, t = check_model(obj, scene)
+        method = s.model.method
+        placement = reference.job_fields(obj, scene)
+    else:
+        path, method = model
+        t = tets.load_tets(obj)
+        mesh_hash = tets.world_mesh_hash(obj, scene)
+        other = registry.get(method).other_mesh
+        placement = reference.job_fields(obj, scene, other_mesh=other)
     fields = {
         "name": obj.name,
         "model": str(path),
@@ -174,8 +186,8 @@ def model_job_fields(obj: bpy.types.Object, scene: bpy.types.Scene) -> dict:
         else "",
     }
     # a method registered outside the package: the worker imports its file
-    fields.update(registry.job_fields_of(s.model.method))
-    fields.update(reference.job_fields(obj, scene))
+    fields.update(registry.job_fields_of(method))
+    fields.update(placement)
     return fields
 
 

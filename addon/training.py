@@ -218,7 +218,7 @@ def error_summary(m) -> str:
             text += ")"
         return text
     if m.kind == "face":
-        return f"worst held-out key {1000 * m.val_error:.3g} mm (largest vertex error)"
+        return f"held-out keys: largest vertex error {1000 * m.val_error:.3g} mm"
     return f"held-out shape error {1000 * m.val_error:.3g} mm"
 
 

@@ -70,6 +70,18 @@ mm mean skin motion), latent 12, 400 warm-start and 8 end-to-end epochs, ``--fra
 Before (MLP decoder, the mild keys made before a6ad923, 15 epochs, load 4-7): training 1,428
 s; held out 0.035 mm vs PCA-12 0.028; sliders 25.7 fps, markers 9.4 fps.
 
+Threads and the jaw solved from the markers (2026-11-29, bench head 8,292 tets, a model of 16
+keys (4 held out, latent 12, 150 warm-start and 2 end-to-end epochs; ``--model`` runs, timings
+only), 30 markers where Add Markers puts them, 24 frames between the held-out keys (jaw 0-23
+deg), load average 7-9, the two runs back to back):
+
+* one thread (one core): sliders reduced 144 fps; markers reduced 57.9 fps with the jaw keyed
+  (0.144 mm), **34.5 fps with the jaw solved** (0.135 mm, 4.1 iterations, the angle within
+  0.85 deg of the keys'), LM 30.2 fps;
+* two threads (two cores): sliders 50.1 fps; markers 23.5 fps keyed, 10.4 fps jaw solved:
+  2.9-3.3x slower, which is why the runtime measures the faster count
+  (:meth:`core.methods.active.ActiveFace.pick_threads`) instead of taking the process's.
+
 Usage::
 
     python bench/active.py [--size bench] [--keys 48] [--held-out 8] [--epochs 15]

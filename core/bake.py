@@ -96,6 +96,12 @@ class BakeSpec:
         The points that touch colliders (:meth:`colliders.ContactPoints.to_dict`): an
         embedded render surface's (:meth:`embedding.Embedding.contact_points`); None means
         the tet mesh's boundary vertices (a tet mesh that is the object).
+    motion : dict or None
+        Training motion drawn from the user's animation (:func:`core.motion.draw_pins`):
+        ``{"sources", "pins", "perturbation"}`` on a bake of several variants, each of which
+        (:func:`variant_spec`) gets its own pin targets and records what it drew (its
+        ``source``, draws and ``track``) here instead; None: the pins follow
+        ``pin_targets`` (the file's animation as it plays, or the rest).
     contact_stiffness : "auto", float or None
         Collider penalty stiffness, 1/s^2 (:func:`colliders.penalty_stiffness`). "auto" (the
         default) sizes it from the fastest impact the scenario can produce
@@ -120,9 +126,12 @@ class BakeSpec:
     max_newton_iters: int = 30
     contact: dict | None = None
     contact_stiffness: float | str | None = "auto"
+    motion: dict | None = None
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        if self.motion is None:
+            del d["motion"]  # specs of bakes made before drawn motion had none: resumable
         if self.contact is None:
             del d["contact"]  # specs of bakes made before contact points had none: resumable
         if self.contact_stiffness is None:
@@ -161,6 +170,14 @@ class BakeSpec:
             raise NeuralRomError(
                 f"contact_stiffness must be 'auto', a positive number (1/s^2) or None, got {k!r}."
             )
+        if self.motion is not None and "sources" in self.motion:
+            pins = np.asarray(self.motion.get("pins", []), dtype=float).reshape(-1, 3)
+            if not self.pinned or len(pins) != len(self.pinned):
+                raise NeuralRomError(
+                    "A bake drawn from the animation moves its pins: it needs the pinned "
+                    f"vertices' rest positions, one per pin ({len(self.pinned)} pins, "
+                    f"{len(pins)} positions); pick a Pin Group or bake the scenario alone."
+                )
         if n_vertices is not None and self.pinned:
             p = np.asarray(self.pinned)
             if p.min() < 0 or p.max() >= n_vertices:
@@ -199,8 +216,17 @@ def variant_seed(seed: int, k: int) -> int:
 
 
 def variant_spec(spec: BakeSpec, k: int) -> BakeSpec:
-    """The spec of variant ``k`` of ``spec``: its own seed, one variant."""
-    return dataclasses.replace(spec, seed=variant_seed(spec.seed, k), variants=1)
+    """The spec of variant ``k`` of ``spec``: its own seed, one variant, and when ``spec``
+    draws its motion from the animation, its own pin targets (:func:`core.motion.draw_pins`)
+    with what it drew in ``motion``."""
+    sub = dataclasses.replace(spec, seed=variant_seed(spec.seed, k), variants=1)
+    if spec.motion is not None and "sources" in spec.motion:
+        from .motion import draw_pins
+
+        targets, record = draw_pins(spec.motion, int(spec.frames), float(spec.dt), spec.seed, k)
+        sub.pin_targets = targets.tolist()
+        sub.motion = record
+    return sub
 
 
 def variant_path(out_dir: str | Path, name: str, k: int) -> Path:
@@ -209,6 +235,11 @@ def variant_path(out_dir: str | Path, name: str, k: int) -> Path:
 
 
 def setup_scenario(X, T, spec: BakeSpec):
+    if spec.motion is not None and "sources" in spec.motion:
+        raise NeuralRomError(
+            "This spec draws each variant's motion from the animation: bake it with "
+            "bake_variants (or take variant_spec(spec, k) for one variant)."
+        )
     material = _fem.Material.from_dict(spec.material)
     settings = spec.sim_settings()
     pinned = np.asarray(spec.pinned, dtype=np.int64)

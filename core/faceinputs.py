@@ -183,15 +183,6 @@ def marker_layout(
     return _farthest_points(V, pool, weight, count, seed)
 
 
-def spread_vertices(V: np.ndarray, count: int, seed: int, front: bool = True) -> np.ndarray:
-    """``count`` indices of skin vertices ``V`` (n, 3) spread by farthest-point sampling from
-    a seeded start, over the front half of the head (local -y, below the median) when
-    ``front``."""
-    V = np.asarray(V, float)
-    pool = np.flatnonzero(V[:, 1] < np.median(V[:, 1])) if front else np.arange(len(V))
-    return _farthest_points(V, pool, np.ones(len(V)), count, seed)
-
-
 def _farthest_points(V, pool, weight, count: int, seed: int) -> np.ndarray:
     """Farthest-point sampling of ``count`` of ``pool``'s vertices from a seeded start, each
     vertex's distance to the picks scaled by its ``weight`` (a vertex weighing twice as much

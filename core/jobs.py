@@ -105,6 +105,7 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "train": ("numpy", "scipy"),
     "simulate": ("numpy", "scipy"),
     "compare": ("numpy", "scipy"),
+    "compare_methods": ("numpy", "scipy"),
     "selftest": ("numpy",),
 }
 

@@ -49,6 +49,8 @@ __all__ = [
     "MotionError",
     "Perturbation",
     "body_velocities",
+    "describe_draws",
+    "draw_pins",
     "motion_distance",
     "perturb",
     "sample",
@@ -246,3 +248,64 @@ def motion_distance(
         d = float(np.sqrt(np.mean(np.sum((x[:m] - y[:m]) ** 2, axis=1))))
         best = min(best, d)
     return best / scale
+
+
+def draw_pins(
+    motion: dict, frames: int, dt: float, seed: int, variant: int
+) -> tuple[np.ndarray, dict]:
+    """Variant ``variant``'s pin targets drawn from the user's animation (FEM bakes).
+
+    The pins ride on the source's rigid frame: each variant takes source ``variant`` modulo
+    the number of sources (so that every motion in the file is baked), perturbs it with
+    :func:`perturb` seeded by ``(seed, variant)``, and moves the pins by the perturbed
+    track's motion relative to its first pose, ``M'_t M'_0^-1``: frame 0 is where the pins
+    rest whichever frame of the source the variant starts from.
+
+    Parameters
+    ----------
+    motion : ``{"sources": [{"name", "frames": [a, b], "track": (F, 4, 4)}], "pins": (p, 3)
+        world rest positions of the pins (m), "perturbation": Perturbation fields}``
+    frames : the bake's frames after the first; dt : seconds per frame
+    seed : the bake's seed (not the variant's); variant : the variant index
+
+    Returns
+    -------
+    (frames + 1, p, 3) pin targets (m) and the variant's record (JSON-able): the source's
+    name and frames, the draws of :func:`perturb` and the drawn ``track`` (frames + 1, 4, 4).
+    """
+    sources = motion.get("sources") or []
+    if not sources:
+        raise MotionError("the motion has no source animation to draw from.")
+    src = sources[int(variant) % len(sources)]
+    settings = Perturbation(
+        **{
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in (motion.get("perturbation") or {}).items()
+        }
+    )
+    rng = np.random.default_rng([int(seed), int(variant), 1])
+    track, draws = perturb(np.asarray(src["track"], dtype=np.float64), frames, rng, dt, settings)
+    rel = track @ np.linalg.inv(track[0])  # (T, 4, 4): the motion since the first frame
+    pins = np.asarray(motion["pins"], dtype=np.float64).reshape(-1, 3)
+    targets = pins @ np.transpose(rel[:, :3, :3], (0, 2, 1)) + rel[:, None, :3, 3]
+    record = {
+        "source": str(src["name"]),
+        "source_frames": [int(v) for v in src["frames"]],
+        "among": [str(s["name"]) for s in sources],
+        **draws,
+        "track": track.tolist(),
+    }
+    return targets, record
+
+
+def describe_draws(record: dict) -> str:
+    """One line saying what a variant's drawn motion is (the panel's and the log's text)."""
+    stop = record.get("stop")
+    parts = [
+        f"{record.get('source', '?')} at {record['speed']:.2f}x speed",
+        f"stride {record['stride']:.2f}x",
+        f"sway {record['sway']:.2f}x",
+        f"turning up to {record['turn_rate_max']:.2f} rad/s",
+        f"a stop at frames {stop[0]}-{stop[1]}" if stop else "no stop",
+    ]
+    return ", ".join(parts)

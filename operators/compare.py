@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bpy
-from bpy.props import EnumProperty
+from bpy.props import EnumProperty, FloatProperty, StringProperty
 
 from ..addon import compare
 from ._common import active_deformable, fail, launch_job
@@ -97,4 +97,71 @@ class NEURAL_ROM_OT_clear_comparison(bpy.types.Operator):
         return {"FINISHED"}
 
 
-CLASSES = (NEURAL_ROM_OT_compare_bake, NEURAL_ROM_OT_clear_comparison)
+class NEURAL_ROM_OT_compare_methods(bpy.types.Operator):
+    """Train every method the object's bakes allow in a background process, replay the
+    bakes training held out with each, and show which to use (its model becomes the
+    object's); Esc cancels and keeps the methods finished, a re-run resumes after them"""
+
+    bl_idname = "neural_rom.compare_methods"
+    bl_label = "Compare Methods"
+    bl_options = {"REGISTER"}
+
+    budget: FloatProperty(
+        name="Time Budget",
+        default=600.0,
+        min=10.0,
+        soft_max=7200.0,
+        subtype="TIME_ABSOLUTE",
+        unit="TIME_ABSOLUTE",
+        description="Seconds of network training for the whole comparison, shared equally "
+        "by the learned methods",
+    )
+    methods: StringProperty(
+        name="Methods",
+        description="Only these methods, comma-separated (empty: every method)",
+        options={"SKIP_SAVE"},
+    )
+
+    @classmethod
+    def poll(cls, context):
+        obj = active_deformable(context)
+        return obj is not None and len(obj.neural_rom.bakes) > 1
+
+    def invoke(self, context, event):
+        return context.window_manager.invoke_props_dialog(self)
+
+    def execute(self, context):
+        from ..addon import methodcompare
+
+        made = {}
+
+        def make_job(obj, scene) -> dict:
+            only = [m.strip() for m in self.methods.split(",") if m.strip()] or None
+            made["job"] = methodcompare.make_compare_methods_job(
+                obj, scene, budget_s=self.budget, only=only
+            )
+            return made["job"]
+
+        def done(obj, result: dict) -> None:
+            methodcompare.on_compare_methods_done(obj, made["job"], result)
+
+        def summary(obj) -> str:
+            table = methodcompare.read_table(obj) or {}
+            return (table.get("recommendation") or {}).get("reason", "Compare Methods ended")
+
+        return launch_job(
+            self,
+            context,
+            noun="Compare Methods",
+            gerund="Comparing methods",
+            make_job=make_job,
+            on_done=done,
+            summary=summary,
+        )
+
+
+CLASSES = (
+    NEURAL_ROM_OT_compare_bake,
+    NEURAL_ROM_OT_clear_comparison,
+    NEURAL_ROM_OT_compare_methods,
+)

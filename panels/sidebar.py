@@ -222,8 +222,13 @@ class NEURAL_ROM_PT_scenario(_FemSub, bpy.types.Panel):
         row.prop(s, "frames")
         row.prop(s, "seed")
         col.prop(s, "variants")
+        col.prop(s, "bake_motion")
         box = col.box()
         from ..core.scenarios import describe
+
+        if s.bake_motion != "scenario" and s.pin_group:
+            box.label(text="Pins: each variant drawn from the animation when it has one,")
+            box.label(text="perturbed (speed, stops, amplitude, turns); the scenario on top.")
 
         # what the bake will do, in words (Blender labels do not wrap: one sentence a line)
         for sentence in describe(s.scenario_dict()).replace("; ", ";. ").split(". "):
@@ -268,6 +273,9 @@ class NEURAL_ROM_PT_bake(_FemSub, bpy.types.Panel):
                 text=f"Status: {rec.status}",
                 icon="CHECKMARK" if rec.status == "complete" else "ERROR",
             )
+            if rec.motion:  # the variant's pins drawn from the animation: which, how
+                for i, part in enumerate(rec.motion.split(", ")):
+                    box.label(text=("Pins: " if i == 0 else "  ") + part, icon="NONE")
             stale = rec.tets_hash != s.tets_hash or rec.source_hash != s.source_hash
             if stale:
                 box.label(text="Stale: the mesh or tets changed, re-bake", icon="ERROR")
@@ -384,6 +392,17 @@ def draw_model_result(box, s) -> None:
         box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
 
 
+def draw_methods_table(layout, obj) -> None:
+    """The last Compare Methods' table, one method a line, and its recommendation (kept on
+    the object by :func:`..addon.methodcompare.on_compare_methods_done`)."""
+    lines = obj.get("neural_rom_methods")
+    if not lines:
+        return
+    box = layout.box()
+    for i, line in enumerate(lines):
+        box.label(text=str(line), icon="CHECKMARK" if i == len(lines) - 1 else "NONE")
+
+
 class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
     bl_label = "Reduced Model"
     bl_idname = "NEURAL_ROM_PT_model"
@@ -399,7 +418,9 @@ class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):
         row = layout.row(align=True)
         row.enabled = can_train
         row.operator("neural_rom.train", icon="NETWORK_DRIVE")
+        row.operator("neural_rom.compare_methods", text="Compare Methods", icon="SORTSIZE")
         draw_family_train(layout, obj)
+        draw_methods_table(layout, obj)
         if not can_train:
             first = "Cloth Bake" if s.training_data_kind() == "cloth" else "Bake"
             layout.label(text=f"{first} first", icon="INFO")

@@ -1,6 +1,6 @@
 """Render the README pictures of the learned methods (issues 11-14), headless, with the PyPI ``bpy``.
 
-    .venv/bin/python scripts/render_methods.py [--only snp|shen|licrom|face] [--out docs/images]
+    .venv/bin/python scripts/render_methods.py [--only snp|walk|shen|licrom|face] [--out docs/images]
                                                [--quick] [--data-only] [--render-only]
 
 Each picture is one scene built at a small, seeded scale with the package's own APIs and the
@@ -9,6 +9,10 @@ scene builders of the tests and benches (imported, not copied), a model trained 
 
 - ``snp_cloth.png`` (issue 11): a held-out cloth frame, Blender's cloth beside ours: the
   sheet of ``tests/test_snp_cloth.py`` poked by a keyframed ball, a bake never trained on;
+- ``snp_walk.png`` (issue 30): a cape on a walking, turning torso (its owner and a capsule
+  collider; ``bench/snp_cloth.py --scene cape``), baked at the defaults (motion drawn from the
+  walk), a held-out bake replayed from rest: Blender's cloth, ours, and the cape glued to the
+  torso;
 - ``shen_whip.png`` (issue 12): full space, PCA, Fulton's autoencoder and Shen at one
   frame of a held-out whip bake (``bench/shen.py``'s whip, 3 + 2 DOFs);
 - ``licrom_shapes.png`` (issue 13): a superellipsoid the model never saw dropped on the
@@ -52,9 +56,10 @@ for _p in (ROOT / "scripts", ROOT / "bench"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-METHODS = ("snp", "shen", "licrom", "face")
+METHODS = ("snp", "walk", "shen", "licrom", "face")
 PICTURES = {
     "snp": "snp_cloth",
+    "walk": "snp_walk",
     "shen": "shen_whip",
     "licrom": "licrom_shapes",
     "face": "face_active",
@@ -168,6 +173,70 @@ def snp_data(work: Path, quick: bool) -> dict:
         "bake_frames": frames,
         "train_s": t_train,
         "k": settings.k,
+    }
+
+
+def walk_data(work: Path, quick: bool) -> dict:
+    """The walking character of ``bench/snp_cloth.py --scene cape``: 10 bakes of 120 frames
+    drawn from the torso's walk, 60 modes, 30 epochs; its first held-out bake replayed from
+    rest, with a cape glued to the torso beside it (:func:`cloth_scenes.character_accuracy`'s
+    measures over the whole bake)."""
+    from neural_rom.core import jobs, registry
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.clothbake import replay_cloth_bake, triangulate
+    from neural_rom.tests.cloth_scenes import build_cape, character_accuracy
+    from neural_rom.training.snp import SNPSettings, train_snp
+
+    _torch_one_thread()
+    n, bakes, frames, epochs = ((6, 9), 3, 24, 2) if quick else ((20, 30), 10, 120, 30)
+    blend = build_cape(work / "cape.blend", n=n, frames=frames)
+    spec = {"kind": "cloth_bake", "blend": str(blend), "object": "Cape", "name": "walk"}
+    spec.update(out_dir=str(work / "bakes"), frames=frames, variants=bakes, seed=0)
+    t0 = time.perf_counter()
+    job = jobs.Job.start(spec, sys.executable, work / "logs", check_python=False)
+    job.wait(timeout=3600)
+    if job.state != jobs.DONE:
+        raise SystemExit(f"cloth bake failed: {job.message}")
+    t_bake = time.perf_counter() - t0
+    settings = SNPSettings(k=60, epochs=epochs, validation_fraction=0.2, seed=0)
+    t0 = time.perf_counter()
+    out = work / "cape.nrmodel"
+    train_snp(job.result["paths"], out, settings, checkpoint_dir=None)
+    t_train = time.perf_counter() - t0
+    sim, model = registry.load_simulator(out)
+    held = BakeCache.open(job.result["paths"][model.metadata["validation_trajectories"][0]])
+    (row,) = character_accuracy(sim, [held])
+    x = np.asarray(held.channel("positions"))
+    y = replay_cloth_bake(sim, held)
+    R = np.asarray(held.channel("reference_frame"))
+    rel = R @ np.linalg.inv(np.asarray(held.meta["reference_rest"]))
+    glued = np.einsum("fij,nj->fni", rel[:, :3, :3], held.X) + rel[:, None, :3, 3]
+    # the frame shown: where the cape flies furthest from the glued one (a turn or a stop)
+    frame = int(np.argmax(np.linalg.norm(x - glued, axis=-1).mean(1)))
+    torso = held.meta["colliders"][0]
+    print(
+        f"walk: {len(held.X)} vertices, {bakes} bakes x {frames + 1} frames in {t_bake:.0f} s, "
+        f"trained in {t_train:.0f} s; held-out {held.path.name}: mean {1e3 * row['mean_m']:.1f} "
+        f"mm, glued {1e3 * row['glued_mean_m']:.1f} mm; frame {frame}"
+    )
+    return {
+        "X": held.X,
+        "F": triangulate(held.extra("face_vertices"), held.extra("face_sizes")),
+        "blender": x[frame],
+        "ours": y[frame],
+        "glued": glued[frame],
+        "torso": np.asarray(held.channel("colliders"))[frame, 0],
+        "torso_radius": float(torso["radius"]),
+        "torso_half_length": float(torso["half_length"]),
+        "frame": frame,
+        "frames": len(x) - 1,
+        "mean_err": row["mean_m"],
+        "mean_err_glued": row["glued_mean_m"],
+        "mean_err_floor": row["floor_mean_m"],
+        "bakes": bakes,
+        "bake_frames": frames,
+        "train_s": t_train,
+        "k": int(sim.p.u),
     }
 
 
@@ -469,7 +538,13 @@ def face_data(work: Path, quick: bool) -> dict:
 
 
 PICTURE: dict = {}
-DATA = {"snp": snp_data, "shen": shen_data, "licrom": licrom_data, "face": face_data}
+DATA = {
+    "snp": snp_data,
+    "walk": walk_data,
+    "shen": shen_data,
+    "licrom": licrom_data,
+    "face": face_data,
+}
 
 
 # ----------------------------------------------------------------------------- pictures
@@ -628,6 +703,58 @@ def snp_picture(bpy, d: dict, path: Path) -> None:
 
 
 PICTURE["snp"] = snp_picture
+
+#: from behind the torso and to its side, a little above: the cape in front of it
+WALK_VIEW = (-35.0, 12.0)
+
+
+def walk_picture(bpy, d: dict, path: Path) -> None:
+    T = d["torso"]
+    r, h = float(d["torso_radius"]), float(d["torso_half_length"])
+    V, F_t = sphere(np.zeros(3), 1.0)
+    V = V * [r, r, r + h]  # the capsule drawn as its enclosing ellipsoid
+    torso = V @ T[:3, :3].T + T[:3, 3]
+    R = view(*WALK_VIEW) @ np.linalg.inv(T[:3, :3])  # the view turns with the torso
+    F = d["F"]
+    tp = Part(torso @ R.T, F_t, DARK, True)
+    err = np.linalg.norm(d["ours"] - d["blender"], axis=1)
+    errg = np.linalg.norm(d["glued"] - d["blender"], axis=1)
+    vmax = nice_max(max(err.max(), errg.max()))
+    frame, frames = int(d["frame"]), int(d["frames"])
+    panels = [
+        Panel(
+            "Blender's cloth",
+            f"held-out walk, frame {frame} of {frames}",
+            parts=[Part(d["blender"] @ R.T, F, GREY, True, 1), tp],
+        ),
+        Panel(
+            "Subspace Neural Physics",
+            f"{int(d['k'])} modes + network",
+            f"max {_mm(err.max())} mm, mean {_mm(err.mean())} mm",
+            [error_part(d["ours"] @ R.T, F, err, vmax, True, 1), tp],
+            True,
+        ),
+        Panel(
+            "Cape glued to the torso",
+            "its rest shape carried along",
+            f"max {_mm(errg.max())} mm, mean {_mm(errg.mean())} mm",
+            [error_part(d["glued"] @ R.T, F, errg, vmax, True, 1), tp],
+            True,
+        ),
+    ]
+    caption = [
+        f"A {len(d['X'])}-vertex cape on a torso (its owner and a capsule collider) walking and "
+        f"turning, trained on {int(d['bakes'])} Blender cloth bakes of "
+        f"{int(d['bake_frames']) + 1} frames drawn from the walk, in "
+        f"{_duration(float(d['train_s']))} on 2 shared CPU cores; the frame shown is where the "
+        f"cape flies furthest. The whole held-out bake from rest: mean error "
+        f"{_mm(float(d['mean_err']))} mm (glued {_mm(float(d['mean_err_glued']))} mm, closest "
+        f"shapes {_mm(float(d['mean_err_floor']))} mm)."
+    ]
+    compose(bpy, panels, path, caption, vmax, "distance to Blender's cloth")
+
+
+PICTURE["walk"] = walk_picture
 
 
 def shen_picture(bpy, d: dict, path: Path) -> None:

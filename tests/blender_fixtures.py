@@ -17,6 +17,7 @@ folder, so ``//`` cache directories resolve there.
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -53,6 +54,13 @@ def fresh_file():
 def addon():
     """Fresh empty file, extension registered; yields ``SimpleNamespace(bpy, package,
     prefs)`` (``prefs``: the extension's AddonPreferences)."""
+    with registered() as ns:
+        yield ns
+
+
+@contextmanager
+def registered():
+    """The ``addon`` fixture's set-up and tear-down, for a module-scoped fixture of its own."""
     bpy = fresh_file()
     package = addon_module()
     package.register()

@@ -73,22 +73,26 @@ def test_slider_ranges_and_training_keys_by_hand():
     assert fi.training_keys(held, 4).tolist() == [0, 2, 3, 5]
 
 
-def test_spread_vertices_reach_the_ends_of_the_front_and_are_seeded():
+def test_front_half_layout_reaches_the_ends_of_the_front_and_is_seeded():
     x = np.linspace(0.0, 1.0, 11)
     front = np.c_[x, -np.ones(11), np.zeros(11)]  # local -y: the front of the face
     back = np.c_[x, np.ones(11), np.zeros(11)]
     V = np.vstack([front, back, [[0.5, 1.0, 0.0]]])  # one more behind: the median is +1
-    pick = fi.spread_vertices(V, 4, seed=4)
+    F = np.zeros((0, 3), np.int64)  # the front half needs no normals
+
+    def layout(count, seed):
+        return fi.marker_layout(V, F, count, seed, "FRONT")
+
+    pick = layout(4, seed=4)
     print(f"\nfarthest-point picks {pick.tolist()} at x {V[pick, 0].tolist()}")
     assert np.all(pick < 11)  # front only
     # each pick is a front vertex farthest from the picks before it
     for i in range(1, len(pick)):
         d = np.linalg.norm(front[:, None] - front[pick[:i]][None], axis=2).min(1)
         assert np.isclose(d[pick[i]], d.max())
-    assert np.array_equal(pick, fi.spread_vertices(V, 4, seed=4))
-    assert len(set(fi.spread_vertices(V, 20, seed=1, front=False).tolist())) == 20
+    assert np.array_equal(pick, layout(4, seed=4))
     with pytest.raises(NeuralRomError, match="only 11 vertices to put 12 markers"):
-        fi.spread_vertices(V, 12, seed=0)
+        layout(12, seed=0)
 
 
 def _frame(G: np.ndarray, k: int) -> dict:

@@ -1111,3 +1111,51 @@ def test_pins_are_the_pin_groups_points_on_every_member():
     assert np.array_equal(sim.pinned, tip) and sim.pin_report.far == len(tip)
     sim = licrom.LicromSimulation(field, short.X, short.T, MATERIAL, pins=pins, cubature_vertices=0)
     assert np.array_equal(sim.pinned, short.pinned) and not sim.pin_report.warn
+
+
+def test_static_modes_give_a_pinned_body_full_spaces_sag(trained):
+    """With Static Modes the mesh's own sag under 1 g along x, y and z joins the field's basis
+    (k = r + 3, the pins held). Rayleigh-Ritz: the subspace's linear static sag under
+    gravity (``U^T K U q = U^T f``) is then full space's to rounding, on the training bar and
+    on a finer remesh, where the field's basis alone is stiffer (its compliance ``f . u`` is
+    smaller: a basis without the static deflection sags less); and it follows full space's
+    30 frames from rest no worse than the field alone (exact energy)."""
+    from scipy.sparse.linalg import spsolve
+
+    for div in ((10, 2, 2), (20, 4, 4)):
+        m = bar(div)
+        free = np.ones(3 * len(m.X), bool)
+        free[(3 * m.pinned[:, None] + np.arange(3)).ravel()] = False
+        K = TetFEM(m.X, m.T, MATERIAL).hessian(m.X, project=False).tocsc()
+        compliance = {}
+        for static in (False, True):
+            red = licrom.load_on_mesh(trained.out, m.X, m.T, cubature_vertices=0, static=static)
+            f = (red.mass[:, None] * np.asarray(red.settings.gravity)[None]).ravel()
+            u = np.zeros_like(f)
+            u[free] = spsolve(K[free][:, free], f[free])
+            U = red.U
+            u_red = U @ np.linalg.solve(U.T @ (K @ U), U.T @ f)
+            compliance[static] = (float(f @ u_red), float(f @ u), red.k)
+            off = np.abs(u_red - u).max() / np.abs(u).max()
+            print(f"{div} static modes {static}: k {red.k}, sag {np.abs(u_red).max() * 1000:.4g} "
+                  f"mm against full space's {np.abs(u).max() * 1000:.4g} (off {off:.1e})")  # fmt: skip
+            if static:
+                assert off < 1e-8
+        (c_field, c_full, k_field), (c_static, _, k_static) = compliance[False], compliance[True]
+        assert k_static == k_field + 3
+        assert c_field < c_full * (1 - 1e-6) and abs(c_static - c_full) < 1e-9 * c_full
+    m = trained.mesh
+    errs = {}
+    for static in (False, True):
+        red = licrom.load_on_mesh(trained.out, m.X, m.T, cubature_vertices=0, static=static)
+        full = Simulation(m.X, m.T, MATERIAL, red.settings, pinned=m.pinned)
+        err = 0.0
+        for _ in range(30):
+            red.step()
+            full.step()
+            err = max(err, float(np.linalg.norm(red.positions() - full.x, axis=1).max()))
+        assert np.abs(red.positions()[m.pinned] - m.X[m.pinned]).max() == 0.0
+        errs[static] = err
+    print(f"30 frames from rest: field {errs[False] * 1000:.3g} mm, with static modes "
+          f"{errs[True] * 1000:.3g} mm")  # fmt: skip
+    assert errs[True] <= errs[False]

@@ -103,9 +103,13 @@ class ActiveModel:
     def constrained(self) -> np.ndarray:
         return np.concatenate([self.fixed, self.jaw_nodes])
 
-    def jaw_matrix(self, angle: float) -> np.ndarray:
+    def _hinge_cross(self) -> np.ndarray:
+        """The cross-product matrix (3, 3) of the unit hinge axis."""
         a = self.jaw_axis / np.linalg.norm(self.jaw_axis)
-        K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+        return np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+
+    def jaw_matrix(self, angle: float) -> np.ndarray:
+        K = self._hinge_cross()
         R = np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * (K @ K)
         M = np.eye(4)
         M[:3, :3], M[:3, 3] = R, self.jaw_pivot - R @ self.jaw_pivot
@@ -124,8 +128,7 @@ class ActiveModel:
     def boundary_rate(self, angle: float) -> np.ndarray:
         """``d boundary / d angle`` (c, 3) of the jaw opened ``angle`` rad about its hinge
         (zero on the skull's rows): ``K R (X - pivot)``, ``K`` the hinge axis' cross matrix."""
-        a = self.jaw_axis / np.linalg.norm(self.jaw_axis)
-        K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+        K = self._hinge_cross()
         R = self.jaw_matrix(angle)[:3, :3]
         out = np.zeros((len(self.fixed) + len(self.jaw_nodes), 3))
         out[len(self.fixed) :] = (self.X[self.jaw_nodes] - self.jaw_pivot) @ (K @ R).T
@@ -687,8 +690,9 @@ class ActiveFace(SimulatorBase):
             rm = sw * ((S @ x).ravel() - t)
             pull = float((z - z_prev) @ (z - z_prev)) + (th - th_prev) ** 2
             cost = float(rm @ rm) + rho * pull
-            if not np.isfinite(res) or res > 1.0 or res > 10.0 * res_prev:
+            if not np.isfinite(res) or res > 1.0 or res > max(10.0 * res_prev, 0.1):
                 break  # far from an equilibrium, or diverging: no step without a line search
+                # (from an equilibrium, 1e-7, a step of the code or the jaw may leave 1e-3..3e-2)
             res_prev = res
             if (res < self.tol and small) or it == iters:
                 break

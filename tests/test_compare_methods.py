@@ -1,0 +1,218 @@
+"""Compare Methods (issue 25, item 2): every method of the registry on one object's bakes,
+one table, a recommendation; refusals with reasons; resume after a cancel.
+
+One tiny asset (a pinned bar keyed to swing, its bakes drawn from the swing), two methods
+trained (linear, and the autoencoder for a few epochs), the others listed as not asked
+for or refused: the table's numbers are each model's own ``compare`` to 1e-9.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from neural_rom.core import methodcompare as mc
+from neural_rom.core import registry
+from neural_rom.core.errors import JobCancelled
+
+from .blender_fixtures import registered
+
+ASKED = ("linear", "autoencoder")
+QUICK = ["--epochs", "4", "--search-epochs", "2", "--max-frames", "40"]
+
+
+def _cli(*argv) -> int:
+    from neural_rom.addon import cli
+
+    return cli.main(list(argv))
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """The bar tetrahedralized, baked (3 variants of 16 frames, drawn from its swing) and
+    compared through the CLI; yields what the tests need, the extension unregistered after."""
+    with registered() as ns:
+        bpy = ns.bpy
+        folder = tmp_path_factory.mktemp("methods")
+        blend = folder / "bar.blend"
+        bpy.ops.mesh.primitive_cube_add(size=1.0, location=(0.0, 0.0, -0.5))
+        obj = bpy.context.object
+        obj.name = "Bar"
+        obj.scale = (0.15, 0.15, 1.0)
+        bpy.ops.object.transform_apply(scale=True)
+        bpy.context.scene.cursor.location = (0.0, 0.0, 0.0)
+        bpy.ops.object.origin_set(type="ORIGIN_CURSOR")
+        group = obj.vertex_groups.new(name="Top")
+        group.add([v.index for v in obj.data.vertices if v.co.z > -0.01], 1.0, "REPLACE")
+        for f, a in ((1, 0.0), (8, 0.5), (16, -0.4), (24, 0.0)):
+            obj.rotation_euler = (a, 0.0, 0.0)
+            obj.keyframe_insert("rotation_euler", frame=f)
+        s = obj.neural_rom
+        s.role, s.pin_group = "DEFORMABLE", "Top"
+        s.frames, s.variants = 16, 3
+        bpy.ops.wm.save_as_mainfile(filepath=str(blend))
+        assert _cli("tetrahedralize", "--tet-size", "0.12", "--save") == 0
+        assert _cli("bake", "--processes", "1", "--save") == 0
+        out = folder / "methods.json"
+        argv = ["compare-methods", "--budget", "20", "--json", str(out), "--save"]
+        argv += [a for m in ASKED for a in ("--method", m)] + QUICK
+        assert _cli(*argv) == 0
+        yield {"bpy": bpy, "obj": bpy.data.objects["Bar"], "json": out, "folder": folder}
+
+
+def _plan(obj, **kw):
+    from neural_rom.addon import methodcompare
+    from neural_rom.addon.cli import build_parser, given_settings
+
+    args = build_parser().parse_args(["compare-methods", *QUICK])
+    return methodcompare.make_compare_methods_job(
+        obj,
+        obj.users_scene[0],
+        budget_s=20.0,
+        settings=given_settings(args),
+        only=list(ASKED),
+        **kw,
+    )
+
+
+def _train_in_process(spec):
+    from neural_rom import worker
+
+    return worker.run_train(spec)
+
+
+def _compare_in_process(spec):
+    from neural_rom.core.comparejob import compare_with_bake
+
+    return compare_with_bake(spec)
+
+
+def test_every_method_is_listed_with_a_reason_or_numbers(compared):
+    table = json.loads(compared["json"].read_text())["objects"][0]
+    rows = {r["method"]: r for r in table["rows"]}
+    assert list(rows) == registry.names()  # every method, in the registry's order
+    for name, row in rows.items():
+        if name in ASKED:
+            assert row["status"] == mc.DONE, row
+            assert row["dofs"] >= 1 and row["mean_m"] > 0 and row["max_m"] >= row["mean_m"]
+            assert 0 < row["mean_pct"] < 100 and row["step_ms"] > 0
+            assert row["pca_max_m"] is not None  # a linear model of as many DOFs
+        elif name == "active":  # a face method: refused, saying what it trains on
+            assert row["status"] == mc.REFUSED and "face file" in row["reason"]
+        else:
+            assert row["status"] == mc.REFUSED and "not asked for" in row["reason"]
+    linear = rows["linear"]  # PCA at linear's own size is linear's own closest shapes
+    assert linear["pca_max_m"] == pytest.approx(linear["closest_max_m"], rel=1e-9)
+    rec = table["recommendation"]
+    assert rec["method"] in ASKED and rows[rec["method"]]["label"] in rec["reason"]
+    assert compared["obj"].neural_rom.model.method == rec["method"]
+
+
+def test_table_numbers_are_each_methods_own_compare(compared):
+    """A re-run keeps both methods (nothing trains again); each one's model, recorded on the
+    object, replayed by the ``compare`` command gives the table's numbers to 1e-9."""
+    from neural_rom.addon import methodcompare
+
+    obj = compared["obj"]
+    job = _plan(obj)
+
+    def no_training(spec):
+        raise AssertionError(f"{spec['method']} trained again")
+
+    result = mc.run_comparison(job, train=no_training, compare=_compare_in_process)
+    assert sorted(result["kept"]) == sorted(ASKED) and result["trained"] == []
+    rows = {r["method"]: r for r in result["rows"]}
+    for method in ASKED:
+        methodcompare.use_method(obj, job, result, method)
+        out = compared["folder"] / f"compare_{method}.json"
+        assert _cli("compare", "--object", "Bar", "--json", str(out)) == 0
+        own = json.loads(out.read_text())["bakes"]
+        replays = rows[method]["replays"]
+        assert [b["frames"] for b in own] == [r["frames"] for r in replays]
+        for b, r in zip(own, replays):
+            for ours, theirs in (("max", "max_error_m"), ("mean", "mean_error_m")):
+                assert r[ours] == pytest.approx(b[theirs], rel=1e-9, abs=1e-12)
+            assert r["closest_max"] == pytest.approx(b["closest_shape_max_error_m"], rel=1e-9)
+        assert rows[method]["max_m"] == pytest.approx(max(b["max_error_m"] for b in own), rel=1e-9)
+
+
+def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
+    obj = compared["obj"]
+    job = _plan(obj, restart=True)  # the state forgotten: both methods train again
+    calls = []
+
+    def cancel_second(spec):
+        calls.append(spec["method"])
+        if spec["method"] == "autoencoder":
+            raise JobCancelled("cancelled by the test")
+        return _train_in_process(spec)
+
+    with pytest.raises(JobCancelled, match="re-run resumes") as info:
+        mc.run_comparison(job, train=cancel_second, compare=_compare_in_process)
+    assert info.value.result["trained"] == ["linear"] and calls == ["linear", "autoencoder"]
+    state = mc.read_state(job["state"])
+    assert state["methods"]["linear"]["status"] == mc.DONE
+    assert "autoencoder" not in state["methods"]
+    model = state["methods"]["linear"]["model"]
+    stamp = state["methods"]["linear"]["stamp"]
+
+    calls.clear()
+    again = _plan(obj)
+    result = mc.run_comparison(again, train=_count(calls), compare=_compare_in_process)
+    assert result["kept"] == ["linear"] and result["trained"] == ["autoencoder"]
+    # linear not trained again (the PCA of the autoencoder's size is, to its own file)
+    assert calls[0] == "autoencoder.nrmodel" and "linear.nrmodel" not in calls
+    assert mc._stamp(model) == stamp
+
+
+def _count(calls):
+    def train(spec):
+        calls.append(Path(spec["out"]).name)
+        return _train_in_process(spec)
+
+    return train
+
+
+def test_refusals_change_nothing(compared):
+    from neural_rom.addon import methodcompare
+    from neural_rom.core.errors import NeuralRomError
+
+    obj = compared["obj"]
+    before = obj.neural_rom.model.path
+    assert _cli("compare-methods", "--object", "Bar", "--budget", "0") == 2
+    with pytest.raises(
+        NeuralRomError, match="Unknown method .pod.; this version of Neural ROM knows linear"
+    ):
+        methodcompare.make_compare_methods_job(obj, obj.users_scene[0], budget_s=10.0, only=["pod"])
+    assert obj.neural_rom.model.path == before
+
+
+def test_the_panel_button_runs_the_comparison_and_shows_the_table(compared):
+    """Compare Methods from the panel (blocking in the background), linear only: kept from
+    the last comparison; the table's lines land on the object for the Reduced Model panel,
+    which draws them."""
+    from neural_rom.panels import sidebar
+
+    bpy, obj = compared["bpy"], compared["obj"]
+    for o in bpy.context.view_layer.objects:
+        o.select_set(o is obj)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.neural_rom.compare_methods(budget=20.0, methods="linear") == {"FINISHED"}
+    lines = list(obj["neural_rom_methods"])
+    assert len(lines) == len(registry.names()) + 1 and lines[-1].startswith("Use ")
+    assert any(line.startswith("Linear") and "DOFs, replay" in line for line in lines)
+
+    class Layout:  # what draw_methods_table calls
+        def __init__(self):
+            self.labels = []
+
+        def box(self):
+            return self
+
+        def label(self, text="", icon="NONE"):
+            self.labels.append(text)
+
+    layout = Layout()
+    sidebar.draw_methods_table(layout, obj)
+    assert layout.labels == lines
