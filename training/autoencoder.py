@@ -581,9 +581,8 @@ def keep_better(result: dict, linear: dict) -> dict:
     bake the autoencoder is kept and nothing is said."""
     ae, lin = result.get("rollout_max_error_m"), linear.get("rollout_max_error_m")
     tmp = Path(linear["model"])
-    if lin is None or ae is None or (result.get("rollout") or {}).get("bake") != (
-        linear.get("rollout") or {}
-    ).get("bake"):
+    bakes = [(r.get("rollout") or {}).get("bake") for r in (result, linear)]
+    if lin is None or ae is None or bakes[0] != bakes[1]:
         tmp.unlink(missing_ok=True)
         return result
     both = (
