@@ -163,9 +163,10 @@ class NEURAL_ROM_PG_cloth(bpy.types.PropertyGroup):
         default=16,
         min=1,
         soft_max=64,
-        description="Bakes, each with its own random collider and owner motion (the network "
+        description="Bakes, each with its own motion (the owner's drawn from its animation, "
+        "or random keys; the free colliders' random: see Motion). The network "
         "learns only the motions its bakes show: 4 bakes of a poked sheet left it worse than "
-        "its initial model alone, 20 made it 0.59x)",
+        "its initial model alone, 20 made it 0.59x",
     )
     seed: IntProperty(name="Seed", default=0, min=0, description="Seed of the first variant")
     owner: StringProperty(

@@ -31,6 +31,16 @@ the floor) against the model's step.
 Usage (the venv's Python with the PyPI ``bpy``)::
 
     python bench/cloth_blender.py [--side 50] [--frames 60] [--k 64] [--workdir DIR]
+                                  [--blend FILE --object NAME]
+
+A cape on a walking character (issue 30; ``--blend cape.blend --object Cape``: the 0.6 x 0.9
+m, 600-vertex cape on a capsule torso walking 1 m/s and turning, cloth-baked and trained by
+the CLI at the defaults, 60 modes; 60 frames, fastest of 3 rounds, load 9), wall / CPU ms a
+frame: Blender's cloth 14.3 / 7.6; nothing simulated 0.031; the model through Simulate
+**0.390 / 0.388** (driver 0.023, inputs 0.086, step 0.051, decode 0.086, write 0.024,
+Blender's rest 0.120): whole frames 37x (the issue's goal 40x: just short at that load; a
+small cape makes Blender's cloth cheap), Blender's cloth step 280x the model's in the frame
+(670x in bench/snp_cloth.py's pinned measure).
 
 Measured (2026-11-24, one core of this 2-core machine shared with two other sessions, load
 average 3.2; 2,500 vertices, u = 64, 60 frames, fastest of 3 rounds), wall / CPU ms a frame:
@@ -201,13 +211,26 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--workdir", help="keep the built scene here and reuse it on the next run (skips the bake)"
     )
+    ap.add_argument(
+        "--blend",
+        help="measure this saved file's cloth object (--object) and its trained model instead "
+        "of building the sheet (e.g. a cape on a walking character, cloth-baked and trained "
+        "with the CLI)",
+    )
+    ap.add_argument("--object", default="Sheet", help="the cloth object of --blend")
     args = ap.parse_args(argv)
     common.pin_this_process()
     bpy = register_addon()
     with tempfile.TemporaryDirectory(prefix="nrom_cloth_") as tmp:
         folder = Path(args.workdir) if args.workdir else Path(tmp)
         blend = folder / "cloth_bench.blend"
-        if args.workdir and blend.is_file():  # reuse a scene built before
+        if args.blend:  # the user's own file, its model trained
+            bpy.ops.wm.open_mainfile(filepath=str(Path(args.blend).resolve()))
+            sheet = bpy.data.objects[args.object]
+            print(
+                f"{args.blend}: {len(sheet.data.vertices)} vertices, {sheet.neural_rom.model.k} modes"
+            )
+        elif args.workdir and blend.is_file():  # reuse a scene built before
             bpy.ops.wm.open_mainfile(filepath=str(blend))
             sheet = bpy.data.objects["Sheet"]
             print(

@@ -188,7 +188,10 @@ def test_cloth_bakes_are_the_objects_bakes(scene):
     print("panels:", sorted(shown))
     assert {"NEURAL_ROM_PT_cloth_bake", "NEURAL_ROM_PT_model"} <= shown
     assert not shown & {"NEURAL_ROM_PT_tets", "NEURAL_ROM_PT_bake", "NEURAL_ROM_PT_scenario"}
-    assert "Colliders: Ball" in texts(log)
+    assert "Colliders: Ball (sphere)" in texts(log)
+    # which motion the bakes drew the owner's from (its own keys: the default Motion, Auto)
+    assert s.cloth.drawn_from == "Owner animation"
+    assert "Owner motion: Owner animation" in texts(log)
     # the user's file and animation are as they were (the job baked a copy)
     assert scene.bpy.data.objects["Ball"].animation_data.action is not None
     assert _cloth(scene).show_viewport and "nrom_cloth_muted" not in scene.sheet.keys()

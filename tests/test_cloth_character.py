@@ -9,8 +9,8 @@ the owner's own animation (core/motion.py), each one a motion no other variant c
 
 Small scenes: a 6 x 9 cape, bakes of 24 frames (about 2 s each on the 2-core machine); and
 one model (:func:`trained_cape`: 8 bakes of 48 frames drawn from the walk, 30 epochs) whose
-two held-out bakes are replayed from rest. Module: about 75 s at load 20 (the bakes of the
-model 20 s, its training 26-30 s).
+two held-out bakes are replayed from rest. Module: 33 s at load 5.5 (the model's bakes and
+training 18.6 s), about 75 s at load 20.
 """
 
 from __future__ import annotations
@@ -215,6 +215,32 @@ def test_drawn_variants_walk_like_the_user_and_differ_from_each_other(capes, rig
     off = np.array(d)[~np.eye(len(R), dtype=bool)]
     print(f"travel {np.round(travel, 2)} m, distances min {off.min():.3f}")
     assert max(travel) > 0.3 and off.min() > 0.2
+
+
+def test_variants_draw_from_every_action_made_for_the_owner(tmp_path):
+    """An action of the file made for the torso but not playing ("Run", keyed into its own
+    slot and kept with a fake user, as the Action Editor's shield keeps it) is a source too:
+    variants take the sources in turn, the playing animation first."""
+    import bpy
+
+    blend = build_cape(tmp_path / "run.blend")
+    torso = bpy.data.objects["Torso"]
+    walk = torso.animation_data.action
+    run = bpy.data.actions.new("Run")
+    run.use_fake_user = True  # an action nothing plays is saved only so
+    torso.animation_data.action = run
+    for f, y in ((1, 0.0), (13, 0.8), (25, 1.6)):
+        torso.location = (0.0, y, 1.2)
+        torso.keyframe_insert("location", frame=f)
+    torso.animation_data.action = walk
+    bpy.context.scene.frame_set(1)
+    bpy.ops.wm.save_mainfile()
+    job = _bake(tmp_path, blend, "run", variants=2, frames=12)
+    assert job.state == jobs.DONE, job.message
+    plans = [b.meta["motion"]["owner"] for b in _opened(job)]
+    print([(p["source"], p["sources"]) for p in plans])
+    assert [p["source"] for p in plans] == ["animation", "action Run"]
+    assert plans[0]["sources"] == ["animation", "action Run"]
 
 
 def test_motion_file_bakes_the_users_own_shot(capes, tmp_path):
