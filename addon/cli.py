@@ -1030,6 +1030,8 @@ def cmd_train(args) -> int:
         else:
             fit = training.error_summary(m)
         _out(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
+        if m.choice:
+            _out(f"{name}: {m.choice}")
     return EXIT_OK
 
 

@@ -7,7 +7,9 @@ Every method of the registry is in the plan: one that cannot take the object's d
 method on FEM bakes, a method whose training needs torch in a job Python without it, one
 whose train job refuses the bakes) is listed with the reason. Each trains with the object's
 settings of it (its defaults unless the user changed them), ``settings`` on top where the
-method has them, and an equal share of ``budget_s`` as its ``time_budget``.
+method has them, and an equal share of ``budget_s`` as its ``time_budget``; a method that
+would keep the linear model in its place when that replays better (``keep_linear``) does
+not here, the table being that comparison.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ def make_compare_methods_job(
             own = {k: v for k, v in (settings or {}).items() if k in names}
             if record.name in shares:
                 own["time_budget"] = shares[record.name]
+            if "keep_linear" in names:  # the table compares the methods: each keeps its own
+                own["keep_linear"] = False
             try:
                 job = training.make_train_job(
                     obj, scene, method=record.name, settings=own, device=device

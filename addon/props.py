@@ -417,6 +417,11 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
         default=-1.0,
     )
     step_ms: FloatProperty(name="Step (ms)", description="Reduced step time in training")
+    choice: StringProperty(
+        name="Choice",
+        description="Why the training kept this model over another it compared it with "
+        "(one sentence with both replay errors; empty when it compared none)",
+    )
     train_seconds: FloatProperty(name="Training Time (s)")
     device: StringProperty(name="Device")
     mesh_hash: StringProperty(description="Hash of the world-space tet mesh it was trained on")

@@ -137,6 +137,7 @@ def runs(tmp_path_factory):
 
         for state in jobs.active_jobs():
             jobs._JOBS[state.id].job.wait(timeout=10)
+        jobs._JOBS.clear()  # as the addon fixture does: later tests start with no jobs
         package.unregister()
     result = openjd_run(farm)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
