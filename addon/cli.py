@@ -214,9 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
             "variant's pins are drawn from that animation (--motion, default auto: the "
             "action and NLA strips from the scene's start frame on, and other actions made "
             "for the object), perturbed with the variant's seed: a time warp (0.6-1.5x speed "
-            "with smooth changes), a stop and start in half the variants, the swing's "
-            "amplitude (0.6-1.4x) and travel (0.7-1.3x) scaled, a slow turn about the "
-            "vertical; the scenario's pokes, pushes and colliders come on top. Variants are "
+            "with smooth changes), a stop and start in half the variants, a stretch played "
+            "backwards in half, the swing's amplitude (0.6-1.4x) and travel (0.7-1.3x) "
+            "scaled, a slow turn about the vertical; the scenario's pokes, pushes and colliders come on top. Variants are "
             "different motions, so a bake Train holds out is a motion no training bake "
             "contains. Each bake records what it drew (info lists it).",
             80,

@@ -596,8 +596,8 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
                 "Animation",
                 "Each variant's pins drawn from the object's animation (its action, NLA strips "
                 "and other actions made for it), perturbed with the variant's seed: time warps, "
-                "speed changes, stops and starts, amplitude scales, turns; the scenario's "
-                "pokes, pushes and colliders on top",
+                "speed changes, stops and starts, stretches backwards, amplitude scales, turns; "
+                "the scenario's pokes, pushes and colliders on top",
             ),
             (
                 "scenario",

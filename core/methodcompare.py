@@ -293,6 +293,7 @@ def _pca_at_equal_dofs(pca, state, state_path, say, should_cancel, train, compar
 def table_rows(plan: list[dict], state: dict) -> list[dict]:
     """One row per method of the plan, in the registry's order: ``method``, ``label``,
     ``status`` (done, refused, failed) and ``reason``; for a done one ``dofs``,
+    ``model_bytes`` (the model file's size: what it takes on disk and to load),
     ``train_seconds``, the :func:`summarize` numbers and their percentages of the
     diagonal (``*_pct``), ``pca_max_m`` / ``pca_mean_m`` (a linear model's closest shapes
     at as many DOFs; None when it could not be made), and ``replays`` (each held-out
@@ -316,6 +317,7 @@ def table_rows(plan: list[dict], state: dict) -> list[dict]:
                 status=DONE,
                 reason="",
                 dofs=_dofs(got),
+                model_bytes=int((got.get("stamp") or [0, 0])[1]),
                 train_seconds=float(result.get("train_seconds") or got.get("seconds") or 0.0),
                 **summarize(held),
                 replays=held,
@@ -392,12 +394,13 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
         "closest max",
         "PCA@DOFs max",
         "ms/step",
+        "model",
     )
     lines = [head]
     notes = []
     for r in rows:
         if r["status"] != DONE:
-            lines.append((r["method"], "-", "-", "-", "-", "-", "-", "-"))
+            lines.append((r["method"], *["-"] * (len(head) - 1)))
             notes.append(f"  {r['method']}: {r['status']}: {r['reason']}")
             continue
         lines.append(
@@ -410,6 +413,7 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
                 f"{_mm(r['closest_max_m'])} ({_pct(r['closest_max_pct'])})",
                 f"{_mm(r['pca_max_m'])} ({_pct(r['pca_max_pct'])})",
                 f"{r['step_ms']:.3g}",
+                f"{r['model_bytes'] / 1024:.0f} KB",
             )
         )
     if any("shot_mean_m" in r for r in rows):  # the user's shot, beside the held-out bakes

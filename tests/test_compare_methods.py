@@ -98,6 +98,8 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
             assert row["dofs"] >= 1 and row["mean_m"] > 0 and row["max_m"] >= row["mean_m"]
             assert 0 < row["mean_pct"] < 100 and row["step_ms"] > 0
             assert row["pca_max_m"] is not None  # a linear model of as many DOFs
+            model = compared["folder"] / "neural_rom" / "Bar" / "models" / f"{name}.nrmodel"
+            assert row["model_bytes"] == model.stat().st_size
         elif name == "active":  # a face method: refused, saying what it trains on
             assert row["status"] == mc.REFUSED and "face file" in row["reason"]
         else:
