@@ -243,6 +243,9 @@ def make_bake_job(
     }
 
 
+#: Probability that a drawn variant plays a stretch of the animation backwards.
+FEM_REVERSE = 0.5
+
 #: How a bake moves the pins (the object's ``bake_motion``; ``bake --motion``).
 MOTIONS = ("auto", "animation", "scenario")
 
@@ -293,7 +296,8 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
             {"name": x["name"], "frames": list(x["frames"]), "track": x["track"].tolist()}
             for x in sources
         ],
-        "perturbation": Perturbation().to_dict(),
+        # a swing may also turn back early (a walk, the cloth's, never walks backwards)
+        "perturbation": Perturbation(reverse=FEM_REVERSE).to_dict(),
     }
 
 

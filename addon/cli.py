@@ -214,9 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
             "variant's pins are drawn from that animation (--motion, default auto: the "
             "action and NLA strips from the scene's start frame on, and other actions made "
             "for the object), perturbed with the variant's seed: a time warp (0.6-1.5x speed "
-            "with smooth changes), a stop and start in half the variants, the swing's "
-            "amplitude (0.6-1.4x) and travel (0.7-1.3x) scaled, a slow turn about the "
-            "vertical; the scenario's pokes, pushes and colliders come on top. Variants are "
+            "with smooth changes), a stop and start in half the variants, a stretch played "
+            "backwards in half, the swing's amplitude (0.6-1.4x) and travel (0.7-1.3x) "
+            "scaled, a slow turn about the vertical; the scenario's pokes, pushes and colliders come on top. Variants are "
             "different motions, so a bake Train holds out is a motion no training bake "
             "contains. Each bake records what it drew (info lists it).",
             80,
@@ -514,6 +514,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_device_option(cm)
     cm.add_argument("--restart", action="store_true", help="forget the finished methods")
+    cm.add_argument(
+        "--shot",
+        metavar="BAKE",
+        help="one of the object's bakes that is your own shot (e.g. baked with --motion "
+        "scenario: the animation as it plays), by its name in the panel's list: no method "
+        "trains on it, each replays it beside the held-out bakes",
+    )
     cm.add_argument(
         "--method",
         dest="methods",
@@ -1023,6 +1030,8 @@ def cmd_train(args) -> int:
         else:
             fit = training.error_summary(m)
         _out(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
+        if m.choice:
+            _out(f"{name}: {m.choice}")
     return EXIT_OK
 
 
@@ -1184,6 +1193,7 @@ def cmd_compare_methods(args) -> int:
                 device=args.device,
                 restart=args.restart,
                 only=args.methods,
+                shot=args.shot,
             ),
         )
         for obj in select_objects(args.objects)

@@ -7,7 +7,9 @@ Every method of the registry is in the plan: one that cannot take the object's d
 method on FEM bakes, a method whose training needs torch in a job Python without it, one
 whose train job refuses the bakes) is listed with the reason. Each trains with the object's
 settings of it (its defaults unless the user changed them), ``settings`` on top where the
-method has them, and an equal share of ``budget_s`` as its ``time_budget``.
+method has them, and an equal share of ``budget_s`` as its ``time_budget``; a method that
+would keep the linear model in its place when that replays better (``keep_linear``) does
+not here, the table being that comparison.
 """
 
 from __future__ import annotations
@@ -62,13 +64,16 @@ def make_compare_methods_job(
     device: str | None = None,
     restart: bool = False,
     only: list[str] | None = None,
+    shot: str | None = None,
 ) -> dict:
     """The worker job that compares every method on ``obj`` (JSON-able). Nothing on the
     object changes until the job is done (:func:`on_compare_methods_done`).
 
     ``settings``: method settings applied to each method that has them (e.g. ``epochs`` for
     a quick look); ``restart`` forgets the finished methods of an earlier comparison;
-    ``only`` names the methods to train (the others are listed as not asked for).
+    ``only`` names the methods to train (the others are listed as not asked for); ``shot``
+    names one of the object's bakes that is the user's own shot (e.g. ``bake --motion
+    scenario``: the animation as it plays): no method trains on it, every one replays it.
 
     Raises NeuralRomError (nothing changed) when the object is not deformable, trains on
     another kind of data than FEM bakes, or has fewer than two bakes (nothing held out).
@@ -87,6 +92,13 @@ def make_compare_methods_job(
             f"{kind} data (train its one method with Train)."
         )
     paths, _ = training.object_bakes(obj, scene, kind)  # stale or missing: "re-bake"
+    shot_rec = None
+    if shot:
+        shot_rec = next((b for b in s.bakes if b.name == shot), None)
+        if shot_rec is None:
+            names = ", ".join(b.name for b in s.bakes)
+            raise NeuralRomError(f"'{obj.name}' has no bake named '{shot}'; its bakes are {names}.")
+        paths = [p for p in paths if p != str(load_path(shot_rec.path))]
     if len(paths) < 2:
         raise NeuralRomError(
             f"'{obj.name}' has {len(paths)} bake; Compare Methods replays bakes no method was "
@@ -125,18 +137,24 @@ def make_compare_methods_job(
             own = {k: v for k, v in (settings or {}).items() if k in names}
             if record.name in shares:
                 own["time_budget"] = shares[record.name]
+            if "keep_linear" in names:  # the table compares the methods: each keeps its own
+                own["keep_linear"] = False
             try:
                 job = training.make_train_job(
                     obj, scene, method=record.name, settings=own, device=device
                 )
-                held = _held_out(paths, job["settings"])
+                if shot_rec is not None:  # never trained on
+                    job["bakes"] = [b for b in job["bakes"] if _bake_path(b) in paths]
+                held = [by_path[paths[i]] for i in _held_out(paths, job["settings"])]
                 compares = []
-                for i in held:
-                    rec = by_path[paths[i]]
+                for rec, role in [(r, "held out") for r in held] + [(shot_rec, "shot")]:
+                    if rec is None:
+                        continue
                     c = compare.make_compare_job(
                         obj, scene, bake_path=rec.path, show=False, model=(job["out"], record.name)
                     )
                     c["out"] = str(folder / f"{record.name}_{Path(c['out']).name}")
+                    c["role"] = role
                     compares.append(c)
             except NeuralRomError as e:
                 plan.append({**entry, "status": "refused", "reason": str(e)})
@@ -147,7 +165,9 @@ def make_compare_methods_job(
             if record.name == "linear":  # PCA at each method's size: linear with k = its DOFs
                 pca = {
                     "train": {**job, "out": str(folder / "pca.nrmodel")},
-                    "compares": [{**c, "method": "linear"} for c in compares],
+                    "compares": [
+                        {**c, "method": "linear"} for c in compares if c["role"] != "shot"
+                    ],
                 }
                 pca["train"]["settings"] = {**job["settings"], "tolerance": None}
     finally:
@@ -161,12 +181,18 @@ def make_compare_methods_job(
         "needs": sorted(needs),
         "object": obj.name,
         "budget_s": float(budget_s),
+        "shot": shot or "",
         "state": str(state),
         "table": str(folder / TABLE_FILE),
         "methods": plan,
         "pca": pca,
         "log_dir": str(folder / "logs"),
     }
+
+
+def _bake_path(entry) -> str:
+    """A train job's bake entry's path (a path, or ``{"path", ...}`` for a family method)."""
+    return str(entry["path"] if isinstance(entry, dict) else entry)
 
 
 def on_compare_methods_done(obj: bpy.types.Object, job: dict, result: dict) -> str | None:

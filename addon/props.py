@@ -417,6 +417,11 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
         default=-1.0,
     )
     step_ms: FloatProperty(name="Step (ms)", description="Reduced step time in training")
+    choice: StringProperty(
+        name="Choice",
+        description="Why the training kept this model over another it compared it with "
+        "(one sentence with both replay errors; empty when it compared none)",
+    )
     train_seconds: FloatProperty(name="Training Time (s)")
     device: StringProperty(name="Device")
     mesh_hash: StringProperty(description="Hash of the world-space tet mesh it was trained on")
@@ -591,8 +596,8 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
                 "Animation",
                 "Each variant's pins drawn from the object's animation (its action, NLA strips "
                 "and other actions made for it), perturbed with the variant's seed: time warps, "
-                "speed changes, stops and starts, amplitude scales, turns; the scenario's "
-                "pokes, pushes and colliders on top",
+                "speed changes, stops and starts, stretches backwards, amplitude scales, turns; "
+                "the scenario's pokes, pushes and colliders on top",
             ),
             (
                 "scenario",

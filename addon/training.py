@@ -176,6 +176,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     m.rollout_mean_error = _number(rollout.get("vertex_mean_error_m"), -1.0)
     m.projection_mean_error = _number(rollout.get("projection_mean_error_m"), -1.0)
     m.step_ms = _number(rollout.get("step_ms"), 0.0)
+    m.choice = str(result.get("choice") or "")
     m.train_seconds = _number(result.get("train_seconds"), 0.0)
     m.device = str(result.get("device", ""))
     m.mesh_hash = str(pending.get("mesh_hash", ""))
@@ -219,6 +220,14 @@ def error_summary(m) -> str:
     if m.kind == "face":
         return f"held-out keys: largest vertex error {1000 * m.val_error:.3g} mm"
     return f"held-out shape error {1000 * m.val_error:.3g} mm"
+
+
+def report_line(m) -> str:
+    """What the Train button reports: the model's size and :func:`error_summary`, then the
+    training's choice of model when it made one (``choice``: which model it kept over
+    another, with both replay errors)."""
+    text = f"{model_size(m)}, {error_summary(m)}"
+    return f"{text}. {m.choice}" if m.choice else text
 
 
 def _number(value, default: float) -> float:

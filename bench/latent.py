@@ -35,6 +35,7 @@ Usage::
     python bench/latent.py [--variants 10] [--frames 96] [--keys 3] [--epochs 600]
                            [--latents 1-8] [--divisions 16,2,2] [--out DIR] [--keep]
                            [--profile] [--bakes DIR] [--defaults]
+    python bench/latent.py --pins [--np 3] [--nz 2] [--epochs 600] [--out DIR]
 
 ``--divisions 56,8,8`` meshes the bar with 21,504 tets (the issue's ~20K; a full-space
 step then takes a few seconds, so bake fewer variants: ``--variants 6 --frames 48 --keys 2``).
@@ -46,6 +47,14 @@ the bakes of a previous ``--out`` run instead of baking again. ``--defaults`` tr
 autoencoder a user gets with the default settings (:func:`train_defaults`) and prints its
 time, the estimate it announced, its latent size and its held-out errors against PCA with as
 many modes and with the whole PCA layer.
+
+``--pins`` runs the animated-pin case instead: ``bench/shen.py``'s ``pins`` scene (a bar whose
+clamp an animated object swings 0.2 m and turns 0.8 rad while pokes push it; its
+:func:`bake_pins`, shared), the linear model (PCA), the autoencoder and Shen at equal DOFs
+(``--np`` + ``--nz``; ``bench/shen.py``'s :func:`compare`): held-out replay and closest-shape
+errors and ms per step, in one run; then the autoencoder at its default settings, whose
+training compares its replay with the default linear model's and keeps the better one
+(:func:`pins_case`).
 
 One process, one thread (OpenBLAS / OMP / MKL and torch), torch on the CPU.
 """
@@ -238,6 +247,31 @@ def print_defaults(res: dict) -> None:
         f"{mm * (res['rollout_max_error_m'] or float('nan')):.1f} mm, {res['step_ms']:.1f} ms/step"
     )
     for w in res["warnings"]:
+        print("  warning:", w)
+
+
+def pins_case(work: Path, n_p: int, n_z: int, epochs: int) -> dict:
+    """The animated-pin case (see the module docstring): ``bench/shen.py``'s comparison at
+    ``n_p + n_z`` DOFs on its ``pins`` bakes, with ``defaults``: :func:`train_defaults`'s
+    record (the model it kept and its ``choice``)."""
+    import shen  # bench/shen.py: the scene and the equal-DOF comparison, not copied
+
+    work = Path(work) / "pins"
+    paths = sorted((work / "bakes").glob("*.nrbake")) or shen.bake_pins(work / "bakes")
+    r = shen.compare(paths, work, n_p, n_z, epochs=epochs, variational=False)
+    r["defaults"] = train_defaults(paths, work / "default.nrmodel")
+    r["report"] = shen.report("pins (animated pins, equal DOFs)", r)
+    return r
+
+
+def print_pins(r: dict) -> None:
+    d = r["defaults"]
+    print(r["report"])
+    print(
+        f"defaults: kept {d['method']} ({d['dofs']} DOFs) after {d['wall_s']:.1f} s; "
+        f"{d.get('choice', 'no comparison')}"
+    )
+    for w in d["warnings"]:
         print("  warning:", w)
 
 
@@ -570,8 +604,23 @@ def main(argv=None) -> int:
         help="only train the autoencoder with its default settings and report its time and "
         "errors against PCA",
     )
+    ap.add_argument(
+        "--pins",
+        action="store_true",
+        help="the animated-pin case: linear, autoencoder and Shen at --np + --nz DOFs on "
+        "bench/shen.py's pins scene, then the autoencoder's defaults and their choice",
+    )
+    ap.add_argument("--np", type=int, default=3, dest="n_p", help="--pins: Shen's n_p")
+    ap.add_argument("--nz", type=int, default=2, dest="n_z", help="--pins: Shen's n_z")
     args = ap.parse_args(argv)
     common.pin_this_process()
+    if args.pins:
+        import torch
+
+        torch.set_num_threads(1)
+        work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nrom_latent_"))
+        print_pins(pins_case(work, args.n_p, args.n_z, args.epochs))
+        return 0
     print(
         f"Swung arm: 1 x 0.1 x 0.1 m bar clamped at x = 0, E={YOUNG:g} Pa nu={POISSON}, "
         f"damping {DAMPING}, body load up to {LOAD_G:g} g turning in y-z; h=1/24 s; "

@@ -152,7 +152,8 @@ def run_comparison(
     ----------
     spec : ``state`` (the state file), ``methods``: a list of ``{"method", "label",
         "status": "run" or "refused", "reason", "train": a train job spec, "compares": compare
-        job specs, one per held-out bake}``; ``pca``: ``{"train": a linear train job spec,
+        job specs, one per held-out bake and one for the user's shot (``role`` "held out" or
+        "shot")}``; ``pca``: ``{"train": a linear train job spec,
         "compares": compare job specs}`` (the model and result paths are set per DOF count),
         or None
     train, compare : run one train / compare job spec in this process (the worker's
@@ -196,7 +197,7 @@ def run_comparison(
                 say(
                     at, f"method {i + 1}/{len(runnable)}: {entry['label']} replays {c['bake_name']}"
                 )
-                replays.append(compare(c))
+                replays.append({**compare(c), "role": c.get("role", "held out")})
         except JobCancelled as exc:
             raise _cancelled(state_path, trained, kept) from exc
         except NeuralRomError as exc:  # listed with its reason, never silently missing
@@ -292,9 +293,11 @@ def _pca_at_equal_dofs(pca, state, state_path, say, should_cancel, train, compar
 def table_rows(plan: list[dict], state: dict) -> list[dict]:
     """One row per method of the plan, in the registry's order: ``method``, ``label``,
     ``status`` (done, refused, failed) and ``reason``; for a done one ``dofs``,
+    ``model_bytes`` (the model file's size: what it takes on disk and to load),
     ``train_seconds``, the :func:`summarize` numbers and their percentages of the
     diagonal (``*_pct``), ``pca_max_m`` / ``pca_mean_m`` (a linear model's closest shapes
-    at as many DOFs; None when it could not be made), and ``replays`` (each bake's)."""
+    at as many DOFs; None when it could not be made), and ``replays`` (each held-out
+    bake's); with a shot, ``shot_max_m``, ``shot_mean_m`` and ``shot_replays``."""
     rows = []
     for entry in plan:
         name = entry["method"]
@@ -308,21 +311,28 @@ def table_rows(plan: list[dict], state: dict) -> list[dict]:
             row.update(status=FAILED, reason=got["reason"])
         else:
             result = got["train"]
+            held = [r for r in got["replays"] if r.get("role") != "shot"]
+            shot = [r for r in got["replays"] if r.get("role") == "shot"]
             row.update(
                 status=DONE,
                 reason="",
                 dofs=_dofs(got),
+                model_bytes=int((got.get("stamp") or [0, 0])[1]),
                 train_seconds=float(result.get("train_seconds") or got.get("seconds") or 0.0),
-                **summarize(got["replays"]),
-                replays=got["replays"],
+                **summarize(held),
+                replays=held,
             )
+            if shot:  # the user's own shot, never trained on
+                row["shot_max_m"] = summarize(shot)["max_m"]
+                row["shot_mean_m"] = summarize(shot)["mean_m"]
+                row["shot_replays"] = shot
             pca = state.get("pca", {}).get(str(row["dofs"])) or {}
             shapes = summarize(pca["replays"]) if pca.get("replays") else {}
             row["pca_max_m"] = shapes.get("closest_max_m")
             row["pca_mean_m"] = shapes.get("closest_mean_m")
             d = row["diagonal_m"]
             for k in ("max", "mean", "closest_max", "closest_mean", "pca_max", "pca_mean"):
-                v = row[f"{k}_m"]
+                v = row.get(f"{k}_m")
                 row[f"{k}_pct"] = None if v is None or d <= 0 else 100.0 * v / d
         rows.append(row)
     return rows
@@ -367,6 +377,12 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.3g}%"
 
 
+def _shot(row: dict) -> str:
+    if row.get("shot_mean_m") is None:
+        return "-"
+    return f"{_mm(row['shot_mean_m'])} (max {_mm(row['shot_max_m'])})"
+
+
 def table_text(rows: list[dict], recommendation: dict) -> str:
     """The table as text (the CLI prints it; the panel shows its lines)."""
     head = (
@@ -378,12 +394,13 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
         "closest max",
         "PCA@DOFs max",
         "ms/step",
+        "model",
     )
     lines = [head]
     notes = []
     for r in rows:
         if r["status"] != DONE:
-            lines.append((r["method"], "-", "-", "-", "-", "-", "-", "-"))
+            lines.append((r["method"], *["-"] * (len(head) - 1)))
             notes.append(f"  {r['method']}: {r['status']}: {r['reason']}")
             continue
         lines.append(
@@ -396,8 +413,15 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
                 f"{_mm(r['closest_max_m'])} ({_pct(r['closest_max_pct'])})",
                 f"{_mm(r['pca_max_m'])} ({_pct(r['pca_max_pct'])})",
                 f"{r['step_ms']:.3g}",
+                f"{r['model_bytes'] / 1024:.0f} KB",
             )
         )
+    if any("shot_mean_m" in r for r in rows):  # the user's shot, beside the held-out bakes
+        lines = [
+            (*line, "shot mean" if i == 0 else _shot(r))
+            for i, (line, r) in enumerate(zip(lines, [None, *rows]))
+        ]
+        head = lines[0]
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
     if notes:

@@ -24,6 +24,8 @@ increments* ``B_t = M(s_{t-1})^-1 M(s_t)`` at a warped source time ``s_t``: comp
   stands, then walks on); every variant starts from rest (``v`` ramps up over
   :attr:`Perturbation.ramp` frames: Blender's cloth starts at rest) and from the source's
   first pose, where the user put the owner;
+* **reversed stretches** (FEM bakes: :attr:`Perturbation.reverse`): ``v_t`` turns smoothly
+  through zero to backwards for a stretch and back (the swing turns back early);
 * **amplitude scales**: ``B'_t`` is ``B_t`` with its translation scaled by one factor and
   its rotation angle by another (a longer stride, a stronger sway);
 * **turns**: ``Y_t`` turns the previous pose about the world up axis through its own
@@ -76,6 +78,9 @@ class Perturbation:
     ramp : frames over which a variant starts from rest (and a stop slows and speeds up)
     stride : (lo, hi) factor on the translation of every frame's body-frame increment
     sway : (lo, hi) factor on the rotation angle of every frame's body-frame increment
+    reverse : probability that a variant plays a stretch of the source backwards (a swing
+        that turns back early; 0 for a walk, which does not walk backwards)
+    reverse_frames : (lo, hi) frames a reversed stretch lasts (ramps included)
     turn : the largest extra heading turn rate, rad per second (a smooth random yaw rate
         within +-turn, with a random sign)
     """
@@ -84,6 +89,8 @@ class Perturbation:
     wobble: float = 0.25
     stop: float = 0.5
     stop_frames: tuple = (20, 50)
+    reverse: float = 0.0
+    reverse_frames: tuple = (12, 30)
     ramp: int = 8
     stride: tuple = (0.7, 1.3)
     sway: tuple = (0.6, 1.4)
@@ -186,11 +193,22 @@ def perturb(
         stop = [a, b]
     v = np.maximum(v, 0.0)
     v[0] = 0.0
-    s = np.cumsum(v)
+    reverse = None
+    # (no draw at all when reverse is 0: the cloth bake's variants stay what they were)
+    if p.reverse > 0 and rng.uniform() < p.reverse and T > 2 * p.ramp + p.reverse_frames[0]:
+        length = int(rng.integers(p.reverse_frames[0], p.reverse_frames[1] + 1))
+        length = min(length, T - 2 * p.ramp - 1)
+        a = int(rng.integers(p.ramp, T - length))
+        b = a + length
+        # the speed turns smoothly through zero to backwards and back: w from 1 to -1 to 1
+        w = 1.0 - 2.0 * np.minimum(_ramp(t - a, p.ramp), _ramp(b - t, p.ramp))
+        v = v * w
+        reverse = [a, b]
+    s = np.maximum(np.cumsum(v), 0.0)  # never before the source's first frame
     stride = float(rng.uniform(*p.stride))
     sway = float(rng.uniform(*p.sway))
     yaw_rate = p.turn * dt * _smooth_noise(rng, T, 60.0) * np.sign(rng.uniform(-1, 1))
-    yaw_rate *= v / max(speed, 1e-9)  # a standing character does not turn on its own
+    yaw_rate *= np.abs(v) / max(speed, 1e-9)  # a standing character does not turn on its own
     S = sample(M, s)
     B = np.linalg.inv(S[:-1]) @ S[1:]  # body-frame increments
     rot = Rotation.from_matrix(B[:, :3, :3]).as_rotvec() * sway
@@ -210,6 +228,7 @@ def perturb(
         "sway": sway,
         "turn_rate_max": float(np.abs(yaw_rate).max() / dt),
         "stop": stop,
+        "reverse": reverse,
         "source_frames": float(s[-1]),
     }
     return out, draws
@@ -308,4 +327,7 @@ def describe_draws(record: dict) -> str:
         f"turning up to {record['turn_rate_max']:.2f} rad/s",
         f"a stop at frames {stop[0]}-{stop[1]}" if stop else "no stop",
     ]
+    if record.get("reverse"):
+        a, b = record["reverse"]
+        parts.append(f"backwards at frames {a}-{b}")
     return ", ".join(parts)

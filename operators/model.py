@@ -37,7 +37,7 @@ class NEURAL_ROM_OT_train(bpy.types.Operator):
             text = f"Trained '{obj.name}': {training.model_size(m)}"
             if not m.bakes:  # a face: fitted to its shape keys, no bake held out
                 return text
-            return f"{text}, {training.error_summary(m)}"
+            return f"Trained '{obj.name}': {training.report_line(m)}"
 
         return launch_job(
             self,

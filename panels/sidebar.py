@@ -379,6 +379,8 @@ def draw_model_result(box, s) -> None:
             box.label(text=f"Closest shapes (floor) {m.projection_error * 1000:.3g} mm max{mean}")
             if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
                 box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
+        if m.choice:
+            box.label(text=m.choice, icon="INFO")
     if m.bakes:  # a face's model fits its shape keys: its Face box shows the fit
         box.label(text=f"Held-out shape error {m.val_error * 1000:.3g} mm")
     what = f"on {m.bakes} bake(s) " if m.bakes else ""

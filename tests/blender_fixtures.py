@@ -63,6 +63,13 @@ def registered():
     """The ``addon`` fixture's set-up and tear-down, for a module-scoped fixture of its own."""
     bpy = fresh_file()
     package = addon_module()
+    from neural_rom.addon import jobs
+
+    # A module that ran jobs without this fixture (the farm's in-process CLI runs, say) may
+    # have left its finished jobs behind: every test starts with none.
+    for state in jobs.active_jobs():
+        jobs._JOBS[state.id].job.wait(timeout=10)
+    jobs._JOBS.clear()
     package.register()
     entry = bpy.context.preferences.addons.new()
     entry.module = PACKAGE

@@ -411,6 +411,7 @@ def test_autoencoder_method_trains_and_simulates_from_the_panel(addon, blend_fil
     ae.max_cubature = 40
     ae.latent_dim = 2
     ae.hidden, ae.epochs, ae.batch_size = "16, 16", 30, 32
+    ae.keep_linear = False  # this test looks at the autoencoder (test_autoencoder_choice.py)
     settings = s.model_settings()
     assert settings["hidden"] == [16, 16] and settings["latent_dim"] == 2 and settings["k"] == 4
     # only the autoencoder's own settings are sent to it
@@ -668,3 +669,16 @@ def test_a_result_without_cubature_or_rollout_numbers_is_shown_without_them(addo
     assert training.on_train_done(obj, result)
     assert (m.k, m.cubature, m.rollout_error, m.step_ms) == (7, 0, -1.0, 0.0)
     assert training.model_size(m) == "7 DOFs"
+    assert m.choice == "" and training.report_line(m) == f"7 DOFs, {training.error_summary(m)}"
+    # a training that compared two models (the autoencoder's keep_linear) says which it kept
+    choice = (
+        "Linear is the better choice for this asset, so the linear model is kept: the "
+        "autoencoder (2 DOFs) replays the held-out bake at 272 mm, the default linear model "
+        "(6 DOFs) at 16.3 mm."
+    )
+    roll = {"max_error_m": 0.0163, "projection_max_error_m": 0.004, "step_ms": 1.0}
+    assert training.on_train_done(
+        obj, {**result, "method": "linear", "dofs": 6, "rollout": roll, "choice": choice}
+    )
+    assert m.choice == choice and training.report_line(m).endswith(f"mm max). {choice}")
+    assert training.on_train_done(obj, result) and m.choice == ""  # the next training's own

@@ -98,6 +98,8 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
             assert row["dofs"] >= 1 and row["mean_m"] > 0 and row["max_m"] >= row["mean_m"]
             assert 0 < row["mean_pct"] < 100 and row["step_ms"] > 0
             assert row["pca_max_m"] is not None  # a linear model of as many DOFs
+            model = compared["folder"] / "neural_rom" / "Bar" / "models" / f"{name}.nrmodel"
+            assert row["model_bytes"] == model.stat().st_size
         elif name == "active":  # a face method: refused, saying what it trains on
             assert row["status"] == mc.REFUSED and "face file" in row["reason"]
         else:
@@ -217,3 +219,35 @@ def test_the_panel_button_runs_the_comparison_and_shows_the_table(compared):
     layout = Layout()
     sidebar.draw_methods_table(layout, obj)
     assert layout.labels == lines
+
+
+def test_the_users_shot_is_replayed_never_trained_on(compared):
+    """A bake of the animation as it plays (``bake --motion scenario``), named as the shot:
+    linear trains on the 3 drawn bakes only and replays the shot, its numbers the model's
+    own ``compare`` of that bake to 1e-9. (Last: it adds a bake to the object.)"""
+    from neural_rom.core.modelfile import read_metadata
+
+    obj = compared["obj"]
+    assert _cli("bake", "--motion", "scenario", "--variants", "1", "--seed", "7") == 0
+    shot = "gravity_drop_s7_v000"
+    assert shot in [b.name for b in obj.neural_rom.bakes]
+    out = compared["folder"] / "shot.json"
+    argv = ["compare-methods", "--method", "linear", "--shot", shot, "--json", str(out)]
+    assert _cli(*argv) == 0
+    (row,) = [r for r in json.loads(out.read_text())["objects"][0]["rows"] if r["status"] == "done"]
+    assert row["method"] == "linear" and row["shot_mean_m"] > 0
+    assert [r["role"] for r in row["replays"]] == ["held out"]
+    given = read_metadata(obj.neural_rom.model.path and _abs(obj.neural_rom.model.path))["bakes"]
+    assert len(given) == 3 and not any(shot in str(p) for p in given)
+    own = compared["folder"] / "shot_compare.json"
+    assert _cli("compare", "--object", "Bar", "--bake", shot, "--json", str(own)) == 0
+    (b,) = json.loads(own.read_text())["bakes"]
+    (r,) = row["shot_replays"]
+    assert r["mean"] == pytest.approx(b["mean_error_m"], rel=1e-9)
+    assert r["max"] == pytest.approx(b["max_error_m"], rel=1e-9)
+
+
+def _abs(path: str) -> str:
+    from neural_rom.addon.paths import load_path
+
+    return str(load_path(path))

@@ -484,7 +484,7 @@ def test_train_job_through_the_worker_process(bakes, tmp_path):
             "method": "autoencoder",
             "bakes": [str(p) for p in bakes.paths],
             "out": str(out),
-            "settings": {**TINY, "rollout": True, "lbfgs_max_iters": 30},
+            "settings": {**TINY, "rollout": True, "lbfgs_max_iters": 30, "keep_linear": False},
             "device": "auto",
         },
         log_dir=tmp_path,

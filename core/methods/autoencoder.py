@@ -827,6 +827,16 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         advanced=True,
     ),
     TRAINER_SETTING["rollout"],
+    Setting(
+        "keep_linear",
+        "bool",
+        True,
+        "Keep Linear When Better",
+        "After the held-out rollout, train the linear model of the same bakes at its defaults "
+        "(seconds) and keep it instead when it replays the held-out bake better, saying so "
+        "with both errors",
+        advanced=True,
+    ),
 )
 
 
