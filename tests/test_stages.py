@@ -298,7 +298,13 @@ def test_pins_animated_with_the_object(addon, blend_file):
     obj.keyframe_insert("location", frame=1)
     obj.location.x = 3.0
     obj.keyframe_insert("location", frame=4)
+    # Motion Auto on a pinned, animated object: each variant draws its pins from the
+    # animation in the worker (tests/test_drawn_motion.py), so no single track is sent
     job = make_bake_job(obj, scene)
+    assert job["spec"]["pin_targets"] is None and job["spec"]["motion"]["sources"]
+    # Motion Scenario: the pins follow the animation as it plays
+    job = make_bake_job(obj, scene, motion="scenario")
+    assert "motion" not in job["spec"]  # none drawn (a spec without one, as before)
     P = np.array(job["spec"]["pin_targets"])
     assert P.shape == (4, 4, 3)
     np.testing.assert_allclose(P[-1] - P[0], np.tile([3.0, 0, 0], (4, 1)), atol=1e-6)
