@@ -162,11 +162,11 @@ def make_compare_methods_job(
             plan.append(
                 {**entry, "status": "run", "reason": "", "train": job, "compares": compares}
             )
-            if record.name == "linear":  # PCA at each method's size: linear with k = its DOFs
+            if record.baseline:  # PCA at each method's size: the baseline with k = its DOFs
                 pca = {
                     "train": {**job, "out": str(folder / "pca.nrmodel")},
                     "compares": [
-                        {**c, "method": "linear"} for c in compares if c["role"] != "shot"
+                        {**c, "method": record.name} for c in compares if c["role"] != "shot"
                     ],
                 }
                 pca["train"]["settings"] = {**job["settings"], "tolerance": None}

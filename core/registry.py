@@ -227,6 +227,9 @@ class Method:
         of the opened model file to the :class:`core.onnxgraph.OnnxGraph` and returns the
         graph's description; a callable or ``"module:function"``, as ``trainer``
     order : position in menus (built-ins: linear first)
+    baseline : the PCA baseline the other methods are measured against (one method: the
+        linear one); its ``k`` setting is its DOFs, so a comparison trains it at each other
+        method's DOFs (:func:`baseline`)
     origin : the file that defined the record (set by :func:`register`)
     """
 
@@ -242,6 +245,7 @@ class Method:
     trains_on: frozenset = frozenset({"fem"})
     onnx: str | Callable | None = None
     order: int = 100
+    baseline: bool = False
     origin: str = ""
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -416,6 +420,14 @@ def methods() -> list[Method]:
     """Every method this version can train and run, in menu order."""
     _load_builtins()
     return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
+
+
+def baseline() -> Method:
+    """The PCA baseline record (:attr:`Method.baseline`): what "PCA at equal DOFs" trains."""
+    found = [m for m in methods() if m.baseline]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one baseline method, found {[m.name for m in found]}")
+    return found[0]
 
 
 def methods_for(kind: str) -> list[Method]:

@@ -33,6 +33,8 @@ def test_builtins_are_found_by_listing_core_methods_linear_first():
     # one name per concept: the basis size is "k" in every method with a PCA/POD basis
     assert lin.setting("k") == ae.setting("k")
     assert lin.setting("tolerance").unit == ae.setting("tolerance").unit == "m"
+    # the PCA baseline comparisons train at other methods' DOFs: one record, with a "k"
+    assert registry.baseline() is lin and [m for m in registry.methods() if m.baseline] == [lin]
 
 
 def test_setting_check_converts_and_refuses_with_name_and_range():

@@ -323,4 +323,5 @@ METHOD = Method(
     inputs=SUBSPACE_INPUTS,
     onnx=onnx_graph,
     order=0,
+    baseline=True,
 )
