@@ -219,16 +219,22 @@ def train_ae(paths, out: Path, r: int, epochs: int, batch_size: int = 32, **kw) 
     return res
 
 
-def train_defaults(paths, out: Path) -> dict:
+def train_defaults(paths, out: Path, settings: dict | None = None) -> dict:
     """The autoencoder as a user gets it: default settings (latent size searched within the
-    time budget, early stopping, PCA fallback, held-out rollout), CPU. Returns the result
-    record with ``wall_s`` and the progress line that carried the estimate (``estimate``)."""
+    time budget, early stopping, PCA fallback, held-out rollout), CPU, with ``settings``
+    changed (``{"keep_linear": False}``: the autoencoder's own record even where the linear
+    model replays better). Returns the result record with ``wall_s`` and the progress line
+    that carried the estimate (``estimate``)."""
     from neural_rom.training.autoencoder import train
 
     said: list[str] = []
     t0 = time.perf_counter()
     res = train(
-        [str(p) for p in paths], out, {}, device="cpu", progress=lambda f, m: said.append(m)
+        [str(p) for p in paths],
+        out,
+        dict(settings or {}),
+        device="cpu",
+        progress=lambda f, m: said.append(m),
     )
     res["wall_s"] = time.perf_counter() - t0
     res["estimate"] = next((m for m in said if "network training about" in m), "")
@@ -238,6 +244,9 @@ def train_defaults(paths, out: Path) -> dict:
 def print_defaults(res: dict) -> None:
     """One summary of :func:`train_defaults`: time, latent size, errors against PCA."""
     mm = 1000.0
+    if "latent_dim" not in res:  # keep_linear kept the linear model: its record, the choice
+        print(f"defaults: {res['wall_s']:.1f} s; {res.get('choice', '')}")
+        return
     print(
         f"defaults: {res['wall_s']:.1f} s ({res['estimate']}); k = {res['k']}, "
         f"r = {res['latent_dim']} of {[e['latent_dim'] for e in res['latent_search']]}; "
