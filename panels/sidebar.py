@@ -356,6 +356,19 @@ def draw_method_settings(layout, s) -> None:
                 col.prop(group, setting.name)
 
 
+def dynamics_hint(record) -> str:
+    """The warning for a replay over 3x the closest shapes (the dynamics, not the shapes,
+    limit the accuracy), naming only the levers the method's record has: a Subspace Neural
+    Physics model has no cubature to lower."""
+    names = {x.name for x in record.settings} if record is not None else set()
+    levers = ["more modes"] if names & {"k", "latent_dim"} else []
+    if "cubature_target" in names:
+        levers.append("a lower cubature target")
+    if record is not None and record.needs_torch:
+        levers.append("more training bakes")
+    return "Dynamics limit accuracy" + (": try " + ", ".join(levers) if levers else "")
+
+
 def draw_model_result(box, s) -> None:
     """What a trained model reports, the same fields for every method."""
     from ..addon import training
@@ -378,7 +391,7 @@ def draw_model_result(box, s) -> None:
             )
             box.label(text=f"Closest shapes (floor) {m.projection_error * 1000:.3g} mm max{mean}")
             if m.rollout_error > 3 * m.projection_error and m.rollout_error > 0:
-                box.label(text="Dynamics limit accuracy: more modes or cubature", icon="ERROR")
+                box.label(text=dynamics_hint(known.get(m.method)), icon="ERROR")
         if m.choice:
             box.label(text=m.choice, icon="INFO")
     if m.bakes:  # a face's model fits its shape keys: its Face box shows the fit

@@ -463,3 +463,15 @@ def test_a_collision_object_the_bake_ignores_is_named_in_a_warning(addon, blend_
     ground.neural_rom.collider_shape = "plane"
     job = make_bake_job(obj, bpy.context.scene)
     assert job["warnings"] == [] and [c["kind"] for c in job["spec"]["colliders"]] == ["plane"]
+
+
+def test_the_dynamics_hint_names_only_the_levers_a_method_has(addon):
+    """A replay over 3x the closest shapes warns with the method's own levers: the linear
+    model's modes and cubature, never cubature for Subspace Neural Physics (it has none)."""
+    from neural_rom.core import registry
+    from neural_rom.panels.sidebar import dynamics_hint
+
+    linear, snp = dynamics_hint(registry.get("linear")), dynamics_hint(registry.get("snp"))
+    assert linear == "Dynamics limit accuracy: try more modes, a lower cubature target"
+    assert "cubature" not in snp and "more modes" in snp and "more training bakes" in snp
+    assert dynamics_hint(None) == "Dynamics limit accuracy"
