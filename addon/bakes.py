@@ -263,7 +263,7 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
     Raises NeuralRomError (nothing changed) for an unknown mode, or for "animation" on an
     object without pins or without animation.
     """
-    from ..core.motion import Perturbation
+    from ..core.motion import Perturbation, name_salt
     from .animation import owner_animation
 
     if mode not in MOTIONS:
@@ -298,6 +298,8 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
         ],
         # a swing may also turn back early (a walk, the cloth's, never walks backwards)
         "perturbation": Perturbation(reverse=FEM_REVERSE).to_dict(),
+        # two objects baked with one seed draw different variants
+        "salt": name_salt(obj.name),
     }
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "describe_draws",
     "draw_pins",
     "motion_distance",
+    "name_salt",
     "perturb",
     "sample",
 ]
@@ -269,6 +270,16 @@ def motion_distance(
     return best / scale
 
 
+def name_salt(name: str) -> int:
+    """A stable 32-bit number from an object's ``name`` (the first bytes of its SHA-256, the
+    same on every machine and Python, unlike ``hash``): mixed into the seed of the variants
+    drawn for that object (:func:`draw_pins`), so two objects baked with the same seed draw
+    different perturbations while one object and one seed draw the same bits."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(str(name).encode("utf-8")).digest()[:4], "little")
+
+
 def draw_pins(
     motion: dict, frames: int, dt: float, seed: int, variant: int
 ) -> tuple[np.ndarray, dict]:
@@ -276,14 +287,17 @@ def draw_pins(
 
     The pins ride on the source's rigid frame: each variant takes source ``variant`` modulo
     the number of sources (so that every motion in the file is baked), perturbs it with
-    :func:`perturb` seeded by ``(seed, variant)``, and moves the pins by the perturbed
-    track's motion relative to its first pose, ``M'_t M'_0^-1``: frame 0 is where the pins
-    rest whichever frame of the source the variant starts from.
+    :func:`perturb` seeded by ``(seed, variant)`` and the object's name (``salt``), and
+    moves the pins by the perturbed track's motion relative to its first pose,
+    ``M'_t M'_0^-1``: frame 0 is where the pins rest whichever frame of the source the
+    variant starts from.
 
     Parameters
     ----------
     motion : ``{"sources": [{"name", "frames": [a, b], "track": (F, 4, 4)}], "pins": (p, 3)
-        world rest positions of the pins (m), "perturbation": Perturbation fields}``
+        world rest positions of the pins (m), "perturbation": Perturbation fields, "salt":
+        the object's :func:`name_salt`, mixed into the seed (absent in specs made before it:
+        those draw by seed and variant alone, as they were baked)}``
     frames : the bake's frames after the first; dt : seconds per frame
     seed : the bake's seed (not the variant's); variant : the variant index
 
@@ -302,7 +316,10 @@ def draw_pins(
             for k, v in (motion.get("perturbation") or {}).items()
         }
     )
-    rng = np.random.default_rng([int(seed), int(variant), 1])
+    key = [int(seed), int(variant), 1]
+    if motion.get("salt") is not None:
+        key.append(int(motion["salt"]))
+    rng = np.random.default_rng(key)
     track, draws = perturb(np.asarray(src["track"], dtype=np.float64), frames, rng, dt, settings)
     rel = track @ np.linalg.inv(track[0])  # (T, 4, 4): the motion since the first frame
     pins = np.asarray(motion["pins"], dtype=np.float64).reshape(-1, 3)
