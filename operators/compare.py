@@ -160,8 +160,39 @@ class NEURAL_ROM_OT_compare_methods(bpy.types.Operator):
         )
 
 
+class NEURAL_ROM_OT_use_compared_method(bpy.types.Operator):
+    """Make this method's model of the last Compare Methods the object's model (its row of
+    the table)"""
+
+    bl_idname = "neural_rom.use_compared_method"
+    bl_label = "Use This Row"
+    bl_options = {"REGISTER", "UNDO"}
+
+    method: StringProperty(name="Method", description="The method whose model to use")
+
+    @classmethod
+    def poll(cls, context):
+        obj = active_deformable(context)
+        return obj is not None and bool(obj.get("neural_rom_methods_rows"))
+
+    def execute(self, context):
+        from ..addon import methodcompare
+        from ..core.errors import NeuralRomError
+
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            methodcompare.use_row(obj, self.method)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        self.report({"INFO"}, f"'{obj.name}' now uses its {self.method} model")
+        return {"FINISHED"}
+
+
 CLASSES = (
     NEURAL_ROM_OT_compare_bake,
     NEURAL_ROM_OT_clear_comparison,
     NEURAL_ROM_OT_compare_methods,
+    NEURAL_ROM_OT_use_compared_method,
 )

@@ -195,6 +195,33 @@ def test_two_objects_with_one_seed_draw_different_variants():
     np.testing.assert_array_equal(old, mo.perturb(_swing(), FRAMES, rng, DT, settings)[0])
 
 
+def test_the_variants_picture_tells_the_variants_apart():
+    """The panel's picture (:func:`core.motion.plot_variants`): one row per variant, its
+    curves the variant's turn and travel; the keyed 30-degree swing's turn curve is the
+    swing (to 1e-9 degrees); identical variants draw identical rows, drawn ones differ."""
+    swing = _swing()
+    turn, travel = mo.variant_curves(swing, np.array([1.0, 0, 0]), np.array([0, 0, 1.0]))
+    expect = 30.0 * np.sin(2 * np.pi * np.arange(len(swing)) * DT / 2.0)
+    np.testing.assert_allclose(turn, expect, atol=1e-9)
+    assert np.abs(travel).max() < 1e-12  # it turns in place
+    motion = {
+        "sources": [{"name": "animation", "frames": [1, 49], "track": swing.tolist()}],
+        "pins": [[0.0, 0.0, 0.0]],
+        "perturbation": mo.Perturbation(reverse=0.5).to_dict(),
+        "salt": mo.name_salt("Bar"),
+    }
+    tracks = [np.asarray(mo.draw_pins(motion, FRAMES, DT, 3, k)[1]["track"]) for k in range(3)]
+    img = mo.plot_variants([*tracks, tracks[0]], width=120, row=30)
+    assert img.shape == (4 * 30, 120, 3) and img.min() >= 0 and img.max() <= 1
+    rows = [img[30 * i : 30 * (i + 1)] for i in range(4)]
+    for r in rows:  # each row draws its turn
+        assert np.all(r == mo.PLOT_TURN, axis=2).sum() > 120
+    np.testing.assert_array_equal(rows[0], rows[3])
+    for i in range(3):
+        for j in range(i):
+            assert np.any(rows[i] != rows[j])
+
+
 def test_a_drawn_spec_is_baked_by_variant_and_needs_its_pins():
     base = dict(material=fem.Material.preset("rubber").to_dict(), frames=4, dt=DT)
     motion = {"sources": [{"name": "a", "frames": [1, 3], "track": _swing(3).tolist()}]}
