@@ -1218,18 +1218,11 @@ def cmd_compare_methods(args) -> int:
                 only=args.methods,
                 shot=args.shot,
                 processes=args.processes,
+                use=args.use,
             ),
         )
         for obj in select_objects(args.objects)
     ]
-    if args.use not in ("best", "none"):  # a row to use must be one the comparison trains
-        for name, spec in plans:
-            entry = next(e for e in spec["methods"] if e["method"] == args.use)
-            if entry["status"] != "run":
-                raise UserError(
-                    f"--use {args.use}: {name} does not train it ({entry['reason']}); use best, "
-                    "none or a method the comparison trains."
-                )
     tables = []
     for name, spec in plans:
         runs = [e for e in spec["methods"] if e["status"] == "run"]

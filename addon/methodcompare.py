@@ -67,6 +67,7 @@ def make_compare_methods_job(
     only: list[str] | None = None,
     shot: str | None = None,
     processes: int = 0,
+    use: str = "best",
 ) -> dict:
     """The worker job that compares every method on ``obj`` (JSON-able). Nothing on the
     object changes until the job is done (:func:`on_compare_methods_done`).
@@ -81,7 +82,9 @@ def make_compare_methods_job(
     a quick look); ``restart`` forgets the finished methods of an earlier comparison;
     ``only`` names the methods to train (the others are listed as not asked for); ``shot``
     names one of the object's bakes that is the user's own shot (e.g. ``bake --motion
-    scenario``: the animation as it plays): no method trains on it, every one replays it.
+    scenario``: the animation as it plays): no method trains on it, every one replays it;
+    ``use`` (a method's name, "best" or "none") is checked against the plan: a method it
+    does not train is refused.
 
     A cloth object compares the methods that train on its cloth bakes (the registry's
     ``trains_on``); the others are listed with the reason.
@@ -130,8 +133,6 @@ def make_compare_methods_job(
     folder = folder_of(obj)
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / STATE_FILE
-    if restart and state.exists():
-        state.unlink()
     by_path = {str(load_path(rec.path)): rec for rec in s.bakes}
     keep_pending = s.pending_train
     plan, pca = [], None
@@ -201,6 +202,16 @@ def make_compare_methods_job(
         e.update(lane=shares[e["method"]]["lane"], share_s=shares[e["method"]]["share_s"])
         if shares[e["method"]]["budget_s"] is not None:
             e["train"]["settings"]["time_budget"] = shares[e["method"]]["budget_s"]
+    if use not in ("best", "none"):  # the row to use must be one this comparison trains
+        registry.get(use)  # an unknown name: refused with the known ones
+        entry = next(e for e in plan if e["method"] == use)
+        if entry["status"] != "run":
+            raise NeuralRomError(
+                f"Use {use}: '{obj.name}' does not train it ({entry['reason']}); use the "
+                "best, none, or a method the comparison trains."
+            )
+    if restart and state.exists():  # the plan is good: forget the finished methods
+        state.unlink()
     needs = {"numpy", "scipy"}
     for e in plan:
         if e["status"] == "run":

@@ -9,11 +9,21 @@ train and compare runners those commands' jobs call, so each method's numbers ar
 DOFs (a linear model trained with ``k`` set to the method's DOFs): what a learned method's
 extra machinery buys over PCA at equal size.
 
+The budget (:func:`plan_budget`): the user's seconds of wall time for all the trainings.
+Each method's cost is estimated (:func:`estimate_cost`): a fixed part no budget shortens (the
+job's start, the PCA and cubature every method fits: a cost model of the bakes' nodes x
+frames) and a need (the record's own default time budget, scaled by the epochs asked for).
+The methods are spread over ``lanes`` processes (the costliest first, each to the least
+loaded lane); in each lane the fixed parts are set aside and the rest is shared in
+proportion to the needs, as each method's ``time_budget``. Several lanes train at once, each
+training in a child worker with one thread (the worker's runner); the replays come after
+every training, one at a time, so their step times are measured on a quiet process.
+
 Resume: the state file (``<cache dir>/<object>/compare_methods/state.json``, written
-atomically after each method) keeps each finished method's training result, model-file
-stamp and replays under the key of what it was given (bakes, settings, held-out bakes); a
+atomically after each training and each method's replays) keeps each finished method's
+training result, model-file stamp and replays under the key of what it was given (bakes, settings, held-out bakes); a
 re-run, after a cancel or a crash, keeps every finished method whose key and model file are
-unchanged and trains only the others. A cancelled comparison thus keeps what it finished.
+unchanged (a trained one not yet replayed is replayed) and trains only the others. A cancelled comparison thus keeps what it finished.
 
 Recommendation (:func:`recommend`): among the methods that replayed, the lowest mean
 replay error over the held-out bakes; a method within :data:`NEAR_BEST` of it that steps

@@ -170,11 +170,11 @@ def test_two_lanes_train_at_once_one_lane_never(tmp_path):
 
 
 def test_a_cancel_in_one_lane_keeps_what_the_lanes_finished(tmp_path):
-    """Lane 0 trains a then is cancelled in c; lane 1 trains b (beside a). The cancel keeps
-    a and b (trained, not yet replayed); c is not in the state; the re-run trains c alone,
-    replays all three."""
+    """Lane 0 trains a then is cancelled in c; lane 1 trains b (beside a or c: both wait
+    until two ran at once). The cancel keeps a and b (trained, not yet replayed); c is not in
+    the state; the re-run trains c alone, replays all three."""
     spec = _spec(tmp_path, {"a": 0, "c": 0, "b": 1})
-    t = Trainer(meet=["b"], cancel=["c"])
+    t = Trainer(meet=["b", "c"], cancel=["c"])
     with pytest.raises(JobCancelled, match="2 method.s. finished are kept") as info:
         mc.run_comparison(spec, train=t, compare=_compare)
     assert sorted(info.value.result["trained"]) == ["a", "b"]
