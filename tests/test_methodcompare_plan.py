@@ -187,3 +187,25 @@ def test_a_cancel_in_one_lane_keeps_what_the_lanes_finished(tmp_path):
     result = mc.run_comparison(spec, train=t, compare=_compare)
     assert t.calls == ["c"] and sorted(result["kept"]) == ["a", "b"]
     assert [r["status"] for r in result["rows"]] == [mc.DONE] * 3
+
+
+# ------------------------------------------------- a lane's training in its child worker
+
+
+def test_a_lanes_child_worker_returns_fails_and_cancels(tmp_path, monkeypatch):
+    """What :func:`worker._train_in_child` gives the lanes, on the worker's self-test job:
+    the child's result; its error as a NeuralRomError with its message; and this worker's
+    cancel forwarded to the child, which stops at its next safe point (long before its 1000
+    steps of 20 ms), as a JobCancelled."""
+    from neural_rom import worker
+    from neural_rom.core import jobs
+
+    parent = {"log_dir": str(tmp_path)}
+    got = worker._train_in_child({"kind": "selftest", "method": "ok", "steps": 2}, parent)
+    assert got == {"committed": 2, "steps": 2}
+    with pytest.raises(NeuralRomError, match="simulated user error at step 1: change the input"):
+        worker._train_in_child({"kind": "selftest", "method": "bad", "error_at": 1}, parent)
+    monkeypatch.setattr(jobs, "should_cancel", lambda: True)
+    spec = {"kind": "selftest", "method": "long", "steps": 1000, "sleep": 0.02}
+    with pytest.raises(JobCancelled, match="long: training cancelled"):
+        worker._train_in_child(spec, parent)
