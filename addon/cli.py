@@ -1054,7 +1054,7 @@ def cmd_train(args) -> int:
             fit = training.error_summary(m)
         _out(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
         if m.choice:
-            _out(f"{name}: {m.choice}")
+            _out(f"{name}: {m.choice} Model file: {m.path}")
     return EXIT_OK
 
 

@@ -96,7 +96,14 @@ def run(spec: dict) -> dict:
     )
     for w in result.get("warnings", []):
         jobs.emit("warning", message=w)
-    return {**result, "method": method.name, "device": device, "threads": _threads()}
+    # the trainer's record names the method of the model it wrote: the autoencoder's names
+    # the linear model when it kept that (keep_linear); a plug-in's may name none
+    return {
+        **result,
+        "method": result.get("method") or method.name,
+        "device": device,
+        "threads": _threads(),
+    }
 
 
 def _threads() -> int:
