@@ -59,11 +59,12 @@ MEMORY_STEPS = 10
 
 #: A method's seconds that no time budget shortens (the job starting, the PCA and the
 #: cubature every method fits before any network trains), as a cost model of the training
-#: data's size: ``FIXED_S + FIXED_S_PER_NODE_FRAME * nodes * frames``. Measured with linear
-#: (which is nothing but that): 4.2 s on a 158-node board of 4 x 49 frames (31k node-frames,
-#: load 17 on 2 cores), 2 s of it the job's start.
-FIXED_S = 2.0
-FIXED_S_PER_NODE_FRAME = 7e-5
+#: data's size: ``FIXED_S + FIXED_S_PER_NODE_FRAME * nodes * frames``. Fitted to linear
+#: (which is nothing but that), timed in Compare Methods' lanes at load 10-17 on 2 cores:
+#: 3.9 s on a 158-node board and 4.4 s on a 1,131-node sphere, 4 x 49 frames each (31k and
+#: 222k node-frames); the job's start is most of it.
+FIXED_S = 3.5
+FIXED_S_PER_NODE_FRAME = 5e-6
 #: The least time budget a method trains with (its setting's minimum).
 MIN_BUDGET_S = 1.0
 
