@@ -559,8 +559,9 @@ def test_training_noise_follows_each_modes_spread_above_the_floor():
         want = 0.02 * np.minimum(np.maximum(std, floor * std[0]), std[0])
         np.testing.assert_allclose(got, want, rtol=1e-12)
         np.testing.assert_array_equal(got, noise_scales(np.concatenate(Z), 0.02, floor))
-    # floor 1: exactly the former ``noise * s`` for every mode
-    assert np.all(net_trainer(SNPSettings(noise=0.02), Z, W).noise_sd == 0.02 * std[0])
+    # floor 1: exactly the former ``noise * s`` for every mode (``s``: the first mode's spread)
+    s = float(np.concatenate(Z)[:, 0].std())
+    assert np.all(net_trainer(SNPSettings(noise=0.02), Z, W).noise_sd == 0.02 * s)
     still = Sequence(Z[0], W[0], [IDENTITY] * len(Z[0]), 0)
     walks = Sequence(Z[1], W[1], [IDENTITY, Pose(np.eye(3), np.array([0.0, 0.1, 0.0]))], 1)
     assert noise_floor(SNPSettings(), [still]) == 1.0

@@ -858,9 +858,9 @@ def noise_scales(Z: np.ndarray, noise: float, floor: float) -> np.ndarray:
     ``noise`` times the mode's own standard deviation over the training frames ``Z`` (N, u),
     at least ``floor`` times the first mode's and at most the first's (``floor`` 1: every
     mode gets the first's noise, the former rule; see the module docstring)."""
-    std = np.asarray(Z, dtype=np.float64).std(0)
-    first = float(std[0]) or 1.0
-    return noise * np.clip(std, floor * first, first)
+    Z = np.asarray(Z)
+    first = float(Z[:, 0].std()) or 1.0  # the trainer's ``s``, to the bit
+    return noise * np.clip(Z.std(0), floor * first, first)
 
 
 #: The automatic noise floor (:func:`noise_floor`) where the reference frame moves.
