@@ -555,26 +555,32 @@ STATIC_ACCELERATION = 9.81
 STATIC_POSES = 0.3
 
 
-def static_modes(X: np.ndarray, T: np.ndarray, material, pinned: np.ndarray) -> np.ndarray:
-    """The static deflections (3n, 3) of the mesh ``(X, T)`` under a uniform acceleration of
-    :data:`STATIC_ACCELERATION` along x, y and z, its ``pinned`` nodes held: ``K_ff u_f =
-    M a`` with the rest stiffness ``K`` and the lumped masses (one sparse factorization,
-    three solves). With them in the basis, a pinned body's sag and swing under gravity and
-    its pins' acceleration are those of full space to first order, on any mesh."""
+def static_modes(
+    X: np.ndarray, T: np.ndarray, material, pinned: np.ndarray, accelerations=None
+) -> np.ndarray:
+    """The static deflections (3n, c) of the mesh ``(X, T)`` under body accelerations, its
+    ``pinned`` nodes held: ``K_ff u_f = M a`` with the rest stiffness ``K`` and the lumped
+    masses (one sparse factorization, a solve per field). By default the fields are a
+    uniform :data:`STATIC_ACCELERATION` along x, y and z (c = 3): with them in the basis, a
+    pinned body's sag and swing under gravity and its pins' acceleration are those of full
+    space to first order, on any mesh.
+
+    accelerations : (c, n, 3) float array, m/s^2, optional
+        Other acceleration fields (``bench/dynamics.py``: the pins' frame turning)."""
     from scipy.sparse.linalg import factorized
 
     X = np.asarray(X, dtype=np.float64)
     n = len(X)
+    if accelerations is None:
+        accelerations = STATIC_ACCELERATION * np.eye(3)[:, None, :].repeat(n, axis=1)
     K = _fem.TetFEM(X, T, material).hessian(X, project=False).tocsc()
     m = _fem.mass_matrix(X, T, material.density, lumped=True)
     free = np.ones(3 * n, bool)
     free[(3 * np.asarray(pinned, np.int64)[:, None] + np.arange(3)).ravel()] = False
     solve = factorized(K[free][:, free])
-    S = np.zeros((3 * n, 3))
-    for axis in range(3):
-        f = np.zeros((n, 3))
-        f[:, axis] = STATIC_ACCELERATION * m
-        S[free, axis] = solve(f.ravel()[free])
+    S = np.zeros((3 * n, len(accelerations)))
+    for j, a in enumerate(np.asarray(accelerations, dtype=np.float64)):
+        S[free, j] = solve((m[:, None] * a).ravel()[free])
     return S
 
 
