@@ -619,26 +619,33 @@ def static_modes(
     T: np.ndarray,
     material,
     pinned: np.ndarray,
+    accelerations=None,
     K: sp.spmatrix | None = None,
 ) -> np.ndarray:
-    """The static deflections (3n, 3) of the mesh ``(X, T)`` under a uniform acceleration of
-    :data:`STATIC_ACCELERATION` along x, y and z, its ``pinned`` nodes held: ``K_ff u_f =
-    M a`` with the rest stiffness ``K`` (unprojected elastic Hessian at rest) and the lumped
-    masses, one factorization for the three (:func:`_spd_solve`). With them in the basis, a
-    pinned body's sag and swing under gravity and its pins' acceleration are those of full
-    space to first order, on any mesh."""
+    """The static deflections (3n, c) of the mesh ``(X, T)`` under body accelerations, its
+    ``pinned`` nodes held: ``K_ff u_f = M a`` with the rest stiffness ``K`` (unprojected
+    elastic Hessian at rest; assembled when None) and the lumped masses, one factorization
+    for all the fields (:func:`_spd_solve`). By default the fields are a uniform
+    :data:`STATIC_ACCELERATION` along x, y and z (c = 3): with them in the basis, a pinned
+    body's sag and swing under gravity and its pins' acceleration are those of full space to
+    first order, on any mesh.
+
+    accelerations : (c, n, 3) float array, m/s^2, optional
+        Other acceleration fields (``bench/dynamics.py``: the pins' frame turning)."""
     X = np.asarray(X, dtype=np.float64)
     T = np.asarray(T, dtype=np.int64)
     n = len(X)
+    if accelerations is None:
+        accelerations = STATIC_ACCELERATION * np.eye(3)[:, None, :].repeat(n, axis=1)
+    A = np.asarray(accelerations, dtype=np.float64)
     K = _fem.TetFEM(X, T, material).hessian(X, project=False) if K is None else K
     m = _fem.mass_matrix(X, T, material.density, lumped=True)
     free = np.ones(3 * n, bool)
     free[(3 * np.asarray(pinned, np.int64)[:, None] + np.arange(3)).ravel()] = False
     idx = np.flatnonzero(free)
-    F = np.zeros((n, 3, 3))
-    F[:, [0, 1, 2], [0, 1, 2]] = STATIC_ACCELERATION * np.asarray(m)[:, None]
-    S = np.zeros((3 * n, 3))
-    S[idx] = _spd_solve(sp.csc_matrix(K)[:, idx][idx], F.reshape(3 * n, 3)[idx], T, idx)
+    F = (np.asarray(m)[None, :, None] * A).reshape(len(A), 3 * n).T  # (3n, c)
+    S = np.zeros((3 * n, len(A)))
+    S[idx] = _spd_solve(sp.csc_matrix(K)[:, idx][idx], np.ascontiguousarray(F[idx]), T, idx)
     return S
 
 
@@ -985,7 +992,7 @@ class LicromSimulation(ReducedSimulation):
             # issue's family sagged 9% less than full space with the field alone)
             t0 = time.perf_counter()
             K = fem.hessian(X, project=False).tocsc()  # the rest stiffness
-            U = np.hstack([U, static_modes(X, T, self.material, pinned, K)])
+            U = np.hstack([U, static_modes(X, T, self.material, pinned, K=K)])
             self.static_seconds = time.perf_counter() - t0
             if codes is not None and len(codes):
                 # the cubature's poses sag a little more: up to 0.3 g along each axis, seeded
