@@ -1185,6 +1185,9 @@ class LicromSimulation(ReducedSimulation):
         from the current state: ``q``, ``qdot``, the reduced forces, the colliders and the
         pins' frame are kept; basis, masses, pins and cubature are rebuilt on ``(X, T)``.
         ``qdot`` is scaled down when the new reduced mass would raise the kinetic energy.
+        With Static Modes the static coordinates are each mesh's own sag under 1 g, so the
+        shape moves at once by the two meshes' sag difference at them (a more compliant mesh
+        sags more at the same coordinates).
         ``pinned`` (p,): the new mesh's pinned nodes (its pin group); None: its nodes at the
         rest positions of the pinned nodes now (an edit that kept the pinned vertices).
 
