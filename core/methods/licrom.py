@@ -1677,7 +1677,7 @@ SETTINGS = (
         "1 g along x, y and z with its pins held (one sparse factorization when the model is "
         "put on a mesh), and fit the cubature to forces weighed by the displacement they "
         "cause. On the ring family of issue 23 (bench/licrom.py --rings) the unseen ring "
-        "between the trained ones replays a held-out bake at 0.14x its own linear model "
+        "between the trained ones replays a held-out bake at 0.16x its own linear model "
         "(field alone 2.2x); models trained before it keep the field alone",
         advanced=True,
     ),
