@@ -98,7 +98,9 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
             assert row["dofs"] >= 1 and row["mean_m"] > 0 and row["max_m"] >= row["mean_m"]
             assert 0 < row["mean_pct"] < 100 and row["step_ms"] > 0
             assert row["pca_max_m"] is not None  # a linear model of as many DOFs
-            model = compared["folder"] / "neural_rom" / "Bar" / "models" / f"{name}.nrmodel"
+            model = (
+                compared["folder"] / "neural_rom" / "Bar" / "compare_methods" / f"{name}.nrmodel"
+            )
             assert row["model_bytes"] == model.stat().st_size
             # the runtime's memory: the loaded arrays, then a step's working memory on top
             assert 0 < row["memory_loaded_bytes"] <= row["memory_bytes"]
