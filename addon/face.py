@@ -656,15 +656,21 @@ class FaceDriver:
         )
         options = runtime_options(obj)
         facejob.configure_face(self.sim, options)
+        solved = options["jaw"] == "markers"
+        if solved:  # the markers turn the jaw: the jaw object's pose is an output, not an input
+            track.reference_frame = None
         sig = fi.track_signature(track) + repr(sorted(options.items())).encode()
         hit = self.cache.get(int(frame))
         if hit is not None and hit[0] == sig:
-            return hit[1]
-        t0 = time.perf_counter()
-        self.sim.step(track.inputs(0))
-        self.step_seconds.append(time.perf_counter() - t0)
-        P = self.sim.skin_positions()
-        self.cache[int(frame)] = (sig, P)
+            P, theta = hit[1], hit[2]
+        else:
+            t0 = time.perf_counter()
+            self.sim.step(track.inputs(0))
+            self.step_seconds.append(time.perf_counter() - t0)
+            P, theta = self.sim.skin_positions(), float(self.sim.theta)
+            self.cache[int(frame)] = (sig, P, theta)
+        if solved:  # the jaw object turns to the angle the markers solved
+            set_jaw_angle(obj, theta)
         return P
 
     def write(self, obj: bpy.types.Object, P: np.ndarray) -> None:
