@@ -53,6 +53,7 @@ from ..core.methods.active import (
     NAME,
     ActiveFace,
     ActiveModel,
+    blend_samples,
     fit_cubature,
     fit_detail,
     jaw_lift,
@@ -363,9 +364,17 @@ def fit(
         U=np.zeros((len(qs.free), 1)),
         jaw_scale=jaw_scale,
     )
-    if s["detail"]:
+    if s["detail"]:  # on the training keys and blends of pairs of them (the keys weigh 2/3)
         say(0.91, "skin detail layer")
-        model.detail = fit_detail(model, z_all, jaws, x_cache, T_skin)
+        bz, ba, bx, bt = blend_samples(model, z_all, jaws, T_skin, rig.skin_V, 2 * N, s["seed"])
+        model.detail = fit_detail(
+            model,
+            np.vstack([z_all, bz]),
+            np.append(jaws, ba),
+            np.concatenate([x_cache, bx]),
+            np.concatenate([T_skin, bt]),
+            weights=np.append(np.full(N, 4.0), np.ones(2 * N)),
+        )
     model.U = reduced_basis(model, z_all, jaws, x_cache, s["basis"])
     say(0.96, "cubature")
     model.cub_elements, model.cub_weights, cub_err = fit_cubature(

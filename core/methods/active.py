@@ -77,11 +77,11 @@ class ActiveModel:
     cub_elements, cub_weights : (k,) the reduced solve's cubature (empty: every element)
     jaw_scale : the decoder's last input is the jaw angle (rad) times ``jaw_scale``; 0: the
         decoder takes the code alone (models before the jaw input)
-    detail : (3 s, i + 1) the skin's detail layer: per skin vertex offsets linear in the
-        decoder's input ``y`` (the code, and the scaled jaw angle when the decoder takes it)
-        and a constant, ``D [y, 1]``, added to the embedded flesh (empty: none). Fitted to
-        what the physical equilibria leave of the training keys, so the skin's space
-        contains what the keys span; contact, the jaw and volume stay the solve's
+    detail : (3 s, d + 2) the skin's detail layer: per skin vertex offsets linear in the
+        code, the jaw's hinge angle (rad) and a constant, ``D [z, angle, 1]``, added to the
+        embedded flesh (empty: none). Fitted to what the physical equilibria leave of the
+        training keys, so the skin's space contains what the keys span; contact, the jaw's
+        turn and volume stay the solve's
     """
 
     X: np.ndarray
@@ -164,26 +164,24 @@ class ActiveModel:
         or None: closed)."""
         return self.decoder.forward(self.decoder_input(z, jaw)).reshape(-1, 6)
 
+    def detail_input(self, z, jaw=None) -> np.ndarray:
+        """The detail layer's input ``[z, angle, 1]`` (d + 2,) of code ``z`` and ``jaw``."""
+        return np.concatenate([np.asarray(z, float).reshape(-1), [self.jaw_angle(jaw), 1.0]])
+
     def detail_offsets(self, z, jaw=None) -> np.ndarray | float:
         """The detail layer's skin offsets (s, 3) of code ``z`` and ``jaw`` (0 without one)."""
         if not self.detail.size:
             return 0.0
-        return (self.detail @ np.append(self.decoder_input(z, jaw), 1.0)).reshape(-1, 3)
+        return (self.detail @ self.detail_input(z, jaw)).reshape(-1, 3)
 
     def detail_rates(self, rows=None) -> np.ndarray:
         """``d offsets / d (z, angle)`` (3 s, d + 1) of the detail layer (its rows ``rows``
-        of the flattened skin when given; zeros without a layer; the angle's column is zero
-        unless the decoder takes the jaw)."""
-        d = self.latent_dim
+        of the flattened skin when given; zeros without a layer)."""
         if not self.detail.size:
             n = 3 * self.skin.matrix.shape[0] if rows is None else len(rows)
-            return np.zeros((n, d + 1))
+            return np.zeros((n, self.latent_dim + 1))
         D = self.detail if rows is None else self.detail[rows]
-        out = np.zeros((D.shape[0], d + 1))
-        out[:, :d] = D[:, :d]
-        if self.jaw_scale:
-            out[:, d] = self.jaw_scale * D[:, d]
-        return out
+        return D[:, :-1]
 
     def skin_of(self, x, z, jaw=None) -> np.ndarray:
         """The skin (s, 3) of flesh nodes ``x`` solved for code ``z`` and ``jaw``: the
@@ -194,19 +192,45 @@ class ActiveModel:
         return mesh_hash(self.X, self.T)
 
 
-def fit_detail(model: ActiveModel, codes, jaws, xs, keys, ridge: float = 1e-6) -> np.ndarray:
-    """The detail layer (3 s, i + 1) by least squares: the offsets ``D [y_k, 1]`` closest to
-    what the equilibria ``xs`` of the training codes leave of their keys ``keys`` (K, s, 3)
-    (``y_k`` the decoder's input of code ``k`` and its jaw), the code's part lightly
-    ridge-regularized (``ridge`` of the inputs' mean square; the constant free)."""
-    Y = np.array(
-        [np.append(model.decoder_input(z, j), 1.0) for z, j in zip(codes, jaws, strict=True)]
-    )
+def fit_detail(
+    model: ActiveModel, codes, jaws, xs, keys, weights=None, ridge: float = 1e-6
+) -> np.ndarray:
+    """The detail layer (3 s, d + 2) by weighted least squares (``weights`` (K,), 1 when
+    None): the offsets ``D [z_k, angle_k, 1]`` closest to what the equilibria ``xs`` of the
+    codes ``codes`` with the jaw at ``jaws`` (rad) leave of their skins ``keys`` (K, s, 3);
+    each input's column lightly ridge-regularized (``ridge`` of its mean square; the
+    constant free)."""
+    w = np.ones(len(codes)) if weights is None else np.asarray(weights, float)
+    Y = np.array([model.detail_input(z, j) for z, j in zip(codes, jaws, strict=True)])
     R = np.array([t - model.skin.apply(x) for t, x in zip(keys, xs, strict=True)])
+    Y, R = Y * np.sqrt(w)[:, None], R * np.sqrt(w)[:, None, None]
     A = Y.T @ Y
-    reg = ridge * np.trace(A[:-1, :-1]) / max(A.shape[0] - 1, 1)
-    A[np.arange(A.shape[0] - 1), np.arange(A.shape[0] - 1)] += reg
+    k = np.arange(A.shape[0] - 1)
+    A[k, k] += ridge * np.maximum(A[k, k], 1e-300)
     return np.linalg.solve(A, Y.T @ R.reshape(len(R), -1)).T
+
+
+def blend_samples(model: ActiveModel, codes, jaws, keys, rest, count: int, seed: int = 0):
+    """Blends of pairs of training keys for the detail layer's fit: each ``rest + w1 (t_i -
+    rest) + w2 (t_j - rest)`` (``w`` drawn in [0.3, 0.8]) with the code blended the same way
+    from the rest face's code (the skin ``rest`` fitted, the jaw closed) and the jaw angle
+    ``w1 a_i + w2 a_j``; its equilibrium by the full solve (``model`` without a layer).
+
+    Returns ``(codes (count, d), jaw angles (count,), equilibria (count, n, 3), targets
+    (count, s, 3))``."""
+    rng = np.random.default_rng(seed)
+    face = ActiveFace(model, solve="full")
+    z_rest = face.fit_latent(rest, jaw=0.0, z0=np.zeros(model.latent_dim), pull=1e-9, iters=12)[0]
+    zs, angles, xs, ts = [], [], [], []
+    for _ in range(count):
+        pick = rng.choice(len(codes), 2, replace=False)
+        w = rng.uniform(0.3, 0.8, 2)
+        z = z_rest + w @ (codes[pick] - z_rest)
+        zs.append(z)
+        angles.append(float(w @ jaws[pick]))
+        xs.append(face.solve_full(z, angles[-1], x0=model.X).x)
+        ts.append(rest + np.tensordot(w, keys[pick] - rest, 1))
+    return np.array(zs), np.array(angles), np.array(xs), np.array(ts)
 
 
 def jaw_lift(fem: TetFEM, constrained: np.ndarray, jaw_nodes: np.ndarray) -> np.ndarray:
@@ -819,7 +843,7 @@ class ActiveFace(SimulatorBase):
                 t = t.ravel()
             rm = sw * ((S @ x).ravel() - t)
             if Dfull is not None:
-                rm += sw * (Dfull @ np.append(m.decoder_input(z, jaw), 1.0))
+                rm += sw * (Dfull @ m.detail_input(z, jaw))
             pull = float((z - z_prev) @ (z - z_prev)) + (th - th_prev) ** 2
             pull += float((h - h_prev) @ (h - h_prev))
             cost = float(rm @ rm) + rho * pull
@@ -934,7 +958,7 @@ class ActiveFace(SimulatorBase):
             state["x"], state["z"] = x, v.copy()
             p = S @ x
             if Dfull is not None:
-                p = p + (Dfull @ np.append(m.decoder_input(z, jv), 1.0)).reshape(-1, 3)
+                p = p + (Dfull @ m.detail_input(z, jv)).reshape(-1, 3)
             tv, t_rate = head_unmoved(v[nv:], t) if solve_head else (t, None)
             r = np.concatenate([(sw * (p - tv)).ravel(), np.sqrt(rho) * (v - v0)])
 
@@ -1260,9 +1284,10 @@ METHOD = Method(
             "bool",
             True,
             "Skin Detail",
-            "A per-vertex layer linear in the code, fitted to what the physical fit leaves of "
-            "the training keys: the skin reproduces blends of the keys as closely as a PCA of "
-            "them; contact, the jaw and volume stay the physics'",
+            "A per-vertex layer linear in the code and the jaw angle, fitted to what the "
+            "physical fit leaves of the training keys and of blends of pairs of them: the skin "
+            "comes closer to blends of the keys; contact, the jaw's turn and volume stay the "
+            "physics'",
             advanced=True,
         ),
         Setting(
