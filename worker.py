@@ -487,8 +487,10 @@ def run_compare(spec: dict) -> dict:
 def run_compare_methods(spec: dict) -> dict:
     """``kind: "compare_methods"``: train every method of the add-on's plan and replay the
     held-out bakes with each model (:func:`core.methodcompare.run_comparison`), through this
-    module's train and compare runners, one after another in this process; finished methods
-    are kept in the state file, so a cancel keeps them and a re-run resumes after them."""
+    module's train and compare runners; finished methods are kept in the state file, so a
+    cancel keeps them and a re-run resumes after them. With ``lanes`` > 1 the plan's lanes
+    train at once, each training in a child worker with one thread (:func:`_train_in_child`);
+    with one lane they train one after another in this process."""
     jobs = _sub("core.jobs")
     meter = jobs.Progress(1000)
 
@@ -499,9 +501,50 @@ def run_compare_methods(spec: dict) -> dict:
     def compare(c: dict) -> dict:
         return _sub("core.comparejob").compare_with_bake(c, should_cancel=jobs.should_cancel)
 
+    train = run_train
+    if int(spec.get("lanes") or 1) > 1:
+
+        def train(child: dict) -> dict:
+            return _train_in_child(child, spec)
+
     return _sub("core.methodcompare").run_comparison(
-        spec, train=run_train, compare=compare, say=say, should_cancel=jobs.should_cancel
+        spec, train=train, compare=compare, say=say, should_cancel=jobs.should_cancel
     )
+
+
+def _train_in_child(train_spec: dict, parent: dict) -> dict:
+    """Run the train job ``train_spec`` in a child worker with one BLAS and torch thread
+    (:data:`core.jobs.ONE_THREAD_ENV`), waiting for it; this worker's cancel is forwarded to
+    it. Returns its result; raises :class:`JobCancelled` when it was cancelled, a
+    NeuralRomError with its message when it failed (a RuntimeError when it crashed)."""
+    jobs, errors = _sub("core.jobs"), _sub("core.errors")
+    cancel_file = parent.get("cancel_file")
+    log_dir = Path(cancel_file).parent if cancel_file else Path(parent.get("log_dir") or ".")
+    parent_id = Path(cancel_file).name.removesuffix(".cancel") if cancel_file else "compare"
+    child = {k: v for k, v in train_spec.items() if k != "cancel_file"}
+    job = jobs.Job.start(
+        child,
+        sys.executable,
+        log_dir,
+        job_id=f"{parent_id}.{child.get('method', 'train')}",
+        check_python=False,
+        env=jobs.ONE_THREAD_ENV,
+    )
+    _log(f"{child.get('method')}: training in worker pid {job.pid}, log {job.log_path}")
+    while not job.finished:
+        if jobs.should_cancel() and not job.cancel_requested:
+            job.cancel()
+        for event in job.poll():
+            if event.get("event") == "warning":
+                jobs.emit("warning", message=f"{child.get('method')}: {event.get('message', '')}")
+        time.sleep(0.1)
+    if job.state == jobs.DONE:
+        return job.result or {}
+    if job.state == jobs.CANCELLED:
+        raise errors.JobCancelled(f"{child.get('method')}: training cancelled")
+    if job.crashed:
+        raise RuntimeError(job.message)
+    raise errors.NeuralRomError(job.message)
 
 
 def _frames_job(run, spec: dict, what: str) -> dict:

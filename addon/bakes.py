@@ -263,7 +263,7 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
     Raises NeuralRomError (nothing changed) for an unknown mode, or for "animation" on an
     object without pins or without animation.
     """
-    from ..core.motion import Perturbation
+    from ..core.motion import Perturbation, name_salt
     from .animation import owner_animation
 
     if mode not in MOTIONS:
@@ -298,6 +298,8 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
         ],
         # a swing may also turn back early (a walk, the cloth's, never walks backwards)
         "perturbation": Perturbation(reverse=FEM_REVERSE).to_dict(),
+        # two objects baked with one seed draw different variants
+        "salt": name_salt(obj.name),
     }
 
 
@@ -344,8 +346,56 @@ def on_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
     if recorded:
         first = load_path(store_path(obj, recorded[0]))
         s.active_bake = next(i for i, b in enumerate(s.bakes) if load_path(b.path) == first)
+        variants_picture(obj)
     s.pending_bake = ""
     return recorded
+
+
+#: The picture of an object's drawn variants (:func:`variants_picture`), in its cache folder.
+VARIANTS_PICTURE = "variants.png"
+
+
+def variants_image_name(obj: bpy.types.Object) -> str:
+    return f"Neural ROM variants {obj.name}"
+
+
+def variants_picture(obj: bpy.types.Object) -> Path | None:
+    """Draw the motions of ``obj``'s bakes drawn from its animation
+    (:func:`core.motion.plot_variants`: one row per variant, in the bake list's order) to
+    ``<cache dir>/<object>/variants.png`` and into an image the Bake panel shows; None (and
+    no picture) when no bake of it draws its motion."""
+    from ..core.cache import BakeCache
+    from ..core.motion import plot_variants
+
+    tracks = []
+    for rec in obj.neural_rom.bakes:
+        try:
+            meta = BakeCache.open(load_path(rec.path)).meta
+        except (CacheError, OSError):
+            continue
+        track = ((meta.get("spec") or {}).get("motion") or {}).get("track")
+        if track is not None:
+            tracks.append(np.asarray(track, dtype=np.float64))
+    if not tracks:
+        return None
+    rgb = plot_variants(tracks)
+    H, W = rgb.shape[:2]
+    rgba = np.concatenate([rgb, np.ones((H, W, 1))], axis=2)[::-1]  # Blender's rows: bottom up
+    path = cache_dir(obj) / VARIANTS_PICTURE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = variants_image_name(obj)
+    img = bpy.data.images.get(name)
+    if img is not None and tuple(img.size) != (W, H):
+        bpy.data.images.remove(img)
+        img = None
+    if img is None:
+        img = bpy.data.images.new(name, W, H, alpha=False)
+    img.pixels.foreach_set(rgba.astype(np.float32).ravel())
+    img.filepath_raw = str(path)
+    img.file_format = "PNG"
+    img.save()
+    img.preview_ensure()
+    return path
 
 
 def motion_text(record: dict | None) -> str:

@@ -496,8 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="train every method the object's bakes allow and say which to use",
         description=textwrap.fill(
             "Train every registered method on each object's bakes (one worker job: each "
-            "method with the object's settings of it, its defaults unless changed, and an "
-            "equal share of --budget as its time budget), replay the bakes training held out "
+            "method with the object's settings of it, its defaults unless changed, and its "
+            "share of --budget as its time budget: the methods are spread over the cores, "
+            "--processes trainings at once, and each gets a share in proportion to what it "
+            "needs once every method's fixed cost is set aside), replay the bakes training held out "
             "with each model as compare does, and print one table: DOFs, training time, "
             "replay max and mean (mm and % of the bounding-box diagonal), the closest "
             "shapes' error, the closest shapes of a linear (PCA) model with as many DOFs, and "
@@ -505,7 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
             "data is listed with the reason. Finished methods are kept (in the object's "
             "cache directory, compare_methods/): a cancelled comparison keeps them and a "
             "re-run resumes after them (--restart trains all again). The recommended "
-            "method's model becomes the object's model (--save keeps that). A method setting "
+            "method's model becomes the object's model (--use picks another row; --save "
+            "keeps that). The memory column is the runtime's: the peak of loading the model "
+            "and 10 steps, not the file's size. A method setting "
             "option applies to the methods that have it (e.g. --epochs 50 for a quick look).",
             80,
         ),
@@ -516,8 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=600.0,
         metavar="S",
-        help="seconds of network training for the whole comparison, shared equally by the "
-        "learned methods (linear takes seconds and comes on top); default 600",
+        help="seconds of wall time for the whole comparison's training, planned across the "
+        "methods and the cores (the replays come on top); default 600",
     )
     _add_device_option(cm)
     cm.add_argument("--restart", action="store_true", help="forget the finished methods")
@@ -535,6 +539,22 @@ def build_parser() -> argparse.ArgumentParser:
         choices=registry.names(),
         help="train only this method (repeat for several); the others are listed as not "
         "asked for; default: every method",
+    )
+    cm.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trainings at once, each in its own process with one thread (0, the default: one "
+        "per usable core; 1: one after another); on a GPU one at a time",
+    )
+    cm.add_argument(
+        "--use",
+        default="best",
+        choices=("best", "none", *registry.names()),
+        help="whose model becomes the object's model when the comparison ends: the "
+        "recommended one (best, the default), a method of the table by name, or none (the "
+        "object keeps its model); the table's rows stay in the cache either way",
     )
     cm.add_argument(
         "--json",
@@ -849,7 +869,7 @@ def cmd_tetrahedralize(args) -> int:
 
 def cmd_bake(args) -> int:
     from . import bakes, jobs
-    from .paths import load_path
+    from .paths import cache_dir, load_path
 
     scene = bpy.context.scene
     for obj in select_objects(args.objects):
@@ -886,6 +906,9 @@ def cmd_bake(args) -> int:
                 for rec in target.neural_rom.bakes:
                     if rec.motion and load_path(rec.path).resolve() in written:
                         _out(f"{name}: {rec.name}: pins drawn from {rec.motion}")
+                picture = cache_dir(target) / bakes.VARIANTS_PICTURE
+                if written and any(r.motion for r in target.neural_rom.bakes) and picture.is_file():
+                    _out(f"{name}: the variants' motions drawn in {picture}")
 
         jobs.start_job(bpy.context, spec, owner=obj.name, on_done=on_done)
     return EXIT_OK
@@ -1038,7 +1061,7 @@ def cmd_train(args) -> int:
             fit = training.error_summary(m)
         _out(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
         if m.choice:
-            _out(f"{name}: {m.choice}")
+            _out(f"{name}: {m.choice} Model file: {m.path}")
     return EXIT_OK
 
 
@@ -1205,26 +1228,37 @@ def cmd_compare_methods(args) -> int:
                 restart=args.restart,
                 only=args.methods,
                 shot=args.shot,
+                processes=args.processes,
+                use=args.use,
             ),
         )
         for obj in select_objects(args.objects)
     ]
     tables = []
     for name, spec in plans:
-        runs = [e["method"] for e in spec["methods"] if e["status"] == "run"]
+        runs = [e for e in spec["methods"] if e["status"] == "run"]
+        shares = ", ".join(
+            f"{e['method']} {e['share_s']:.0f} s"
+            + (f" (lane {e['lane'] + 1})" if spec["lanes"] > 1 else "")
+            for e in runs
+        )
         _out(
-            f"comparing methods on {name}: {', '.join(runs) or 'none'} "
-            f"({args.budget:g} s of training shared)"
+            f"comparing methods on {name} in {spec['lanes']} process(es) at once, "
+            f"{args.budget:g} s planned: {shares or 'none'}"
         )
         got: list[dict] = []
         jobs.start_job(bpy.context, spec, owner=name, on_done=got.append)
         result = got[0]
-        best = methodcompare.on_compare_methods_done(bpy.data.objects[name], spec, result)
+        best = methodcompare.on_compare_methods_done(
+            bpy.data.objects[name], spec, result, use=args.use
+        )
         for method in result.get("kept") or []:
             _out(f"{name}: {method} kept from the last comparison")
         print(table_text(result["rows"], result["recommendation"]))
         if best is not None:
             _out(f"{name}: its model is now the {best} model")
+        elif args.use == "none":
+            _out(f"{name}: keeps its model (--use none)")
         tables.append(methodcompare.read_table(bpy.data.objects[name]))
     if json_path is not None:
         text = json.dumps(

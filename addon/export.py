@@ -19,6 +19,7 @@ import bpy
 import numpy as np
 
 from ..core.errors import NeuralRomError
+from ..core.files import job_folder
 from . import blender_mesh as bm
 from . import simulate
 from .bakes import RenderMap, find_bake, stop_playback
@@ -26,7 +27,7 @@ from .paths import cache_dir, scene_of, store_path
 
 MODIFIER_NAME = "Neural ROM Cache"
 SIM_MODIFIER_NAME = "Neural ROM Simulation"
-SIM_JOB_DIR = "simulate.job"  # Bake Simulation's gathered inputs, until the job ends
+SIM_JOB_STEM = "simulate"  # simulate-<8 hex>.job: Bake Simulation's inputs, until it ends
 
 
 def pc2_destination(obj: bpy.types.Object, path: str | os.PathLike | None, default) -> Path:
@@ -183,7 +184,7 @@ def make_simulation_job(
             obj,
             scene,
             path,
-            cache_dir(obj) / SIM_JOB_DIR,
+            job_folder(cache_dir(obj), SIM_JOB_STEM),
             start=start,
             end=end,
             read_colliders=simulate.collider_inputs,
@@ -197,7 +198,7 @@ def make_simulation_job(
         mats = np.broadcast_to(
             np.stack([bm.matrix(o) for o in [obj, *cols]]), (end + 1 - f0, 1 + len(cols), 4, 4)
         )
-    folder = cache_dir(obj) / SIM_JOB_DIR
+    folder = job_folder(cache_dir(obj), SIM_JOB_STEM)
     if obj.neural_rom.model.kind == "cloth":  # its colliders as baked, its own reference frame
         from .cloth import track
 

@@ -41,6 +41,7 @@ import numpy as np
 from ..core import faceinputs as fi
 from ..core import facejob
 from ..core.errors import CacheError, MeshError, NeuralRomError
+from ..core.files import job_folder
 from ..core.simjob import Track
 from . import blender_mesh as bm
 from .paths import cache_dir, load_path, store_path
@@ -54,7 +55,7 @@ MARKER_WEIGHT = "nrom_marker_weight"
 SIM_ATTRIBUTE = "nrom_face_position"
 MODIFIER = "Neural ROM Face"
 NODE_GROUP = "Neural ROM Face"
-JOB_DIR = "face.job"
+JOB_STEM = "face"  # face-<8 hex>.job: a face job's gathered inputs, until it ends
 #: What Train reported of a face fit, on the skin (mm), for the panel.
 FIT_PROP = "nrom_face_fit"
 
@@ -121,7 +122,7 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
     jaw_V, jaw_F = _in_skin_space(obj, f.jaw, S_inv)
     J = S_inv @ bm.matrix(f.jaw)  # the jaw's rest, skin-local
     pivot, axis = fi.jaw_hinge(J)
-    folder = cache_dir(obj) / JOB_DIR
+    folder = job_folder(cache_dir(obj), JOB_STEM)
     folder.mkdir(parents=True, exist_ok=True)
     from ..core.files import write_npz
 
@@ -424,7 +425,7 @@ def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -
     co = np.empty(3 * len(kb.data), dtype=np.float32)
     kb.data.foreach_get("co", co)
     angle = facejob.key_jaw_angle(name)
-    folder = cache_dir(obj) / JOB_DIR
+    folder = job_folder(cache_dir(obj), JOB_STEM)
     folder.mkdir(parents=True, exist_ok=True)
     inputs = folder / "fit_key.npz"
     write_npz(

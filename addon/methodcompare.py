@@ -7,7 +7,8 @@ Every method of the registry is in the plan: one that cannot take the object's d
 method on FEM bakes, a method whose training needs torch in a job Python without it, one
 whose train job refuses the bakes) is listed with the reason. Each trains with the object's
 settings of it (its defaults unless the user changed them), ``settings`` on top where the
-method has them, and an equal share of ``budget_s`` as its ``time_budget``; a method that
+method has them, and its share of ``budget_s`` as its ``time_budget`` (planned across the
+methods and the cores: :func:`make_compare_methods_job`); a method that
 would keep the linear model in its place when that replays better (``keep_linear``) does
 not here, the table being that comparison.
 """
@@ -65,20 +66,35 @@ def make_compare_methods_job(
     restart: bool = False,
     only: list[str] | None = None,
     shot: str | None = None,
+    processes: int = 0,
+    use: str = "best",
 ) -> dict:
     """The worker job that compares every method on ``obj`` (JSON-able). Nothing on the
     object changes until the job is done (:func:`on_compare_methods_done`).
+
+    ``budget_s`` is planned across the methods and the cores
+    (:func:`..core.methodcompare.plan_budget`): ``processes`` trainings at once (0: one per
+    usable core, at most one per method; 1 one after another; a GPU device trains one at a
+    time), each method's share in proportion to its estimated need
+    (:func:`..core.methodcompare.estimate_cost`).
 
     ``settings``: method settings applied to each method that has them (e.g. ``epochs`` for
     a quick look); ``restart`` forgets the finished methods of an earlier comparison;
     ``only`` names the methods to train (the others are listed as not asked for); ``shot``
     names one of the object's bakes that is the user's own shot (e.g. ``bake --motion
-    scenario``: the animation as it plays): no method trains on it, every one replays it.
+    scenario``: the animation as it plays): no method trains on it, every one replays it;
+    ``use`` (a method's name, "best" or "none") is checked against the plan: a method it
+    does not train is refused.
+
+    A cloth object compares the methods that train on its cloth bakes (the registry's
+    ``trains_on``); the others are listed with the reason.
 
     Raises NeuralRomError (nothing changed) when the object is not deformable, trains on
-    another kind of data than FEM bakes, or has fewer than two bakes (nothing held out).
+    data without bakes (a face), or has fewer than two bakes (nothing held out).
     """
-    from ..core.methodcompare import STATE_FILE, budget_shares
+    from ..core.cache import BakeCache
+    from ..core.jobs import usable_cores
+    from ..core.methodcompare import STATE_FILE, estimate_cost, plan_budget
 
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -86,10 +102,11 @@ def make_compare_methods_job(
             f"'{obj.name}' is not deformable; set its Neural ROM role to Deformable."
         )
     kind = s.training_data_kind()
-    if kind != "fem":
+    if kind not in ("fem", "cloth"):
         raise NeuralRomError(
-            f"Compare Methods compares models of FEM bakes; '{obj.name}' trains on its "
-            f"{kind} data (train its one method with Train)."
+            f"Compare Methods compares models of bakes (Bake, Cloth Bake) on bakes they "
+            f"never saw; '{obj.name}' trains on its {kind} data, which has none: train its "
+            "method with Train (its panel reports its held-out keys)."
         )
     paths, _ = training.object_bakes(obj, scene, kind)  # stale or missing: "re-bake"
     shot_rec = None
@@ -113,17 +130,9 @@ def make_compare_methods_job(
         reasons[r.name] = _refusal(r, kind, python)
         if reasons[r.name] is None and only and r.name not in only:
             reasons[r.name] = "not asked for (--method)"
-    learned = [
-        r.name
-        for r in records
-        if reasons[r.name] is None and any(st.name == "time_budget" for st in r.settings)
-    ]
-    shares = budget_shares(learned, float(budget_s))
     folder = folder_of(obj)
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / STATE_FILE
-    if restart and state.exists():
-        state.unlink()
     by_path = {str(load_path(rec.path)): rec for rec in s.bakes}
     keep_pending = s.pending_train
     plan, pca = [], None
@@ -135,8 +144,6 @@ def make_compare_methods_job(
                 continue
             names = {st.name for st in record.settings}
             own = {k: v for k, v in (settings or {}).items() if k in names}
-            if record.name in shares:
-                own["time_budget"] = shares[record.name]
             if "keep_linear" in names:  # the table compares the methods: each keeps its own
                 own["keep_linear"] = False
             try:
@@ -160,7 +167,13 @@ def make_compare_methods_job(
                 plan.append({**entry, "status": "refused", "reason": str(e)})
                 continue
             plan.append(
-                {**entry, "status": "run", "reason": "", "train": job, "compares": compares}
+                {
+                    **entry,
+                    "status": "run",
+                    "reason": "",
+                    "train": job,
+                    "compares": compares,
+                }
             )
             if record.baseline:  # PCA at each method's size: the baseline with k = its DOFs
                 pca = {
@@ -172,15 +185,44 @@ def make_compare_methods_job(
                 pca["train"]["settings"] = {**job["settings"], "tolerance": None}
     finally:
         s.pending_train = keep_pending  # the plan's train jobs are not this object's Train
+    # the budget planned across the methods the data allows and the cores
+    runs = [e for e in plan if e["status"] == "run"]
+    nodes = len(BakeCache.open(paths[0]).X)
+    frames = sum(int(b.frames) for b in s.bakes if str(load_path(b.path)) in set(paths))
+    costs = {
+        e["method"]: estimate_cost(registry.get(e["method"]), e["train"]["settings"], nodes, frames)
+        for e in runs
+    }
+    lanes = int(processes) if processes and int(processes) > 0 else usable_cores()
+    if device not in (None, "", "auto", "cpu"):
+        lanes = 1  # one accelerator: one training at a time
+    lanes = max(1, min(lanes, len(runs)))
+    shares = plan_budget(costs, float(budget_s), lanes) if runs else {}
+    for e in runs:
+        e.update(lane=shares[e["method"]]["lane"], share_s=shares[e["method"]]["share_s"])
+        if shares[e["method"]]["budget_s"] is not None:
+            e["train"]["settings"]["time_budget"] = shares[e["method"]]["budget_s"]
+    if use not in ("best", "none"):  # the row to use must be one this comparison trains
+        registry.get(use)  # an unknown name: refused with the known ones
+        entry = next(e for e in plan if e["method"] == use)
+        if entry["status"] != "run":
+            raise NeuralRomError(
+                f"Use {use}: '{obj.name}' does not train it ({entry['reason']}); use the "
+                "best, none, or a method the comparison trains."
+            )
+    if restart and state.exists():  # the plan is good: forget the finished methods
+        state.unlink()
     needs = {"numpy", "scipy"}
     for e in plan:
         if e["status"] == "run":
             needs.update(e["train"].get("needs") or ())
     return {
         "kind": "compare_methods",
+        "data_kind": kind,
         "needs": sorted(needs),
         "object": obj.name,
         "budget_s": float(budget_s),
+        "lanes": lanes,
         "shot": shot or "",
         "state": str(state),
         "table": str(folder / TABLE_FILE),
@@ -195,28 +237,50 @@ def _bake_path(entry) -> str:
     return str(entry["path"] if isinstance(entry, dict) else entry)
 
 
-def on_compare_methods_done(obj: bpy.types.Object, job: dict, result: dict) -> str | None:
-    """Write the table (``table.json`` beside the state) and record the recommended method's
-    model on ``obj`` as its Train would have (the model file its training wrote). Returns
-    the recommended method's name (None when none replayed, or the job was cancelled)."""
+def on_compare_methods_done(
+    obj: bpy.types.Object, job: dict, result: dict, use: str = "best"
+) -> str | None:
+    """Write the table (``table.json`` beside the state, with what :func:`use_row` needs to
+    make any done row's model the object's) and record the model of ``use`` on ``obj`` as
+    its Train would have: "best" the recommended method, "none" none, or a method's name
+    (when its row is done). Returns the method whose model was recorded (None when none
+    was, or the job was cancelled)."""
     from ..core.files import json_default, write_atomic
 
     if not result or result.get("cancelled") or "rows" not in result:
         return None
+    done = {r["method"] for r in result["rows"] if r["status"] == "done"}
+    models = {}
+    for e in job["methods"]:
+        if e["method"] in done:
+            t = e["train"]
+            models[e["method"]] = {
+                "out": t["out"],
+                "mesh_hash": t["mesh_hash"],
+                "bakes": len(t["bakes"]),
+                "kind": job.get("data_kind", "fem"),
+                "result": result["results"][e["method"]],
+            }
     table = {
         "object": obj.name,
         "file": bpy.data.filepath,
         "budget_s": job.get("budget_s"),
+        "lanes": job.get("lanes", 1),
         "rows": result["rows"],
         "recommendation": result["recommendation"],
+        "models": models,
     }
     text = json.dumps(table, indent=2, default=json_default)
     write_atomic(Path(job["table"]), (text + "\n").encode("utf-8"))
     obj["neural_rom_methods"] = panel_lines(result["rows"], result["recommendation"])
-    best = result["recommendation"].get("method")
-    if best is not None:
-        use_method(obj, job, result, best)
-    return best
+    obj["neural_rom_methods_rows"] = [
+        r["method"] if r["status"] == "done" else "" for r in result["rows"]
+    ]
+    pick = result["recommendation"].get("method") if use == "best" else use
+    if pick is None or pick == "none" or pick not in done:
+        return None
+    use_row(obj, pick)
+    return pick
 
 
 def panel_lines(rows: list[dict], recommendation: dict) -> list[str]:
@@ -231,6 +295,11 @@ def panel_lines(rows: list[dict], recommendation: dict) -> list[str]:
                 + (f", closest {1000 * closest:.3g}" if closest is not None else "")
                 + (f", PCA {1000 * pca:.3g}" if pca is not None else "")
                 + f", {r['step_ms']:.2g} ms/step"
+                + (
+                    f", {r['memory_bytes'] / 2**20:.2g} MB at runtime"
+                    if r.get("memory_bytes") is not None
+                    else ""
+                )
             )
         else:
             out.append(f"{r['label']}: {r['reason'][:90]}")
@@ -238,22 +307,69 @@ def panel_lines(rows: list[dict], recommendation: dict) -> list[str]:
 
 
 def use_method(obj: bpy.types.Object, job: dict, result: dict, method: str) -> None:
-    """Record ``method``'s model of the comparison on ``obj``, as its training would have."""
+    """Record ``method``'s model of the comparison ``job`` (its ``result``) on ``obj``, as
+    its training would have."""
     entry = next(e for e in job["methods"] if e["method"] == method)
     train = entry["train"]
+    _record(
+        obj,
+        method,
+        train["out"],
+        train["mesh_hash"],
+        len(train["bakes"]),
+        job.get("data_kind", "fem"),
+        result["results"][method],
+    )
+
+
+def use_row(obj: bpy.types.Object, method: str) -> None:
+    """Make ``method``'s model of the object's last comparison (its table) the object's
+    model: the panel's "use this row" and ``compare-methods --use``.
+
+    Raises NeuralRomError (nothing changed) when the object has no comparison, the method's
+    row is not a done one, or its model file changed or went since the comparison.
+    """
+    table = read_table(obj)
+    if not table:
+        raise NeuralRomError(f"'{obj.name}' has no Compare Methods table; run Compare Methods.")
+    got = (table.get("models") or {}).get(method)
+    if got is None:
+        rows = {r["method"]: r for r in table.get("rows", [])}
+        why = rows.get(method, {}).get("reason") or "it is not in the table"
+        raise NeuralRomError(
+            f"The last comparison of '{obj.name}' has no {method} model ({why}); pick a row "
+            "with numbers, or compare again."
+        )
+    if not Path(got["out"]).is_file():
+        raise NeuralRomError(
+            f"The {method} model of the last comparison is gone ({got['out']}); run Compare "
+            "Methods again (finished methods are kept)."
+        )
+    _record(
+        obj,
+        method,
+        got["out"],
+        got["mesh_hash"],
+        got["bakes"],
+        got.get("kind", "fem"),
+        got["result"],
+    )
+
+
+def _record(obj, method: str, out: str, mesh_hash: str, bakes: int, kind: str, result: dict):
     s = obj.neural_rom
     s.pending_train = json.dumps(
         {
-            "out": train["out"],
+            "out": out,
             "method": method,
-            "mesh_hash": train["mesh_hash"],
+            "mesh_hash": mesh_hash,
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
-            "bakes": len(train["bakes"]),
-            "kind": "fem",
+            "bakes": bakes,
+            "kind": kind,
         }
     )
-    training.on_train_done(obj, {**result["results"][method], "model": train["out"]})
+    training.on_train_done(obj, {**result, "model": out})
 
 
 def read_table(obj: bpy.types.Object) -> dict | None:

@@ -161,7 +161,7 @@ def model_job_fields(
     """The part of a job spec that lets a worker load and map the object's model
     (:func:`..core.simjob.load_model_for`, :func:`..core.simjob.read_render_map`), after
     :func:`check_model`; or, with ``model`` ``(path, method)``, a model of the object's
-    FEM bakes that is not (yet) recorded on it (Compare Methods trains one per method)."""
+    bakes that is not (yet) recorded on it (Compare Methods trains one per method)."""
     from ..core import registry
 
     s = obj.neural_rom
@@ -171,8 +171,11 @@ def model_job_fields(
         placement = reference.job_fields(obj, scene)
     else:
         path, method = model
-        t = tets.load_tets(obj)
-        mesh_hash = tets.world_mesh_hash(obj, scene)
+        if s.training_data_kind() == "cloth":  # the mesh's own vertices: no tets
+            t, mesh_hash = None, cloth.surface_hash(obj)
+        else:
+            t = tets.load_tets(obj)
+            mesh_hash = tets.world_mesh_hash(obj, scene)
         other = registry.get(method).other_mesh
         placement = reference.job_fields(obj, scene, other_mesh=other)
     fields = {

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core.embedding import Embedding, render_positions
 from ..core.errors import CacheError, MeshError, NeuralRomError
-from ..core.files import atomic_path, mesh_hash
+from ..core.files import atomic_path, job_folder, mesh_hash
 from ..core.meshfile import read_tetmesh, write_tetmesh
 from ..core.surface import check_surface
 from ..core.tetjob import read_result, write_request
@@ -35,7 +35,7 @@ from .paths import cache_dir, load_path, store_path
 TETS_FILE = "tets.npz"
 EMBEDDING_FILE = "embedding.npz"
 AUTO_TET_SIZE_DIVISOR = 12.0  # Tet Size 0: bounding-box diagonal / this
-JOB_DIR = "tets.job"  # the worker's request and result (core.tetjob), until stored
+JOB_STEM = "tets"  # tets-<8 hex>.job: the worker's request and result (core.tetjob), until stored
 # TetGen has no safe point to stop at: a cancelled job is killed after this many seconds
 CANCEL_TIMEOUT_S = 2.0
 
@@ -109,12 +109,12 @@ def make_tet_job(obj: bpy.types.Object, *, settings=None) -> dict:
                 ) from e
             embedded = True
     folder = cache_dir(obj)
-    job_folder = folder / JOB_DIR
-    write_request(job_folder, V, F, M)
+    job_dir = job_folder(folder, JOB_STEM)
+    write_request(job_dir, V, F, M)
     return {
         "kind": "tetrahedralize",
         "name": obj.name,
-        "folder": str(job_folder),
+        "folder": str(job_dir),
         "embedded": embedded,
         "target_edge_length": edge,
         "quality": float(s.tet_quality),

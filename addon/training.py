@@ -152,8 +152,9 @@ def object_bakes(
 def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     """Record the model a finished training job wrote on ``obj``, and make its method the
     panel's Train menu choice (a headless ``train --method`` or a family training chose it);
-    a cancelled job (no model written) records nothing. Returns whether a model was
-    recorded."""
+    a model of another method than the one trained is renamed after it
+    (:func:`named_for_its_method`); a cancelled job (no model written) records nothing.
+    Returns whether a model was recorded."""
     s = obj.neural_rom
     pending = json.loads(s.pending_train) if s.pending_train else {}
     s.pending_train = ""
@@ -162,6 +163,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     if not path or result.get("cancelled") or not Path(path).is_file():
         return False
     rollout = result.get("rollout") or {}
+    path = named_for_its_method(Path(path), pending.get("method"), result.get("method"))
     clear_model_record(obj)
     m = s.model
     m.path = store_path(obj, path)
@@ -193,6 +195,20 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
 
         make_sliders(obj, path, result)
     return True
+
+
+def named_for_its_method(path: Path, trained: str | None, kept: str | None) -> Path:
+    """The model file ``path`` of a training of method ``trained``, renamed after the method
+    of the model it holds when that is another (``kept``): the autoencoder's training keeps
+    the default linear model when it replays better (``keep_linear``) and writes it where the
+    job put the autoencoder, ``models/autoencoder.nrmodel``, which becomes
+    ``models/linear_kept.nrmodel``. Any other path (one the job did not name after the
+    method) is left as it is."""
+    if not trained or not kept or kept == trained or path.stem != trained:
+        return path
+    honest = path.with_name(f"{kept}_kept{path.suffix}")
+    path.replace(honest)  # one folder: an atomic rename
+    return honest
 
 
 def model_size(m) -> str:

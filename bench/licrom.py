@@ -26,26 +26,31 @@ Everything runs in this process pinned to one core, torch on one thread.
 ``--rings``: the ring family of issue 23 (:data:`RINGS`: Blender's torus stood up, 24 x 8
 segments, tube radii 50 and 70 mm trained, 60 mm unseen between, 90 mm beyond; 9 pinned
 vertices at the top; rubber; pinned gravity_drop with jitter, 48 frames): LiCROM (latent 20,
-the defaults: 1,500 epochs planned into the 600 s budget) trained on variants 0-2 of the
-two trained rings, every ring's variant 3 replayed, against that ring's own linear model
-(PCA of its variants 0-2: 20 modes, or as many as they span) on the same bake. Run at load
-15-20 (169 epochs planned, 488 s):
+the defaults: Static Modes, so 23 DOFs; 300 epochs planned into the 600 s budget) trained
+on variants 0-2 of the two trained rings, every ring's variant 3 replayed, against that
+ring's own linear model (PCA of its variants 0-2: as many modes as LiCROM's DOFs, or as
+many as they span) on the same bake; then a swap mid-run from the 70 mm ring to the same
+ring at about 20K tets. Run at load 14-18 (162 epochs planned, 445 s):
 
 | ring | kind | tets | LiCROM max / mean mm | exact energy | linear (k) max / mean mm | LiCROM / linear (max) | shapes LiCROM / linear mm | sag LiCROM / full mm |
 |---|---|---:|---:|---:|---:|---:|---:|---:|
-| 50 mm | trained | 831 | 7.61 / 2.75 | 7.7 / 2.79 | 8.53 / 2.14 (20) | 0.9x | 0.43 / 1.1e-05 | 10.7 / 13 |
-| 70 mm | trained | 592 | 2.01 / 0.842 | 1.84 / 0.719 | 7.31 / 1.75 (16) | 0.3x | 0.3 / 1.2e-05 | 7.58 / 8.17 |
-| 60 mm | between | 675 | 7.58 / 3.23 | 7.43 / 3.01 | 3.9 / 1.08 (19) | 1.9x | 0.64 / 5.2e-06 | 5.7 / 8.31 |
-| 90 mm | beyond | 1448 | 5.84 / 2.18 | 4.85 / 2.06 | 6.45 / 1.61 (18) | 0.9x | 0.73 / 6.8e-06 | 5.29 / 7.1 |
+| 50 mm | trained | 831 | 1.6 / 0.603 | 0.163 / 0.0318 | 8.53 / 2.14 (20) | 0.2x | 0.033 / 1.1e-05 | 12.8 / 13 |
+| 70 mm | trained | 592 | 0.793 / 0.195 | 0.0347 / 0.00536 | 7.31 / 1.75 (16) | 0.1x | 0.017 / 1.2e-05 | 8.19 / 8.17 |
+| 60 mm | between | 675 | 0.629 / 0.245 | 0.163 / 0.0264 | 3.9 / 1.08 (19) | 0.2x | 0.052 / 5.2e-06 | 8.13 / 8.31 |
+| 90 mm | beyond | 1448 | 0.669 / 0.176 | 0.176 / 0.0192 | 6.45 / 1.61 (18) | 0.1x | 0.099 / 6.8e-06 | 7.07 / 7.1 |
 
-LiCROM settles stiffer than full space (the centre of mass sags 7-31% less) although its
-closest shapes are within 0.3-0.7 mm: the exact energy (every element) changes the replay
-little, so it is the field's subspace, not the cubature (a Rayleigh-Ritz basis missing part
-of the static deflection is stiffer). On the add-on's own ring (960 tets, ``train --method
-licrom`` at the defaults, 159 epochs in 456 s at load 12-19), 159 and 268 epochs replayed a
-held-out bake at 6.63 / 5.42 mm (fitted cubature) and 4.79 / 4.83 mm (exact energy), the
-centre of mass sagging 13.4 / 13.3 mm against full space's 14.7: more epochs help the
-cubature's share, not the stiffness.
+The swap to the 19,949-tet ring took 2.82 s at that load (field 0.07 s, static modes 1.97 s:
+the rest stiffness and one banded Cholesky; cubature 0.48 s, 92 elements); at load 15 the
+same swap took 1.0-1.3 s (static modes 0.56-0.62 s) and 0.56-0.59 s with the field alone.
+
+Before Static Modes (the field alone, 20 DOFs, cubature target 0.01; 169 epochs, load
+15-20) the rings replayed 7.61 / 2.01 / 7.58 / 5.84 mm (0.9x / 0.3x / 1.9x / 0.9x their
+linear models) and settled 7-31% stiffer than full space (the centre of mass sagged
+10.7 / 7.58 / 5.7 / 5.29 mm against 13 / 8.17 / 8.31 / 7.1) with the exact energy too: the
+field's subspace lacked part of the static deflection (Rayleigh-Ritz). With the static
+modes in the basis but the cubature fitted to the raw forces (target 0.01) the static
+modes' large, easy forces met the target alone (the 50 mm ring 6.7 mm); weighing the forces
+in a stiffness-orthonormal basis and the target 0.003 give the table above.
 
 Results (this machine, 2 shared cores under load from other jobs, one used; defaults but
 ``--cubature-vertices 100``; the paper's network, 60 wide; training 300 epochs, 305 s):
@@ -675,7 +680,8 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
             m, cache = meshes[t], BakeCache.open(paths[t][3])
             x = np.asarray(cache.channel("positions"))
             row = {"ring_mm": 1000 * t, "kind": kind, "tets": len(m.T)}
-            for k in range(latent, 0, -1):  # as many modes as its bakes span
+            dofs = licrom.load_on_mesh(model, m.X, m.T, pinned=m.pinned).k
+            for k in range(dofs, 0, -1):  # LiCROM's DOFs, or as many modes as its bakes span
                 try:
                     lin = train_linear(
                         paths[t][:3], out / f"linear_{t}.nrmodel",
@@ -708,6 +714,21 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
             )
             rows.append(row)
             print(json.dumps(row), flush=True)
+    # a swap mid-run: the 70 mm ring for 10 frames, then the same ring at about 20K tets
+    fine = ring(RINGS["trained"][1], edge=0.028)
+    swaps = []
+    for _ in range(2):
+        licrom._FITTED_CACHE.clear()  # each trial fits its cubature
+        m = meshes[RINGS["trained"][1]]
+        sim = licrom.load_on_mesh(model, m.X, m.T, pinned=m.pinned)
+        for _ in range(10):
+            sim.step()
+        rep = sim.swap_mesh(fine.X, fine.T, pinned=fine.pinned)
+        swaps.append({"tets": len(fine.T), "swap_s": rep.seconds, "field_s": sim.field_seconds,
+                      "static_s": getattr(sim, "static_seconds", 0.0),
+                      "cubature_s": rep.cubature.get("seconds"), "elements": len(sim.elements),
+                      "k": sim.k, "kinetic": [rep.kinetic_before, rep.kinetic_after]})  # fmt: skip
+        print(json.dumps(swaps[-1]), flush=True)
     print("\n| ring | kind | tets | LiCROM max / mean mm | exact energy | linear (k) max / mean mm "
           "| LiCROM / linear (max) | shapes LiCROM / linear mm | sag LiCROM / full mm |")  # fmt: skip
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -720,9 +741,14 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
             f"{L['shapes_max_mm']:.2g} / {P['shapes_max_mm']:.2g} | {L['sag_mm']:.3g} / "
             f"{r['full_sag_mm']:.3g} |"
         )
+    best = min(swaps, key=lambda w: w["swap_s"])
+    print(f"\nswap to the {best['tets']}-tet ring mid-run: {best['swap_s'] * 1000:.0f} ms (field "
+          f"{best['field_s'] * 1000:.0f}, static modes {best['static_s'] * 1000:.0f}, cubature "
+          f"{best['cubature_s'] * 1000:.0f} ms, {best['elements']} elements, k {best['k']})")  # fmt: skip
     if json_path:
         Path(json_path).write_text(json.dumps({"training_s": train_s, "result": {
-            k: v for k, v in res.items() if isinstance(v, (int, float, str))}, "rows": rows},
+            k: v for k, v in res.items() if isinstance(v, (int, float, str))}, "rows": rows,
+            "swaps": swaps},
             indent=1, default=str))  # fmt: skip
 
 

@@ -46,7 +46,9 @@ def compare_with_bake(
         ``name`` (the object), ``model``, ``expect_mesh_hash``, ``method`` /
         ``method_origin`` (as :func:`.simjob.simulate_to_pc2`), ``tets``, ``embedding``,
         ``bake`` (the bake folder) and ``bake_name``, ``bake_mesh_hash`` (the world mesh
-        it recorded), ``out`` (the result ``.npz``) and ``key`` (a string stored with it).
+        it recorded), ``out`` (the result ``.npz``) and ``key`` (a string stored with it);
+        ``memory_steps`` (optional, Compare Methods): also measure the runtime's memory
+        over loading the model and that many steps (:func:`runtime_memory`).
     progress : ``progress(done, total)`` after every frame replayed.
     should_cancel : checked before every step; True stops with :class:`JobCancelled`,
         ``out`` as it was.
@@ -58,7 +60,8 @@ def compare_with_bake(
     step), ``diagonal`` (m, of the render mesh's bounding box at rest) and
     ``closest_max``, ``closest_mean``, ``closest_rms`` (m, the errors of the model's
     closest shapes to the bake's frames, :func:`.compare.closest_shapes`: the linear PCA
-    projection; None for a model without closest shapes).
+    projection; None for a model without closest shapes); with ``memory_steps``,
+    ``memory`` (:func:`runtime_memory`).
 
     Raises
     ------
@@ -141,7 +144,11 @@ def compare_with_bake(
             **{k: np.asarray(stats[k], dtype=np.float64) for k in _STATS},
         },
     )
+    memory = None
+    if spec.get("memory_steps"):  # after the timed replay: tracing slows what it traces
+        memory = runtime_memory(spec, cache, int(spec["memory_steps"]))
     return {
+        **({"memory": memory} if memory else {}),
         "path": str(out),
         "frames": int(stats["frames"]),
         "max": stats["max"],
@@ -151,6 +158,71 @@ def compare_with_bake(
         "diagonal": diagonal,
         **{f"closest_{k}": shapes[k] if shapes else None for k in ("max", "mean", "rms")},
     }
+
+
+def runtime_memory(spec: dict, cache, steps: int = 10) -> dict:
+    """What the model takes at runtime, as Simulate runs it: the peak of the memory Python
+    and numpy allocate (``tracemalloc``: numpy reports its array buffers to it) while the
+    model file is loaded and ``steps`` frames of the bake ``cache`` are stepped (the step's
+    working memory on top of the loaded arrays), not the file's size. Allocations native
+    code makes itself (a sparse LU's factors inside SuperLU) are not seen.
+
+    Returns
+    -------
+    dict: ``peak_bytes`` (load and steps), ``loaded_bytes`` (held after the load: the
+    model's arrays), ``steps``.
+    """
+    import tracemalloc
+
+    from .bake import replay_scenario
+    from .colliders import Collider
+    from .sim import FrameInputs
+
+    steps = max(1, min(int(steps), int(cache.n_frames) - 1))
+    if is_cloth_bake(cache.meta):  # the inputs replay_cloth_bake gives, read beforehand
+        shapes = cache.meta.get("colliders") or []
+        C = np.asarray(cache.channel("colliders"), dtype=np.float64) if shapes else None
+        R = np.asarray(cache.channel("reference_frame"), dtype=np.float64)
+        inputs = [
+            FrameInputs(
+                colliders=[
+                    Collider(c["kind"], float(c["radius"]), float(c["half_length"]), C[f, j])
+                    for j, c in enumerate(shapes)
+                ],
+                reference_frame=R[f],
+            )
+            for f in range(1, steps + 1)
+        ]
+        start = None
+    else:  # the inputs replay_bake gives
+        _, driver = replay_scenario(cache)
+        inputs = []
+        for f in range(1, steps + 1):
+            inp = driver.inputs(f)
+            inputs.append(
+                FrameInputs(forces=inp.forces, colliders=inp.colliders, pin_targets=inp.pin_targets)
+            )
+        start = (driver.x0, driver.v0, driver.forces[0])
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        sim, _ = load_model_for(spec)
+        loaded = tracemalloc.get_traced_memory()[0] - base
+        if start is None:
+            sim.reset()
+        else:
+            sim.start_from(*start)
+        for inp in inputs:
+            sim.step(inp)
+            sim.positions()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    return {"peak_bytes": int(peak), "loaded_bytes": int(loaded), "steps": len(inputs)}
 
 
 def read_result(path: str | Path) -> dict:

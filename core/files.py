@@ -20,6 +20,14 @@ naming what was written and what to do, never the raw ``OSError`` from deep insi
 call :func:`ensure_writable_dir` on their destinations before their long work, so the
 refusal comes first, not after the work.
 
+Job folders
+-----------
+A job's request and result live in a folder of its own, ``<stem>-<8 hex>.job`` beside what it
+writes (:func:`job_folder`), so two Blender processes working on one object (two instances
+of a file, two farm tasks on one folder) never delete or read each other's half-written
+inputs; the add-on removes the folder when it has stored the result, and
+:func:`job_folder` sweeps the ones a killed Blender left more than a week ago.
+
 No numpy at import time: :mod:`.jobs` (which imports no numpy either) uses the JSON encoder,
 so numpy is imported inside :func:`write_npz` and :func:`mesh_hash` only.
 """
@@ -31,6 +39,7 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 import time
 import uuid
@@ -68,6 +77,24 @@ def temporary_path(dest: str | os.PathLike) -> Path:
     """A fresh hidden temporary path beside ``dest`` with the same suffix (see the module doc)."""
     dest = Path(dest)
     return dest.with_name(f".{dest.stem}.{uuid.uuid4().hex[:8]}.tmp{dest.suffix}")
+
+
+STALE_JOB_FOLDER_S = 7 * 86400.0  # a job folder left this long ago is a killed Blender's
+
+
+def job_folder(parent: str | os.PathLike, stem: str) -> Path:
+    """A fresh folder name ``<parent>/<stem>-<8 hex>.job`` for one job's files (not created),
+    after removing the ``<stem>-*.job`` folders there untouched for a week (see the module
+    doc)."""
+    parent = Path(parent)
+    now = time.time()
+    for old in parent.glob(f"{stem}-*.job"):
+        try:
+            if now - old.stat().st_mtime > STALE_JOB_FOLDER_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass  # another process removed it first
+    return parent / f"{stem}-{uuid.uuid4().hex[:8]}.job"
 
 
 def is_temporary(path: str | os.PathLike) -> bool:

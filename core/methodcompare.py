@@ -9,11 +9,21 @@ train and compare runners those commands' jobs call, so each method's numbers ar
 DOFs (a linear model trained with ``k`` set to the method's DOFs): what a learned method's
 extra machinery buys over PCA at equal size.
 
+The budget (:func:`plan_budget`): the user's seconds of wall time for all the trainings.
+Each method's cost is estimated (:func:`estimate_cost`): a fixed part no budget shortens (the
+job's start, the PCA and cubature every method fits: a cost model of the bakes' nodes x
+frames) and a need (the record's own default time budget, scaled by the epochs asked for).
+The methods are spread over ``lanes`` processes (the costliest first, each to the least
+loaded lane); in each lane the fixed parts are set aside and the rest is shared in
+proportion to the needs, as each method's ``time_budget``. Several lanes train at once, each
+training in a child worker with one thread (the worker's runner); the replays come after
+every training, one at a time, so their step times are measured on a quiet process.
+
 Resume: the state file (``<cache dir>/<object>/compare_methods/state.json``, written
-atomically after each method) keeps each finished method's training result, model-file
-stamp and replays under the key of what it was given (bakes, settings, held-out bakes); a
+atomically after each training and each method's replays) keeps each finished method's
+training result, model-file stamp and replays under the key of what it was given (bakes, settings, held-out bakes); a
 re-run, after a cancel or a crash, keeps every finished method whose key and model file are
-unchanged and trains only the others. A cancelled comparison thus keeps what it finished.
+unchanged (a trained one not yet replayed is replayed) and trains only the others. A cancelled comparison thus keeps what it finished.
 
 Recommendation (:func:`recommend`): among the methods that replayed, the lowest mean
 replay error over the held-out bakes; a method within :data:`NEAR_BEST` of it that steps
@@ -23,6 +33,7 @@ faster is preferred (the difference is within what another seed or bake moves).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -38,20 +49,126 @@ STATE_FILE = "state.json"
 #: good: the faster of them is recommended.
 NEAR_BEST = 1.1
 
-#: Statuses of a method in the table.
-DONE, REFUSED, FAILED = "done", "refused", "failed"
+#: Statuses of a method in the table (and ``trained``: in the state, trained but not yet
+#: replayed, which a re-run keeps and replays).
+DONE, REFUSED, FAILED, TRAINED = "done", "refused", "failed", "trained"
+
+#: Steps the runtime's memory is measured over (:func:`..core.comparejob.runtime_memory`).
+MEMORY_STEPS = 10
 
 
-def budget_shares(names: list[str], total_s: float) -> dict[str, float]:
-    """Seconds of training each method of ``names`` (those with a ``time_budget`` setting)
-    gets out of ``total_s`` for the whole comparison: an equal share (the methods without a
-    budget, linear, take seconds and are not counted)."""
-    if not names:
-        return {}
+#: A method's seconds that no time budget shortens (the job starting, the PCA and the
+#: cubature every method fits before any network trains), as a cost model of the training
+#: data's size: ``FIXED_S + FIXED_S_PER_NODE_FRAME * nodes * frames``. Fitted to linear
+#: (which is nothing but that), timed in Compare Methods' lanes at load 10-17 on 2 cores:
+#: 3.9 s on a 158-node board and 4.4 s on a 1,131-node sphere, 4 x 49 frames each (31k and
+#: 222k node-frames); the job's start is most of it.
+FIXED_S = 3.5
+FIXED_S_PER_NODE_FRAME = 5e-6
+#: The least time budget a method trains with (its setting's minimum).
+MIN_BUDGET_S = 1.0
+
+
+def estimate_cost(record, settings: dict, nodes: int, frames: int) -> dict:
+    """What training ``record`` (a :class:`.registry.Method`) with ``settings`` on ``frames``
+    frames of ``nodes`` nodes costs, in seconds: ``fixed_s`` (what no budget shortens:
+    :data:`FIXED_S` and the cost model of the data's size) and ``need_s`` (the network
+    training its settings ask for: the record's own default ``time_budget``, what its
+    author measured its default epochs take, scaled by the ``epochs`` asked for over the
+    default; 0 for a method without a time budget, whose cost is all fixed)."""
+    fixed = FIXED_S + FIXED_S_PER_NODE_FRAME * float(nodes) * float(frames)
+    defaults = record.defaults()
+    if "time_budget" not in defaults:
+        return {"fixed_s": fixed, "need_s": 0.0}
+    need = float(defaults["time_budget"])
+    asked, default = settings.get("epochs"), defaults.get("epochs")
+    if asked and default:
+        need *= min(1.0, float(asked) / float(default))
+    return {"fixed_s": fixed, "need_s": need}
+
+
+def plan_budget(costs: dict[str, dict], total_s: float, lanes: int = 1) -> dict[str, dict]:
+    """Share ``total_s`` seconds of wall time among the methods of ``costs`` trained in
+    ``lanes`` processes at once.
+
+    Each method goes to a lane, the costliest first, each to the lane with the least cost so
+    far (so the lanes end together). In a lane, every method's ``fixed_s`` is set aside
+    first (a method with a fixed cost is never starved of it); what is left is shared by
+    the lane's methods with a ``need_s`` in proportion to it, as their time budgets.
+
+    Parameters
+    ----------
+    costs : ``{name: {"fixed_s", "need_s"}}`` (:func:`estimate_cost`), in the order to train
+    total_s : seconds of wall time for the whole comparison (> 0)
+    lanes : trainings at once (>= 1)
+
+    Returns
+    -------
+    ``{name: {"lane", "budget_s", "share_s"}}`` in the order of ``costs``: ``budget_s`` the
+    time budget to train with (None for a method without a need; at least
+    :data:`MIN_BUDGET_S`), ``share_s`` its ``fixed_s`` plus that. In every lane the shares sum to ``total_s`` at most, exactly when
+    a method of the lane has a need.
+
+    Raises
+    ------
+    NeuralRomError
+        ``total_s`` is not positive, or is below a lane's fixed seconds (names the least
+        budget that fits).
+    """
     if not (total_s > 0):
         raise NeuralRomError(f"The time budget must be positive seconds, got {total_s}.")
-    share = max(1.0, float(total_s) / len(names))
-    return {n: share for n in names}
+    lanes = max(1, int(lanes))
+    load = [0.0] * lanes
+    lane_of = {}
+    for name in sorted(costs, key=lambda n: -(costs[n]["fixed_s"] + costs[n]["need_s"])):
+        i = min(range(lanes), key=lambda j: (load[j], j))
+        lane_of[name] = i
+        load[i] += costs[name]["fixed_s"] + costs[name]["need_s"]
+
+    def least(j: int) -> float:  # what lane j takes at the least
+        return sum(
+            costs[n]["fixed_s"] + (MIN_BUDGET_S if costs[n]["need_s"] > 0 else 0.0)
+            for n in costs
+            if lane_of[n] == j
+        )
+
+    plan = {}
+    for i in range(lanes):
+        mine = [n for n in costs if lane_of[n] == i]
+        fixed = sum(costs[n]["fixed_s"] for n in mine)
+        if least(i) > total_s:
+            least_s = max(least(j) for j in range(lanes))
+            raise NeuralRomError(
+                f"A time budget of {total_s:g} s is less than the methods take whatever their "
+                f"budget ({least_s:.0f} s estimated: starting, PCA and cubature): give "
+                f"{math.ceil(1.5 * least_s)} s or more, or fewer methods (--method)."
+            )
+        budgets = _proportional(
+            {n: costs[n]["need_s"] for n in mine if costs[n]["need_s"] > 0}, total_s - fixed
+        )
+        for n in mine:
+            budget = budgets.get(n)
+            plan[n] = {
+                "lane": i,
+                "budget_s": budget,
+                "share_s": costs[n]["fixed_s"] + (budget or 0.0),
+            }
+    return {n: plan[n] for n in costs}
+
+
+def _proportional(need: dict[str, float], seconds: float) -> dict[str, float]:
+    """``seconds`` shared in proportion to ``need``, each share at least
+    :data:`MIN_BUDGET_S` (those below it get it, the others share the rest); the shares
+    sum to ``seconds`` (which the caller checked covers the least)."""
+    floored: set[str] = set()
+    while True:
+        rest = seconds - MIN_BUDGET_S * len(floored)
+        total = sum(v for n, v in need.items() if n not in floored)
+        share = {n: rest * v / total for n, v in need.items() if n not in floored}
+        low = {n for n, v in share.items() if v < MIN_BUDGET_S}
+        if not low:
+            return {n: share.get(n, MIN_BUDGET_S) for n in need}
+        floored |= low
 
 
 def _key(entry: dict) -> str:
@@ -148,16 +265,25 @@ def run_comparison(
     """Train and replay every method of the plan ``spec`` (from :mod:`..addon.methodcompare`),
     keeping finished ones from the state file.
 
+    The trainings run first, ``spec["lanes"]`` at once (default 1): the methods of each lane
+    (``entry["lane"]``, :func:`plan_budget`) one after another, each lane in a thread that
+    calls ``train`` (the worker's runs each training in a child process with one thread when
+    there are several lanes). Then, with nothing else running (the step times are measured),
+    each trained model replays the held-out bakes, and last the PCA models at equal DOFs
+    train and replay. A method's state is written when it is trained and again when it has
+    replayed, so a cancel keeps both.
+
     Parameters
     ----------
-    spec : ``state`` (the state file), ``methods``: a list of ``{"method", "label",
-        "status": "run" or "refused", "reason", "train": a train job spec, "compares": compare
-        job specs, one per held-out bake and one for the user's shot (``role`` "held out" or
-        "shot")}``; ``pca``: ``{"train": a linear train job spec,
+    spec : ``state`` (the state file), ``lanes``, ``methods``: a list of ``{"method",
+        "label", "status": "run" or "refused", "reason", "lane", "train": a train job spec,
+        "compares": compare job specs, one per held-out bake and one for the user's shot
+        (``role`` "held out" or "shot")}``; ``pca``: ``{"train": a linear train job spec,
         "compares": compare job specs}`` (the model and result paths are set per DOF count),
         or None
-    train, compare : run one train / compare job spec in this process (the worker's
-        runners); they raise :class:`JobCancelled` on a cancel
+    train, compare : run one train / compare job spec (the worker's runners); they raise
+        :class:`JobCancelled` on a cancel. ``train`` is called from several threads at once
+        when there are several lanes.
     say : ``say(fraction, message)``, progress between the steps
 
     Returns
@@ -171,51 +297,120 @@ def run_comparison(
     JobCancelled
         With ``result`` set to what was kept so far (the state file holds it too).
     """
-    say = say or (lambda fraction, message: None)
+    import threading
+
+    lock = threading.Lock()  # the state, the lists and the progress, shared by the lanes
+    _say = say or (lambda fraction, message: None)
+
+    def say(fraction: float, message: str) -> None:
+        with lock:
+            _say(fraction, message)
+
     state_path = Path(spec["state"])
     state = read_state(state_path)
     plan = list(spec["methods"])
     runnable = [e for e in plan if e["status"] == "run"]
+    n = max(len(runnable), 1)
     trained, kept = [], []
+    keys = {e["method"]: _key(e) for e in runnable}
+    to_train = []
+    for entry in runnable:
+        name = entry["method"]
+        got = _finished(state, "methods", name, keys[name])
+        if got is not None:  # done, trained (replays next) or failed (its reason kept)
+            kept.append(name)
+            say(0.0, f"{name}: kept from the last comparison")
+        else:
+            state["methods"].pop(name, None)
+            to_train.append(entry)
+    stop = threading.Event()  # a lane was cancelled: the others start nothing more
+    cancels: list[JobCancelled] = []
+    crashes: list[BaseException] = []
+
+    def run_lane(entries: list[dict]) -> None:
+        for entry in entries:
+            name = entry["method"]
+            if stop.is_set() or (should_cancel is not None and should_cancel()):
+                stop.set()
+                return
+            say(len(trained) / n * 0.8, f"training {entry['label']}")
+            t0 = time.perf_counter()
+            try:
+                result = train(entry["train"])
+            except JobCancelled as exc:
+                with lock:
+                    cancels.append(exc)
+                stop.set()
+                return
+            except NeuralRomError as exc:  # listed with its reason, never silently missing
+                with lock:
+                    state["methods"][name] = {
+                        "key": keys[name],
+                        "status": FAILED,
+                        "reason": str(exc),
+                    }
+                    _write_state(state_path, state)
+                continue
+            except BaseException as exc:  # a bug: raised in the caller's thread
+                with lock:
+                    crashes.append(exc)
+                stop.set()
+                return
+            model = entry["train"]["out"]
+            with lock:
+                state["methods"][name] = {
+                    "key": keys[name],
+                    "status": TRAINED,
+                    "model": model,
+                    "stamp": _stamp(model),
+                    "train": _jsonable(result),
+                    "seconds": time.perf_counter() - t0,
+                }
+                _write_state(state_path, state)
+                trained.append(name)
+
+    lanes: dict[int, list[dict]] = {}
+    for entry in to_train:
+        lanes.setdefault(int(entry.get("lane") or 0), []).append(entry)
+    if len(lanes) <= 1:
+        for entries in lanes.values():
+            run_lane(entries)
+    else:
+        threads = [
+            threading.Thread(target=run_lane, args=(e,), daemon=True) for e in lanes.values()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if crashes:
+        raise crashes[0]
+    if cancels or stop.is_set():
+        raise _cancelled(state_path, trained, kept) from (cancels[0] if cancels else None)
+
+    # the replays, one at a time (their step times are the table's)
     for i, entry in enumerate(runnable):
         name = entry["method"]
-        key = _key(entry)
-        at = i / max(len(runnable), 1)
-        if _finished(state, "methods", name, key) is not None:
-            kept.append(name)
-            say(at, f"{name}: kept from the last comparison")
+        got = state["methods"].get(name)
+        if not got or got.get("status") != TRAINED:
             continue
         if should_cancel is not None and should_cancel():
             raise _cancelled(state_path, trained, kept)
-        state["methods"].pop(name, None)
-        t0 = time.perf_counter()
+        replays = []
         try:
-            say(at, f"method {i + 1}/{len(runnable)}: training {entry['label']}")
-            result = train(entry["train"])
-            replays = []
-            for c in entry["compares"]:
-                say(
-                    at, f"method {i + 1}/{len(runnable)}: {entry['label']} replays {c['bake_name']}"
-                )
+            for j, c in enumerate(entry["compares"]):
+                say(0.8 + 0.15 * i / n, f"{entry['label']} replays {c['bake_name']}")
+                if j == 0:  # the runtime's memory, once per method
+                    c = {**c, "memory_steps": MEMORY_STEPS}
                 replays.append({**compare(c), "role": c.get("role", "held out")})
         except JobCancelled as exc:
             raise _cancelled(state_path, trained, kept) from exc
-        except NeuralRomError as exc:  # listed with its reason, never silently missing
-            state["methods"][name] = {"key": key, "status": FAILED, "reason": str(exc)}
+        except NeuralRomError as exc:
+            got.update(status=FAILED, reason=str(exc))
             _write_state(state_path, state)
             continue
-        model = entry["train"]["out"]
-        state["methods"][name] = {
-            "key": key,
-            "status": DONE,
-            "model": model,
-            "stamp": _stamp(model),
-            "train": _jsonable(result),
-            "replays": replays,
-            "seconds": time.perf_counter() - t0,
-        }
+        got.update(status=DONE, replays=replays)
         _write_state(state_path, state)
-        trained.append(name)
     pca = spec.get("pca")
     if pca:
         _pca_at_equal_dofs(
@@ -318,6 +513,7 @@ def table_rows(plan: list[dict], state: dict) -> list[dict]:
                 reason="",
                 dofs=_dofs(got),
                 model_bytes=int((got.get("stamp") or [0, 0])[1]),
+                **_memory(got["replays"]),
                 train_seconds=float(result.get("train_seconds") or got.get("seconds") or 0.0),
                 **summarize(held),
                 replays=held,
@@ -336,6 +532,11 @@ def table_rows(plan: list[dict], state: dict) -> list[dict]:
                 row[f"{k}_pct"] = None if v is None or d <= 0 else 100.0 * v / d
         rows.append(row)
     return rows
+
+
+def _memory(replays: list[dict]) -> dict:
+    m = next((r["memory"] for r in replays if r.get("memory")), None) or {}
+    return {"memory_bytes": m.get("peak_bytes"), "memory_loaded_bytes": m.get("loaded_bytes")}
 
 
 def recommend(rows: list[dict]) -> dict:
@@ -377,6 +578,10 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.3g}%"
 
 
+def _mb(v: int | None) -> str:
+    return "-" if v is None else f"{v / 2**20:.3g}"
+
+
 def _shot(row: dict) -> str:
     if row.get("shot_mean_m") is None:
         return "-"
@@ -394,7 +599,7 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
         "closest max",
         "PCA@DOFs max",
         "ms/step",
-        "model",
+        "runtime MB",
     )
     lines = [head]
     notes = []
@@ -413,7 +618,7 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
                 f"{_mm(r['closest_max_m'])} ({_pct(r['closest_max_pct'])})",
                 f"{_mm(r['pca_max_m'])} ({_pct(r['pca_max_pct'])})",
                 f"{r['step_ms']:.3g}",
-                f"{r['model_bytes'] / 1024:.0f} KB",
+                _mb(r.get("memory_bytes")),
             )
         )
     if any("shot_mean_m" in r for r in rows):  # the user's shot, beside the held-out bakes
@@ -426,5 +631,9 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
     text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
     if notes:
         text += ["not compared:", *notes]
+    text.append(
+        f"runtime MB: the peak memory of loading the model and {MEMORY_STEPS} steps (numpy "
+        "and Python allocations; a sparse LU's own are not seen), not the file's size"
+    )
     text.append(f"use: {recommendation['reason']}")
     return "\n".join(text)

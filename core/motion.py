@@ -54,7 +54,9 @@ __all__ = [
     "describe_draws",
     "draw_pins",
     "motion_distance",
+    "name_salt",
     "perturb",
+    "plot_variants",
     "sample",
 ]
 
@@ -269,6 +271,16 @@ def motion_distance(
     return best / scale
 
 
+def name_salt(name: str) -> int:
+    """A stable 32-bit number from an object's ``name`` (the first bytes of its SHA-256, the
+    same on every machine and Python, unlike ``hash``): mixed into the seed of the variants
+    drawn for that object (:func:`draw_pins`), so two objects baked with the same seed draw
+    different perturbations while one object and one seed draw the same bits."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(str(name).encode("utf-8")).digest()[:4], "little")
+
+
 def draw_pins(
     motion: dict, frames: int, dt: float, seed: int, variant: int
 ) -> tuple[np.ndarray, dict]:
@@ -276,14 +288,17 @@ def draw_pins(
 
     The pins ride on the source's rigid frame: each variant takes source ``variant`` modulo
     the number of sources (so that every motion in the file is baked), perturbs it with
-    :func:`perturb` seeded by ``(seed, variant)``, and moves the pins by the perturbed
-    track's motion relative to its first pose, ``M'_t M'_0^-1``: frame 0 is where the pins
-    rest whichever frame of the source the variant starts from.
+    :func:`perturb` seeded by ``(seed, variant)`` and the object's name (``salt``), and
+    moves the pins by the perturbed track's motion relative to its first pose,
+    ``M'_t M'_0^-1``: frame 0 is where the pins rest whichever frame of the source the
+    variant starts from.
 
     Parameters
     ----------
     motion : ``{"sources": [{"name", "frames": [a, b], "track": (F, 4, 4)}], "pins": (p, 3)
-        world rest positions of the pins (m), "perturbation": Perturbation fields}``
+        world rest positions of the pins (m), "perturbation": Perturbation fields, "salt":
+        the object's :func:`name_salt`, mixed into the seed (absent in specs made before it:
+        those draw by seed and variant alone, as they were baked)}``
     frames : the bake's frames after the first; dt : seconds per frame
     seed : the bake's seed (not the variant's); variant : the variant index
 
@@ -302,7 +317,10 @@ def draw_pins(
             for k, v in (motion.get("perturbation") or {}).items()
         }
     )
-    rng = np.random.default_rng([int(seed), int(variant), 1])
+    key = [int(seed), int(variant), 1]
+    if motion.get("salt") is not None:
+        key.append(int(motion["salt"]))
+    rng = np.random.default_rng(key)
     track, draws = perturb(np.asarray(src["track"], dtype=np.float64), frames, rng, dt, settings)
     rel = track @ np.linalg.inv(track[0])  # (T, 4, 4): the motion since the first frame
     pins = np.asarray(motion["pins"], dtype=np.float64).reshape(-1, 3)
@@ -331,3 +349,82 @@ def describe_draws(record: dict) -> str:
         a, b = record["reverse"]
         parts.append(f"backwards at frames {a}-{b}")
     return ", ".join(parts)
+
+
+#: :func:`plot_variants`' colours (RGB 0-1): the turn, the travel, the zero line, the paper.
+PLOT_TURN, PLOT_TRAVEL = (0.16, 0.42, 0.85), (0.93, 0.45, 0.1)
+PLOT_AXIS, PLOT_PAPER = (0.55, 0.55, 0.55), (0.13, 0.13, 0.13)
+
+
+def variant_curves(track: np.ndarray, axis: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    """(2, F): a drawn track's turn (degrees, its rotation since the first frame about
+    ``axis``) and travel (metres, its move since the first frame along ``direction``)."""
+    M = _check_track(track, "the track")
+    rel = np.linalg.inv(M[0])[None] @ M
+    rot = Rotation.from_matrix(rel[:, :3, :3]).as_rotvec()
+    return np.stack([np.degrees(rot @ axis), (M[:, :3, 3] - M[0, :3, 3]) @ direction])
+
+
+def plot_variants(tracks: list[np.ndarray], width: int = 240, row: int = 40) -> np.ndarray:
+    """A small picture of the variants' drawn motions, one row per variant (top first): its
+    turn (blue, degrees about the axis the variants turn about most) and travel (orange,
+    metres along the direction they move most) over its frames, each scaled to the largest
+    of all variants and drawn about a grey zero line, so the rows compare: a stop is a flat
+    stretch, a stretch played backwards a curve that turns back, a faster variant one that
+    swings more often.
+
+    Parameters
+    ----------
+    tracks : (F_i, 4, 4) rigid world transforms, one per variant (:func:`draw_pins`' record)
+    width, row : pixels of the picture's width and of each row's height
+
+    Returns
+    -------
+    (row * len(tracks), width, 3) float array, RGB in [0, 1], the first row at the top.
+    """
+    tracks = [_check_track(t, "a variant's track") for t in tracks]
+    if not tracks:
+        raise MotionError("plot_variants: no variant to plot.")
+    rot = np.concatenate(
+        [
+            Rotation.from_matrix((np.linalg.inv(t[0])[None] @ t)[:, :3, :3]).as_rotvec()
+            for t in tracks
+        ]
+    )
+    move = np.concatenate([t[:, :3, 3] - t[0, :3, 3] for t in tracks])
+    axis = _principal(rot)
+    direction = _principal(move)
+    curves = [variant_curves(t, axis, direction) for t in tracks]
+    scale = [max(float(np.abs(c[k]).max()) for c in curves) or 1.0 for k in (0, 1)]
+    img = np.empty((row * len(tracks), width, 3))
+    img[:] = PLOT_PAPER
+    frames = max(len(t) for t in tracks)
+    for i, c in enumerate(curves):
+        top, mid, half = i * row, i * row + row // 2, 0.42 * row
+        img[mid, :] = PLOT_AXIS
+        img[top, :] = PLOT_AXIS  # the rows' border
+        x = np.arange(c.shape[1]) * (width - 1) / max(frames - 1, 1)
+        for k, colour in ((1, PLOT_TRAVEL), (0, PLOT_TURN)):
+            _polyline(img, x, mid - half * c[k] / scale[k], colour)
+    return img
+
+
+def _principal(v: np.ndarray) -> np.ndarray:
+    """The unit direction of ``v``'s rows' largest spread (x when they do not spread)."""
+    if not np.any(np.abs(v) > 1e-12):
+        return np.array([1.0, 0.0, 0.0])
+    d = np.linalg.svd(v, full_matrices=False)[2][0]
+    return d if d[np.argmax(np.abs(d))] > 0 else -d  # one sign on every machine
+
+
+def _polyline(img: np.ndarray, x: np.ndarray, y: np.ndarray, colour) -> None:
+    """Draw the line through the points ``(x, y)`` (pixels) into ``img`` (H, W, 3), two
+    pixels wide, one sample per pixel of the longer side of each segment."""
+    H, W = img.shape[:2]
+    for (x0, y0), (x1, y1) in zip(zip(x[:-1], y[:-1]), zip(x[1:], y[1:])):
+        n = int(max(abs(x1 - x0), abs(y1 - y0))) + 2
+        t = np.linspace(0.0, 1.0, n)
+        px = np.clip(np.rint(x0 + t * (x1 - x0)).astype(int), 0, W - 1)
+        py = np.clip(np.rint(y0 + t * (y1 - y0)).astype(int), 0, H - 1)
+        img[py, px] = colour
+        img[np.minimum(py + 1, H - 1), px] = colour

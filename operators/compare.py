@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bpy
-from bpy.props import EnumProperty, FloatProperty, StringProperty
+from bpy.props import EnumProperty, FloatProperty, IntProperty, StringProperty
 
 from ..addon import compare
 from ._common import active_deformable, fail, launch_job
@@ -113,8 +113,17 @@ class NEURAL_ROM_OT_compare_methods(bpy.types.Operator):
         soft_max=7200.0,
         subtype="TIME_ABSOLUTE",
         unit="TIME_ABSOLUTE",
-        description="Seconds of network training for the whole comparison, shared equally "
-        "by the learned methods",
+        description="Seconds of wall time for the whole comparison's training, planned "
+        "across the methods (each one's fixed cost first, the rest in proportion to what it "
+        "needs) and the cores",
+    )
+    processes: IntProperty(
+        name="Processes",
+        default=0,
+        min=0,
+        soft_max=8,
+        description="Trainings at once, each in its own process with one thread (0: one per "
+        "core; 1: one after another with every thread)",
     )
     methods: StringProperty(
         name="Methods",
@@ -138,7 +147,7 @@ class NEURAL_ROM_OT_compare_methods(bpy.types.Operator):
         def make_job(obj, scene) -> dict:
             only = [m.strip() for m in self.methods.split(",") if m.strip()] or None
             made["job"] = methodcompare.make_compare_methods_job(
-                obj, scene, budget_s=self.budget, only=only
+                obj, scene, budget_s=self.budget, only=only, processes=self.processes
             )
             return made["job"]
 
@@ -160,8 +169,39 @@ class NEURAL_ROM_OT_compare_methods(bpy.types.Operator):
         )
 
 
+class NEURAL_ROM_OT_use_compared_method(bpy.types.Operator):
+    """Make this method's model of the last Compare Methods the object's model (its row of
+    the table)"""
+
+    bl_idname = "neural_rom.use_compared_method"
+    bl_label = "Use This Row"
+    bl_options = {"REGISTER", "UNDO"}
+
+    method: StringProperty(name="Method", description="The method whose model to use")
+
+    @classmethod
+    def poll(cls, context):
+        obj = active_deformable(context)
+        return obj is not None and bool(obj.get("neural_rom_methods_rows"))
+
+    def execute(self, context):
+        from ..addon import methodcompare
+        from ..core.errors import NeuralRomError
+
+        obj = active_deformable(context)
+        if obj is None:
+            return fail(self, "The active object is not Deformable.")
+        try:
+            methodcompare.use_row(obj, self.method)
+        except NeuralRomError as e:
+            return fail(self, str(e))
+        self.report({"INFO"}, f"'{obj.name}' now uses its {self.method} model")
+        return {"FINISHED"}
+
+
 CLASSES = (
     NEURAL_ROM_OT_compare_bake,
     NEURAL_ROM_OT_clear_comparison,
     NEURAL_ROM_OT_compare_methods,
+    NEURAL_ROM_OT_use_compared_method,
 )

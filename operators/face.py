@@ -196,7 +196,7 @@ class NEURAL_ROM_OT_fit_key(bpy.types.Operator):
             gerund="Fitting the sliders of",
             make_job=make,
             on_done=done,
-            discard=lambda job: None,
+            discard=face.discard_job,
             summary=summary,
         )
 

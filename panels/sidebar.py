@@ -276,6 +276,7 @@ class NEURAL_ROM_PT_bake(_FemSub, bpy.types.Panel):
             if rec.motion:  # the variant's pins drawn from the animation: which, how
                 for i, part in enumerate(rec.motion.split(", ")):
                     box.label(text=("Pins: " if i == 0 else "  ") + part, icon="NONE")
+                draw_variants_picture(box, obj)
             stale = rec.tets_hash != s.tets_hash or rec.source_hash != s.source_hash
             if stale:
                 box.label(text="Stale: the mesh or tets changed, re-bake", icon="ERROR")
@@ -405,15 +406,37 @@ def draw_model_result(box, s) -> None:
         box.label(text="Stale: the mesh or tets changed, re-bake and re-train", icon="ERROR")
 
 
+def draw_variants_picture(layout, obj) -> None:
+    """The picture of the object's drawn variants (:func:`..addon.bakes.variants_picture`),
+    when there is one: one row per variant, its turn (blue) and travel (orange) over time."""
+    from ..addon.bakes import variants_image_name
+
+    img = bpy.data.images.get(variants_image_name(obj))
+    if img is None or img.preview is None:
+        return
+    layout.label(text="Variants, top to bottom: turn (blue), travel (orange)")
+    layout.template_icon(icon_value=img.preview.icon_id, scale=8.0)
+
+
 def draw_methods_table(layout, obj) -> None:
-    """The last Compare Methods' table, one method a line, and its recommendation (kept on
-    the object by :func:`..addon.methodcompare.on_compare_methods_done`)."""
+    """The last Compare Methods' table, one method a line with a "use this row" button on
+    each that has a model (the active model's ticked), and its recommendation (kept on the
+    object by :func:`..addon.methodcompare.on_compare_methods_done`)."""
     lines = obj.get("neural_rom_methods")
     if not lines:
         return
+    methods = list(obj.get("neural_rom_methods_rows") or [])
+    active = obj.neural_rom.model.method if obj.neural_rom.model.path else ""
     box = layout.box()
     for i, line in enumerate(lines):
-        box.label(text=str(line), icon="CHECKMARK" if i == len(lines) - 1 else "NONE")
+        method = methods[i] if i < len(methods) else ""
+        if not method:
+            box.label(text=str(line), icon="CHECKMARK" if i == len(lines) - 1 else "NONE")
+            continue
+        row = box.row(align=True)
+        row.label(text=str(line))
+        icon = "CHECKBOX_HLT" if method == active else "CHECKBOX_DEHLT"
+        row.operator("neural_rom.use_compared_method", text="", icon=icon).method = method
 
 
 class NEURAL_ROM_PT_model(_DeformableSub, bpy.types.Panel):

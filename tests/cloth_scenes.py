@@ -117,6 +117,8 @@ def build_cape(
     speed: float = 1.0,
     turn: float = np.pi / 3,
     quality: int = 5,
+    motion: str = "walk",
+    mass_scale: float = 1.0,
 ) -> Path:
     """Save a cape on a walking, turning character to ``path`` and return it.
 
@@ -129,6 +131,11 @@ def build_cape(
     whose bone ``Spine`` carries the torso and the cape (both parented to the bone): the
     armature object walks and the bone sways in the pose; else the cape is parented to the
     torso, which is the cloth's owner and a collider at once.
+
+    ``motion`` (:func:`_gait`): "walk" (the above), "run_stop" (runs 2.5 ``speed`` m/s
+    straight ahead, stops within 0.33 s and stands) or "spin" (stands, turns a whole turn
+    in 1 s and stands). ``mass_scale`` scales the cloth's vertex mass (1 + 1e-4: an
+    imperceptible change, to measure Blender's own chaos on the scene).
     """
     import bpy
 
@@ -146,6 +153,7 @@ def build_cape(
     cloth = cape.modifiers.new("Cloth", "CLOTH")
     cloth.settings.vertex_group_mass = "pin"
     cloth.settings.quality = quality
+    cloth.settings.mass *= mass_scale
     bpy.context.view_layer.update()
 
     def parent(child, to, bone_name=""):
@@ -177,26 +185,51 @@ def build_cape(
             spine.keyframe_insert("rotation_euler", frame=f)
     else:
         parent(cape, torso)
-    heading, pos = 0.0, np.array(walker.location, dtype=float)
-    dt = 1.0 / scene.render.fps
-    for f in range(1, frames + 2, 8):
+    start = np.array(walker.location, dtype=float)
+    for f, (pos, heading) in _gait(motion, frames, speed, turn, 1.0 / scene.render.fps, start):
         walker.location, walker.rotation_euler = tuple(pos), (0.0, 0.0, heading)
         walker.keyframe_insert("location", frame=f)
         walker.keyframe_insert("rotation_euler", frame=f)
-        heading = turn * np.sin(np.pi * (f + 7) / frames)
-        pos = pos + 8 * dt * speed * np.array([-np.sin(heading), np.cos(heading), 0.0])
     scene.frame_set(1)
     path = Path(path)
     bpy.ops.wm.save_as_mainfile(filepath=str(path))
     return path
 
 
-def character_accuracy(sim, bakes: list) -> list[dict]:
+def _gait(motion: str, frames: int, speed: float, turn: float, dt: float, start: np.ndarray):
+    """The keys ``(frame, (position (3,), heading rad))`` of :func:`build_cape`'s walker,
+    from frame 1 to ``frames + 1``."""
+    if motion == "walk":  # keyed every 8 frames, the heading swinging out and back
+        heading, pos = 0.0, start
+        for f in range(1, frames + 2, 8):
+            yield f, (pos, heading)
+            heading = turn * np.sin(np.pi * (f + 7) / frames)
+            pos = pos + 8 * dt * speed * np.array([-np.sin(heading), np.cos(heading), 0.0])
+    elif motion == "run_stop":  # from rest to a run in 8 frames, the stop in 8 more
+        stop = max(frames // 2, 17)
+        v = 2.5 * speed
+        yield 1, (start, 0.0)
+        yield 9, (start + [0.0, 0.5 * v * 8 * dt, 0.0], 0.0)
+        run = start + [0.0, v * (stop - 9 + 4) * dt, 0.0]
+        yield stop, (run, 0.0)
+        yield stop + 8, (run + [0.0, 0.5 * v * 8 * dt, 0.0], 0.0)
+        if frames + 1 > stop + 8:
+            yield frames + 1, (run + [0.0, 0.5 * v * 8 * dt, 0.0], 0.0)
+    elif motion == "spin":  # a whole turn in 24 frames (1 s) from frame 9, keyed every 4
+        for f in range(1, frames + 2, 4):
+            yield f, (start, 2 * np.pi * min(max((f - 9) / 24, 0.0), 1.0))
+    else:
+        raise ValueError(f"motion {motion!r}: walk, run_stop or spin")
+
+
+def character_accuracy(sim, bakes: list, twins: list | None = None) -> list[dict]:
     """Per bake replayed from rest as Simulate plays it (bench/snp_cloth.py ``--scene cape``,
     tests/test_cloth_character.py): the model's max
     and mean vertex error, the closest shapes' (the floor), the alpha/beta model alone's
     (eq. 1, the network off) and a cape glued to its owner's (the rest shape carried by the
-    reference frame), metres."""
+    reference frame), metres. ``twins``: per bake, the same motion re-baked with an
+    imperceptible change (:func:`build_cape`'s ``mass_scale``), or None; its mean and max
+    distance from the bake is Blender's own chaos floor (``chaos_mean_m``, ``chaos_max_m``)."""
     from dataclasses import replace as dc_replace
 
     from neural_rom.core.clothbake import replay_cloth_bake
@@ -204,7 +237,7 @@ def character_accuracy(sim, bakes: list) -> list[dict]:
 
     alone = SNPSimulation(dc_replace(sim.p, net=None), sim.settings)
     rows = []
-    for b in bakes:
+    for b, twin in zip(bakes, twins or [None] * len(bakes), strict=True):
         x = np.asarray(b.channel("positions"), dtype=np.float64)
         X = np.asarray(b.X, dtype=np.float64)
         closest: list = []
@@ -214,16 +247,18 @@ def character_accuracy(sim, bakes: list) -> list[dict]:
         rel = R @ np.linalg.inv(np.asarray(b.meta["reference_rest"], dtype=np.float64))
         glued = np.einsum("fij,nj->fni", rel[:, :3, :3], X) + rel[:, None, :3, 3]
         e, ec, e0, eg = (np.linalg.norm(a - x, axis=-1) for a in (y, np.array(closest), y0, glued))
-        rows.append(
-            {
-                "bake": b.path.name,
-                "frames": int(b.n_frames),
-                "diagonal_m": float(np.linalg.norm(X.max(0) - X.min(0))),
-                "max_m": float(e.max()),
-                "mean_m": float(e.mean()),
-                "floor_mean_m": float(ec.mean()),
-                "alone_mean_m": float(e0.mean()),
-                "glued_mean_m": float(eg.mean()),
-            }
-        )
+        row = {
+            "bake": b.path.name,
+            "frames": int(b.n_frames),
+            "diagonal_m": float(np.linalg.norm(X.max(0) - X.min(0))),
+            "max_m": float(e.max()),
+            "mean_m": float(e.mean()),
+            "floor_mean_m": float(ec.mean()),
+            "alone_mean_m": float(e0.mean()),
+            "glued_mean_m": float(eg.mean()),
+        }
+        if twin is not None:
+            chaos = np.linalg.norm(np.asarray(twin.channel("positions")) - x, axis=-1)
+            row.update(chaos_mean_m=float(chaos.mean()), chaos_max_m=float(chaos.max()))
+        rows.append(row)
     return rows

@@ -477,6 +477,35 @@ def test_compare_with_a_held_out_cloth_bake(trained):
     assert abs(rows[0]["max_error_m"] - info["max_error"]) < 1e-9
 
 
+def test_compare_methods_on_a_cloth_compares_what_trains_on_cloth(trained):
+    """Compare Methods on the sheet (issue 25): snp, the method that trains on cloth bakes,
+    trained and replayed on the held-out cloth bake; every other method listed with the
+    reason; ``--use none`` leaves the object's model as it was."""
+    from neural_rom.addon import cli
+    from neural_rom.core import registry
+
+    sheet, tmp = trained.sheet, trained.tmp
+    before = sheet.neural_rom.model.path
+    out = tmp / "methods.json"
+    argv = ["compare-methods", "--object", "Sheet", "--budget", "60", "--use", "none"]
+    assert cli.main([*argv, "--json", str(out), *TRAIN_ARGS]) == cli.EXIT_OK
+    table = json.loads(out.read_text())["objects"][0]
+    rows = {r["method"]: r for r in table["rows"]}
+    assert list(rows) == registry.names()
+    snp = rows.pop("snp")
+    print(f"compare-methods on the sheet: snp {1e3 * snp['mean_m']:.1f} mm mean")
+    assert snp["status"] == "done" and snp["frames"] == FRAMES + 1
+    assert len(snp["replays"]) == 1  # the one bake of 3 held out (validation 0.34)
+    assert 0 < snp["closest_max_m"] <= snp["max_m"] and snp["memory_bytes"] > 0
+    assert snp["pca_max_m"] is None  # the PCA baseline trains on FEM bakes only
+    for name, row in rows.items():
+        assert row["status"] == "refused", name
+        assert "not on bakes of Blender's own cloth solver" in row["reason"] or (
+            "face file" in row["reason"]
+        )
+    assert sheet.neural_rom.model.path == before
+
+
 def test_a_saved_file_and_a_disabled_add_on_give_the_cloth_back(trained):
     from neural_rom.addon import cloth
 

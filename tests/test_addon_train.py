@@ -5,7 +5,9 @@ cache and the poke without Blender: tests/test_framecache.py, tests/test_poke.py
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -327,7 +329,7 @@ def test_bake_simulation_to_pc2(addon, blend_file, capsys):
     from neural_rom.addon.paths import cache_dir
 
     assert (cache_dir(obj) / "logs").is_dir()  # the job's log, kept
-    assert not (cache_dir(obj) / "simulate.job").exists()  # its gathered inputs, removed
+    assert not list(cache_dir(obj).glob("simulate*.job"))  # its gathered inputs, removed
     with pytest.raises(RuntimeError, match="must be >= the start"):
         bpy.ops.neural_rom.bake_simulation(filepath=str(out), frame_start=5, frame_end=4)
     before = out.read_bytes()
@@ -682,3 +684,33 @@ def test_a_result_without_cubature_or_rollout_numbers_is_shown_without_them(addo
     )
     assert m.choice == choice and training.report_line(m).endswith(f"mm max). {choice}")
     assert training.on_train_done(obj, result) and m.choice == ""  # the next training's own
+
+
+def test_a_kept_linear_model_is_named_after_its_method(addon, blend_file):
+    """The autoencoder's training that keeps the linear model (``keep_linear``) wrote it at
+    the job's ``models/autoencoder.nrmodel``; the recorded model is ``linear_kept.nrmodel``
+    (the file moved, nothing left under the autoencoder's name), its method linear. A kept
+    autoencoder, and a file the job did not name after the method, keep their names."""
+    from neural_rom.addon import training
+    from neural_rom.addon.paths import cache_dir
+
+    bpy = addon.bpy
+    obj = ball(bpy)
+    s = obj.neural_rom
+    folder = cache_dir(obj) / training.MODELS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    roll = {"max_error_m": 0.05, "projection_max_error_m": 0.0086, "step_ms": 3.3}
+    result = {"dofs": 4, "rollout": roll, "max_error_val_m": 0.0086, "choice": "Linear is..."}
+    out = folder / "autoencoder.nrmodel"
+    for kept, name in (("linear", "linear_kept.nrmodel"), ("autoencoder", "autoencoder.nrmodel")):
+        out.write_bytes(kept.encode())
+        s.pending_train = json.dumps({"out": str(out), "method": "autoencoder"})
+        assert training.on_train_done(obj, {**result, "model": str(out), "method": kept})
+        path = bpy.path.abspath(s.model.path)
+        assert Path(path).name == name and Path(path).read_bytes() == kept.encode()
+        assert s.model.method == kept and out.exists() == (kept == "autoencoder")
+    other = folder / "mine.nrmodel"  # not the job's name for the method: left as it is
+    other.write_bytes(b"linear")
+    s.pending_train = json.dumps({"out": str(other), "method": "autoencoder"})
+    assert training.on_train_done(obj, {**result, "model": str(other), "method": "linear"})
+    assert Path(bpy.path.abspath(s.model.path)) == other and other.exists()

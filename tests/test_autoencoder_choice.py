@@ -6,11 +6,12 @@ copied."""
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 
 import numpy as np
 import pytest
 from neural_rom.core.modelfile import load_model
-from neural_rom.training.autoencoder import AutoencoderSettings, keep_better, train_autoencoder
+from neural_rom.training.autoencoder import AutoencoderSettings, keep_better
 
 from .bench_modules import load_bench
 
@@ -32,13 +33,18 @@ def _numbers(sentence: str) -> list[float]:
 def test_linear_replaying_better_is_kept_and_said_with_both_numbers(swing, seed):
     """The default latent search (a small network, few epochs) on the swung bar: the linear
     model at its defaults replays the held-out bake better, so it is the file at ``out``, the
-    record is the linear method's, and ``choice`` says so with both replay errors."""
+    record is the linear method's, and ``choice`` says so with both replay errors. Trained
+    through the worker's train job, as the panel and the CLI train (it named the record
+    after the job's method, autoencoder, so the model box showed a linear model as one)."""
+    from neural_rom.training import worker
+
     paths, out = swing
     path = out / f"ae{seed}.nrmodel"
     s = AutoencoderSettings(
         hidden=[16, 16], epochs=60, patience=60, max_cubature=30, cubature_poses=30, seed=seed
     )
-    res = train_autoencoder(paths, path, s, device="cpu")
+    job = {"method": "autoencoder", "bakes": [str(p) for p in paths], "out": str(path)}
+    res = worker.run({**job, "settings": asdict(s), "device": "cpu"})
     lin, ae = res["linear_rollout_max_error_m"], res["autoencoder_rollout_max_error_m"]
     print(f"seed {seed}: {res['choice']} ({res['train_seconds']:.1f} s)")
     assert lin < ae, res["choice"]

@@ -100,15 +100,36 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
             assert row["pca_max_m"] is not None  # a linear model of as many DOFs
             model = compared["folder"] / "neural_rom" / "Bar" / "models" / f"{name}.nrmodel"
             assert row["model_bytes"] == model.stat().st_size
+            # the runtime's memory: the loaded arrays, then a step's working memory on top
+            assert 0 < row["memory_loaded_bytes"] <= row["memory_bytes"]
         elif name == "active":  # a face method: refused, saying what it trains on
             assert row["status"] == mc.REFUSED and "face file" in row["reason"]
         else:
             assert row["status"] == mc.REFUSED and "not asked for" in row["reason"]
     linear = rows["linear"]  # PCA at linear's own size is linear's own closest shapes
+    n = compared["obj"].neural_rom.tets_nodes
+    assert n > 20
+    assert linear["memory_loaded_bytes"] >= 3 * n * linear["dofs"] * 8  # its float64 basis
+    # two methods on two cores: trained at once, each in its own process on one thread
+    assert table["lanes"] == 2
+    for name in ASKED:
+        assert table["models"][name]["result"]["threads"] == 1
     assert linear["pca_max_m"] == pytest.approx(linear["closest_max_m"], rel=1e-9)
     rec = table["recommendation"]
     assert rec["method"] in ASKED and rows[rec["method"]]["label"] in rec["reason"]
     assert compared["obj"].neural_rom.model.method == rec["method"]
+
+
+def test_the_bake_drew_its_variants_picture(compared):
+    """The bar's 3 drawn variants: their picture in the cache, one 40-pixel row each, and the
+    image the Bake panel shows holds it."""
+    from neural_rom.addon import bakes
+
+    obj = compared["obj"]
+    path = compared["folder"] / "neural_rom" / "Bar" / bakes.VARIANTS_PICTURE
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = compared["bpy"].data.images[bakes.variants_image_name(obj)]
+    assert tuple(img.size) == (240, 3 * 40) and img.filepath_raw == str(path)
 
 
 def test_table_numbers_are_each_methods_own_compare(compared):
@@ -155,7 +176,8 @@ def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
         mc.run_comparison(job, train=cancel_second, compare=_compare_in_process)
     assert info.value.result["trained"] == ["linear"] and calls == ["linear", "autoencoder"]
     state = mc.read_state(job["state"])
-    assert state["methods"]["linear"]["status"] == mc.DONE
+    # trained, its replays (after every training, with nothing else running) not yet run
+    assert state["methods"]["linear"]["status"] == mc.TRAINED
     assert "autoencoder" not in state["methods"]
     model = state["methods"]["linear"]["model"]
     stamp = state["methods"]["linear"]["stamp"]
@@ -164,6 +186,7 @@ def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
     again = _plan(obj)
     result = mc.run_comparison(again, train=_count(calls), compare=_compare_in_process)
     assert result["kept"] == ["linear"] and result["trained"] == ["autoencoder"]
+    assert {r["method"]: r["status"] for r in result["rows"]}["linear"] == mc.DONE
     # linear not trained again (the PCA of the autoencoder's size is, to its own file)
     assert calls[0] == "autoencoder.nrmodel" and "linear.nrmodel" not in calls
     assert mc._stamp(model) == stamp
@@ -208,17 +231,60 @@ def test_the_panel_button_runs_the_comparison_and_shows_the_table(compared):
 
     class Layout:  # what draw_methods_table calls
         def __init__(self):
-            self.labels = []
+            self.labels, self.buttons = [], []
 
         def box(self):
+            return self
+
+        def row(self, align=False):
             return self
 
         def label(self, text="", icon="NONE"):
             self.labels.append(text)
 
+        def operator(self, idname, text="", icon="NONE"):
+            self.buttons.append((idname, icon))
+            return self.buttons_props.setdefault(len(self.buttons), type("Props", (), {})())
+
     layout = Layout()
+    layout.buttons_props = {}
     sidebar.draw_methods_table(layout, obj)
     assert layout.labels == lines
+    # one "use this row" button on each row with a model, the active model's ticked
+    done = [m for m in obj["neural_rom_methods_rows"] if m]
+    assert [p.method for p in layout.buttons_props.values()] == done
+    ticked = [
+        p.method
+        for i, p in layout.buttons_props.items()
+        if layout.buttons[i - 1][1] == "CHECKBOX_HLT"
+    ]
+    assert ticked == [obj.neural_rom.model.method]
+
+
+def test_use_makes_a_rows_model_the_objects(compared):
+    """``--use <method>`` and the panel's "use this row" button make that row's model the
+    object's (the comparison kept, nothing trained again); a row without a model is refused
+    saying why, and changes nothing."""
+    from neural_rom.addon import methodcompare
+    from neural_rom.core.errors import NeuralRomError
+
+    bpy, obj = compared["bpy"], compared["obj"]
+    argv = ["compare-methods", "--object", "Bar", "--budget", "20", *QUICK]
+    argv += [a for m in ASKED for a in ("--method", m)]
+    for method in ("autoencoder", "linear"):
+        assert _cli(*argv, "--use", method) == 0
+        assert obj.neural_rom.model.method == method
+        assert obj.neural_rom.model.path.endswith(f"{method}.nrmodel")
+    before = obj.neural_rom.model.path
+    assert _cli(*argv, "--use", "shen") == 2  # not asked for: refused before any job
+    with pytest.raises(NeuralRomError, match="has no shen model .not asked for"):
+        methodcompare.use_row(obj, "shen")
+    assert obj.neural_rom.model.path == before
+    for o in bpy.context.view_layer.objects:
+        o.select_set(o is obj)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.neural_rom.use_compared_method(method="autoencoder") == {"FINISHED"}
+    assert obj.neural_rom.model.method == "autoencoder"
 
 
 def test_the_users_shot_is_replayed_never_trained_on(compared):

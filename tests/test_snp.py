@@ -512,7 +512,7 @@ def forced_oscillators(sequences=24, length=40, u=4, seed=0):
     return Z, W
 
 
-def net_trainer(settings, Z, W, Z_val=(), W_val=()):
+def net_trainer(settings, Z, W, Z_val=(), W_val=(), noise_floor=1.0):
     """The trainer's network stage (``_NetTrainer``) on coordinates ``Z`` and inputs ``W``
     (held out: ``Z_val``, ``W_val``), with no checkpoints."""
     from neural_rom.training.snp import _NetTrainer, fit_initial_model
@@ -523,7 +523,7 @@ def net_trainer(settings, Z, W, Z_val=(), W_val=()):
         settings, Z, W, list(Z_val), list(W_val), alpha, beta, float(Zc[:, 0].std()),
         Zc.min(0), Zc.max(0), DT, 10, torch.device("cpu"),
         SimpleNamespace(file=lambda *a: None), lambda: False, lambda values: None,
-        lambda *a: None, in_scale=Zc.std(0),
+        lambda *a: None, in_scale=Zc.std(0), noise_floor=noise_floor,
     )  # fmt: skip
 
 
@@ -540,6 +540,33 @@ def train_network(Z, W, settings):
         alone = rollout(None, z[:, 0], z[:, 1], w, *trainer._args())
     ratio = float((pred - z)[:, 2:].abs().mean() / (alone - z)[:, 2:].abs().mean())
     return largest, ratio, len(trainer.windows)
+
+
+def test_training_noise_follows_each_modes_spread_above_the_floor():
+    """``noise_floor`` 1 gives every mode the first mode's noise (the former rule, drawn
+    bit for bit as before: ``noise`` times ``s``); 0 each mode its own spread's share; in
+    between, the small modes get the floor's share of the first's. Automatic: 0.1 where the
+    reference frame moves in a training sequence, else 1."""
+    from neural_rom.core.frame import IDENTITY, Pose
+    from neural_rom.training.snp import Sequence, noise_floor, noise_scales
+
+    _, W = forced_oscillators(sequences=6, u=4)
+    rng = np.random.default_rng(0)  # coordinates whose spread falls with the mode, as PCA's
+    Z = [rng.normal(size=(len(w), 4)) * [1.0, 0.3, 0.05, 0.01] for w in W]
+    std = np.concatenate(Z).std(0)
+    for floor in (1.0, 0.0, 0.5):
+        got = net_trainer(SNPSettings(noise=0.02), Z, W, noise_floor=floor).noise_sd
+        want = 0.02 * np.minimum(np.maximum(std, floor * std[0]), std[0])
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        np.testing.assert_array_equal(got, noise_scales(np.concatenate(Z), 0.02, floor))
+    # floor 1: exactly the former ``noise * s`` for every mode (``s``: the first mode's spread)
+    s = float(np.concatenate(Z)[:, 0].std())
+    assert np.all(net_trainer(SNPSettings(noise=0.02), Z, W).noise_sd == 0.02 * s)
+    still = Sequence(Z[0], W[0], [IDENTITY] * len(Z[0]), 0)
+    walks = Sequence(Z[1], W[1], [IDENTITY, Pose(np.eye(3), np.array([0.0, 0.1, 0.0]))], 1)
+    assert noise_floor(SNPSettings(), [still]) == 1.0
+    assert noise_floor(SNPSettings(), [still, walks]) == 0.1
+    assert noise_floor(SNPSettings(noise_floor=0.3), [still, walks]) == 0.3
 
 
 @pytest.mark.parametrize("keep_best", [True, False])

@@ -575,7 +575,7 @@ def test_shape_keys_refuse_playback_but_export(addon, blend_file):
 
 def test_tetgen_never_runs_in_blenders_process(addon, blend_file, monkeypatch):
     """Tetrahedralize is a worker job: the meshers are out of reach here and it still works."""
-    from neural_rom.addon.tets import JOB_DIR, load_tets, tetrahedralize_object
+    from neural_rom.addon.tets import JOB_STEM, load_tets, tetrahedralize_object
     from neural_rom.core import cage, mesher, tetjob
 
     def refuse(*a, **k):
@@ -588,7 +588,7 @@ def test_tetgen_never_runs_in_blenders_process(addon, blend_file, monkeypatch):
     info = tetrahedralize_object(obj)
     assert info["n_tets"] == obj.neural_rom.tets_count > 0
     load_tets(obj)
-    assert not (blend_file.parent / "neural_rom" / "Ball" / JOB_DIR).exists()  # cleaned up
+    assert not list((blend_file.parent / "neural_rom" / "Ball").glob(f"{JOB_STEM}*.job"))  # cleaned up
 
 
 @pytest.mark.skipif(os.name != "posix", reason="a shell wrapper stands in for the crash")
@@ -596,7 +596,7 @@ def test_a_crashing_tetrahedralize_leaves_the_object_as_it_was(addon, blend_file
     import stat
     import sys
 
-    from neural_rom.addon.tets import JOB_DIR, load_tets, tetrahedralize_object
+    from neural_rom.addon.tets import JOB_STEM, load_tets, tetrahedralize_object
     from neural_rom.core.jobs import JobError
 
     bpy = addon.bpy
@@ -621,4 +621,4 @@ def test_a_crashing_tetrahedralize_leaves_the_object_as_it_was(addon, blend_file
         bpy.ops.neural_rom.tetrahedralize()
     assert (s.tets_path, s.tets_hash, s.tets_count, s.source_hash) == before
     load_tets(obj)  # the old tets are still the object's
-    assert not (blend_file.parent / "neural_rom" / "Ball" / JOB_DIR).exists()
+    assert not list((blend_file.parent / "neural_rom" / "Ball").glob(f"{JOB_STEM}*.job"))

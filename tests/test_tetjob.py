@@ -209,3 +209,27 @@ def test_a_degenerate_mesh_is_refused_with_what_to_do(monkeypatch):
             *box_surface(), np.eye(4), name="Box", embedded=False, target_edge_length=0.1,
             quality=2.0, cage_resolution=6,
         )  # fmt: skip
+
+
+def test_two_jobs_of_one_folder_get_their_own_job_folders_and_a_weeks_leftovers_go(tmp_path):
+    """Two Blender processes tetrahedralizing one object write requests side by side (one
+    fixed ``tets.job`` let the second delete the first's result: "left no result"); a folder
+    a killed Blender left more than a week ago is swept, a fresh one kept."""
+    from neural_rom.core.files import STALE_JOB_FOLDER_S, job_folder
+
+    V, F = box_surface()
+    a, b = job_folder(tmp_path, "tets"), job_folder(tmp_path, "tets")
+    assert a != b and a.parent == b.parent == tmp_path and a.name.startswith("tets-")
+    tetjob.write_request(a, V, F, np.eye(4))
+    tetjob.write_request(b, 2.0 * V, F, np.eye(4))
+    ja = jobs.Job.start(job_spec(a), PY, tmp_path / "la")
+    jb = jobs.Job.start(job_spec(b), PY, tmp_path / "lb")
+    assert ja.wait(timeout=120) == jobs.DONE and jb.wait(timeout=120) == jobs.DONE
+    ra, rb = tetjob.read_result(a), tetjob.read_result(b)
+    np.testing.assert_allclose(np.ptp(ra.mesh.X, axis=0), 1.0)  # each its own surface
+    np.testing.assert_allclose(np.ptp(rb.mesh.X, axis=0), 2.0)
+    old = time.time() - STALE_JOB_FOLDER_S - 60
+    os.utime(a, (old, old))
+    job_folder(tmp_path, "tets")
+    assert not a.exists() and b.exists()
+    assert job_folder(tmp_path, "face").parent == tmp_path and b.exists()

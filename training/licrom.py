@@ -78,11 +78,11 @@ from torch import nn
 from ..core import fem as _fem
 from ..core import registry
 from ..core.cache import BAKE_SUFFIX, BakeCache, BakeDataset
+from ..core.cubature import Cubature
 from ..core.errors import CacheError, NeuralRomError
 from ..core.files import ensure_writable_dir
 from ..core.frame import to_pin_frame
 from ..core.methods.licrom import (
-    CUBATURE_POOL,
     FRAME_FLOATING,
     FRAME_WORLD,
     NAME,
@@ -91,10 +91,9 @@ from ..core.methods.licrom import (
     REFERENCE_WORLD,
     Domain,
     Field,
+    LicromSimulation,
     PinPoints,
     body_frames,
-    fitted_cubature,
-    mesh_seed,
 )
 from ..core.methods.licrom import save as save_licrom_model
 from ..core.subspace import mass_weighted_pod
@@ -856,24 +855,29 @@ def train(
         avoid=tuple(len(m.X) for m in meshes),
     )
     metrics["cubature_codes"] = len(codes)
-    # the rule the runtime fits on the primary mesh, reported (size, error) as other methods'
+    # the rule the runtime fits on the primary mesh (its static modes too), reported (size,
+    # error) as other methods'
     cubature = None
+    static = bool(values["static_modes"]) and pm.pinned.size > 0
     if values["cubature"] == "fitted" and values["cubature_vertices"] > 0:
-        try:
-            cubature = fitted_cubature(
-                pm.X,
-                pm.T,
-                material,
-                basis_of(pm),
-                codes,
-                target=values["cubature_target"],
-                max_elements=values["max_cubature"],
-                poses=values["cubature_poses"],
-                pool=CUBATURE_POOL,
-                seed=mesh_seed(seed, pm.X, pm.T),
-            )
-        except NeuralRomError:  # no training pose deforms it: the runtime's random rule
-            cubature = None
+        runtime = LicromSimulation(
+            fld,
+            pm.X,
+            pm.T,
+            material,
+            pins=pins,
+            pinned=pm.pinned,
+            cubature_vertices=values["cubature_vertices"],
+            seed=seed,
+            origin=pm.origin,
+            codes=codes,
+            cubature_target=values["cubature_target"],
+            max_cubature=values["max_cubature"],
+            cubature_poses=values["cubature_poses"],
+            static=static,
+        )
+        if runtime.cubature_info.get("method") == "optimized":
+            cubature = Cubature(runtime.elements, runtime.weights, dict(runtime.cubature_info))
     val_max = field_max
     if val_frames:
         val_max = max(
@@ -889,8 +893,8 @@ def train(
     return run.finish(
         out,
         save,
-        k=r,
-        dofs=r,
+        k=r + 3 * static,
+        dofs=r + 3 * static,
         max_error_val_m=val_max,
         cubature=cubature,
         metrics=metrics,

@@ -317,14 +317,54 @@ the model erred 19.9 mm after *one* step where the alpha/beta model alone erred
 mm, one step 9.0 mm; noise at 0.01 of *each mode's own* spread (a local patch): 20.9-28.2
 mm held out (0.28-0.34x glued, 25-43x the closest shapes), max 97-188 mm (9-17%), the
 user's walk 20.9 mm, one step 8.8 mm; but on tests/test_snp_cloth.py's poked sheet it gave
-0.631x the alpha/beta model against the default's 0.521x (the test asserts 0.6x), so it is
-not the default (one scene each way: a per-scene choice needs more scenes measured).
-Windows of 8 frames instead of 32: worse (43.7 mm in the subspace against 37.3). What is
-left is the rollout's growth (one step 8.8 mm, 16 steps
-19.7, 64 steps 26.1 on a held-out bake), the paper's method's own: the frame's velocity,
-acceleration and angular velocity are inputs already, in the moving frame. A skirt on an
-armature's hip bone (walk, run, stop, spin; 16 x 121 frames, the earlier noise): held out
-2.4-4.0 mm mean, 3.1-3.4x the closest shapes, 0.19-0.30x glued, max 2-5% of the diagonal.
+0.631x the alpha/beta model against the default's 0.521x (the test asserts 0.6x).
+Windows of 8 frames instead of 32: worse (43.7 mm in the subspace against 37.3). The rollout
+grows (one step 8.8 mm, 16 steps 19.7, 64 steps 26.1 on a held-out bake); the frame's
+velocity, acceleration and angular velocity are inputs already, in the moving frame. A skirt
+on an armature's hip bone (walk, run, stop, spin; 16 x 121 frames, the earlier noise): held
+out 2.4-4.0 mm mean, 3.1-3.4x the closest shapes, 0.19-0.30x glued, max 2-5% of the diagonal.
+
+The noise floor (``noise_floor``, :func:`noise_scales`; issue 30 again). The noise of mode m
+is ``noise`` times its own spread, at least ``noise_floor`` times the first mode's (1: the
+former rule). bench/snp_cloth.py's 20 x 30 cape (0.5 x 0.75 m, the same torso and walk), 16
+training bakes of 121 frames drawn from the walk (3 held out by the trainer), judged on 3
+more drawn variants of 121 frames (another seed), the file's own walk (200 frames, standing
+after 121), a run-to-stop (2.5 m/s, stopped within 0.33 s) and a whole turn in
+1 s (``tests/cloth_scenes.build_cape``'s ``motion``), replayed from rest; mean (max) mm, load
+15-20:
+
+==========================  ==============================  ==========  ========  ==========
+training                    held-out variants               user's walk run-stop  spin
+==========================  ==============================  ==========  ========  ==========
+floor 1 (former default)    21.4, 27.1, 25.8 (170-294)      17.7        32.3      116.7 (1042)
+floor 0                     17.2, 26.0, 18.5 (174-280)      13.8        32.3      110.4
+floor 0.1                   16.2, 27.6, 21.1 (133-258)      12.0        32.6      109.5
+floor 0.1, 32 bakes         14.8, 27.0, 12.9 (85-235)       10.3        32.4      106.7
+floor 0.1, width 256        15.2, 22.9, 17.2 (128-270)      10.4        32.4      111.6
+floor 0.1, 3 actions        25.1, 34.3, 29.0 (158-312)      17.6        88.4      41.5 (276)
+==========================  ==============================  ==========  ========  ==========
+
+A cape glued to the torso errs 76.8, 122.8, 119.5 / 56.5 / 99.2 / 117.0 mm, the alpha/beta
+model alone 65-105 / 68.0 / 97.6 / 151.7, the closest shapes 1.0-1.8 / 0.75 / 1.05 / 5.96.
+Blender's own chaos floor there: each held-out bake re-baked with the cloth 1e-4 heavier
+differs from it by 0.05, 3.16 and 0.86 mm mean (max 8, 70, 25 mm), the user's walk by 0.30
+mm (max 21); at quality 6 instead of 5 by 2.1-9.0 mm (max 54-112); re-baked unchanged,
+bit-identical. So the walking cape is far less chaotic than the swung flag above, the goal of
+3x the closest shapes (3-5 mm) stands, and none of the levers gets near it: the model's error
+is 8-24x the closest shapes whatever the noise, data or width. It is not only
+generalization: replayed from rest on four of its own *training* bakes the model errs 15.9-21.0
+mm at floor 1 and 8.7-13.9 mm at floor 0.1 (the held-out 16-28 mm): the network does not fit
+the long rollout of the bakes it learns from. Floor 0.1 on tests/test_snp_cloth.py's
+poked sheet (owner still): 0.562x / 0.587x the alpha/beta model (training seeds 0 / 1;
+floor 1: 0.521x / 0.524x), within the test's 0.6x but with little margin: so the automatic
+floor (:func:`noise_floor`) is 0.1 where the reference frame moves in a training bake
+(cloth on a character) and 1 where it does not. Width 256 and 32 bakes help a little more,
+but the width makes the step ~5x the multiply-adds (over the 60 us goal) and the data twice
+the baking: left to the user (*Width*, *Variants*). A whole turn in 1 s is outside what
+variants of a walk contain (the glued cape does as well); with the file's run-to-stop and
+spin as actions of the torso (variants drawn from the three in turn) the spin falls to 41.5
+mm (0.35x glued) but the run-to-stop rises to 88.4 (max 928 mm) and the walk's variants to
+25-34 mm: with 16 bakes of three motions each motion is thinly sampled.
 
 The ensemble's networks train side by side (:class:`Ensemble`: one batched product a layer,
 each member rolling out its own predictions from the same windows and noise, its own random
@@ -410,6 +450,7 @@ class SNPSettings:
     width: int | None = None
     window: int = 32
     noise: float = 0.01
+    noise_floor: float | None = None
     epochs: int | None = None
     batch_size: int | None = None
     learning_rate: float | None = None
@@ -812,6 +853,33 @@ def rollout(
     return torch.stack(out, dim=-2)
 
 
+def noise_scales(Z: np.ndarray, noise: float, floor: float) -> np.ndarray:
+    """(u,) standard deviations of the noise on a window's first two frames, per PCA mode:
+    ``noise`` times the mode's own standard deviation over the training frames ``Z`` (N, u),
+    at least ``floor`` times the first mode's and at most the first's (``floor`` 1: every
+    mode gets the first's noise, the former rule; see the module docstring)."""
+    Z = np.asarray(Z)
+    first = float(Z[:, 0].std()) or 1.0  # the trainer's ``s``, to the bit
+    return noise * np.clip(Z.std(0), floor * first, first)
+
+
+#: The automatic noise floor (:func:`noise_floor`) where the reference frame moves.
+MOVING_NOISE_FLOOR = 0.1
+
+
+def noise_floor(s: SNPSettings, sequences: list[Sequence]) -> float:
+    """The noise floor of :func:`noise_scales`: the setting, or automatic:
+    :data:`MOVING_NOISE_FLOOR` where the reference frame moves in some training sequence
+    (cloth on a walking character: the cape's held-out replay 19.2 mm mean against 23.0 at
+    1), else 1, every mode the first's noise (the poked sheet of tests/test_snp_cloth.py,
+    owner still: 0.52x the alpha/beta model at 1, 0.56-0.59x at 0.1). See the module
+    docstring."""
+    if s.noise_floor is not None:
+        return float(s.noise_floor)
+    moving = any(not p.is_identity for q in sequences for p in q.poses)
+    return MOVING_NOISE_FLOOR if moving else 1.0
+
+
 def window_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, dt: float) -> torch.Tensor:
     """Algorithm 1's loss: mean absolute error of positions and of velocities over frames
     2..S-1 of the windows, in units of ``scale`` (pred, target: (B, S, u))."""
@@ -935,8 +1003,10 @@ class _NetTrainer:
         emit,
         progress,
         in_scale=None,
+        noise_floor=1.0,
     ):
         self.s, self.dt, self.scale = s, float(dt), float(scale)
+        self.noise_sd = noise_scales(np.concatenate(Z), s.noise, noise_floor)
         self.lr = learning_rate(s, Z[0].shape[1])
         self.n_vertices = int(n_vertices)
         self.device, self.dtype = device, torch.float32
@@ -999,7 +1069,7 @@ class _NetTrainer:
                 g["lr"] = lr
             z, w = self.Zw[b], self.Ww[b]
             noise = torch.as_tensor(
-                rng.normal(0.0, s.noise * self.scale, size=(2, len(b), self.u)),
+                rng.normal(0.0, 1.0, size=(2, len(b), self.u)) * self.noise_sd,
                 dtype=self.dtype,
                 device=self.device,
             )
@@ -1351,6 +1421,7 @@ def train(
     # per-mode input scales: each mode's standard deviation (floored at 1e-3 s: a mode that
     # hardly moved is not blown up), so the network sees every mode at O(1)
     in_scale = np.maximum(Zc.std(0), 1e-3 * scale) if s.mode_scaling else None
+    floor = noise_floor(s, train_seqs)
     run.emit({"external_modes": encoder.size})
 
     # 5. the network
@@ -1376,8 +1447,9 @@ def train(
             run.emit,
             lambda done, total, msg: run.say(0.12 + 0.7 * done / max(total, 1), msg),
             in_scale=in_scale,
+            noise_floor=floor,
         )
-        run.emit({"learning_rate": trainer.lr, "contact_features": contact})
+        run.emit({"learning_rate": trainer.lr, "contact_features": contact, "noise_floor": floor})
         net_t, state = trainer.fit(deadline=time.perf_counter() + s.time_budget)
     network_seconds = time.perf_counter() - t_net
     if state["stopped"] == "time budget":

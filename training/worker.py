@@ -11,6 +11,7 @@ trains with numpy and scipy alone.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..core import jobs, registry
@@ -95,4 +96,22 @@ def run(spec: dict) -> dict:
     )
     for w in result.get("warnings", []):
         jobs.emit("warning", message=w)
-    return {**result, "method": method.name, "device": device}
+    # the trainer's record names the method of the model it wrote: the autoencoder's names
+    # the linear model when it kept that (keep_linear); a plug-in's may name none
+    return {
+        **result,
+        "method": result.get("method") or method.name,
+        "device": device,
+        "threads": _threads(),
+    }
+
+
+def _threads() -> int:
+    """The threads this training ran its math on: torch's intra-op threads when it used
+    torch, else the BLAS's (one in a Compare Methods lane, :data:`core.jobs.ONE_THREAD_ENV`)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return int(torch.get_num_threads())
+    from ..core.blas import get_blas_threads
+
+    return int(max(get_blas_threads() or [1]))

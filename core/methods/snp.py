@@ -2023,10 +2023,25 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         0.01,
         "Noise",
         "Standard deviation of the noise on each window's "
-        "first two frames, a fraction of the first PCA coordinate's standard deviation",
+        "first two frames, a fraction of each PCA coordinate's standard deviation (at least "
+        "Noise Floor times the first coordinate's)",
         minimum=0.0,
         maximum=10.0,
         advanced=True,
+    ),
+    Setting(
+        "noise_floor",
+        "float",
+        None,
+        "Noise Floor",
+        "The noise of a PCA coordinate is Noise times its own standard deviation, or times "
+        "this fraction of the first coordinate's where that is larger (1: every coordinate "
+        "gets the first's noise; 0: each its own); automatic: 0.1 where the cloth's owner "
+        "moves (a cape on a walking torso: 19 mm held out against 23 at 1), else 1",
+        minimum=0.0,
+        maximum=1.0,
+        advanced=True,
+        auto=True,
     ),
     Setting(
         "epochs",
