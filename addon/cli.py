@@ -450,6 +450,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="what opens a face's jaw when markers drive it: the markers (its hinge angle "
         "solved each frame) or the jaw object's animation (default: the object's Jaw setting)",
     )
+    sim.add_argument(
+        "--head",
+        choices=("markers", "fixed"),
+        help="whether the markers move a face's head (its rigid motion solved each frame with "
+        "the expression; the skin moves with it) or the head stays where the skin is "
+        "(default: the object's Head From Markers setting)",
+    )
 
     from . import face_cli
 
@@ -1094,6 +1101,10 @@ def cmd_simulate(args) -> int:
             if not obj.neural_rom.face.path:
                 raise UserError(f"--jaw: '{obj.name}' is not a face (run face-setup)")
             obj.neural_rom.face.jaw_drive = args.jaw.upper()
+        if args.head:
+            if not obj.neural_rom.face.path:
+                raise UserError(f"--head: '{obj.name}' is not a face (run face-setup)")
+            obj.neural_rom.face.head_from_markers = args.head == "markers"
         if out is None:
             path = None
         elif out.suffix.lower() == ".pc2":

@@ -374,15 +374,17 @@ def training_codes(obj: bpy.types.Object) -> tuple[np.ndarray, list[str], np.nda
     return codes, [keys.names[i] for i in train], np.asarray(keys.jaw, float)[train]
 
 
-def set_jaw_angle(obj: bpy.types.Object, angle: float) -> None:
+def set_jaw_angle(obj: bpy.types.Object, angle: float, head=None) -> None:
     """Put the jaw of ``obj``'s face at ``angle`` (rad) about its hinge (its local X axis
-    through its origin at set-up), with the skin where it is now."""
+    through its origin at set-up), with the skin where it is now (moved by the head's motion
+    ``head``, a (4, 4) skin-local matrix, when the markers solve it)."""
     f = obj.neural_rom.face
     if f.jaw is None:
         return
     from mathutils import Matrix
 
-    f.jaw.matrix_world = Matrix(fi.jaw_world(bm.matrix(obj), f.jaw_rest, angle).tolist())
+    S = bm.matrix(obj) if head is None else bm.matrix(obj) @ np.asarray(head, float)
+    f.jaw.matrix_world = Matrix(fi.jaw_world(S, f.jaw_rest, angle).tolist())
 
 
 def set_pose(obj: bpy.types.Object, z: np.ndarray, angle: float) -> None:
@@ -604,6 +606,7 @@ def runtime_options(obj: bpy.types.Object) -> dict:
     return {
         "solve": f.solve.lower(),
         "jaw": "markers" if f.drive == "MARKERS" and f.jaw_drive == "MARKERS" else "keyed",
+        "head": "markers" if f.drive == "MARKERS" and f.head_from_markers else "fixed",
     }
 
 
@@ -657,15 +660,22 @@ class FaceDriver:
         )
         options = runtime_options(obj)
         facejob.configure_face(self.sim, options)
+        solved = options["jaw"] == "markers"
+        if solved:  # the markers turn the jaw: the jaw object's pose is an output, not an input
+            track.reference_frame = None
         sig = fi.track_signature(track) + repr(sorted(options.items())).encode()
         hit = self.cache.get(int(frame))
         if hit is not None and hit[0] == sig:
-            return hit[1]
-        t0 = time.perf_counter()
-        self.sim.step(track.inputs(0))
-        self.step_seconds.append(time.perf_counter() - t0)
-        P = self.sim.skin_positions()
-        self.cache[int(frame)] = (sig, P)
+            P, theta, head = hit[1], hit[2], hit[3]
+        else:
+            t0 = time.perf_counter()
+            self.sim.step(track.inputs(0))
+            self.step_seconds.append(time.perf_counter() - t0)
+            P, theta = self.sim.skin_positions(), float(self.sim.theta)
+            head = self.sim.head_transform() if options["head"] == "markers" else None
+            self.cache[int(frame)] = (sig, P, theta, head)
+        if solved:  # the jaw object turns to the angle the markers solved (moved with the head)
+            set_jaw_angle(obj, theta, head)
         return P
 
     def write(self, obj: bpy.types.Object, P: np.ndarray) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bpy
 from bpy.props import (
+    BoolProperty,
     EnumProperty,
     FloatProperty,
     FloatVectorProperty,
@@ -77,6 +78,14 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
         ),
         default="MARKERS",
         description="What opens the jaw when markers drive the face",
+    )
+    head_from_markers: BoolProperty(
+        name="Head From Markers",
+        default=False,
+        description="The markers move the head too: each frame its rigid motion (6 degrees of "
+        "freedom) is solved with the expression and the skin moves with it (a capture whose "
+        "performer moves the head; put a few markers where the skin rides on the skull: "
+        "forehead, crown, temples)",
     )
     solve: EnumProperty(
         name="Solve",

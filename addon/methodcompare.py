@@ -150,6 +150,8 @@ def make_compare_methods_job(
                 job = training.make_train_job(
                     obj, scene, method=record.name, settings=own, device=device
                 )
+                # its own file: the object's model (of Train) stays as it is until one is used
+                job["out"] = str(folder / f"{record.name}.nrmodel")
                 if shot_rec is not None:  # never trained on
                     job["bakes"] = [b for b in job["bakes"] if _bake_path(b) in paths]
                 held = [by_path[paths[i]] for i in _held_out(paths, job["settings"])]

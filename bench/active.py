@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     for j in ho if not a.model else []:  # with --model: timings only
         tgt, jaw = keys.positions[j], model.jaw_matrix(keys.jaw[j])
         z, x, _, _ = full.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
-        e2e = _err(rig.skin.apply(x), tgt)
+        e2e = _err(model.skin_of(x, z, jaw), tgt)  # the skin shown: the detail layer's too
         xw = x
         if full_warm is not None:
             _, xw, _, _ = full_warm.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)

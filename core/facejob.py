@@ -268,7 +268,9 @@ __all__ = [
 def configure_face(sim, options: dict):
     """Set a face runtime's ``mode`` from ``options["solve"]`` ("reduced" or "full") and its
     ``jaw_from_markers`` from ``options["jaw"]`` ("markers": marker frames solve the jaw's
-    hinge angle; "keyed": the jaw is each frame's reference frame); a missing option keeps
+    hinge angle; "keyed": the jaw is each frame's reference frame) and its
+    ``head_from_markers`` from ``options["head"]`` ("markers": marker frames solve the head's
+    rigid motion; "fixed": the head stays where the skin is); a missing option keeps
     the runtime's. Returns ``sim``."""
     if options.get("solve"):
         sim.mode = str(options["solve"])
@@ -276,6 +278,10 @@ def configure_face(sim, options: dict):
         if options["jaw"] not in ("markers", "keyed"):
             raise NeuralRomError(f"jaw must be 'markers' or 'keyed', not {options['jaw']!r}")
         sim.jaw_from_markers = options["jaw"] == "markers"
+    if options.get("head"):
+        if options["head"] not in ("markers", "fixed"):
+            raise NeuralRomError(f"head must be 'markers' or 'fixed', not {options['head']!r}")
+        sim.head_from_markers = options["head"] == "markers"
     return sim
 
 
@@ -326,7 +332,7 @@ def fit_key(spec: dict) -> dict:
     code, x, _, it = sim.fit_latent(
         targets, jaw=jaw, mode="full", pull=0.0, iters=int(spec.get("iterations", 30))
     )
-    d = np.linalg.norm(sim.model.skin.apply(x) - targets, axis=1)
+    d = np.linalg.norm(sim.model.skin_of(x, code, jaw) - targets, axis=1)
     return {
         "z": np.asarray(code, float).tolist(),
         "mean_error_m": float(d.mean()),

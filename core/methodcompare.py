@@ -62,7 +62,9 @@ MEMORY_STEPS = 10
 #: data's size: ``FIXED_S + FIXED_S_PER_NODE_FRAME * nodes * frames``. Fitted to linear
 #: (which is nothing but that), timed in Compare Methods' lanes at load 10-17 on 2 cores:
 #: 3.9 s on a 158-node board and 4.4 s on a 1,131-node sphere, 4 x 49 frames each (31k and
-#: 222k node-frames); the job's start is most of it.
+#: 222k node-frames); the job's start is most of it. Each record scales it by its
+#: ``setup_cost`` (the seconds its training took beyond its budget over linear's, on the board
+#: and on the README's tail: autoencoder 2.1-2.3, Shen 3.2-4.6, snp 0.9-3.4, LiCROM 1.0-2.1).
 FIXED_S = 3.5
 FIXED_S_PER_NODE_FRAME = 5e-6
 #: The least time budget a method trains with (its setting's minimum).
@@ -71,12 +73,15 @@ MIN_BUDGET_S = 1.0
 
 def estimate_cost(record, settings: dict, nodes: int, frames: int) -> dict:
     """What training ``record`` (a :class:`.registry.Method`) with ``settings`` on ``frames``
-    frames of ``nodes`` nodes costs, in seconds: ``fixed_s`` (what no budget shortens:
-    :data:`FIXED_S` and the cost model of the data's size) and ``need_s`` (the network
+    frames of ``nodes`` nodes costs, in seconds: ``fixed_s`` (what no budget shortens: the
+    linear method's cost model, :data:`FIXED_S` and the data's size, times the record's
+    ``setup_cost``) and ``need_s`` (the network
     training its settings ask for: the record's own default ``time_budget``, what its
     author measured its default epochs take, scaled by the ``epochs`` asked for over the
     default; 0 for a method without a time budget, whose cost is all fixed)."""
-    fixed = FIXED_S + FIXED_S_PER_NODE_FRAME * float(nodes) * float(frames)
+    fixed = (FIXED_S + FIXED_S_PER_NODE_FRAME * float(nodes) * float(frames)) * float(
+        record.setup_cost
+    )
     defaults = record.defaults()
     if "time_budget" not in defaults:
         return {"fixed_s": fixed, "need_s": 0.0}

@@ -122,6 +122,9 @@ class QuasistaticSolver:
         if contact_stiffness is None:
             contact_stiffness = 300.0 * float(fem.mu.mean()) * h
         self.contact_stiffness = float(contact_stiffness)
+        #: (s, 3) or 0: offsets added to the surface points before contact and springs (a
+        #: face's skin detail layer: the skin that touches is the skin shown)
+        self.surface_offset = 0.0
 
     # ------------------------------------------------------------------ energy terms
 
@@ -164,7 +167,8 @@ class QuasistaticSolver:
         n3 = 3 * self.fem.n_vertices
         if self.surface is None or (not colliders and springs is None):
             return 0.0, np.zeros(n3), None
-        E, gp, Hp = self.surface_terms(self.surface @ x, colliders, springs, need_hess)
+        p = self.surface @ x + self.surface_offset
+        E, gp, Hp = self.surface_terms(p, colliders, springs, need_hess)
         g = self.P3.T @ gp.ravel()
         H = (self.P3.T @ _block_diag(Hp) @ self.P3).tocsr() if need_hess else None
         return E, g, H

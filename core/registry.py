@@ -230,6 +230,9 @@ class Method:
     baseline : the PCA baseline the other methods are measured against (one method: the
         linear one); its ``k`` setting is its DOFs, so a comparison trains it at each other
         method's DOFs (:func:`baseline`)
+    setup_cost : the seconds its training takes beside its time budget (its PCA, cubature,
+        rollout, the job's start), as a multiple of the linear method's whole training:
+        what Compare Methods sets aside for it (:func:`.methodcompare.estimate_cost`)
     origin : the file that defined the record (set by :func:`register`)
     """
 
@@ -246,6 +249,7 @@ class Method:
     onnx: str | Callable | None = None
     order: int = 100
     baseline: bool = False
+    setup_cost: float = 1.0
     origin: str = ""
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -57,6 +57,7 @@ def draw_face(layout, obj, scene) -> None:
             col.label(text=f"'{fitted['key']}': {fitted['mean_mm']:.3g} mm mean error")
     else:
         col.prop(f, "jaw_drive", expand=True)
+        col.prop(f, "head_from_markers")
         markers = face.markers_of(obj, scene)
         col.label(text=f"{len(markers)} markers", icon="EMPTY_AXIS")
     col.operator_menu_enum(

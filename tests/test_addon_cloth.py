@@ -482,10 +482,12 @@ def test_compare_methods_on_a_cloth_compares_what_trains_on_cloth(trained):
     trained and replayed on the held-out cloth bake; every other method listed with the
     reason; ``--use none`` leaves the object's model as it was."""
     from neural_rom.addon import cli
+    from neural_rom.addon.paths import load_path
     from neural_rom.core import registry
 
     sheet, tmp = trained.sheet, trained.tmp
     before = sheet.neural_rom.model.path
+    stamp = load_path(before).stat().st_mtime_ns
     out = tmp / "methods.json"
     argv = ["compare-methods", "--object", "Sheet", "--budget", "60", "--use", "none"]
     assert cli.main([*argv, "--json", str(out), *TRAIN_ARGS]) == cli.EXIT_OK
@@ -503,7 +505,8 @@ def test_compare_methods_on_a_cloth_compares_what_trains_on_cloth(trained):
         assert "not on bakes of Blender's own cloth solver" in row["reason"] or (
             "face file" in row["reason"]
         )
-    assert sheet.neural_rom.model.path == before
+    assert sheet.neural_rom.model.path == before  # the object's model, its file untouched
+    assert load_path(before).stat().st_mtime_ns == stamp
 
 
 def test_a_saved_file_and_a_disabled_add_on_give_the_cloth_back(trained):

@@ -382,8 +382,13 @@ def test_markers_at_a_training_key_recover_it(env):
         m.location = bm.to_world(target[[int(m[face.MARKER_VERTEX])]], M)[0]
     skin.neural_rom.face.drive = "MARKERS"
     assert skin.neural_rom.face.jaw_drive == "MARKERS"  # by default the markers turn the jaw
+    face.set_jaw_angle(skin, 0.0)
     assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
     err_alone = np.linalg.norm(face.shown_positions(skin) - target, axis=1).mean()
+    # the viewport's jaw object turned to the angle the markers solved
+    shown = _runtime(bpy, skin)[0].model.jaw_angle(_jaw_matrix(skin))
+    print(f"\njaw object at {np.degrees(shown):.2f} deg (key {np.degrees(jaw[i]):.2f} deg)")
+    assert jaw[i] > 0.1 and abs(shown - jaw[i]) < 0.2 * jaw[i]
     # the jaw keyed by hand instead
     skin.neural_rom.face.jaw_drive = "KEYED"
     face.set_jaw_angle(skin, float(jaw[i]))

@@ -98,7 +98,9 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
             assert row["dofs"] >= 1 and row["mean_m"] > 0 and row["max_m"] >= row["mean_m"]
             assert 0 < row["mean_pct"] < 100 and row["step_ms"] > 0
             assert row["pca_max_m"] is not None  # a linear model of as many DOFs
-            model = compared["folder"] / "neural_rom" / "Bar" / "models" / f"{name}.nrmodel"
+            model = (
+                compared["folder"] / "neural_rom" / "Bar" / "compare_methods" / f"{name}.nrmodel"
+            )
             assert row["model_bytes"] == model.stat().st_size
             # the runtime's memory: the loaded arrays, then a step's working memory on top
             assert 0 < row["memory_loaded_bytes"] <= row["memory_bytes"]
@@ -111,9 +113,12 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
     assert n > 20
     assert linear["memory_loaded_bytes"] >= 3 * n * linear["dofs"] * 8  # its float64 basis
     # two methods on two cores: trained at once, each in its own process on one thread
-    assert table["lanes"] == 2
-    for name in ASKED:
-        assert table["models"][name]["result"]["threads"] == 1
+    from neural_rom.core.jobs import usable_cores
+
+    assert table["lanes"] == min(usable_cores(), len(ASKED))
+    if table["lanes"] > 1:
+        for name in ASKED:
+            assert table["models"][name]["result"]["threads"] == 1
     assert linear["pca_max_m"] == pytest.approx(linear["closest_max_m"], rel=1e-9)
     rec = table["recommendation"]
     assert rec["method"] in ASKED and rows[rec["method"]]["label"] in rec["reason"]
@@ -163,7 +168,7 @@ def test_table_numbers_are_each_methods_own_compare(compared):
 def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
     pytest.importorskip("torch", reason="trains the autoencoder in this process")
     obj = compared["obj"]
-    job = _plan(obj, restart=True)  # the state forgotten: both methods train again
+    job = _plan(obj, restart=True, processes=1)  # forgotten: both train again, in turn
     calls = []
 
     def cancel_second(spec):

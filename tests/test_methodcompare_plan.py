@@ -88,13 +88,16 @@ def test_a_budget_below_the_fixed_costs_is_refused_saying_what_fits():
 
 
 def test_estimated_costs_come_from_the_record():
-    """A method without a time budget is all fixed cost; a learned one needs its record's
-    default budget, scaled down by fewer epochs than its default."""
+    """A method without a time budget is all fixed cost; a learned one sets aside its
+    record's multiple of that, and needs its record's default budget, scaled down by fewer
+    epochs than its default."""
     linear = mc.estimate_cost(registry.get("linear"), {}, 1000, 200)
     assert linear["need_s"] == 0.0
     assert linear["fixed_s"] == pytest.approx(mc.FIXED_S + mc.FIXED_S_PER_NODE_FRAME * 2e5)
     ae = registry.get("autoencoder")
-    full = mc.estimate_cost(ae, {}, 1000, 200)["need_s"]
+    got = mc.estimate_cost(ae, {}, 1000, 200)
+    assert got["fixed_s"] == pytest.approx(ae.setup_cost * linear["fixed_s"]) and ae.setup_cost > 1
+    full = got["need_s"]
     assert full == ae.defaults()["time_budget"]
     quick = mc.estimate_cost(ae, {"epochs": ae.defaults()["epochs"] // 10}, 1000, 200)
     assert quick["need_s"] == pytest.approx(full / 10)

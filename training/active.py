@@ -49,7 +49,16 @@ from ..core.errors import JobCancelled, NeuralRomError
 from ..core.face import FaceRig, ShapeKeys, check_shape_keys, load_face
 from ..core.fem import TetFEM
 from ..core.files import ensure_writable_dir, write_npz
-from ..core.methods.active import NAME, ActiveFace, ActiveModel, fit_cubature, jaw_lift, save
+from ..core.methods.active import (
+    NAME,
+    ActiveFace,
+    ActiveModel,
+    blend_samples,
+    fit_cubature,
+    fit_detail,
+    jaw_lift,
+    save,
+)
 from ..core.quasistatic import QuasistaticSolver, polar_actions
 from .autoencoder import build_mlp, to_numpy_mlp
 from .common import torch_device, torch_threads
@@ -120,7 +129,11 @@ class _Checkpoint:
                         np.ascontiguousarray(keys.positions).tobytes()
                     ).hexdigest(),
                     # more epochs continue a run: the epoch count is not part of its identity
-                    "settings": {k: v for k, v in settings.items() if k != "epochs"},
+                    # more epochs continue a run, the detail layer is fitted after it: neither
+                    # is part of its identity
+                    "settings": {
+                        k: v for k, v in settings.items() if k not in ("epochs", "detail")
+                    },
                 },
                 sort_keys=True,
                 default=str,
@@ -351,6 +364,19 @@ def fit(
         U=np.zeros((len(qs.free), 1)),
         jaw_scale=jaw_scale,
     )
+    if s["detail"]:  # on the training keys and blends of pairs of them (the keys weigh 2/3)
+        say(0.91, "skin detail layer")
+        bz, ba, bx, bt = blend_samples(
+            model, z_all, jaws, x_cache, T_skin, rig.skin_V, 2 * N, s["seed"]
+        )
+        model.detail = fit_detail(
+            model,
+            np.vstack([z_all, bz]),
+            np.append(jaws, ba),
+            np.concatenate([x_cache, bx]),
+            np.concatenate([T_skin, bt]),
+            weights=np.append(np.full(N, 4.0), np.ones(2 * N)),
+        )
     model.U = reduced_basis(model, z_all, jaws, x_cache, s["basis"])
     say(0.96, "cubature")
     model.cub_elements, model.cub_weights, cub_err = fit_cubature(
@@ -409,10 +435,9 @@ def held_out_errors(model: ActiveModel, rig: FaceRig, keys: ShapeKeys, say) -> d
     worst, means, pca = 0.0, [], []
     for j in held:
         t = keys.positions[j]
-        z, x, _, _ = full.fit_latent(
-            t, jaw=model.jaw_matrix(keys.jaw[j]), z0=np.zeros(model.latent_dim), pull=1e-9
-        )
-        d = np.linalg.norm(rig.skin.apply(x) - t, axis=-1)
+        jaw = model.jaw_matrix(keys.jaw[j])
+        z, x, _, _ = full.fit_latent(t, jaw=jaw, z0=np.zeros(model.latent_dim), pull=1e-9)
+        d = np.linalg.norm(model.skin_of(x, z, jaw) - t, axis=-1)
         worst, means = max(worst, float(d.max())), [*means, float(d.mean())]
         r = (t - rig.skin_V).reshape(-1)
         pca.append(float(np.linalg.norm((r - basis.T @ (basis @ r)).reshape(-1, 3), axis=1).mean()))
