@@ -54,3 +54,24 @@ def test_checkpoints_round_trip_and_never_unpickle_objects(tmp_path):
     torch.save({"obj": _NotWeights()}, evil)
     with pytest.raises(Exception, match="[Ww]eights only|weights_only|Unsupported global"):
         load_torch_checkpoint(evil, "cpu")
+
+
+def test_a_bake_made_again_under_its_name_never_resumes_an_old_checkpoint(tmp_path):
+    """Checkpoints are keyed by each bake's id (new whenever a bake is written), not by its
+    path: a bake made again under the same name (``bake --restart``) is another run's data.
+    (The key fell back to the path: after a re-bake, Compare Methods' linear training took
+    the old bakes' basis from its checkpoint, 8 modes where the new bakes give 6.)"""
+    from neural_rom.core import bake, fem, grid
+    from neural_rom.core.cache import BakeDataset
+    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.training.common import Checkpoints
+
+    X, T = grid.grid_tetmesh((0.2, 0.2, 0.2), (1, 1, 1))
+    spec = bake.BakeSpec(material=fem.Material.preset("rubber").to_dict(), frames=2, pinned=[0])
+    path = tmp_path / "drop.nrbake"
+    keys = []
+    for _ in range(2):
+        bake.bake(TetMesh(X, T), spec, path, overwrite=True)
+        keys.append(Checkpoints.open(None, "linear", BakeDataset.open([path]), {}).key)
+    assert keys[0] != keys[1]  # same path, same frames, same settings: another bake
+    assert Checkpoints.open(None, "linear", BakeDataset.open([path]), {}).key == keys[1]

@@ -223,7 +223,9 @@ class Checkpoints:
             json.dumps(
                 {
                     "method": method,
-                    "bakes": [t.meta.get("bake_id", str(t.path)) for t in ds],
+                    # each bake's id, new whenever a bake is written (a bake made again
+                    # under the same name is other data), not its path
+                    "bakes": [t.metadata_full.get("bake_id", str(t.path)) for t in ds],
                     "frames": [t.n_frames for t in ds],
                     "settings": dict(settings),
                 },
