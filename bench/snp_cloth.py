@@ -105,7 +105,7 @@ So 12-37x the closest shapes (goal 3x: not met; Blender's chaos, 0.02-2.6 mm, is
 still, except on the spin, which is chaotic: 28.7 mm, the model 4.2x that), 0.13-0.43x glued
 (met but on the spin, a motion no variant of a walk contains, where the model is no better
 than glued), max 12-110% of the diagonal (met on the walk only). training/snp.py has what was
-tried (noise, data, width, the owner's actions) and why the network is what limits. Before
+tried (noise, data, width, window, epochs, the owner's actions) and why the network is what limits. Before
 the noise floor (same scene, load 9): held-out 34.4 / 44.0 mm, max 28 / 45%. The step before
 the folded features (same model and inputs, interleaved runs in one session, load 9): 58.9
 -> 27.8 us at best (the moving frame's features in numpy's small-array calls).

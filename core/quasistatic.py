@@ -236,6 +236,7 @@ class QuasistaticSolver:
         x = (fem.X if x0 is None else np.asarray(x0, float)).reshape(-1, 3).copy()
         x[self.constrained] = targets
         free = self.free
+        self.last_lu = None  # the last exact-Hessian factorization (for the adjoint)
         E = self.energy(x, colliders, springs)
         res = np.inf
         for it in range(max_iters + 1):
@@ -251,6 +252,7 @@ class QuasistaticSolver:
                 except RuntimeError:  # singular
                     d = None
                 if d is not None and np.all(np.isfinite(d)) and g @ d < 0:
+                    self.last_lu = None if project else lu
                     break
                 d = None
             if d is None:
@@ -280,6 +282,7 @@ class QuasistaticSolver:
         colliders: list[Collider] | None = None,
         springs: tuple[np.ndarray, float] | None = None,
         project: bool = False,
+        lu=None,
     ) -> np.ndarray:
         """``dL/da`` (m, 6) at the equilibrium ``x`` of the current actions, eq. (13).
 
@@ -291,10 +294,26 @@ class QuasistaticSolver:
         project : bool
             Use the PSD-projected Hessian instead of the exact one (wrong; for the test
             that shows it).
+        lu : a factorization of the exact Hessian near ``x`` (the solve's last Newton step,
+            :attr:`last_lu`): the adjoint system is solved by iterative refinement on it (two
+            steps, to 1e-10 of the right-hand side; a new factorization when they do not
+            reach it), which saves one sparse factorization per equilibrium.
         """
         x = np.asarray(x, float).reshape(-1, 3)
         rhs = np.asarray(dL_dx, float).ravel()[self.free]
-        lam = spla.splu(self.hessian(x, colliders, springs, project)).solve(rhs)
+        H = self.hessian(x, colliders, springs, project)
+        lam = None
+        if lu is not None and not project:
+            lam = lu.solve(rhs)
+            for _ in range(2):
+                r = rhs - H @ lam
+                if np.linalg.norm(r) <= 1e-10 * np.linalg.norm(rhs):
+                    break
+                lam = lam + lu.solve(r)
+            if np.linalg.norm(rhs - H @ lam) > 1e-10 * np.linalg.norm(rhs):
+                lam = None
+        if lam is None:
+            lam = spla.splu(H).solve(rhs)
         M = self.fem.mixed_hessian(x)[self.free]  # d2E / dx_free da, (f, 6m)
         return -(M.T @ lam).reshape(-1, 6)
 

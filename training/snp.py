@@ -341,6 +341,8 @@ floor 0                     17.2, 26.0, 18.5 (174-280)      13.8        32.3    
 floor 0.1                   16.2, 27.6, 21.1 (133-258)      12.0        32.6      109.5
 floor 0.1, 32 bakes         14.8, 27.0, 12.9 (85-235)       10.3        32.4      106.7
 floor 0.1, width 256        15.2, 22.9, 17.2 (128-270)      10.4        32.4      111.6
+floor 0.1, window 64        17.2, 25.3, 19.5 (139-370)      11.4        35.0      109.4
+floor 0.1, 100 epochs       15.6, 26.1, 19.0 (117-251)      14.2        35.8      109.2
 floor 0.1, 3 actions        25.1, 34.3, 29.0 (158-312)      17.6        88.4      41.5 (276)
 ==========================  ==============================  ==========  ========  ==========
 
@@ -354,7 +356,8 @@ bit-identical. So the walking cape is far less chaotic than the swung flag above
 is 8-24x the closest shapes whatever the noise, data or width. It is not only
 generalization: replayed from rest on four of its own *training* bakes the model errs 15.9-21.0
 mm at floor 1 and 8.7-13.9 mm at floor 0.1 (the held-out 16-28 mm): the network does not fit
-the long rollout of the bakes it learns from. Restarted from Blender's own state every K
+the long rollout of the bakes it learns from, and longer windows (64) or twice the epochs
+(100) do not change that (the table). Restarted from Blender's own state every K
 frames (the three held-out variants; mean mm over the frames after each restart): K = 1, 4,
 16, 64 floor 1 9.9-11.0, 11.8-15.1, 18.5-22.4, 21.2-27.2; floor 0.1 4.8-6.1, 7.1-10.9,
 13.1-19.6, 16.9-25.7; the alpha/beta model alone 2.4-5.0, 8.6-16.5, 33.8-69.4, 49.1-94.4. The
