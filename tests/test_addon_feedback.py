@@ -25,7 +25,6 @@ NO_UNDO = {
     "neural_rom.train_family",  # a job: the model is recorded when it ends
     "neural_rom.apply_mesh_edit",  # a job: the swap happens when the tets are made
     "neural_rom.export_onnx",  # writes a file beside the model; the .blend is unchanged
-    "neural_rom.export_onnx",  # writes a file only
     "neural_rom.compare_methods",  # a job: the methods' table is recorded when it ends
 }
 

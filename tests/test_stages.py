@@ -588,7 +588,9 @@ def test_tetgen_never_runs_in_blenders_process(addon, blend_file, monkeypatch):
     info = tetrahedralize_object(obj)
     assert info["n_tets"] == obj.neural_rom.tets_count > 0
     load_tets(obj)
-    assert not list((blend_file.parent / "neural_rom" / "Ball").glob(f"{JOB_STEM}*.job"))  # cleaned up
+    assert not list(
+        (blend_file.parent / "neural_rom" / "Ball").glob(f"{JOB_STEM}*.job")
+    )  # cleaned up
 
 
 @pytest.mark.skipif(os.name != "posix", reason="a shell wrapper stands in for the crash")
