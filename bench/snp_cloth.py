@@ -88,7 +88,12 @@ runs' means, which bursts of the other sessions' work inflated; as each frame's 
 runs (now), in a smaller run at the same load (``--variants 4 --frames 24 --k 12 --epochs 2
 --cloth-frames 30``; its step 28.8 us), 0.233 ms against Blender's cloth's 51.7 ms, 222x,
 Blender's own frame with the cloth muted 0.031 ms. Blender's cloth is timed in one run, which
-the load inflates more: the ratio wants a quiet machine. 10 bakes x 121 frames in 51.6 s,
+the load inflates more: the ratio wants a quiet machine. Quiet (2026-11-29), the same command:
+Blender's cloth 7.4-8.7 ms, the step 26.6-28.0 us (280-311x); the whole frame 0.23-0.24 ms
+(32-37x) with the torso left out of the object's recorded colliders (the bench recorded none,
+so the frame read no collider), and 0.344 ms, 21.7x, once the bench records them as Cloth
+Bake does (goal 40x: not met; the handler's collider inputs 64 us, mesh write 28 us, driver
+check 15 us, step 32 us a frame). 10 bakes x 121 frames in 51.6 s,
 training 50.2 s. Accuracy (mm):
 
 =====================  ===========  =====  ===========  =======  =====  =====  ==========
@@ -332,7 +337,7 @@ def run(args, workdir: Path) -> dict:
     # the inputs, steps, writes the mesh; Blender evaluates the scene), as Blender's cloth
     # was timed
     blender_frame_s, idle_frame_s = (
-        simulate_frame_seconds(blend, spec["object"], out, args.cloth_frames)
+        simulate_frame_seconds(blend, spec["object"], out, args.cloth_frames, shapes)
         if cape
         else (float("nan"), float("nan"))
     )
@@ -416,17 +421,21 @@ def cape_bakes(spec: dict, held: list[int], workdir: Path) -> tuple[list, list]:
     return shots[::2], twins + shots[1::2]
 
 
-def simulate_frame_seconds(blend: Path, name: str, model: Path, frames: int) -> tuple[float, float]:
+def simulate_frame_seconds(
+    blend: Path, name: str, model: Path, frames: int, colliders: list[dict]
+) -> tuple[float, float]:
     """Mean seconds of ``scene.frame_set`` of frames 2 .. ``frames`` with the add-on's
     Simulate driving object ``name`` by ``model`` (its Cloth modifier muted), the fastest of
     5 runs from rest (each frame's fastest): the whole Blender frame, timed as
     :func:`blender_cape_step` times Blender's cloth; and the same with nothing driving it and
-    the cloth muted (Blender's own share of every frame)."""
+    the cloth muted (Blender's own share of every frame). ``colliders``: the bakes' recorded
+    colliders (``meta["colliders"]``), recorded on the object as the add-on's Cloth Bake
+    does, so the frame reads and pushes out of them (without it the torso was no input)."""
     import bpy
     from blender_frame import register_addon
 
     register_addon()
-    from neural_rom.addon import simulate, training
+    from neural_rom.addon import cloth, simulate, training
 
     bpy.ops.wm.open_mainfile(filepath=str(blend), load_ui=False)
     scene, obj = bpy.context.scene, bpy.data.objects[name]
@@ -434,6 +443,9 @@ def simulate_frame_seconds(blend: Path, name: str, model: Path, frames: int) -> 
     if not training.on_train_done(obj, {"model": str(model), "method": "snp"}):
         raise SystemExit(f"the model {model} was not recorded on {name}")
     obj.neural_rom.model.kind = "cloth"
+    obj.neural_rom.cloth.colliders = json.dumps([[c["name"], c["kind"]] for c in colliders])
+    if len(cloth.colliders(obj)) != len(colliders):
+        raise SystemExit(f"the colliders {colliders} are not all objects of {blend}")
     scene.frame_set(1)
     simulate.start_simulation(obj, scene)
     ours = _frame_seconds(scene, obj, frames, lambda: simulate.reset_simulation(obj, scene), 5)
