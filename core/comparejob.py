@@ -56,8 +56,8 @@ def compare_with_bake(
     Returns
     -------
     dict: ``path``, ``frames``, ``max``, ``mean``, ``rms`` (m, the replay's per-vertex
-    errors over every frame and render vertex), ``step_ms`` (mean wall time of a reduced
-    step), ``diagonal`` (m, of the render mesh's bounding box at rest) and
+    errors over every frame and render vertex), ``step_ms`` (median wall time of a reduced
+    step: a burst of other work on the machine moves a mean), ``diagonal`` (m, of the render mesh's bounding box at rest) and
     ``closest_max``, ``closest_mean``, ``closest_rms`` (m, the errors of the model's
     closest shapes to the bake's frames, :func:`.compare.closest_shapes`: the linear PCA
     projection; None for a model without closest shapes); with ``memory_steps``,
@@ -154,7 +154,7 @@ def compare_with_bake(
         "max": stats["max"],
         "mean": stats["mean"],
         "rms": stats["rms"],
-        "step_ms": 1000.0 * float(np.mean(seconds)) if seconds else 0.0,
+        "step_ms": 1000.0 * float(np.median(seconds)) if seconds else 0.0,
         "diagonal": diagonal,
         **{f"closest_{k}": shapes[k] if shapes else None for k in ("max", "mean", "rms")},
     }

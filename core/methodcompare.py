@@ -27,7 +27,9 @@ unchanged (a trained one not yet replayed is replayed) and trains only the other
 
 Recommendation (:func:`recommend`): among the methods that replayed, the lowest mean
 replay error over the held-out bakes; a method within :data:`NEAR_BEST` of it that steps
-faster is preferred (the difference is within what another seed or bake moves).
+at least :data:`CLEARLY_FASTER` times faster is preferred (the difference in error is within
+what another seed or bake moves; a smaller difference in speed is within what the machine's
+load moves, and let the pick flip between runs).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ STATE_FILE = "state.json"
 #: A method whose mean replay error is within this factor of the best one's counts as as
 #: good: the faster of them is recommended.
 NEAR_BEST = 1.1
+#: ... and it is preferred only when its median step is at least this many times faster.
+CLEARLY_FASTER = 1.5
 
 #: Statuses of a method in the table (and ``trained``: in the state, trained but not yet
 #: replayed, which a re-run keeps and replays).
@@ -554,8 +558,13 @@ def recommend(rows: list[dict]) -> dict:
             "reason": "No method replayed the held-out bakes; see each one's reason.",
         }
     best = min(done, key=lambda r: r["mean_m"])
-    near = [r for r in done if r["mean_m"] <= NEAR_BEST * best["mean_m"]]
-    pick = min(near, key=lambda r: (r["step_ms"], r["mean_m"]))
+    faster = [
+        r
+        for r in done
+        if r["mean_m"] <= NEAR_BEST * best["mean_m"]
+        and CLEARLY_FASTER * r["step_ms"] <= best["step_ms"]
+    ]
+    pick = min(faster, key=lambda r: (r["step_ms"], r["mean_m"])) if faster else best
     text = (
         f"{pick['label']}: held-out replay {_mm(pick['mean_m'])} mean, "
         f"{_mm(pick['max_m'])} max ({pick['mean_pct']:.3g}% of the diagonal mean)"

@@ -212,3 +212,22 @@ def test_a_lanes_child_worker_returns_fails_and_cancels(tmp_path, monkeypatch):
     spec = {"kind": "selftest", "method": "long", "steps": 1000, "sleep": 0.02}
     with pytest.raises(JobCancelled, match="long: training cancelled"):
         worker._train_in_child(spec, parent)
+
+
+def test_the_recommendation_takes_a_near_best_method_only_when_it_is_clearly_faster():
+    """Within 10% of the lowest error, a method is preferred only at least 1.5x faster per
+    step: a jelly's pick flipped between Shen and LiCROM from one run to the next on
+    ms/step the machine's load moved (2.43 vs 1.43 ms, then 4.18 vs 11.3)."""
+    from neural_rom.core.methodcompare import CLEARLY_FASTER, NEAR_BEST, recommend
+
+    def row(method, mean, ms):
+        return {"method": method, "label": method, "status": "done", "mean_m": mean,
+                "max_m": 2 * mean, "mean_pct": 1.0, "step_ms": ms}  # fmt: skip
+
+    best = row("shen", 0.010, 3.0)
+    assert recommend([best, row("licrom", 0.0105, 2.5)])["method"] == "shen"  # 1.2x: noise
+    fast = row("licrom", 0.0105, 3.0 / CLEARLY_FASTER)
+    rec = recommend([best, fast])
+    assert rec["method"] == "licrom" and "faster per step" in rec["reason"]
+    far = row("snp", NEAR_BEST * 0.010 * 1.01, 0.01)  # 300x faster but not near the best
+    assert recommend([best, far])["method"] == "shen"
