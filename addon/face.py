@@ -484,10 +484,13 @@ def add_markers(
     vertices=None,
     size: float = 0.004,
     layout: str = "FACE",
+    rigid: int | None = None,
 ) -> list[bpy.types.Object]:
     """Marker empties bound to skin vertices (``vertices``; default the selected vertices of
     the skin, else ``count`` placed by ``layout``, :func:`..core.faceinputs.marker_layout`:
-    by default on the face between brow and chin, denser where the shape keys move it), at
+    by default on the face between brow and chin, denser where the shape keys move it, and
+    ``rigid`` more where the skin moves with the skull, by default
+    :data:`..core.faceinputs.RIGID_MARKERS` when Head From Markers is on, else none), at
     the vertices' rest positions, in a collection "<skin> Markers". Animate them (or
     constrain them to a tracked point) and set Drive to Markers."""
     V = bm.rest_positions(obj.data)
@@ -497,7 +500,9 @@ def add_markers(
         vertices = np.flatnonzero(sel) if 0 < sel.sum() < len(sel) else None
     if vertices is None:
         _, F = bm.surface(obj, world=False)
-        vertices = fi.marker_layout(V, F, count, seed, layout, keys=shape_keys(obj)[0])
+        if rigid is None:
+            rigid = fi.RIGID_MARKERS if obj.neural_rom.face.head_from_markers else 0
+        vertices = fi.marker_layout(V, F, count, seed, layout, keys=shape_keys(obj)[0], rigid=rigid)
     vertices = np.asarray(vertices, dtype=np.int64)
     if vertices.size == 0 or vertices.min() < 0 or vertices.max() >= len(V):
         raise NeuralRomError(f"Marker vertices must be skin vertices 0..{len(V) - 1}.")
@@ -565,6 +570,14 @@ def gather_track(
             f"'{obj.name}' is driven by markers but has none: Add Markers (or set Drive to "
             "Sliders)."
         )
+    if f.drive == "MARKERS" and f.head_from_markers:
+        why = fi.head_markers_problem(
+            bm.rest_positions(obj.data),
+            shape_keys(obj)[0],
+            [int(m[MARKER_VERTEX]) for m in markers],
+        )
+        if why:
+            raise NeuralRomError(f"'{obj.name}': {why}")
     name = obj.name
     if frames is None:
         rows = [_now(obj, colliders, markers, n_sliders, read_colliders)]

@@ -84,8 +84,8 @@ class NEURAL_ROM_PG_face(bpy.types.PropertyGroup):
         default=False,
         description="The markers move the head too: each frame its rigid motion (6 degrees of "
         "freedom) is solved with the expression and the skin moves with it (a capture whose "
-        "performer moves the head; put a few markers where the skin rides on the skull: "
-        "forehead, crown, temples)",
+        "performer moves the head; it needs 3 or more markers where the skin moves with the "
+        "skull: Add Markers puts 6 there while this is on)",
     )
     solve: EnumProperty(
         name="Solve",

@@ -14,7 +14,9 @@ that it is tested here without Blender.
   their soft range the training keys' codes padded by half their spread.
 * **Markers** (:func:`marker_layout`): skin vertices on the face region (forward-facing,
   brow to chin), denser where the shape keys move the skin, by weighted farthest-point
-  sampling.
+  sampling; with ``rigid``, as many more on the skin that moves with the skull
+  (:func:`rigid_region`), which tell the head's rigid motion from an expression when the
+  markers solve it (:func:`head_markers_problem` says when they cannot).
 * **A frame's inputs and a track** (:func:`frame_inputs`, :func:`face_track`,
   :func:`track_signature`): one frame's values mapped into the skin's space, frames
   stacked into a :class:`.simjob.Track`, and the bytes that say whether two tracks are
@@ -112,6 +114,17 @@ MARKER_LAYOUTS = (
     ("EVEN", "Even", "Evenly over the front of the face between brow and chin"),
     ("FRONT", "Front Half", "Evenly over the whole front half of the head"),
 )
+#: Markers that Add Markers puts on the rigid region (:func:`rigid_region`) when the head's
+#: motion is solved from markers: its 6 DOFs need 3 points off one line; 6 spread over the
+#: region keep that when a marker is lost.
+RIGID_MARKERS = 6
+#: The rigid region: skin vertices that the shape keys move by at most this fraction of the
+#: most they move any vertex (on the test head 81 of 642 vertices, on the bench head 450 of
+#: 2,562: the back and top of the head; the crown's top tenth still moves 19-21%, with the brows).
+RIGID_MOTION = 0.02
+#: Markers closer than this fraction of the skin's height to one line cannot tell a turn
+#: about that line (rms distance to the best line).
+LINE_TOL = 0.02
 #: Skin facing forward: a vertex normal within this many degrees of -y.
 FRONT_DEG = 65.0
 #: The face's band: from the chin up to this fraction of the chin-to-crown height (the brow
@@ -144,6 +157,39 @@ def face_region(V: np.ndarray, F: np.ndarray) -> np.ndarray:
     return np.flatnonzero(front & (V[:, 2] <= brow))
 
 
+def rigid_region(V: np.ndarray, keys: np.ndarray | None) -> np.ndarray:
+    """Skin vertices (indices) that move with the skull: those the shape ``keys`` (K, n, 3)
+    move by at most :data:`RIGID_MOTION` of the most they move any vertex. Without keys
+    that move the skin, the skin above the brow (:data:`BROW`) behind the face."""
+    V = np.asarray(V, float)
+    if keys is not None and len(keys):
+        motion = np.linalg.norm(np.asarray(keys, float) - V, axis=2).max(0)
+        if motion.max() > 0:
+            return np.flatnonzero(motion <= RIGID_MOTION * motion.max())
+    lo, hi = V[:, 2].min(), V[:, 2].max()
+    return np.flatnonzero(V[:, 2] > lo + BROW * (hi - lo))
+
+
+def head_markers_problem(V: np.ndarray, keys: np.ndarray | None, vertices) -> str | None:
+    """Why markers on the skin ``vertices`` cannot tell the head's rigid motion from an
+    expression (fewer than 3 on :func:`rigid_region`, or those on one line), else None."""
+    V = np.asarray(V, float)
+    on = np.intersect1d(np.asarray(vertices, np.int64), rigid_region(V, keys))
+    P = V[on] - V[on].mean(0) if len(on) else np.zeros((0, 3))
+    s = np.linalg.svd(P, compute_uv=False) if len(on) >= 3 else np.zeros(2)
+    height = V[:, 2].max() - V[:, 2].min()
+    if len(on) >= 3 and s[1] / np.sqrt(len(on)) > LINE_TOL * height:
+        return None
+    where = "lie on one line" if len(on) >= 3 else "are there"
+    return (
+        f"Head From Markers needs at least 3 markers, not on one line, where the skin moves "
+        f"with the skull (the back and top of the head, where the shape keys hardly move it); "
+        f"{len(on)} of the {len(vertices)} markers {where}. Add Markers with Head From Markers "
+        f"on (it puts {RIGID_MARKERS} there), or select such skin vertices and Add Markers, "
+        "or turn Head From Markers off."
+    )
+
+
 def marker_layout(
     V: np.ndarray,
     F: np.ndarray,
@@ -151,8 +197,11 @@ def marker_layout(
     seed: int,
     layout: str = "FACE",
     keys: np.ndarray | None = None,
+    rigid: int = 0,
 ) -> np.ndarray:
-    """``count`` skin vertices (indices) for markers, by (weighted) farthest-point sampling.
+    """``count`` skin vertices (indices) for markers, by (weighted) farthest-point sampling,
+    then ``rigid`` more spread evenly over :func:`rigid_region` (for a head solved from
+    markers).
 
     Parameters
     ----------
@@ -165,6 +214,15 @@ def marker_layout(
         "FRONT" (the front half of the head, local -y of the median)
     """
     V = np.asarray(V, float)
+    pick = _layout(V, F, count, seed, layout, keys)
+    if rigid > 0:
+        pool = np.setdiff1d(rigid_region(V, keys), pick)
+        pick = np.concatenate([pick, _farthest_points(V, pool, np.ones(len(V)), rigid, seed)])
+    return pick
+
+
+def _layout(V, F, count: int, seed: int, layout: str, keys) -> np.ndarray:
+    """The ``count`` markers of ``layout`` (:func:`marker_layout`)."""
     if layout == "FRONT":
         pool = np.flatnonzero(V[:, 1] < np.median(V[:, 1]))
     elif layout in ("FACE", "EVEN"):

@@ -103,8 +103,9 @@ class NEURAL_ROM_OT_add_demo_head(bpy.types.Operator):
 
 class NEURAL_ROM_OT_add_markers(bpy.types.Operator):
     """Add marker empties bound to skin vertices (the selected ones, else placed by the
-    layout: on the face between brow and chin, denser where the shape keys move it); animate
-    them and set Drive to Markers"""
+    layout: on the face between brow and chin, denser where the shape keys move it, and with
+    Head From Markers on, 6 more where the skin moves with the skull); animate them and set
+    Drive to Markers"""
 
     bl_idname = "neural_rom.add_markers"
     bl_label = "Add Markers"

@@ -351,6 +351,7 @@ def test_fit_sliders_to_a_held_out_key(env):
 def test_markers_at_a_training_key_recover_it(env):
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import face
+    from neural_rom.core import faceinputs as fi
 
     bpy, skin = _open(env)
     scene = bpy.context.scene
@@ -408,6 +409,21 @@ def test_markers_at_a_training_key_recover_it(env):
     )
     assert err_m < 2 * err_z + 1e-4 and err_m < 0.1 * rest
     assert err_alone < 2 * err_m + 1e-5
+    # Head From Markers: the 30 face markers cannot tell the head's motion from an expression
+    # (refused, saying what to do); Add Markers then adds 6 where the skin moves with the skull
+    f = skin.neural_rom.face
+    f.drive, f.jaw_drive, f.head_from_markers = "MARKERS", "MARKERS", True
+    with pytest.raises(RuntimeError, match="Add Markers with Head From Markers on"):
+        bpy.ops.neural_rom.simulate(action="START")
+    for m in markers:
+        bpy.data.objects.remove(m)
+    assert bpy.ops.neural_rom.add_markers(count=30, seed=1) == {"FINISHED"}
+    markers = face.markers_of(skin, scene)
+    vertices = [int(m[face.MARKER_VERTEX]) for m in markers]
+    rigid = fi.rigid_region(rig.skin_V, keys.positions)
+    assert len(markers) == 30 + fi.RIGID_MARKERS and np.isin(vertices, rigid).sum() >= 4
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    f.head_from_markers = False
 
 
 def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):

@@ -181,3 +181,38 @@ def test_marker_layout_puts_markers_on_the_face_denser_where_the_keys_move():
     )
     with pytest.raises(NeuralRomError, match="Unknown marker layout 'RING': pick one of FACE"):
         fi.marker_layout(V, F, 4, 0, "RING")
+
+
+def test_head_from_markers_gets_markers_where_the_skin_moves_with_the_skull():
+    # a UV sphere head whose keys move the mouth and the brows: with Head From Markers on,
+    # Add Markers adds 6 markers where the keys hardly move the skin, spread off any line;
+    # face markers alone, or rigid ones on a line, are refused saying what to do
+    from .test_winding import uv_sphere
+
+    V, F = uv_sphere(0.1, 48, 24, scale=(0.7, 0.95, 1.0))
+    keys = []
+    for c, amp in (((0, -0.085, -0.04), 0.006), ((0, -0.08, 0.05), 0.004)):
+        bump = np.exp(-np.sum((V - c) ** 2, axis=1) / (2 * 0.03**2))
+        keys.append(V + amp * bump[:, None] * [0, 0, 1])
+    keys = np.array(keys)
+    motion = np.linalg.norm(keys - V, axis=2).max(0)
+    rigid = fi.rigid_region(V, keys)
+    assert motion[rigid].max() <= fi.RIGID_MOTION * motion.max()
+    assert 0.3 * len(V) < len(rigid) < len(V)
+    pick = fi.marker_layout(V, F, 24, 0, keys=keys, rigid=fi.RIGID_MARKERS)
+    assert len(set(pick.tolist())) == 24 + fi.RIGID_MARKERS
+    np.testing.assert_array_equal(pick[:24], fi.marker_layout(V, F, 24, 0, keys=keys))
+    assert np.isin(pick[24:], rigid).all()
+    assert fi.head_markers_problem(V, keys, pick) is None
+    face_only = fi.head_markers_problem(V, keys, pick[:24])
+    assert "0 of the 24 markers are there" in face_only
+    assert "Add Markers with Head From Markers on" in face_only
+    # four rigid-region markers across the crown along the mid-line (within 1 mm of a line)
+    back = rigid[np.abs(V[rigid, 0]) < 1e-9]
+    assert len(back) >= 4
+    assert "lie on one line" in fi.head_markers_problem(V, keys, back[:4])
+    off = rigid[np.argmax(np.abs(V[rigid, 0]))]  # a side of the head: off that line
+    assert fi.head_markers_problem(V, keys, np.append(back[:2], off)) is None
+    # without keys: the skin above the brow
+    top = fi.rigid_region(V, None)
+    assert V[top, 2].min() > V[:, 2].min() + fi.BROW * np.ptp(V[:, 2])
