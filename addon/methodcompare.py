@@ -28,6 +28,10 @@ from .paths import cache_dir, load_path
 FOLDER = "compare_methods"
 #: Where the last comparison's table goes (JSON), next to the state.
 TABLE_FILE = "table.json"
+#: Custom properties of the object: the table's lines for the panel, and each line's method
+#: (empty for a method that did not replay), for its "use this row" button.
+LINES_PROP = "neural_rom_methods"
+ROWS_PROP = "neural_rom_methods_rows"
 
 
 def folder_of(obj: bpy.types.Object) -> Path:
@@ -274,10 +278,8 @@ def on_compare_methods_done(
     }
     text = json.dumps(table, indent=2, default=json_default)
     write_atomic(Path(job["table"]), (text + "\n").encode("utf-8"))
-    obj["neural_rom_methods"] = panel_lines(result["rows"], result["recommendation"])
-    obj["neural_rom_methods_rows"] = [
-        r["method"] if r["status"] == "done" else "" for r in result["rows"]
-    ]
+    obj[LINES_PROP] = panel_lines(result["rows"], result["recommendation"])
+    obj[ROWS_PROP] = [r["method"] if r["status"] == "done" else "" for r in result["rows"]]
     pick = result["recommendation"].get("method") if use == "best" else use
     if pick is None or pick == "none" or pick not in done:
         return None

@@ -182,7 +182,9 @@ class NEURAL_ROM_OT_use_compared_method(bpy.types.Operator):
     @classmethod
     def poll(cls, context):
         obj = active_deformable(context)
-        return obj is not None and bool(obj.get("neural_rom_methods_rows"))
+        from ..addon.methodcompare import ROWS_PROP
+
+        return obj is not None and bool(obj.get(ROWS_PROP))
 
     def execute(self, context):
         from ..addon import methodcompare

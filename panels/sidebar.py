@@ -422,10 +422,12 @@ def draw_methods_table(layout, obj) -> None:
     """The last Compare Methods' table, one method a line with a "use this row" button on
     each that has a model (the active model's ticked), and its recommendation (kept on the
     object by :func:`..addon.methodcompare.on_compare_methods_done`)."""
-    lines = obj.get("neural_rom_methods")
+    from ..addon.methodcompare import LINES_PROP, ROWS_PROP
+
+    lines = obj.get(LINES_PROP)
     if not lines:
         return
-    methods = list(obj.get("neural_rom_methods_rows") or [])
+    methods = list(obj.get(ROWS_PROP) or [])
     active = obj.neural_rom.model.method if obj.neural_rom.model.path else ""
     box = layout.box()
     for i, line in enumerate(lines):
