@@ -637,6 +637,15 @@ def error_part(P, F, err, vmax, smooth=False, subdivide=0) -> Part:
     return Part(P, F, error_colors(err, vmax), smooth, subdivide)
 
 
+def error_panel(title, subtitle, P, F, err, vmax, others=(), subdivide=0) -> Panel:
+    """A smooth shape ``P`` coloured by its vertex errors ``err``, its max and mean under it,
+    beside ``others`` (parts drawn as they are: a collider, the owner)."""
+    footer = f"max {_mm(err.max())} mm, mean {_mm(err.mean())} mm"
+    return Panel(
+        title, subtitle, footer, [error_part(P, F, err, vmax, True, subdivide), *others], True
+    )
+
+
 def compose(bpy, panels: list[Panel], path: Path, caption: list[str], vmax: float, legend: str):
     """Lay ``panels`` out in a row (each at its own width, a shared z), titles above, footers
     under, the error legend under the error panels, the caption lines at the bottom, and
@@ -707,19 +716,25 @@ def snp_picture(bpy, d: dict, path: Path) -> None:
             f"held-out bake, frame {frame} of {frames}",
             parts=[Part(d["blender"] @ R.T, F, GREY, True, 2), bp],
         ),
-        Panel(
+        error_panel(
             "Subspace Neural Physics",
             f"{int(d['k'])} modes + network",
-            f"max {_mm(err.max())} mm, mean {_mm(err.mean())} mm",
-            [error_part(d["ours"] @ R.T, F, err, vmax, True, 2), bp],
-            True,
+            d["ours"] @ R.T,
+            F,
+            err,
+            vmax,
+            [bp],
+            2,
         ),
-        Panel(
+        error_panel(
             "Alpha/beta model alone",
             "the same modes, no network",
-            f"max {_mm(err0.max())} mm, mean {_mm(err0.mean())} mm",
-            [error_part(d["alpha_beta"] @ R.T, F, err0, vmax, True, 2), bp],
-            True,
+            d["alpha_beta"] @ R.T,
+            F,
+            err0,
+            vmax,
+            [bp],
+            2,
         ),
     ]
     caption = [
@@ -757,19 +772,25 @@ def walk_picture(bpy, d: dict, path: Path) -> None:
             f"held-out walk, frame {frame} of {frames}",
             parts=[Part(d["blender"] @ R.T, F, GREY, True, 1), tp],
         ),
-        Panel(
+        error_panel(
             "Subspace Neural Physics",
             f"{int(d['k'])} modes + network",
-            f"max {_mm(err.max())} mm, mean {_mm(err.mean())} mm",
-            [error_part(d["ours"] @ R.T, F, err, vmax, True, 1), tp],
-            True,
+            d["ours"] @ R.T,
+            F,
+            err,
+            vmax,
+            [tp],
+            1,
         ),
-        Panel(
+        error_panel(
             "Cape glued to the torso",
             "its rest shape carried along",
-            f"max {_mm(errg.max())} mm, mean {_mm(errg.mean())} mm",
-            [error_part(d["glued"] @ R.T, F, errg, vmax, True, 1), tp],
-            True,
+            d["glued"] @ R.T,
+            F,
+            errg,
+            vmax,
+            [tp],
+            1,
         ),
     ]
     caption = [
