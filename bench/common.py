@@ -126,11 +126,19 @@ def peak_rss_mib() -> float:
 
 
 def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark to the current RSS (Linux >= 4.0)."""
+    """Reset the kernel's peak-RSS mark to the current RSS (Linux >= 4.0).
+
+    True only when the reset took: some kernels and sandboxes accept the write to
+    ``clear_refs`` and keep the old mark, and a peak read after such a "reset" would be the
+    process's peak since it started. Callers report which one their number is.
+    """
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return True
+    except OSError:
+        return False
+    try:
+        return _status_kib("VmHWM") - _status_kib("VmRSS") <= 4 * 1024  # 4 MiB of slack
     except OSError:
         return False
 
