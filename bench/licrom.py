@@ -43,6 +43,23 @@ The swap to the 19,949-tet ring took 2.82 s at that load (field 0.07 s, static m
 the rest stiffness and one banded Cholesky; cubature 0.48 s, 92 elements); at load 15 the
 same swap took 1.0-1.3 s (static modes 0.56-0.62 s) and 0.56-0.59 s with the field alone.
 
+``--swap``: only the swaps, by stage (a model of the two trained rings, 40 epochs: the swap's
+cost does not depend on the field's fit): the 70 mm ring for 10 frames, then swapped to it at
+4,945 and 19,949 tets, three times each (the cubature fitted anew each time), median. With
+the static modes' banded Cholesky called in LAPACK's own band order (``dpbtrf``; scipy's
+``cholesky_banded`` copied the band into it first), back to back with the code before, one
+core, load 8.7 (ms):
+
+| swap to | swap | field | static modes | cubature | rest | cubature elements |
+|---:|---:|---:|---:|---:|---:|---:|
+| 4,945 tets | 362 (344-401) | 3 | 70 | 243 | 46 | 109 |
+| 19,949 tets | 845 (840-985) | 14 | 385 | 344 | 103 | 94 |
+| before: 4,945 tets | 330 (317-379) | 10 | 72 | 211 | 38 | 109 |
+| before: 19,949 tets | 1,106 (1,028-1,259) | 45 | 649 | 311 | 101 | 94 |
+
+A minute earlier (load 8.8) the 20K swap took 561 ms (480-652; static modes 309). The swapped
+model is the same to the bit (basis, cubature elements and weights, the state 5 frames on).
+
 Before Static Modes (the field alone, 20 DOFs, cubature target 0.01; 169 epochs, load
 15-20) the rings replayed 7.61 / 2.01 / 7.58 / 5.84 mm (0.9x / 0.3x / 1.9x / 0.9x their
 linear models) and settled 7-31% stiffer than full space (the centre of mass sagged
