@@ -1181,6 +1181,41 @@ def test_static_modes_give_a_pinned_body_full_spaces_sag(trained):
     assert errs[True] <= errs[False]
 
 
+def test_static_modes_banded_solve_is_superlus_and_falls_back(monkeypatch):
+    """The static modes' solve (:func:`licrom._spd_solve`): LAPACK's banded Cholesky on the
+    band stored in its own order, in the nodes' RCM order, gives SuperLU's and a plain sparse
+    solve's deflections to 1e-10 (relative, each mode), on a slender bar pinned at one end
+    and on the same bar with both ends pinned; a block that is not positive definite (the
+    stiffness shifted past its smallest eigenvalue) is solved by SuperLU, to 1e-9."""
+    from scipy.sparse import identity
+    from scipy.sparse.linalg import eigsh, spsolve
+
+    m = bar((12, 2, 2))
+    both = np.flatnonzero(np.isclose(m.X[:, 0], 0.0) | np.isclose(m.X[:, 0], SIZE[0]))
+    for pinned in (m.pinned, both):
+        K = TetFEM(m.X, m.T, MATERIAL).hessian(m.X, project=False)
+        banded = licrom.static_modes(m.X, m.T, MATERIAL, pinned, K=K)
+        with monkeypatch.context() as patch:
+            patch.setattr(licrom, "BANDED_FLOPS", 0.0)  # every band too costly: SuperLU
+            lu = licrom.static_modes(m.X, m.T, MATERIAL, pinned, K=K)
+        free = np.ones(3 * len(m.X), bool)
+        free[(3 * pinned[:, None] + np.arange(3)).ravel()] = False
+        f = banded[free]
+        ref = spsolve(K.tocsc()[free][:, free], (K @ banded)[free])
+        for other in (lu[free], ref):
+            off = np.linalg.norm(f - other, axis=0) / np.linalg.norm(other, axis=0)
+            assert off.max() < 1e-10, off
+        assert np.abs(banded[~free]).max() == 0.0 and np.abs(f).max() > 1e-4
+    idx = np.flatnonzero(free)
+    Kf = K.tocsc()[idx][:, idx]
+    low = eigsh(Kf, k=1, sigma=0, which="LM", return_eigenvectors=False)[0]
+    shifted = K - 1.5 * low * identity(K.shape[0])  # indefinite on the free dofs
+    b = np.random.default_rng(0).standard_normal((len(idx), 2))
+    x = licrom._spd_solve(shifted, b, m.T, idx)
+    ref = spsolve(shifted.tocsc()[idx][:, idx], b)
+    assert np.linalg.norm(x - ref) < 1e-9 * np.linalg.norm(ref)
+
+
 def _reduced_static_sag(sim) -> np.ndarray:
     """Displacements (n, 3) of the reduced static equilibrium under the settings' gravity
     (Newton on ``E(q) - f_g . q`` with the runtime's own elastic energy: its cubature and
