@@ -1524,7 +1524,8 @@ METHOD = Method(
             "int",
             400,
             "Warm-Start Epochs",
-            "Epochs fitting the decoder to the approximate target actions (sec. 5.1)",
+            "Epochs fitting the MLP decoder to the approximate target actions (sec. 5.1; "
+            "the linear decoder is fitted by least squares)",
             minimum=0,
             maximum=100_000,
             soft_maximum=5000,
