@@ -91,7 +91,9 @@ them comes out as PCA gives it, tests/test_active.py); 30 markers 0.0859 mm (PCA
 same markers 0.104); **markers with the jaw solved 2,026 fps** (0.49 ms, 2 iterations, the
 angle within 0.61 deg, skin 0.0695 mm from the held-out keys' blends) and 6,704 fps keyed:
 with nothing touching a marker frame is a linear least squares (the flesh is solved only on
-frames where a collider touches: two full solves).
+frames where a collider touches: two full solves). ``--model`` runs of that model back to back
+at load 9-10: one thread sliders 2,610 fps, markers 1,340 fps keyed and 669 fps with the jaw
+solved (1.49 ms); two threads 250 (a few slow frames), 2,077 and 1,067 fps.
 
 Usage::
 
