@@ -478,10 +478,9 @@ def test_the_detail_layer_and_blends_of_training_keys(trained):
             an = face.full_jacobian(xc, z, ball).reshape(-1, len(z))
         else:
             an = (face.Ufull @ face.reduced_jacobian(xc, z)).reshape(-1, len(z))
-        fd = np.column_stack(
-            [(solve(z + 1e-6 * e) - solve(z - 1e-6 * e)).ravel() / 2e-6 for e in np.eye(len(z))]
-        )
-        rel = np.abs(an - fd).max() / np.abs(fd).max()
+        e = np.random.default_rng(3).normal(size=len(z))  # one direction: two solves
+        fd = (solve(z + 1e-6 * e) - solve(z - 1e-6 * e)).ravel() / 2e-6
+        rel = np.abs(an @ e - fd).max() / np.abs(fd).max()
         print(f"{mode}: dx/dz in contact against central differences {rel:.1e} relative")
         assert rel < 1e-5
 
