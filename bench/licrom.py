@@ -57,8 +57,12 @@ core, load 8.7 (ms):
 | before: 4,945 tets | 330 (317-379) | 10 | 72 | 211 | 38 | 109 |
 | before: 19,949 tets | 1,106 (1,028-1,259) | 45 | 649 | 311 | 101 | 94 |
 
-A minute earlier (load 8.8) the 20K swap took 561 ms (480-652; static modes 309). The swapped
-model is the same to the bit (basis, cubature elements and weights, the state 5 frames on).
+A minute earlier (load 8.8) the 20K swap took 561 ms (480-652; static modes 309), later (load
+7-9) 1,082 ms (static modes 568): the shared machine's load swings it 2x. The swapped model is
+the same to the bit (basis, cubature elements and weights, the state 5 frames on).
+``--static-derivatives`` (the static modes' six derivatives too, 29 DOFs), in that later
+minute: 878 and 1,938 ms (static modes and derivatives 125 / 1,018, cubature 692 / 751 ms
+for 182 / 160 elements).
 
 Before Static Modes (the field alone, 20 DOFs, cubature target 0.01; 169 epochs, load
 15-20) the rings replayed 7.61 / 2.01 / 7.58 / 5.84 mm (0.9x / 0.3x / 1.9x / 0.9x their
