@@ -492,12 +492,31 @@ def add_markers(
     ``rigid`` more where the skin moves with the skull, by default
     :data:`..core.faceinputs.RIGID_MARKERS` when Head From Markers is on, else none), at
     the vertices' rest positions, in a collection "<skin> Markers". Animate them (or
-    constrain them to a tracked point) and set Drive to Markers."""
+    constrain them to a tracked point) and set Drive to Markers.
+
+    A skin has one set: placed by the layout only while it has no markers (a second set
+    would double every marker; refused, saying what to do, nothing changed); on given or
+    selected vertices, only those without a marker get one.
+
+    Raises NeuralRomError (nothing added) for a second set or vertices that all have one."""
     V = bm.rest_positions(obj.data)
     if vertices is None:
         sel = np.zeros(len(obj.data.vertices), dtype=bool)
         obj.data.vertices.foreach_get("select", sel)
         vertices = np.flatnonzero(sel) if 0 < sel.sum() < len(sel) else None
+    have = {int(m[MARKER_VERTEX]) for m in markers_of(obj, scene)}
+    if vertices is None and have:
+        raise NeuralRomError(
+            f"'{obj.name}' has {len(have)} markers already (collection '{obj.name} "
+            "Markers'): delete them to place a new set, or select skin vertices to add "
+            "markers there."
+        )
+    if vertices is not None:
+        vertices = [int(v) for v in np.asarray(vertices).reshape(-1) if int(v) not in have]
+        if not vertices:
+            raise NeuralRomError(
+                f"Every vertex picked has a marker of '{obj.name}' already: select others."
+            )
     if vertices is None:
         _, F = bm.surface(obj, world=False)
         if rigid is None:
