@@ -455,6 +455,34 @@ def test_the_detail_layer_and_blends_of_training_keys(trained):
     print(f"mean: {layer * 1000:.4f} mm, without {alone * 1000:.4f}, PCA {pca * 1000:.4f}")
     # measured 0.149 mm against PCA-3's 0.200 (0.75x) and 0.162 without the layer (0.92x)
     assert layer <= 0.9 * pca and layer < alone
+    # in contact the layer moves the skin the colliders press: the equilibrium's rate in the
+    # code (the marker fits' Jacobian) against central differences, full and reduced
+    z = model.codes[0]
+    x = full.solve_full(z, None, x0=model.X, colliders=[]).x
+    V = model.skin_of(x, z)
+    v = np.argmin(V @ np.array([0.6, -0.8, 0.0]))
+    M = np.eye(4)
+    M[:3, 3] = V[v] + 0.010 * (V[v] - V.mean(0)) / np.linalg.norm(V[v] - V.mean(0))
+    ball = [Collider("sphere", radius=0.015, transform=M)]
+    for mode in ("full", "reduced"):
+        face = ActiveFace(model, solve=mode, tol=1e-11, colliders=ball)
+
+        def solve(zz, face=face, mode=mode):
+            if mode == "full":
+                return face.solve_full(zz, None, x0=x).x
+            return face.solve_reduced(zz, None, q0=np.zeros(model.U.shape[1]))[0]
+
+        xc = solve(z)
+        assert -ball[0].signed_distance(model.skin_of(xc, z))[0].min() > 1e-4  # it touches
+        if mode == "full":
+            an = face.full_jacobian(xc, z, ball).reshape(-1, len(z))
+        else:
+            an = (face.Ufull @ face.reduced_jacobian(xc, z)).reshape(-1, len(z))
+        e = np.random.default_rng(3).normal(size=len(z))  # one direction: two solves
+        fd = (solve(z + 1e-6 * e) - solve(z - 1e-6 * e)).ravel() / 2e-6
+        rel = np.abs(an @ e - fd).max() / np.abs(fd).max()
+        print(f"{mode}: dx/dz in contact against central differences {rel:.1e} relative")
+        assert rel < 1e-5
 
 
 def _blends(keys, count, seed):

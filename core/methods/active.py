@@ -786,17 +786,39 @@ class ActiveFace(SimulatorBase):
         UtM = (M.T @ self.Ufull).T * np.repeat(self.w, 6)  # (r, 6k)
         d = len(np.asarray(z).reshape(-1))
         Jd = self.sub_decoder.jacobian(self.model.decoder_input(z, jaw))[:, :d]  # (6k, d)
-        return -sla.solve(Hr, UtM @ Jd, assume_a="sym")
+        B = UtM @ Jd
+        F = self._detail_force_rate(x, z, jaw, self.colliders)
+        if F is not None:
+            B = B + self.Ufull.T @ F
+        return -sla.solve(Hr, B, assume_a="sym")
+
+    def _detail_force_rate(self, x, z, jaw, colliders):
+        """``d g / dz`` (3 n, d) through the detail layer in contact: the colliders press the
+        skin shown, ``P x + D [z, angle, 1]``, so the code moves the skin they touch (None
+        without colliders or a layer)."""
+        m, qs = self.model, self.qs
+        if not colliders or not m.detail.size:
+            return None
+        d = len(np.asarray(z).reshape(-1))
+        p = m.skin.apply(x) + m.detail_offsets(z, jaw)
+        Hp = qs.surface_terms(p, colliders, None, True)[2]
+        o = np.einsum("sab,sbk->sak", Hp, m.detail[:, :d].reshape(len(p), 3, d))
+        return qs.P3.T @ o.reshape(-1, d)
 
     def full_jacobian(self, x, z, colliders=None, jaw=None):
         """``dx/dz`` (n, 3, d) at the full equilibrium ``x`` for code ``z`` and jaw ``jaw``."""
         qs = self.qs
+        qs.surface_offset = self.model.detail_offsets(z, jaw)
         lu = spla.splu(qs.hessian(x, colliders, None))
         M = self.fem.mixed_hessian(x)[qs.free]
         d = len(np.asarray(z).reshape(-1))
         Jd = self.model.decoder.jacobian(self.model.decoder_input(z, jaw))[:, :d]
+        B = np.asarray(M @ Jd)
+        F = self._detail_force_rate(x, z, jaw, colliders)
+        if F is not None:
+            B = B + F[qs.free]
         out = np.zeros((3 * len(x), Jd.shape[1]))
-        out[qs.free] = -lu.solve(np.asarray(M @ Jd))
+        out[qs.free] = -lu.solve(B)
         return out.reshape(len(x), 3, -1)
 
     # ------------------------------------------------------------------ blend of keys
@@ -1054,6 +1076,9 @@ class ActiveFace(SimulatorBase):
             if it == 0:  # a chord method: the frame's first Br serves its later iterations
                 Jd = self.sub_decoder.jacobian(m.decoder_input(z, jaw))[:, :d]
                 Br = ((self.sub.mixed_hessian(x).T @ self.Ufull).T * wrep) @ Jd  # (r, d)
+                F = self._detail_force_rate(x, z, jaw, self.colliders)
+                if F is not None:  # the layer moves the skin the colliders press
+                    Br = Br + self.Ufull.T @ F
             B, G0 = Br, None
             if solve_jaw:  # the jaw's column: its rate changes with the angle, so every time
                 dx = self._base_rate(th)
