@@ -57,8 +57,12 @@ core, load 8.7 (ms):
 | before: 4,945 tets | 330 (317-379) | 10 | 72 | 211 | 38 | 109 |
 | before: 19,949 tets | 1,106 (1,028-1,259) | 45 | 649 | 311 | 101 | 94 |
 
-A minute earlier (load 8.8) the 20K swap took 561 ms (480-652; static modes 309). The swapped
-model is the same to the bit (basis, cubature elements and weights, the state 5 frames on).
+A minute earlier (load 8.8) the 20K swap took 561 ms (480-652; static modes 309), later (load
+7-9) 1,082 ms (static modes 568): the shared machine's load swings it 2x. The swapped model is
+the same to the bit (basis, cubature elements and weights, the state 5 frames on).
+``--static-derivatives`` (the static modes' six derivatives too, 29 DOFs), in that later
+minute: 878 and 1,938 ms (static modes and derivatives 125 / 1,018, cubature 692 / 751 ms
+for 182 / 160 elements).
 
 Before Static Modes (the field alone, 20 DOFs, cubature target 0.01; 169 epochs, load
 15-20) the rings replayed 7.61 / 2.01 / 7.58 / 5.84 mm (0.9x / 0.3x / 1.9x / 0.9x their
@@ -315,7 +319,7 @@ Usage::
     python bench/licrom.py --resolution [--out DIR] [--json F]
     python bench/licrom.py --floating [--latent 10] [--epochs 60] [--out DIR] [--json F]
     python bench/licrom.py --rings [--epochs 300] [--time-budget 600] [--out DIR] [--json F]
-    python bench/licrom.py --swap [--epochs 40] [--out DIR] [--json F]
+    python bench/licrom.py --swap [--static-derivatives] [--epochs 40] [--out DIR] [--json F]
 """
 
 from __future__ import annotations
@@ -680,12 +684,13 @@ def ring_bakes(out: Path, tubes) -> tuple[dict, dict]:
 SWAP_EDGES = (0.045, 0.028)
 
 
-def swap_times(model: Path, start, trials: int = 3) -> list[dict]:
+def swap_times(model: Path, start, trials: int = 3, derivatives: bool | None = None) -> list[dict]:
     """A mesh swap mid-run, by stage: the model on ``start`` (the 70 mm ring) for 10 frames,
     then swapped to the 70 mm ring at each of :data:`SWAP_EDGES`, ``trials`` times each
     (every trial fits its cubature anew); each swap's seconds in all and those of the
     field's evaluation, the static modes (rest stiffness and its factorization), the fitted
-    cubature and the rest (masses, the cubature's sub-mesh, the contact sample)."""
+    cubature and the rest (masses, the cubature's sub-mesh, the contact sample).
+    ``derivatives``: Static Derivatives on or off (None: the model's setting)."""
     from neural_rom.core.methods import licrom
 
     rows = []
@@ -693,7 +698,9 @@ def swap_times(model: Path, start, trials: int = 3) -> list[dict]:
         fine = ring(RINGS["trained"][1], edge=edge)
         for _ in range(trials):
             licrom._FITTED_CACHE.clear()
-            sim = licrom.load_on_mesh(model, start.X, start.T, pinned=start.pinned)
+            sim = licrom.load_on_mesh(
+                model, start.X, start.T, pinned=start.pinned, static_derivatives=derivatives
+            )
             for _ in range(10):
                 sim.step()
             rep = sim.swap_mesh(fine.X, fine.T, pinned=fine.pinned)
@@ -720,10 +727,12 @@ def print_swaps(rows: list[dict]) -> None:
               f"{r['cubature_s'] * 1000:.0f} | {r['rest_s'] * 1000:.0f} | {r['elements']} |")  # fmt: skip
 
 
-def swap_bench(out: Path, json_path: str | None, epochs: int, budget: float) -> None:
+def swap_bench(
+    out: Path, json_path: str | None, epochs: int, budget: float, derivatives: bool
+) -> None:
     """``--swap``: LiCROM trained on the trained rings (as ``--rings``, ``epochs`` within
     ``budget`` s: the swap's cost does not depend on how well the field is trained), then
-    :func:`swap_times`."""
+    :func:`swap_times` (with Static Derivatives when ``derivatives``)."""
     from neural_rom.training.licrom import train
 
     meshes, paths = ring_bakes(out, RINGS["trained"])
@@ -736,7 +745,7 @@ def swap_bench(out: Path, json_path: str | None, epochs: int, budget: float) -> 
              "validation_fraction": 0.0, "rollout": False},
             device="cpu",
         )  # fmt: skip
-    rows = swap_times(model, meshes[RINGS["trained"][1]])
+    rows = swap_times(model, meshes[RINGS["trained"][1]], derivatives=derivatives or None)
     print_swaps(rows)
     if json_path:
         Path(json_path).write_text(json.dumps({"swaps": rows}, indent=1))
@@ -899,6 +908,11 @@ def main() -> None:
         help="only the swap mid-run from the 70 mm ring to it at 5K and 20K tets, by stage "
         "(LiCROM trained on the trained rings: --epochs 40 by default there, --time-budget)",
     )
+    ap.add_argument(
+        "--static-derivatives",
+        action="store_true",
+        help="--swap with Static Derivatives (the static modes' six modal derivatives too)",
+    )
     ap.add_argument("--time-budget", type=float, default=600.0, help="of --rings' training")
     a = ap.parse_args()
     common.pin_this_process()
@@ -918,7 +932,9 @@ def main() -> None:
     if a.swap:
         out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_swap_"))
         out.mkdir(parents=True, exist_ok=True)
-        swap_bench(out, a.json, 40 if a.epochs == 300 else a.epochs, a.time_budget)
+        swap_bench(
+            out, a.json, 40 if a.epochs == 300 else a.epochs, a.time_budget, a.static_derivatives
+        )
         return
     if a.floating:
         out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_float_"))
