@@ -385,6 +385,16 @@ def fit(
             None,
             np.concatenate([T_skin, rig.skin_V[None]]),
         )
+        # each key's recorded code refitted through the blend from its trained one (the least
+        # squares leaves a key 0.002 mm mean, 0.23 mm max, from the blend at its trained code
+        # on own head B; every key lies in the blend's span): Pose from Key shows the key
+        fitter = ActiveFace(model, solve="full")
+        model.codes = np.array(
+            [
+                fitter.fit_latent(t, jaw=a, z0=z, pull=1e-12, iters=12)[0]
+                for z, t, a in zip(z_all, T_skin, jaws, strict=True)
+            ]
+        )
     elif s["detail"]:  # on the training keys and blends of pairs of them (the keys weigh 2/3)
         say(0.91, "skin detail layer")
         bz, ba, bx, bt = blend_samples(

@@ -81,7 +81,8 @@ class ActiveModel:
     jaw_pivot, jaw_axis : (3,) the hinge (for a jaw angle instead of a transform)
     skin : Embedding of the skin vertices
     decoder : MLP, latent (d,) -> actions (6 m,)
-    codes : (N, d) the training shapes' latent codes (slider ranges, defaults)
+    codes : (N, d) the training shapes' latent codes (slider ranges, defaults; with a blend
+        of keys each refitted through it, so a key's code shows the key)
     lift : (3 f_free, 3 j) the jaw lift ``G``
     U : (3 f_free, r) the reduced basis on the free DOFs
     cub_elements, cub_weights : (k,) the reduced solve's cubature (empty: every element)
