@@ -55,6 +55,7 @@ from ..core.methods.active import (
     ActiveFace,
     ActiveModel,
     blend_samples,
+    fit_blend,
     fit_cubature,
     fit_detail,
     jaw_lift,
@@ -383,13 +384,7 @@ def fit(
         z_rest = ActiveFace(model, solve="full").fit_latent(
             rig.skin_V, jaw=0.0, z0=np.zeros(d), pull=1e-9, iters=12
         )[0]
-        model.blend = fit_detail(
-            model,
-            np.vstack([z_all, z_rest]),
-            np.append(jaws, 0.0),
-            None,
-            np.concatenate([T_skin, rig.skin_V[None]]),
-        )
+        model.blend = fit_blend(model, z_all, jaws, T_skin, rig.skin_V, z_rest)
         # each key's recorded code refitted through the blend from its trained one (the least
         # squares leaves a key 0.002 mm mean, 0.23 mm max, from the blend at its trained code
         # on own head B; every key lies in the blend's span): Pose from Key shows the key
