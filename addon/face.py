@@ -325,6 +325,7 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
                 k: 1000.0 * float(result[k])  # millimetres, under the result's names
                 for k in (
                     "train_error_m",
+                    "skin_train_error_m",
                     "warm_error_m",
                     "max_error_val_m",
                     "held_out_mean_error_m",
@@ -339,13 +340,19 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
 
 def fit_lines(obj: bpy.types.Object) -> list[str]:
     """What Train measured of a face's fit, in words (the Face box and ``train`` say these):
-    the training keys' mean skin error, and the held-out keys' (each key's code refitted to
+    the training keys' mean skin error (the skin shown at their codes, and the flesh's
+    equilibria), and the held-out keys' (each key's code refitted to
     its skin): their mean vertex error, the largest vertex error of any of them, and the
     mean of the PCA of the training keys with as many dimensions as the latent code beside
     it."""
     fit = obj.get(FIT_PROP) or {}
     lines = []
-    if "train_error_m" in fit:
+    if "skin_train_error_m" in fit:  # the skin shown; the flesh's equilibria beside it
+        lines.append(
+            f"Training keys: {fit['skin_train_error_m']:.3g} mm mean skin error at their "
+            f"codes (the flesh's equilibria {fit.get('train_error_m', 0.0):.3g} mm)"
+        )
+    elif "train_error_m" in fit:
         lines.append(f"Training keys: {fit['train_error_m']:.3g} mm mean skin error")
     if "max_error_val_m" in fit:
         lines.append(
