@@ -690,8 +690,11 @@ class FaceDriver:
         self.cache.clear()
         self.sim.reset()
 
-    def positions_at(self, frame: int, obj, scene, sample=None, *, colliders=None, pokes=None):
-        """(s, 3) skin positions (local) at scene ``frame``, with the scene's inputs now."""
+    def positions_at(
+        self, frame: int, obj, scene, sample=None, *, colliders=None, pokes=None, mats=None
+    ):
+        """(s, 3) skin positions (local) at scene ``frame``, with the scene's inputs now
+        (read here: ``mats``, the caller's reading of the matrices, is not needed)."""
         import time
 
         track = gather_track(
@@ -717,8 +720,9 @@ class FaceDriver:
             set_jaw_angle(obj, theta, head)
         return P
 
-    def write(self, obj: bpy.types.Object, P: np.ndarray) -> None:
-        """Show the skin positions ``P`` (local) through :data:`MODIFIER`."""
+    def write(self, obj: bpy.types.Object, P: np.ndarray, matrix=None) -> None:
+        """Show the skin positions ``P`` (local) through :data:`MODIFIER` (``matrix``, the
+        object's, is not needed: they are local)."""
         attr = obj.data.attributes.get(SIM_ATTRIBUTE)
         if attr is None:
             attr = obj.data.attributes.new(SIM_ATTRIBUTE, "FLOAT_VECTOR", "POINT")
