@@ -227,9 +227,10 @@ def petrov_galerkin(case, sim):
     ``x = X + U q`` (inertial and damping targets of the moved state in the new pins' frame,
     gravity, the frame's forces) tested with ``W = A0^-1 M U``, ``A0 = (1/h^2 + a/h) M + K0``
     (``K0`` the rest stiffness, ``a`` the mass damping), solved by Newton with a backtracking
-    search on ``|W^T r|``, from the Galerkin step's root. For a linear force it returns the mass-weighted projection (the
-    closest shape) of the next full-space state, where Galerkin returns its projection in
-    the ``A0`` norm. Every element, one substep a frame, no stiffness damping, no contact."""
+    search on ``|W^T r|`` from the Galerkin step's root (from ``q~`` it finds other roots).
+    For a linear force it returns the mass-weighted projection (the closest shape) of the
+    next full-space state, where Galerkin returns its projection in the ``A0`` norm. Every
+    element, one substep a frame, no stiffness damping, no contact."""
     import scipy.sparse as sp
     from scipy.sparse.linalg import splu
 
@@ -274,7 +275,6 @@ def petrov_galerkin(case, sim):
             J = A_mass + W_elem.T @ (He @ sim.U_elem).reshape(-1, k) if jacobian else None
             return r, J
 
-        # Newton from the Galerkin step's root (from q~ it finds other roots of W^T r)
         saved = sim.q, sim.qdot, sim.pose, sim.pose_prev
         rep = galerkin(h, f_ext, colliders, pose)
         q = sim.q
