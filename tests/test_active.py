@@ -505,7 +505,7 @@ def test_the_skin_is_a_blend_of_keys_as_good_as_their_pca(trained):
     codes: the linear map's range is the keys' span when the codes are in general position)."""
     from dataclasses import replace
 
-    from neural_rom.core.methods.active import fit_detail
+    from neural_rom.core.methods.active import fit_blend, fit_detail
 
     rig, keys, _, _, tmp = trained
     model = load_simulator(tmp / "b.nrmodel")[0].model
@@ -554,6 +554,18 @@ def test_the_skin_is_a_blend_of_keys_as_good_as_their_pca(trained):
             worst = max(worst, e - p)
             assert e <= p + 1e-9  # 1e-6 mm: both exact (the skin moves up to 20 mm)
     print(f"latent {rank}: blends at most {worst * 1000:.1e} mm over PCA's, 3 seeds of codes")
+    # keys that never open the jaw say nothing of it: the angle's column is then the flesh's
+    # own response (the jaw turned by hand moves the chin), against central differences
+    zr = np.zeros(d)
+    L = fit_blend(model, model.codes, np.zeros(len(tr)), keys.positions[tr], R, zr)
+    full = ActiveFace(model, solve="full", tol=1e-11)
+    sk = [
+        model.skin.apply(full.solve_full(zr, a, x0=model.X, colliders=[]).x) for a in (-1e-5, 1e-5)
+    ]
+    fd = (sk[1] - sk[0]).ravel() / 2e-5
+    rel = np.abs(L[:, d] - fd).max() / np.abs(fd).max()
+    print(f"no jaw key: the angle's column against the flesh's {rel:.1e} relative")
+    assert rel < 1e-4 and np.abs(fd).max() > 0.01  # the chin moves 1 cm per radian and more
 
 
 def test_the_blend_of_keys_keeps_what_physics_adds(trained):

@@ -301,7 +301,8 @@ def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
         if frame != 6:
             i = j if frame == 11 else 0
             errs[frame] = np.linalg.norm(shown - keys.positions[train[i]], axis=1).mean()
-    fit = skin[face.FIT_PROP]["train_error_m"]
+    fit = skin[face.FIT_PROP]["skin_train_error_m"]  # the skin shown at the keys' codes
+    assert "mm mean skin error at their codes (the flesh's equilibria" in face.fit_lines(skin)[0]
     print(
         f"\nsliders keyed at frames 1 and 11 (jaw {np.degrees(jaw[0]):.1f} and "
         f"{np.degrees(jaw[j]):.1f} deg): shown skin vs the runtime by hand "

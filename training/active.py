@@ -55,6 +55,7 @@ from ..core.methods.active import (
     ActiveFace,
     ActiveModel,
     blend_samples,
+    fit_blend,
     fit_cubature,
     fit_detail,
     jaw_lift,
@@ -117,7 +118,12 @@ def target_actions(rig: FaceRig, targets: np.ndarray, jaw: np.ndarray, tol: floa
 
 def skin_error(rig: FaceRig, x: np.ndarray, t: np.ndarray) -> float:
     """Mean skin vertex distance (m) between node positions ``x`` and skin targets ``t``."""
-    return float(np.linalg.norm(rig.skin.apply(x) - t, axis=-1).mean())
+    return skin_error_of(rig.skin.apply(x), t)
+
+
+def skin_error_of(skin: np.ndarray, t: np.ndarray) -> float:
+    """Mean vertex distance (m) between a skin (s, 3) and skin targets ``t``."""
+    return float(np.linalg.norm(skin - t, axis=-1).mean())
 
 
 class _Checkpoint:
@@ -378,13 +384,7 @@ def fit(
         z_rest = ActiveFace(model, solve="full").fit_latent(
             rig.skin_V, jaw=0.0, z0=np.zeros(d), pull=1e-9, iters=12
         )[0]
-        model.blend = fit_detail(
-            model,
-            np.vstack([z_all, z_rest]),
-            np.append(jaws, 0.0),
-            None,
-            np.concatenate([T_skin, rig.skin_V[None]]),
-        )
+        model.blend = fit_blend(model, z_all, jaws, T_skin, rig.skin_V, z_rest)
         # each key's recorded code refitted through the blend from its trained one (the least
         # squares leaves a key 0.002 mm mean, 0.23 mm max, from the blend at its trained code
         # on own head B; every key lies in the blend's span): Pose from Key shows the key
@@ -414,9 +414,20 @@ def fit(
         model, z_all, x_cache, jaws=jaws, seed=s["seed"]
     )
     held = held_out_errors(model, rig, keys, say)
+    # the skin shown at each training key's recorded code (the blend, or the equilibria with
+    # the detail layer), what Pose from Key shows; train_error_m is the flesh's equilibria
+    skin_err = float(
+        np.mean(
+            [
+                skin_error_of(model.skin_of(x, z, a), t)
+                for z, x, a, t in zip(model.codes, x_cache, jaws, T_skin, strict=True)
+            ]
+        )
+    )
     meta = {
         "settings": s,
         **held,
+        "skin_train_error_m": skin_err,
         "train_error_m": history[-1] if history else None,
         "warm_error_m": warm_err,
         "n_train": int(N),
@@ -432,6 +443,7 @@ def fit(
         "warm_error_m": warm_err,
         "history_m": history,
         "key_errors_m": errs.tolist(),
+        "skin_train_error_m": skin_err,
         "seconds_per_epoch": float(np.mean(t_epochs)) if t_epochs else 0.0,
         "seconds": time.perf_counter() - t_start,
         "epochs_done": len(t_epochs) + start_epoch,

@@ -250,6 +250,29 @@ def fit_detail(
     return np.linalg.solve(A, Y.T @ R.reshape(len(R), -1)).T
 
 
+def fit_blend(model: ActiveModel, codes, jaws, keys, rest, rest_code) -> np.ndarray:
+    """The skin's linear part :attr:`ActiveModel.blend` (3 s, d + 2): least squares on the
+    training keys ``keys`` (K, s, 3) at their codes ``codes`` and jaw angles ``jaws`` (rad)
+    and the rest face ``rest`` (s, 3) at ``rest_code`` with the jaw closed. When the keys do
+    not open the jaw (no spread in ``jaws``) they say nothing of it: the angle's column is
+    then the flesh's own response, ``P dchi/dangle`` of the full equilibrium at the rest
+    code (the jaw turned by hand moves the chin as the physics does, linearized)."""
+    jaws = np.asarray(jaws, float)
+    L = fit_detail(
+        model,
+        np.vstack([codes, rest_code]),
+        np.append(jaws, 0.0),
+        None,
+        np.concatenate([keys, np.asarray(rest)[None]]),
+    )
+    if np.ptp(np.append(jaws, 0.0)) <= 1e-9:
+        face = ActiveFace(model, solve="full")
+        x = face.solve_full(rest_code, 0.0, x0=model.X, colliders=[]).x
+        rate = face._equilibrium_rates(x, rest_code, 0.0, True, [], None)[:, -1]
+        L[:, len(rest_code)] = face.qs.P3 @ rate
+    return L
+
+
 def blend_samples(model: ActiveModel, codes, jaws, xs, keys, rest, count: int, seed: int = 0):
     """Blends of pairs of training keys for the detail layer's fit: each ``rest + w1 (t_i -
     rest) + w2 (t_j - rest)`` (``w`` drawn in [0.3, 0.8]) with the code blended the same way
