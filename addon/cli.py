@@ -6,7 +6,8 @@ tests) run it: ``cli.main(["bake", "--file", "shot.blend", "--object", "Cube", "
 "3", "--save"])`` returns the exit code.
 
 Subcommands: ``info``, ``tetrahedralize``, ``bake``, ``cloth-bake``, ``export-pc2``, ``train``,
-``simulate``, ``compare``, ``compare-methods``, ``face-setup``, ``face-demo`` (:mod:`.face_cli`); ``--help`` on each.
+``simulate``, ``compare``, ``compare-methods``, ``face-setup``, ``face-demo``, ``add-markers``
+(:mod:`.face_cli`); ``--help`` on each.
 Exit codes: 0 ok, 1 crash (a bug or a dead worker: the message names its log), 2 user
 error (the message, on stderr, says what to fix), 3 cancelled (what was committed before
 the cancel is kept and recorded).
@@ -1291,6 +1292,7 @@ COMMANDS = {
     "compare-methods": cmd_compare_methods,
     "face-setup": cmd_face,
     "face-demo": cmd_face,
+    "add-markers": cmd_face,
 }
 
 

@@ -152,6 +152,12 @@ def colliders(obj: bpy.types.Object) -> list[bpy.types.Object]:
     return out
 
 
+def baked_kinds(obj, cols: list) -> list[str]:
+    """The shape each collider object of ``cols`` was baked as (its model slot's)."""
+    baked = dict(collider_specs(obj))
+    return [baked.get(col.name, "sphere") for col in cols]
+
+
 def track(obj, cols: list, mats: np.ndarray, frame0: int = 0) -> Track:
     """The inputs of a cloth object's frames (:class:`core.simjob.Track`), as its cloth bakes
     recorded them: each collider sized as the kind it was baked as and placed by
@@ -164,9 +170,7 @@ def track(obj, cols: list, mats: np.ndarray, frame0: int = 0) -> Track:
     mats : (F, 1 + colliders, 4, 4) world matrices per frame, the object's first
     """
     mats = np.asarray(mats, dtype=np.float64)
-    baked = dict(collider_specs(obj))
-    kinds = [baked.get(col.name, "sphere") for col in cols]
-    kind, radius, half, transform = bm.collider_frames(cols, kinds, mats)
+    kind, radius, half, transform = bm.collider_frames(cols, baked_kinds(obj, cols), mats)
     return Track(
         frame0,
         mats[:, 0],

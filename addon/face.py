@@ -325,6 +325,7 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
                 k: 1000.0 * float(result[k])  # millimetres, under the result's names
                 for k in (
                     "train_error_m",
+                    "skin_train_error_m",
                     "warm_error_m",
                     "max_error_val_m",
                     "held_out_mean_error_m",
@@ -339,13 +340,19 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
 
 def fit_lines(obj: bpy.types.Object) -> list[str]:
     """What Train measured of a face's fit, in words (the Face box and ``train`` say these):
-    the training keys' mean skin error, and the held-out keys' (each key's code refitted to
+    the training keys' mean skin error (the skin shown at their codes, and the flesh's
+    equilibria), and the held-out keys' (each key's code refitted to
     its skin): their mean vertex error, the largest vertex error of any of them, and the
     mean of the PCA of the training keys with as many dimensions as the latent code beside
     it."""
     fit = obj.get(FIT_PROP) or {}
     lines = []
-    if "train_error_m" in fit:
+    if "skin_train_error_m" in fit:  # the skin shown; the flesh's equilibria beside it
+        lines.append(
+            f"Training keys: {fit['skin_train_error_m']:.3g} mm mean skin error at their "
+            f"codes (the flesh's equilibria {fit.get('train_error_m', 0.0):.3g} mm)"
+        )
+    elif "train_error_m" in fit:
         lines.append(f"Training keys: {fit['train_error_m']:.3g} mm mean skin error")
     if "max_error_val_m" in fit:
         lines.append(
@@ -492,12 +499,31 @@ def add_markers(
     ``rigid`` more where the skin moves with the skull, by default
     :data:`..core.faceinputs.RIGID_MARKERS` when Head From Markers is on, else none), at
     the vertices' rest positions, in a collection "<skin> Markers". Animate them (or
-    constrain them to a tracked point) and set Drive to Markers."""
+    constrain them to a tracked point) and set Drive to Markers.
+
+    A skin has one set: placed by the layout only while it has no markers (a second set
+    would double every marker; refused, saying what to do, nothing changed); on given or
+    selected vertices, only those without a marker get one.
+
+    Raises NeuralRomError (nothing added) for a second set or vertices that all have one."""
     V = bm.rest_positions(obj.data)
     if vertices is None:
         sel = np.zeros(len(obj.data.vertices), dtype=bool)
         obj.data.vertices.foreach_get("select", sel)
         vertices = np.flatnonzero(sel) if 0 < sel.sum() < len(sel) else None
+    have = {int(m[MARKER_VERTEX]) for m in markers_of(obj, scene)}
+    if vertices is None and have:
+        raise NeuralRomError(
+            f"'{obj.name}' has {len(have)} markers already (collection '{obj.name} "
+            "Markers'): delete them to place a new set, or select skin vertices to add "
+            "markers there."
+        )
+    if vertices is not None:
+        vertices = [int(v) for v in np.asarray(vertices).reshape(-1) if int(v) not in have]
+        if not vertices:
+            raise NeuralRomError(
+                f"Every vertex picked has a marker of '{obj.name}' already: select others."
+            )
     if vertices is None:
         _, F = bm.surface(obj, world=False)
         if rigid is None:
@@ -664,8 +690,11 @@ class FaceDriver:
         self.cache.clear()
         self.sim.reset()
 
-    def positions_at(self, frame: int, obj, scene, sample=None, *, colliders=None, pokes=None):
-        """(s, 3) skin positions (local) at scene ``frame``, with the scene's inputs now."""
+    def positions_at(
+        self, frame: int, obj, scene, sample=None, *, colliders=None, pokes=None, mats=None
+    ):
+        """(s, 3) skin positions (local) at scene ``frame``, with the scene's inputs now
+        (read here: ``mats``, the caller's reading of the matrices, is not needed)."""
         import time
 
         track = gather_track(
@@ -691,8 +720,9 @@ class FaceDriver:
             set_jaw_angle(obj, theta, head)
         return P
 
-    def write(self, obj: bpy.types.Object, P: np.ndarray) -> None:
-        """Show the skin positions ``P`` (local) through :data:`MODIFIER`."""
+    def write(self, obj: bpy.types.Object, P: np.ndarray, matrix=None) -> None:
+        """Show the skin positions ``P`` (local) through :data:`MODIFIER` (``matrix``, the
+        object's, is not needed: they are local)."""
         attr = obj.data.attributes.get(SIM_ATTRIBUTE)
         if attr is None:
             attr = obj.data.attributes.new(SIM_ATTRIBUTE, "FLOAT_VECTOR", "POINT")

@@ -1,4 +1,4 @@
-"""Headless commands of active faces (``face-setup``, ``face-demo``), added to
+"""Headless commands of active faces (``face-setup``, ``face-demo``, ``add-markers``), added to
 :mod:`.cli`'s parser; ``train`` and ``simulate`` take a face as they take any object
 (``simulate --drive markers`` picks what drives it)."""
 
@@ -34,6 +34,29 @@ def add_parsers(sub, common) -> None:
         metavar="M",
         help="lattice cell edge in metres (default: the object's; 0: the skin's tallest side / 12)",
     )
+    from ..core.faceinputs import MARKER_LAYOUTS
+
+    mk = sub.add_parser(
+        "add-markers",
+        parents=[common],
+        help="add marker empties on each face's skin (Add Markers)",
+        description=textwrap.fill(
+            "Add marker empties bound to skin vertices of each face, placed by the layout "
+            "(and 6 where the skin moves with the skull when the face's Head From Markers "
+            "is on), in a collection '<skin> Markers'; a skin that has markers keeps them "
+            "(delete them first to place a new set). Animate them, then `simulate --drive "
+            "markers`.",
+            80,
+        ),
+    )
+    mk.add_argument(
+        "--layout",
+        choices=[k.lower() for k, _, _ in MARKER_LAYOUTS],
+        default="face",
+        help="; ".join(f"{k.lower()}: {d}" for k, _, d in MARKER_LAYOUTS) + " (default face)",
+    )
+    mk.add_argument("--count", type=int, default=30, help="markers (default 30)")
+    mk.add_argument("--seed", type=int, default=0, help="seed of the placement (default 0)")
     demo = sub.add_parser(
         "face-demo",
         parents=[common],
@@ -118,7 +141,33 @@ def cmd_face_demo(args, cli) -> int:
     return 0
 
 
+def cmd_add_markers(args, cli) -> int:
+    from ..core.errors import NeuralRomError
+    from . import face
+
+    if args.count < 1:
+        raise cli.UserError(f"--count must be at least 1, not {args.count}")
+    scene = bpy.context.scene
+    objs = cli.select_objects(args.objects)
+    for obj in objs:
+        if not face.is_face(obj):
+            raise cli.UserError(f"'{obj.name}' is not a face: run face-setup on it first")
+    for obj in objs:
+        try:
+            made = face.add_markers(
+                obj, scene, count=args.count, seed=args.seed, layout=args.layout.upper()
+            )
+        except NeuralRomError as e:
+            raise cli.UserError(str(e)) from e
+        cli.say(f"{obj.name}: added {len(made)} markers ({args.layout} layout)")
+    return 0
+
+
 def run(args, cli) -> int:
     """Run a face subcommand; ``cli`` gives :mod:`.cli`'s ``select_objects``, ``say`` and
     ``UserError`` (passed in: the command line is the layer above this one)."""
-    return {"face-setup": cmd_face_setup, "face-demo": cmd_face_demo}[args.command](args, cli)
+    return {
+        "face-setup": cmd_face_setup,
+        "face-demo": cmd_face_demo,
+        "add-markers": cmd_add_markers,
+    }[args.command](args, cli)

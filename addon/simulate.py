@@ -3,19 +3,23 @@ whose Simulate is on from its trained model, with the scene's colliders, pins an
 
 The per-frame path reads straight through (:func:`on_frame_change` -> :func:`apply_frame`):
 
-1. Blender gathers the frame's inputs once (:meth:`Driver.inputs`: the colliders and the
-   pin targets from the world matrices, and the running poke, :func:`set_poke`);
+1. Blender gathers the frame's inputs once (:func:`apply_frame` reads the world matrices of
+   the object and its colliders, :meth:`Driver.inputs` their boxes, and the running poke,
+   :func:`set_poke`);
 2. core steps: :class:`..core.framecache.Timeline` scrubs like Blender's point cache, in
    memory (going back restores a kept frame, going forward steps the frames in between,
    a frame whose inputs changed is simulated again with every frame after it);
 3. Blender writes the mesh once (:meth:`Driver.local`, one ``foreach_set``).
 
-The frame's inputs are read from Blender into arrays by :func:`gather_inputs` (a
-:class:`..core.simjob.Track`), one frame here, every frame for Bake Simulation's job, and
-turned into :class:`..core.sim.FrameInputs` by core: the viewport and the baked cache see
-the same inputs. Sliders, markers and a driving reference frame are fields of the track;
-:func:`gather_inputs` is where they are gathered when a method takes them. A new model, material, tets, start frame, frame rate or set of
-colliders rebuilds the driver (:func:`driver_key`); Reset forgets the frames. A model that
+Core turns what Blender read into :class:`..core.sim.FrameInputs`: for the frame shown by a
+:class:`..core.simjob.FrameReader` (no track built each frame), for Bake Simulation's job
+from :func:`gather_inputs`' :class:`..core.simjob.Track` of every frame; the two give the
+same inputs to the bit, so the viewport and the baked cache play the same frames. Sliders,
+markers and a driving reference frame are fields of the track; :func:`gather_inputs` is
+where they are gathered when a method takes them. A new model, material, tets, start frame,
+frame rate or set of colliders rebuilds the driver (:func:`driver_key`; a model file
+replaced outside Blender is noticed within :data:`STAMP_SECONDS` or on the start frame);
+Reset forgets the frames. A model that
 stopped fitting its object turns that object's simulation off and says why
 (:func:`frame_failed`), rather than raising inside Blender's frame change.
 """
@@ -23,6 +27,7 @@ stopped fitting its object turns that object's simulation off and says why
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -33,7 +38,7 @@ from ..core.errors import CacheError, NeuralRomError
 from ..core.framecache import Timeline
 from ..core.poke import Poke
 from ..core.sim import FrameInputs
-from ..core.simjob import Track, render_local
+from ..core.simjob import FrameReader, Track, render_local
 from . import bakes, cloth, paths, reference, tets
 from . import blender_mesh as bm
 from .reference import runs_on_other_meshes
@@ -202,16 +207,41 @@ def frame_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.t
     return bakes.scene_colliders(obj, scene)
 
 
-def driver_key(obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None) -> tuple:
-    """What the simulated frames depend on, besides the per-frame inputs (``colliders``:
-    the scene's collider objects, when the caller has them)."""
-    s = obj.neural_rom
-    path = paths.load_path(s.model.path) if s.model.path else None
+#: Seconds a model file's stamp (its modification time and size) is trusted while the timeline
+#: plays: a file replaced outside Blender (a training on the farm, a copy) drives the object
+#: from the next frame after at most this long, and at once on the start frame, on Start and
+#: on Reset; a training in Blender drops the driver itself (:func:`forget`). The stamp was
+#: a ``stat`` every frame: 15 us of the walking cape's 0.34 ms.
+STAMP_SECONDS = 0.5
+# model path -> (time.monotonic() of the stat, stamp)
+_stamps: dict = {}
+
+
+def model_stamp(path, *, fresh: bool = True):
+    """``(mtime_ns, size)`` of the model file ``path`` (None: no such file), stat-ed again
+    when ``fresh`` or when the last reading is older than :data:`STAMP_SECONDS`."""
+    now = time.monotonic()
+    kept = _stamps.get(path)
+    if not fresh and kept is not None and now - kept[0] < STAMP_SECONDS:
+        return kept[1]
     try:
-        st = os.stat(path) if path is not None else None
-        stamp = (st.st_mtime_ns, st.st_size) if st else None
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
     except OSError:
         stamp = None
+    _stamps[path] = (now, stamp)
+    return stamp
+
+
+def driver_key(
+    obj: bpy.types.Object, scene: bpy.types.Scene, colliders=None, *, fresh: bool = True
+) -> tuple:
+    """What the simulated frames depend on, besides the per-frame inputs (``colliders``:
+    the scene's collider objects, when the caller has them; ``fresh``: the model file's
+    stamp read now, else as :func:`model_stamp` kept it)."""
+    s = obj.neural_rom
+    path = paths.load_path(s.model.path) if s.model.path else None
+    stamp = None if path is None else model_stamp(path, fresh=fresh)
     if colliders is None:
         colliders = frame_colliders(obj, scene)
     return (
@@ -277,11 +307,28 @@ class Driver:
     def inputs(self, obj, colliders: list, mats: np.ndarray | None = None) -> FrameInputs:
         """The frame's inputs, read from Blender once: the ``colliders`` (objects) and the
         pin targets, at the world matrices ``mats`` ((1 + colliders, 4, 4): the object's,
-        then its colliders'), default: now."""
-        m = _now(obj, colliders) if mats is None else np.asarray(mats)[None]
-        return gather_inputs(colliders, m).inputs(
-            0, pins_local=self.pins_local, ground_z=self.ground_z
+        then its colliders'), default: now. :meth:`..core.simjob.Track.inputs` of the frame
+        as :func:`gather_inputs` gathers it (Bake Simulation's), to the bit, without
+        building the track (:class:`..core.simjob.FrameReader`)."""
+        m = bm.matrices([obj, *colliders]) if mats is None else mats
+        boxes = [bm.collider_box(col) for col in colliders]
+        return self._reader(obj, colliders).inputs(
+            m, boxes, self._friction(colliders), pins_local=self.pins_local, ground_z=self.ground_z
         )
+
+    def _reader(self, obj, colliders: list) -> FrameReader:
+        """The :class:`..core.simjob.FrameReader` of these colliders (kept while their
+        names and shapes stay: the driver's key has them)."""
+        kinds = [col.neural_rom.collider_shape for col in colliders]
+        key = (tuple(col.name for col in colliders), tuple(kinds))
+        if getattr(self, "_read", (None,))[0] != key:
+            # a plane has no size: core.colliders.Collider's default (gather_inputs)
+            self._read = key, FrameReader(kinds, list(key[0]), plane_radius=0.5)
+        return self._read[1]
+
+    @staticmethod
+    def _friction(colliders: list) -> list[float]:
+        return [float(col.neural_rom.collider_friction) for col in colliders]
 
     # ----------------------------------------------------------------- frames
     def reset(self) -> None:
@@ -297,6 +344,7 @@ class Driver:
         *,
         colliders: list | None = None,
         pokes: tuple[Poke, ...] | None = None,
+        mats: np.ndarray | None = None,
     ) -> np.ndarray:
         """(n, 3) world tet-node positions at scene ``frame``, simulating what is missing.
 
@@ -305,14 +353,17 @@ class Driver:
         or a collider is animated. ``sample(first, last)`` instead gives the matrices of the
         object and its colliders for frames first..last ((count, 1 + colliders, 4, 4)).
         ``colliders`` are the scene's collider objects (default: looked up); ``pokes``
-        default to the object's running poke.
+        default to the object's running poke; ``mats`` the world matrices of the object and
+        its colliders now when the caller read them ((1 + colliders, 4, 4)).
         """
         frame = int(frame)
         if colliders is None:
             colliders = frame_colliders(obj, scene)
         if pokes is None:
             pokes = (_pokes[self.name],) if self.name in _pokes else ()
-        now = self.inputs(obj, colliders, None if sample is None else sample(frame, frame)[0])
+        if sample is not None:
+            mats = sample(frame, frame)[0]
+        now = self.inputs(obj, colliders, mats)
         sample = sample or self._sampler(obj, scene, colliders)
 
         def between(first: int, last: int) -> list[FrameInputs] | None:
@@ -338,9 +389,10 @@ class Driver:
         t = self.tets
         return render_local(P, matrix_world, int(t.mesh.n_surface_inputs), t.embedding)
 
-    def write(self, obj, P: np.ndarray) -> None:
-        """Write the frame's (n, 3) world tet-node positions ``P`` into the mesh."""
-        bm.set_positions(obj.data, self.local(P, bm.matrix(obj)))
+    def write(self, obj, P: np.ndarray, matrix: np.ndarray | None = None) -> None:
+        """Write the frame's (n, 3) world tet-node positions ``P`` into the mesh (``matrix``:
+        the object's world matrix now, when the caller has it)."""
+        bm.set_positions(obj.data, self.local(P, bm.matrix(obj) if matrix is None else matrix))
 
 
 class ClothDriver(Driver):
@@ -369,10 +421,18 @@ class ClothDriver(Driver):
         self.key = driver_key(obj, scene)
         self.timeline = Timeline(self.sim, self.frame_start)
 
-    def inputs(self, obj, colliders: list, mats: np.ndarray | None = None):
-        if mats is None:
-            mats = bm.matrices([obj, *colliders])
-        return cloth.track(obj, colliders, np.asarray(mats)[None]).inputs(0)
+    def _reader(self, obj, colliders: list) -> FrameReader:
+        """:meth:`Driver._reader` of a cloth: :func:`.cloth.track`'s (the colliders as its
+        bakes recorded them, the object's rigid world matrix as the reference frame)."""
+        kinds = cloth.baked_kinds(obj, colliders)
+        key = (tuple(col.name for col in colliders), tuple(kinds))
+        if getattr(self, "_read", (None,))[0] != key:
+            self._read = key, FrameReader(kinds, list(key[0]), reference_frame=True)
+        return self._read[1]
+
+    @staticmethod
+    def _friction(colliders: list) -> None:
+        return None  # a cloth bake records none
 
     def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:
         return bm.to_local(np.asarray(P, dtype=np.float64), matrix_world)
@@ -387,6 +447,7 @@ def forget(name: str | None = None) -> None:
     if name is None:
         _drivers.clear()
         _pokes.clear()
+        _stamps.clear()
         if bpy.app.timers.is_registered(_clear_status_bar):
             bpy.app.timers.unregister(_clear_status_bar)
             _status_bar(None)
@@ -408,7 +469,9 @@ def driver(obj: bpy.types.Object, scene: bpy.types.Scene, colliders: list | None
     """The object's driver, rebuilt when what its frames depend on changed
     (``colliders``: the scene's collider objects, when the caller has them)."""
     d = _drivers.get(obj.name)
-    if d is not None and d.key == driver_key(obj, scene, colliders):
+    # the model file's stamp as kept, but on the start frame (playing from the start)
+    fresh = d is None or scene.frame_current == scene.frame_start
+    if d is not None and d.key == driver_key(obj, scene, colliders, fresh=fresh):
         return d
     _let_go_of_stopped()
     from . import face
@@ -433,8 +496,9 @@ def apply_frame(
     colliders = frame_colliders(obj, scene)
     d = driver(obj, scene, colliders)
     frame = scene.frame_current if frame is None else frame
-    P = d.positions_at(frame, obj, scene, colliders=colliders)
-    d.write(obj, P)
+    mats = bm.matrices([obj, *colliders])  # read once: the inputs and the mesh's placement
+    P = d.positions_at(frame, obj, scene, colliders=colliders, mats=mats)
+    d.write(obj, P, mats[0])
     d.shown = int(frame)
     return P
 
@@ -490,6 +554,7 @@ def stop_simulation(obj: bpy.types.Object) -> None:
 def reset_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) -> None:
     """Forget the simulated frames (the next frame change simulates from rest)."""
     scene = scene or paths.scene_of(obj)
+    _stamps.clear()  # a model file replaced meanwhile drives it from now on
     d = _drivers.get(obj.name)
     if d is not None:
         d.reset()

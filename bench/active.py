@@ -82,6 +82,19 @@ deg), load average 7-9, the two runs back to back):
   2.9-3.3x slower, which is why the runtime measures the faster count
   (:meth:`core.methods.active.ActiveFace.pick_threads`) instead of taking the process's.
 
+The skin as the keys' blend plus contact (the default since 2026-11-29; ``--skin physics``:
+the equilibrium, as above), the same 16-key model settings, one thread, load average 4-7:
+training 48 s (the blend's least squares after the rest face's code, 10 s, instead of the
+detail layer's pair blends); held out, code refitted on the whole skin, 0.0708 mm against
+surface PCA-12's 0.0907 (these keys are simulated, no blends of the training keys; a blend of
+them comes out as PCA gives it, tests/test_active.py); 30 markers 0.0859 mm (PCA-12 on the
+same markers 0.104); **markers with the jaw solved 2,026 fps** (0.49 ms, 2 iterations, the
+angle within 0.61 deg, skin 0.0695 mm from the held-out keys' blends) and 6,704 fps keyed:
+with nothing touching a marker frame is a linear least squares (the flesh is solved only on
+frames where a collider touches: two full solves). ``--model`` runs of that model back to back
+at load 9-10: one thread sliders 2,610 fps, markers 1,340 fps keyed and 669 fps with the jaw
+solved (1.49 ms); two threads 250 (a few slow frames), 2,077 and 1,067 fps.
+
 Usage::
 
     python bench/active.py [--size bench] [--keys 48] [--held-out 8] [--epochs 15]
@@ -127,6 +140,12 @@ def main(argv=None) -> int:
     p.add_argument("--latent", type=int, default=12)
     p.add_argument("--decoder", default="linear", choices=("linear", "mlp"))
     p.add_argument("--jaw-input", action="store_true", help="the jaw angle as a decoder input")
+    p.add_argument(
+        "--skin",
+        default="blend",
+        choices=("blend", "physics"),
+        help="the skin shown: the keys' blend plus contact (default) or the equilibrium",
+    )
     p.add_argument("--markers", type=int, default=30)
     p.add_argument("--frames", type=int, default=48)
     p.add_argument("--threads", type=int, default=1, help="BLAS threads (and cores) to run on")
@@ -169,6 +188,7 @@ def main(argv=None) -> int:
         "warm_epochs": a.warm_epochs,
         "decoder": a.decoder,
         "jaw_input": a.jaw_input,
+        "skin": a.skin,
     }
     if a.model:
         from neural_rom.core.registry import load_simulator
@@ -203,7 +223,7 @@ def main(argv=None) -> int:
     from neural_rom.core.methods.active import ActiveModel
 
     full_warm = None
-    if res["warm_decoder"] is not None:
+    if res["warm_decoder"] is not None and not model.blends:  # the physical skin's
         warm = ActiveModel(**{**model.__dict__, "decoder": res["warm_decoder"]})
         full_warm = ActiveFace(warm, solve="full")
     D = (keys.positions[tr] - rig.skin_V).reshape(len(tr), -1)
@@ -220,7 +240,7 @@ def main(argv=None) -> int:
         tgt, jaw = keys.positions[j], model.jaw_matrix(keys.jaw[j])
         z, x, _, _ = full.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
         e2e = _err(model.skin_of(x, z, jaw), tgt)  # the skin shown: the detail layer's too
-        xw = x
+        xw = None
         if full_warm is not None:
             _, xw, _, _ = full_warm.fit_latent(tgt, jaw=jaw, z0=np.zeros(d), pull=1e-10, iters=12)
         dj = (tgt - rig.skin_V).ravel() - mean
@@ -237,7 +257,7 @@ def main(argv=None) -> int:
                 "jaw": float(keys.jaw[j]),
                 "rest_m": _err(rig.skin_V, tgt),
                 "e2e_m": e2e,
-                "warm_m": _err(rig.skin.apply(xw), tgt),
+                "warm_m": None if xw is None else _err(rig.skin.apply(xw), tgt),
                 "pca_m": pca,
                 "markers_m": mk,
                 "pca_markers_m": pca_m,
@@ -253,6 +273,7 @@ def main(argv=None) -> int:
             summ[name] = {
                 k: float(np.mean([o[k] for o in sub]))
                 for k in ("rest_m", "e2e_m", "warm_m", "pca_m", "markers_m", "pca_markers_m")
+                if sub[0][k] is not None
             }
             summ[name]["count"] = len(sub)
     R["held_out_mean"] = summ
@@ -293,7 +314,7 @@ def main(argv=None) -> int:
             res_f.append(rep.residual)
             sk.append(sim.skin_positions())
             if name == "reduced":
-                full_res.append(full.qs.residual(sim.x, model.actions(zi, M)))
+                full_res.append(full.qs.residual(sim.positions(), model.actions(zi, M)))
         skins[name] = np.array(sk)
         stats[name] = {
             "fps": 1.0 / float(np.mean(times)),
@@ -354,6 +375,10 @@ def main(argv=None) -> int:
     R["markers"] = mstats
     print(json.dumps({"markers": mstats}), flush=True)
 
+    if a.json:
+        a.json.write_text(json.dumps(R, indent=1))
+    if model.blends:  # a marker frame is a linear least squares: no Adam to compare
+        return 0
     # ---- Adam (lr 0.1, the paper) against LM on one marker frame (reduced solve)
     P, M = m_frames[F // 2]
     red.reset()

@@ -43,6 +43,27 @@ The swap to the 19,949-tet ring took 2.82 s at that load (field 0.07 s, static m
 the rest stiffness and one banded Cholesky; cubature 0.48 s, 92 elements); at load 15 the
 same swap took 1.0-1.3 s (static modes 0.56-0.62 s) and 0.56-0.59 s with the field alone.
 
+``--swap``: only the swaps, by stage (a model of the two trained rings, 40 epochs: the swap's
+cost does not depend on the field's fit): the 70 mm ring for 10 frames, then swapped to it at
+4,945 and 19,949 tets, three times each (the cubature fitted anew each time), median. With
+the static modes' banded Cholesky called in LAPACK's own band order (``dpbtrf``; scipy's
+``cholesky_banded`` copied the band into it first), back to back with the code before, one
+core, load 8.7 (ms):
+
+| swap to | swap | field | static modes | cubature | rest | cubature elements |
+|---:|---:|---:|---:|---:|---:|---:|
+| 4,945 tets | 362 (344-401) | 3 | 70 | 243 | 46 | 109 |
+| 19,949 tets | 845 (840-985) | 14 | 385 | 344 | 103 | 94 |
+| before: 4,945 tets | 330 (317-379) | 10 | 72 | 211 | 38 | 109 |
+| before: 19,949 tets | 1,106 (1,028-1,259) | 45 | 649 | 311 | 101 | 94 |
+
+A minute earlier (load 8.8) the 20K swap took 561 ms (480-652; static modes 309), later (load
+7-9) 1,082 ms (static modes 568): the shared machine's load swings it 2x. The swapped model is
+the same to the bit (basis, cubature elements and weights, the state 5 frames on).
+``--static-derivatives`` (the static modes' six derivatives too, 29 DOFs), in that later
+minute: 878 and 1,938 ms (static modes and derivatives 125 / 1,018, cubature 692 / 751 ms
+for 182 / 160 elements).
+
 Before Static Modes (the field alone, 20 DOFs, cubature target 0.01; 169 epochs, load
 15-20) the rings replayed 7.61 / 2.01 / 7.58 / 5.84 mm (0.9x / 0.3x / 1.9x / 0.9x their
 linear models) and settled 7-31% stiffer than full space (the centre of mass sagged
@@ -297,6 +318,8 @@ Usage::
                            [--json F]
     python bench/licrom.py --resolution [--out DIR] [--json F]
     python bench/licrom.py --floating [--latent 10] [--epochs 60] [--out DIR] [--json F]
+    python bench/licrom.py --rings [--epochs 300] [--time-budget 600] [--out DIR] [--json F]
+    python bench/licrom.py --swap [--static-derivatives] [--epochs 40] [--out DIR] [--json F]
 """
 
 from __future__ import annotations
@@ -631,25 +654,15 @@ def ring(tube: float, edge: float, R: float = 0.3, major: int = 24, minor: int =
     return SimpleNamespace(X=np.asarray(m.X), T=np.asarray(m.T), pinned=pins, tube=tube)
 
 
-def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: int) -> None:
-    """LiCROM trained on the rings of :data:`RINGS` ``trained`` (variants 0-2 of each),
-    replayed on variant 3 of every ring, against each ring's own linear model (PCA of its
-    variants 0-2, as many modes as LiCROM's latent or as its bakes span) on the same bake:
-    max and mean vertex error, closest shapes; the exact energy beside the fitted cubature."""
+def ring_bakes(out: Path, tubes) -> tuple[dict, dict]:
+    """The rings of tube radii ``tubes`` (m) at the add-on's Tet Size 0 (the diagonal / 12)
+    and their four variants of the pinned gravity_drop (baked unless ``out`` has them)."""
     from neural_rom.core import bake
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.compare import closest_shapes
-    from neural_rom.core.errors import NeuralRomError
     from neural_rom.core.fem import Material
-    from neural_rom.core.methods import licrom
-    from neural_rom.core.registry import load_simulator
-    from neural_rom.training.licrom import train
-    from neural_rom.training.linear import LinearSettings, train_linear
 
-    tubes = [t for group in RINGS.values() for t in group]
     meshes, paths = {}, {}
     for t in tubes:
-        m = ring(t, edge=0.08)  # the add-on's Tet Size 0: the diagonal / 12
+        m = ring(t, edge=0.08)
         meshes[t] = m
         sp = bake.BakeSpec(
             material=Material(**RUBBER).to_dict(),
@@ -663,6 +676,96 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
         paths[t] = bake_once(m, sp, out, f"ring_{int(t * 1000):03d}")
         print(f"ring {t * 1000:.0f} mm: {len(m.T)} tets, {len(m.pinned)} pins, bakes "
               f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+    return meshes, paths
+
+
+#: The swaps of ``--swap``: the 70 mm ring remeshed at these TetGen edge lengths (m):
+#: 4,945 and 19,949 tets.
+SWAP_EDGES = (0.045, 0.028)
+
+
+def swap_times(model: Path, start, trials: int = 3, derivatives: bool | None = None) -> list[dict]:
+    """A mesh swap mid-run, by stage: the model on ``start`` (the 70 mm ring) for 10 frames,
+    then swapped to the 70 mm ring at each of :data:`SWAP_EDGES`, ``trials`` times each
+    (every trial fits its cubature anew); each swap's seconds in all and those of the
+    field's evaluation, the static modes (rest stiffness and its factorization), the fitted
+    cubature and the rest (masses, the cubature's sub-mesh, the contact sample).
+    ``derivatives``: Static Derivatives on or off (None: the model's setting)."""
+    from neural_rom.core.methods import licrom
+
+    rows = []
+    for edge in SWAP_EDGES:
+        fine = ring(RINGS["trained"][1], edge=edge)
+        for _ in range(trials):
+            licrom._FITTED_CACHE.clear()
+            sim = licrom.load_on_mesh(
+                model, start.X, start.T, pinned=start.pinned, static_derivatives=derivatives
+            )
+            for _ in range(10):
+                sim.step()
+            rep = sim.swap_mesh(fine.X, fine.T, pinned=fine.pinned)
+            row = {"tets": len(fine.T), "swap_s": rep.seconds, "field_s": sim.field_seconds,
+                   "static_s": sim.static_seconds, "cubature_s": rep.cubature.get("seconds"),
+                   "elements": len(sim.elements), "k": sim.k,
+                   "kinetic": [rep.kinetic_before, rep.kinetic_after]}  # fmt: skip
+            row["rest_s"] = row["swap_s"] - row["field_s"] - row["static_s"] - row["cubature_s"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def print_swaps(rows: list[dict]) -> None:
+    """Each swap target's median trial (by its total) as a table row."""
+    print("\n| swap to | swap ms | field | static modes | cubature | rest | cubature elements |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for tets in dict.fromkeys(r["tets"] for r in rows):
+        trials = sorted((r for r in rows if r["tets"] == tets), key=lambda r: r["swap_s"])
+        r = trials[len(trials) // 2]
+        print(f"| {tets:,} tets | {r['swap_s'] * 1000:.0f} (of {len(trials)}: "
+              f"{trials[0]['swap_s'] * 1000:.0f}-{trials[-1]['swap_s'] * 1000:.0f}) | "
+              f"{r['field_s'] * 1000:.0f} | {r['static_s'] * 1000:.0f} | "
+              f"{r['cubature_s'] * 1000:.0f} | {r['rest_s'] * 1000:.0f} | {r['elements']} |")  # fmt: skip
+
+
+def swap_bench(
+    out: Path, json_path: str | None, epochs: int, budget: float, derivatives: bool
+) -> None:
+    """``--swap``: LiCROM trained on the trained rings (as ``--rings``, ``epochs`` within
+    ``budget`` s: the swap's cost does not depend on how well the field is trained), then
+    :func:`swap_times` (with Static Derivatives when ``derivatives``)."""
+    from neural_rom.training.licrom import train
+
+    meshes, paths = ring_bakes(out, RINGS["trained"])
+    model = out / "swap.nrmodel"
+    if not model.exists():
+        train(
+            [p for t in RINGS["trained"] for p in paths[t][:3]],
+            model,
+            {"latent_dim": 20, "epochs": epochs, "time_budget": budget,
+             "validation_fraction": 0.0, "rollout": False},
+            device="cpu",
+        )  # fmt: skip
+    rows = swap_times(model, meshes[RINGS["trained"][1]], derivatives=derivatives or None)
+    print_swaps(rows)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"swaps": rows}, indent=1))
+
+
+def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: int) -> None:
+    """LiCROM trained on the rings of :data:`RINGS` ``trained`` (variants 0-2 of each),
+    replayed on variant 3 of every ring, against each ring's own linear model (PCA of its
+    variants 0-2, as many modes as LiCROM's latent or as its bakes span) on the same bake:
+    max and mean vertex error, closest shapes; the exact energy beside the fitted cubature."""
+    from neural_rom.core import bake
+    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.compare import closest_shapes
+    from neural_rom.core.errors import NeuralRomError
+    from neural_rom.core.methods import licrom
+    from neural_rom.core.registry import load_simulator
+    from neural_rom.training.licrom import train
+    from neural_rom.training.linear import LinearSettings, train_linear
+
+    meshes, paths = ring_bakes(out, [t for group in RINGS.values() for t in group])
     model = out / "rings.nrmodel"
     t0 = time.perf_counter()
     res = train(
@@ -714,21 +817,8 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
             )
             rows.append(row)
             print(json.dumps(row), flush=True)
-    # a swap mid-run: the 70 mm ring for 10 frames, then the same ring at about 20K tets
-    fine = ring(RINGS["trained"][1], edge=0.028)
-    swaps = []
-    for _ in range(2):
-        licrom._FITTED_CACHE.clear()  # each trial fits its cubature
-        m = meshes[RINGS["trained"][1]]
-        sim = licrom.load_on_mesh(model, m.X, m.T, pinned=m.pinned)
-        for _ in range(10):
-            sim.step()
-        rep = sim.swap_mesh(fine.X, fine.T, pinned=fine.pinned)
-        swaps.append({"tets": len(fine.T), "swap_s": rep.seconds, "field_s": sim.field_seconds,
-                      "static_s": getattr(sim, "static_seconds", 0.0),
-                      "cubature_s": rep.cubature.get("seconds"), "elements": len(sim.elements),
-                      "k": sim.k, "kinetic": [rep.kinetic_before, rep.kinetic_after]})  # fmt: skip
-        print(json.dumps(swaps[-1]), flush=True)
+    # swaps mid-run: the 70 mm ring for 10 frames, then the same ring at 5K and 20K tets
+    swaps = swap_times(model, meshes[RINGS["trained"][1]], trials=2)
     print("\n| ring | kind | tets | LiCROM max / mean mm | exact energy | linear (k) max / mean mm "
           "| LiCROM / linear (max) | shapes LiCROM / linear mm | sag LiCROM / full mm |")  # fmt: skip
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -741,10 +831,7 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
             f"{L['shapes_max_mm']:.2g} / {P['shapes_max_mm']:.2g} | {L['sag_mm']:.3g} / "
             f"{r['full_sag_mm']:.3g} |"
         )
-    best = min(swaps, key=lambda w: w["swap_s"])
-    print(f"\nswap to the {best['tets']}-tet ring mid-run: {best['swap_s'] * 1000:.0f} ms (field "
-          f"{best['field_s'] * 1000:.0f}, static modes {best['static_s'] * 1000:.0f}, cubature "
-          f"{best['cubature_s'] * 1000:.0f} ms, {best['elements']} elements, k {best['k']})")  # fmt: skip
+    print_swaps(swaps)
     if json_path:
         Path(json_path).write_text(json.dumps({"training_s": train_s, "result": {
             k: v for k, v in res.items() if isinstance(v, (int, float, str))}, "rows": rows,
@@ -815,6 +902,17 @@ def main() -> None:
         help="only the ring family against each ring's own linear model (--epochs, "
         "--time-budget, latent 20)",
     )
+    ap.add_argument(
+        "--swap",
+        action="store_true",
+        help="only the swap mid-run from the 70 mm ring to it at 5K and 20K tets, by stage "
+        "(LiCROM trained on the trained rings: --epochs 40 by default there, --time-budget)",
+    )
+    ap.add_argument(
+        "--static-derivatives",
+        action="store_true",
+        help="--swap with Static Derivatives (the static modes' six modal derivatives too)",
+    )
     ap.add_argument("--time-budget", type=float, default=600.0, help="of --rings' training")
     a = ap.parse_args()
     common.pin_this_process()
@@ -830,6 +928,13 @@ def main() -> None:
         out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_rings_"))
         out.mkdir(parents=True, exist_ok=True)
         rings(out, a.json, a.epochs, a.time_budget, 20)
+        return
+    if a.swap:
+        out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_swap_"))
+        out.mkdir(parents=True, exist_ok=True)
+        swap_bench(
+            out, a.json, 40 if a.epochs == 300 else a.epochs, a.time_budget, a.static_derivatives
+        )
         return
     if a.floating:
         out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_float_"))

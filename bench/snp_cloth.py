@@ -94,7 +94,11 @@ Blender's cloth 7.4-8.7 ms, the step 26.6-28.0 us (280-311x); the whole frame 0.
 so the frame read no collider), and 0.344 ms, 21.7x, once the bench records them as Cloth
 Bake does (goal 40x: not met; the handler's collider inputs 64 us, mesh write 28 us, driver
 check 15 us, step 32 us a frame). 10 bakes x 121 frames in 51.6 s,
-training 50.2 s. Accuracy (mm):
+training 50.2 s. After the frame handler's one-frame path (issue 30; the same command, load
+8.6-10, 2026-11-29): the step 25.1 us, the whole frame 0.278 ms (0.255-0.271 ms in runs of the
+frame alone, against 0.363-0.381 ms for the code before in the same minutes), Blender's cloth
+16.4 ms at that load: 59x as printed, 27-34x against the quiet machine's cloth; the accuracy
+table below to the digit (the frames are bit for bit the former ones). Accuracy (mm):
 
 =====================  ===========  =====  ===========  =======  =====  =====  ==========
 bake, from rest        mean (max)   %diag  chaos (max)  closest  a/b    glued  goals met

@@ -120,7 +120,7 @@ class Collider:
                 f"Unknown collider kind {self.kind!r}; use one of {', '.join(KINDS)}."
             )
         self.transform = np.asarray(self.transform, dtype=np.float64).reshape(4, 4)
-        if not np.all(np.isfinite(self.transform)):
+        if not np.isfinite(self.transform).all():  # the method: np.all's wrapper costs 2 us
             raise NeuralRomError("Collider transform has non-finite values.")
         if self.kind != "plane" and self.radius <= 0:
             raise NeuralRomError(f"A {self.kind} collider needs a positive radius.")

@@ -63,9 +63,32 @@ class Pose:
         # asked several times a frame of each pose (a step keeps the last three): once each
         return bool((np.asarray(self.R) == _EYE3).all() and not np.any(self.c))
 
+    @cached_property
+    def rows(self) -> tuple[tuple, tuple]:
+        """``(R, c)`` as Python floats (tuples, R by rows): what the per-frame feature code reads of
+        each of the last three poses (a pose is read on three frames: converted once)."""
+        R = tuple(tuple(r) for r in np.asarray(self.R, float).tolist())
+        return R, tuple(np.asarray(self.c, float).tolist())
+
     def apply(self, y: np.ndarray) -> np.ndarray:
-        """World positions of frame positions ``y`` (n, 3)."""
-        return y if self.is_identity else transform_points(y, self.R, self.c)
+        """World positions of frame positions ``y`` (n, 3): :func:`transform_points`, the
+        transposed rotation made contiguous once per pose (a pose moves a frame's positions
+        and its pins, on three frames)."""
+        if self.is_identity:
+            return y
+        if isinstance(y, np.ndarray) and y.ndim == 2 and len(y) >= 16:
+            out = y @ self._Rt  # transform_points' product and sum, the same bits
+            out += np.repeat(self._c_row, len(out), axis=0)
+            return out
+        return transform_points(y, self.R, self.c)
+
+    @cached_property
+    def _Rt(self) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(self.R).T)
+
+    @cached_property
+    def _c_row(self) -> np.ndarray:
+        return np.asarray(self.c)[None]
 
     def to_list(self) -> list:
         return [np.asarray(self.R, float).tolist(), np.asarray(self.c, float).tolist()]

@@ -48,6 +48,12 @@ def trained(tmp_path_factory):
         checkpoint_dir=tmp / "ck2",
     )
     json.dumps(straight)
+    # the physical skin (the equilibrium every frame, with the detail layer) from the same
+    # end-to-end checkpoint: only the last stage runs again
+    physics = fit(
+        (rig, keys), tmp / "p.nrmodel", {**SETTINGS, "skin": "physics"}, checkpoint_dir=tmp / "ck2"
+    )
+    assert physics["resumed"] == ["targets", "warm", "e2e@2"]
     return rig, keys, resumed, straight, tmp
 
 
@@ -58,7 +64,9 @@ def test_fit_goes_below_the_warm_start_and_resumes_bit_identically(trained):
         f"{straight['train_error_m'] * 1000:.4f} mm mean training skin error; "
         f"{straight['seconds_per_epoch']:.2f} s per epoch; resumed from {resumed['resumed']}"
     )
-    assert straight["train_error_m"] < 0.98 * straight["warm_error_m"]  # measured 0.974
+    # measured 0.986 (0.1554 -> 0.1531 mm; the linear decoder's warm start is its least
+    # squares fit, the optimum 150 Adam epochs came to 0.1995 mm, then 0.974x end to end)
+    assert straight["train_error_m"] < 0.995 * straight["warm_error_m"]
     assert resumed["resumed"] == ["targets", "warm", "e2e@1"]
     assert resumed["train_error_m"] == straight["train_error_m"]
     a, b = load_model(tmp / "a.nrmodel"), load_model(tmp / "b.nrmodel")
@@ -68,7 +76,7 @@ def test_fit_goes_below_the_warm_start_and_resumes_bit_identically(trained):
 
 def test_model_file_plays_sliders_jaw_and_a_sphere_as_equilibria(trained):
     rig, keys, _, straight, tmp = trained
-    sim, _ = load_simulator(tmp / "b.nrmodel", expect_mesh_hash=rig.mesh().hash())
+    sim, _ = load_simulator(tmp / "p.nrmodel", expect_mesh_hash=rig.mesh().hash())
     model = sim.model
     full = ActiveFace(model, solve="full", tol=1e-8)
     tr = np.flatnonzero(~keys.held_out)
@@ -143,7 +151,7 @@ def test_model_file_plays_sliders_jaw_and_a_sphere_as_equilibria(trained):
 
 def test_held_out_refit_and_markers(trained):
     rig, keys, _, straight, tmp = trained
-    sim, _ = load_simulator(tmp / "b.nrmodel")
+    sim, _ = load_simulator(tmp / "p.nrmodel")
     model = sim.model
     full = ActiveFace(model, solve="full")
     ho = np.flatnonzero(keys.held_out)
@@ -171,18 +179,21 @@ def test_held_out_refit_and_markers(trained):
     )
     assert rest > 0.003 and moved > 0.01  # a real expression (5-20 mm where the face moves)
     assert whole < 0.001  # the issue's goal, with only 6 training keys here
-    # better than surface PCA with as many dimensions: 0.80x (0.69x without the skin's detail
-    # layer: its blends of keys come closer, this key that is no blend of them does not)
-    assert whole < 0.85 * pca
+    # better than surface PCA with as many dimensions: 0.92x (0.80x from Adam's warm start
+    # before the linear decoder's least squares one, which fits the training keys closer,
+    # 0.153 against 0.194 mm, and the blends: this key is no blend of them)
+    assert whole < 0.95 * pca
     assert marker < 2.0 * whole + 1e-5
     # the trainer reports the same judgement on every held-out key (the panel's validation
-    # error): its codes refitted on the whole skin, beside surface PCA
+    # error): its codes refitted on the whole skin, beside surface PCA; here of the default
+    # skin, the keys' blend (these held-out keys are no blends of the training keys: measured
+    # 0.79x PCA)
     print(
         f"trainer's held-out report: mean {straight['held_out_mean_error_m'] * 1000:.3f} mm "
         f"(PCA {straight['held_out_pca_mean_error_m'] * 1000:.3f}), largest vertex "
         f"{straight['max_error_val_m'] * 1000:.3f} mm"
     )
-    assert straight["held_out_mean_error_m"] < 0.8 * straight["held_out_pca_mean_error_m"]
+    assert straight["held_out_mean_error_m"] < 0.9 * straight["held_out_pca_mean_error_m"]
     assert straight["held_out_mean_error_m"] < straight["max_error_val_m"] < 0.01
     # a marker animation (toward the held-out key): Levenberg-Marquardt with the exact
     # Jacobian at every accepted step, with the previous frame's Jacobian and Broyden
@@ -250,7 +261,7 @@ def test_markers_alone_open_the_jaw(trained):
     from neural_rom.core import faceinputs as fi
 
     rig, keys, _, _, tmp = trained
-    sim, _ = load_simulator(tmp / "b.nrmodel")
+    sim, _ = load_simulator(tmp / "p.nrmodel")
     model = sim.model
     # the jaw's rates: dx/dtheta of the reduced and the full equilibria against differences
     z = model.codes[0]
@@ -326,7 +337,8 @@ def test_frames_run_on_the_thread_count_measured_fastest(trained):
     assert ActiveFace(sim.model, solve="full").pick_threads()["threads"] is None
 
 
-def test_markers_move_the_head(trained):
+@pytest.mark.parametrize("skin", ["physics", "blend"])
+def test_markers_move_the_head(trained, skin):
     """A capture whose performer moves the head: marker frames solve the head's rigid motion
     (6 parameters) with the code and the jaw; its rates against central differences, and a
     jaw-open key turned 8 degrees and moved 12 mm, from the markers Add Markers places with
@@ -336,7 +348,7 @@ def test_markers_move_the_head(trained):
     from neural_rom.core.methods.active import head_matrix, head_unmoved
 
     rig, keys, _, _, tmp = trained
-    sim, _ = load_simulator(tmp / "b.nrmodel")
+    sim, _ = load_simulator(tmp / ("p.nrmodel" if skin == "physics" else "b.nrmodel"))
     model = sim.model
     # the rates of the markers taken back into the face's frame, at a turned head
     rng = np.random.default_rng(0)
@@ -398,7 +410,7 @@ def test_the_detail_layer_and_blends_of_training_keys(trained):
     as surface PCA of the keys with as many dimensions, and closer than the equilibria
     alone; the training keys too."""
     rig, keys, _, _, tmp = trained
-    model = load_simulator(tmp / "b.nrmodel")[0].model
+    model = load_simulator(tmp / "p.nrmodel")[0].model
     full = ActiveFace(model, solve="full")
     tr = np.flatnonzero(~keys.held_out)
     R = rig.skin_V
@@ -443,3 +455,207 @@ def test_the_detail_layer_and_blends_of_training_keys(trained):
     print(f"mean: {layer * 1000:.4f} mm, without {alone * 1000:.4f}, PCA {pca * 1000:.4f}")
     # measured 0.149 mm against PCA-3's 0.200 (0.75x) and 0.162 without the layer (0.92x)
     assert layer <= 0.9 * pca and layer < alone
+    # in contact the layer moves the skin the colliders press: the equilibrium's rate in the
+    # code (the marker fits' Jacobian) against central differences, full and reduced
+    z = model.codes[0]
+    x = full.solve_full(z, None, x0=model.X, colliders=[]).x
+    V = model.skin_of(x, z)
+    v = np.argmin(V @ np.array([0.6, -0.8, 0.0]))
+    M = np.eye(4)
+    M[:3, 3] = V[v] + 0.010 * (V[v] - V.mean(0)) / np.linalg.norm(V[v] - V.mean(0))
+    ball = [Collider("sphere", radius=0.015, transform=M)]
+    for mode in ("full", "reduced"):
+        face = ActiveFace(model, solve=mode, tol=1e-11, colliders=ball)
+
+        def solve(zz, face=face, mode=mode):
+            if mode == "full":
+                return face.solve_full(zz, None, x0=x).x
+            return face.solve_reduced(zz, None, q0=np.zeros(model.U.shape[1]))[0]
+
+        xc = solve(z)
+        assert -ball[0].signed_distance(model.skin_of(xc, z))[0].min() > 1e-4  # it touches
+        if mode == "full":
+            an = face.full_jacobian(xc, z, ball).reshape(-1, len(z))
+        else:
+            an = (face.Ufull @ face.reduced_jacobian(xc, z)).reshape(-1, len(z))
+        e = np.random.default_rng(3).normal(size=len(z))  # one direction: two solves
+        fd = (solve(z + 1e-6 * e) - solve(z - 1e-6 * e)).ravel() / 2e-6
+        rel = np.abs(an @ e - fd).max() / np.abs(fd).max()
+        print(f"{mode}: dx/dz in contact against central differences {rel:.1e} relative")
+        assert rel < 1e-5
+
+
+def _blends(keys, count, seed):
+    """Blends ``rest + w1 (t_i - rest) + w2 (t_j - rest)`` of training keys (``w`` in [0.3,
+    0.8]) and their jaw angles."""
+    tr = np.flatnonzero(~keys.held_out)
+    rng = np.random.default_rng([7, seed])
+    for _ in range(count):
+        pick = rng.choice(tr, 2, replace=False)
+        w = rng.uniform(0.3, 0.8, 2)
+        yield pick, w, float(w @ keys.jaw[pick])
+
+
+def test_the_skin_is_a_blend_of_keys_as_good_as_their_pca(trained):
+    """The default skin (the keys' blend ``L [z, angle, 1]`` plus contact): blends of training
+    keys that no fit saw, their codes refitted on the whole skin, come out at most as far as
+    a PCA of the training keys with as many dimensions. Below the keys' rank (the fixture:
+    latent 3, six keys of rank 6) the trained model's blend is on average well under PCA's;
+    at the rank both are exact (to float noise) whatever the codes (three seeds of random
+    codes: the linear map's range is the keys' span when the codes are in general position)."""
+    from dataclasses import replace
+
+    from neural_rom.core.methods.active import fit_blend, fit_detail
+
+    rig, keys, _, _, tmp = trained
+    model = load_simulator(tmp / "b.nrmodel")[0].model
+    tr = np.flatnonzero(~keys.held_out)
+    R = rig.skin_V
+    D = (keys.positions[tr] - R).reshape(len(tr), -1)
+    rank = int(np.linalg.matrix_rank(D, tol=1e-9 * np.abs(D).max()))
+
+    def pca(t, size):
+        Vt = np.linalg.svd(D, full_matrices=False)[2][:size]
+        r = (t - R).reshape(-1)
+        return np.linalg.norm((r - Vt.T @ (Vt @ r)).reshape(-1, 3), axis=1).mean()
+
+    def fitted(m, t, angle, size):
+        face = ActiveFace(m, solve="full")
+        z, x, _, _ = face.fit_latent(t, jaw=angle, z0=np.zeros(size), pull=1e-12, iters=12)
+        return np.linalg.norm(m.skin_of(x, z, angle) - t, axis=1).mean()
+
+    d = model.latent_dim
+    rows = []
+    for pick, w, angle in _blends(keys, 6, 0):
+        t = R + np.tensordot(w, keys.positions[pick] - R, 1)
+        rows.append((fitted(model, t, angle, d), pca(t, d)))
+    blend, pc = np.mean(rows, 0)
+    print(f"\nlatent {d}, keys' rank {rank}: blends {blend * 1000:.4f} mm, PCA {pc * 1000:.4f} mm")
+    assert rank > d + 1
+    assert blend < 0.8 * pc  # measured 0.26x (the physical skin with its layer: 0.62x)
+    # each training key at its recorded code: as close as the blend comes (Pose from Key)
+    for z, i in zip(model.codes, tr, strict=True):
+        at = np.linalg.norm(model.blend_skin(z, keys.jaw[i]) - keys.positions[i], axis=1).mean()
+        assert at <= fitted(model, keys.positions[i], keys.jaw[i], d) + 1e-9
+    worst = 0.0
+    for seed in range(3):
+        codes = np.random.default_rng(seed).normal(size=(len(tr) + 1, rank))
+        L = fit_detail(
+            model,
+            codes,
+            np.append(keys.jaw[tr], 0.0),
+            None,
+            np.concatenate([keys.positions[tr], R[None]]),
+        )
+        m = replace(model, blend=L)
+        for pick, w, angle in _blends(keys, 3, seed + 1):
+            t = R + np.tensordot(w, keys.positions[pick] - R, 1)
+            e, p = fitted(m, t, angle, rank), pca(t, rank)
+            worst = max(worst, e - p)
+            assert e <= p + 1e-9  # 1e-6 mm: both exact (the skin moves up to 20 mm)
+    print(f"latent {rank}: blends at most {worst * 1000:.1e} mm over PCA's, 3 seeds of codes")
+    # keys that never open the jaw say nothing of it: the angle's column is then the flesh's
+    # own response (the jaw turned by hand moves the chin), against central differences
+    zr = np.zeros(d)
+    L = fit_blend(model, model.codes, np.zeros(len(tr)), keys.positions[tr], R, zr)
+    full = ActiveFace(model, solve="full", tol=1e-11)
+    sk = [
+        model.skin.apply(full.solve_full(zr, a, x0=model.X, colliders=[]).x) for a in (-1e-5, 1e-5)
+    ]
+    fd = (sk[1] - sk[0]).ravel() / 2e-5
+    rel = np.abs(L[:, d] - fd).max() / np.abs(fd).max()
+    print(f"no jaw key: the angle's column against the flesh's {rel:.1e} relative")
+    assert rel < 1e-4 and np.abs(fd).max() > 0.01  # the chin moves 1 cm per radian and more
+
+
+def test_the_blend_of_keys_keeps_what_physics_adds(trained):
+    """What the physics adds to the keys' blend: a ball pressed 5 mm into the cheek leaves the
+    skin a fraction of a mm inside it (the blend alone: 5 mm), by two full solves on that
+    frame only; frames that touch nothing show the blend exactly and solve no flesh (the
+    flesh solved when asked); the contact skin's rates in the code and the jaw angle (the
+    marker solve's Jacobian in contact) against central differences; markers in contact;
+    markers alone open the jaw within 2x the jaw keyed."""
+    from neural_rom.core import faceinputs as fi
+
+    rig, keys, _, _, tmp = trained
+    sim = load_simulator(tmp / "b.nrmodel")[0]
+    model = sim.model
+    tr = np.flatnonzero(~keys.held_out)
+    jaw = model.jaw_matrix(keys.jaw[tr[1]])
+    rep = sim.step(FrameInputs(sliders=model.codes[1], reference_frame=jaw))
+    assert rep.converged and rep.newton_iters == 0 and not sim._x_valid
+    np.testing.assert_array_equal(sim.skin_positions(), model.blend_skin(model.codes[1], jaw))
+    x = sim.positions()  # the flesh, solved when asked
+    assert sim._x_valid and np.abs(x - model.X).max() > 1e-4
+    # the ball, pressed 5 mm into the cheek of the rest face
+    sim.reset()
+    V = model.blend_skin(np.zeros(model.latent_dim))
+    c = V.mean(0)
+    v = np.argmin(V @ np.array([0.6, -0.8, 0.0]))
+    n = (V[v] - c) / np.linalg.norm(V[v] - c)
+    M = np.eye(4)
+    M[:3, 3] = V[v] + n * 0.010  # radius 15 mm, 5 mm deep
+    ball = Collider("sphere", radius=0.015, transform=M)
+
+    def inside(P):
+        return max(0.0, -float(ball.signed_distance(P)[0].min()))
+
+    rep = sim.step(FrameInputs(sliders=np.zeros(model.latent_dim), colliders=[ball]))
+    print(
+        f"\nball 5 mm into the cheek: skin {inside(sim.skin_positions()) * 1000:.3f} mm inside "
+        f"it (the blend alone {inside(V) * 1000:.3f}), residual {rep.residual:.1e}, "
+        f"{rep.timings['contact_full_solve'] * 1000:.0f} ms"
+    )
+    assert abs(inside(V) - 0.005) < 1e-6
+    assert rep.converged and rep.residual < 1e-6 and inside(sim.skin_positions()) < 0.0005
+    # the contact skin's rates (code and jaw angle) against central differences
+    face = ActiveFace(model, tol=1e-11, colliders=[ball])
+    z, th = model.codes[0], 0.1
+
+    def skin(zz, t):
+        face._x0 = face._xc = None
+        return face.contact_skin(zz, model.jaw_matrix(t))
+
+    S, x0, eq, off = skin(z, th)
+    assert inside(S) > 0  # it touches
+    J = face.contact_skin_rates(z, model.jaw_matrix(th), x0, eq.x, off, True)
+    fd = np.zeros_like(J)
+    for k in range(len(z) + 1):
+        for sgn in (1, -1):
+            zz, tt = z.copy(), th + (sgn * 1e-6 if k == len(z) else 0.0)
+            zz[: len(z)] += sgn * 1e-6 * (np.arange(len(z)) == k)
+            fd[:, k] += sgn * skin(zz, tt)[0].reshape(-1) / 2e-6
+    rel = np.abs(J - fd).max() / np.abs(fd).max()
+    part = np.abs(J - model.blend[:, : len(z) + 1]).max() / np.abs(fd).max()
+    print(f"contact skin rates against central differences {rel:.1e} (contact's part {part:.2f})")
+    assert rel < 1e-6 and part > 0.01
+    # markers of a held-out key with the ball on the cheek, and markers alone opening the jaw
+    mv = fi.marker_layout(rig.skin_V, rig.skin_F, 30, 0, keys=keys.positions)
+    t = keys.positions[np.flatnonzero(keys.held_out)[0]]
+    face = ActiveFace(model, colliders=[ball])
+    for u in np.linspace(0.25, 1.0, 3):
+        P = rig.skin_V + u * (t - rig.skin_V)
+        rep = face.step(FrameInputs(markers=Markers(mv, P[mv])))
+    err = np.linalg.norm(face.skin_positions()[mv] - t[mv], axis=1).mean()
+    print(
+        f"markers in contact: {err * 1000:.3f} mm at the markers, skin inside the ball "
+        f"{inside(face.skin_positions()) * 1000:.3f} mm"
+    )
+    assert rep.converged and inside(face.skin_positions()) < 0.0005
+    j = int(np.argmax(keys.jaw))
+    t = keys.positions[j]
+    out = {}
+    for how in ("keyed", "markers"):
+        face = ActiveFace(model, jaw_from_markers=how == "markers")
+        for u in np.linspace(0.25, 1.0, 4):
+            P = rig.skin_V + u * (t - rig.skin_V)
+            keyed = model.jaw_matrix(u * keys.jaw[j]) if how == "keyed" else None
+            face.step(FrameInputs(markers=Markers(mv, P[mv]), reference_frame=keyed))
+        out[how] = np.linalg.norm(face.skin_positions() - t, axis=1).mean()
+    print(
+        f"{keys.names[j]} from 30 markers: jaw keyed {out['keyed'] * 1000:.4f} mm, solved "
+        f"{out['markers'] * 1000:.4f} mm ({np.degrees(face.theta):.2f} deg for "
+        f"{np.degrees(keys.jaw[j]):.2f})"
+    )
+    assert out["markers"] < 2.0 * out["keyed"] + 1e-6
+    assert abs(face.theta - keys.jaw[j]) < np.radians(2.0)

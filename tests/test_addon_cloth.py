@@ -367,6 +367,7 @@ def test_an_edited_collider_is_a_new_collider_on_the_next_frame(trained):
 
 
 def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
+    from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import cli, export
     from neural_rom.core.pc2 import read_pc2
 
@@ -387,11 +388,73 @@ def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
         f"PC2 vs runtime by hand: {err:.2e} m; panel and headless PC2 equal: {np.array_equal(a, b)}"
     )
     assert start == 1 and a.shape == want.shape and err < 1e-5 and np.array_equal(a, b)
+    # the viewport reads each frame's inputs on its own path (core.simjob.FrameReader), Bake
+    # Simulation from a track of every frame: the same mesh, to the bit
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    shown = []
+    for f in range(1, SIM_END + 1):
+        bpy.context.scene.frame_set(f)
+        shown.append(bm.get_positions(sheet.data))
+    assert bpy.ops.neural_rom.simulate(action="STOP") == {"FINISHED"}
+    assert np.array_equal(np.array(shown, dtype=np.float32), a)
     # the Mesh Cache plays right after the Cloth modifier; nothing muted
     names = [m.name for m in sheet.modifiers]
     assert names.index(export.SIM_MODIFIER_NAME) == names.index("Cloth") + 1
     assert _cloth(trained).show_viewport
     sheet.modifiers.remove(sheet.modifiers[export.SIM_MODIFIER_NAME])
+
+
+def test_a_model_file_written_over_while_simulating_drives_it_without_start(trained, monkeypatch):
+    """A model file replaced outside Blender (a training elsewhere) drives the sheet without
+    Start: mid-play once its stamp was read longer than STAMP_SECONDS ago (until then the
+    frames are the kept model's: the file is not stat-ed every frame), and at once on the
+    start frame; each time simulated from rest, as the runtime stepped by hand gives it."""
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import simulate
+    from neural_rom.addon.paths import load_path
+    from neural_rom.core.modelfile import load_model, save_model
+
+    bpy, sheet = trained.bpy, trained.sheet
+    scene = bpy.context.scene
+    path = load_path(sheet.neural_rom.model.path)
+    original = path.read_bytes()
+    frames = list(range(1, 9))
+    old = _by_hand(trained, frames)
+    m = load_model(path)
+    other = {**m.arrays, "alpha": 0.5 * m.arrays["alpha"]}  # another training of the sheet
+
+    def play(last):
+        for f in range(1, last + 1):
+            scene.frame_set(f)
+        return bm.get_positions(sheet.data)
+
+    monkeypatch.setattr(simulate, "STAMP_SECONDS", 1e9)
+    scene.frame_set(1)
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    try:
+        play(6)
+        d = simulate._drivers[sheet.name]
+        save_model(path, method=m.method, mesh_hash=m.mesh_hash, arrays=other, metadata=m.metadata)
+        with simulate.handlers_paused():  # its frames by hand, the start frame among them
+            new = _by_hand(trained, frames)
+        scene.frame_set(7)  # the stamp is kept: the frames are the kept model's
+        assert simulate._drivers[sheet.name] is d
+        assert np.abs(bm.get_positions(sheet.data) - old[6]).max() < 1e-5
+        monkeypatch.setattr(simulate, "STAMP_SECONDS", 0.0)  # read again on the next frame
+        scene.frame_set(8)
+        assert simulate._drivers[sheet.name] is not d
+        moved = float(np.abs(new[7] - old[7]).max())
+        assert np.abs(bm.get_positions(sheet.data) - new[7]).max() < 1e-5 and moved > 1e-4
+        monkeypatch.setattr(simulate, "STAMP_SECONDS", 1e9)
+        d = simulate._drivers[sheet.name]
+        path.write_bytes(original)  # back: picked up on the start frame
+        scene.frame_set(5)
+        assert simulate._drivers[sheet.name] is d
+        assert np.abs(play(8) - old[7]).max() < 1e-5 and simulate._drivers[sheet.name] is not d
+        assert sheet.get("nrom_frame_error") is None
+    finally:
+        path.write_bytes(original)
+        assert bpy.ops.neural_rom.simulate(action="STOP") == {"FINISHED"}
 
 
 def test_export_onnx_button_writes_the_step_with_its_linear_normals(trained):

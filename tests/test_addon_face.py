@@ -301,7 +301,8 @@ def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
         if frame != 6:
             i = j if frame == 11 else 0
             errs[frame] = np.linalg.norm(shown - keys.positions[train[i]], axis=1).mean()
-    fit = skin[face.FIT_PROP]["train_error_m"]
+    fit = skin[face.FIT_PROP]["skin_train_error_m"]  # the skin shown at the keys' codes
+    assert "mm mean skin error at their codes (the flesh's equilibria" in face.fit_lines(skin)[0]
     print(
         f"\nsliders keyed at frames 1 and 11 (jaw {np.degrees(jaw[0]):.1f} and "
         f"{np.degrees(jaw[j]):.1f} deg): shown skin vs the runtime by hand "
@@ -348,9 +349,9 @@ def test_fit_sliders_to_a_held_out_key(env):
     assert info["mean_mm"] < 0.25 * rest * 1000
 
 
-def test_markers_at_a_training_key_recover_it(env):
+def test_markers_at_a_training_key_recover_it(env, capsys):
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import face
+    from neural_rom.addon import cli, face
     from neural_rom.core import faceinputs as fi
 
     bpy, skin = _open(env)
@@ -424,6 +425,27 @@ def test_markers_at_a_training_key_recover_it(env):
     assert len(markers) == 30 + fi.RIGID_MARKERS and np.isin(vertices, rigid).sum() >= 4
     assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
     f.head_from_markers = False
+    # a second Add Markers keeps the set (a second one would double every marker), saying
+    # what to do
+    with pytest.raises(RuntimeError, match="has 36 markers already .* delete them"):
+        bpy.ops.neural_rom.add_markers(count=30, seed=1)
+    assert len(face.markers_of(skin, scene)) == 36
+    # the headless command, with the panel's options (layout, count, seed)
+    for m in face.markers_of(skin, scene):
+        bpy.data.objects.remove(m)
+    args = ["add-markers", "--object", skin.name, "--layout", "even", "--count", "12"]
+    assert cli.main([*args, "--seed", "3"]) == cli.EXIT_OK
+    got = sorted(int(m[face.MARKER_VERTEX]) for m in face.markers_of(skin, scene))
+    V = bm.rest_positions(skin.data)
+    F = bm.surface(skin, world=False)[1]
+    want = fi.marker_layout(V, F, 12, 3, "EVEN", keys=face.shape_keys(skin)[0])
+    assert got == sorted(want.tolist()) and len(got) == 12
+    capsys.readouterr()
+    assert cli.main([*args, "--seed", "3"]) == cli.EXIT_USER_ERROR
+    assert "has 12 markers already" in capsys.readouterr().err
+    assert len(face.markers_of(skin, scene)) == 12
+    for m in face.markers_of(skin, scene):
+        bpy.data.objects.remove(m)
 
 
 def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):

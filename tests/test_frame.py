@@ -68,6 +68,22 @@ def test_fit_pose_recovers_rigid_motions_and_keeps_free_spin():
     assert fit_pose(P, 1.1 * P)[1] > 0.01
 
 
+def test_a_pose_moves_points_as_transform_points_to_the_bit():
+    """Pose.apply keeps its transposed rotation between calls (a frame's positions and its
+    pins): the same bits as transform_points, below and above its small-array cut (16 rows)."""
+    from neural_rom.core.frame import transform_points
+    from scipy.spatial.transform import Rotation
+
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        pose = Pose(Rotation.random(random_state=trial).as_matrix(), rng.normal(size=3))
+        for n in (1, 15, 16, 17, int(rng.integers(18, 700))):
+            y = rng.normal(size=(n, 3))
+            assert pose.apply(y).tobytes() == transform_points(y, pose.R, pose.c).tobytes()
+    y = rng.normal(size=(20, 3))
+    assert IDENTITY.apply(y) is y
+
+
 def test_interpolate_turns_about_the_relative_axis():
     a = Pose(rotation((1, 0, 0), 0.2), np.array([0.0, 1.0, 0.0]))
     b = Pose(rotation((0, 1, 1), 1.9) @ a.R, np.array([1.0, 0.0, 2.0]))

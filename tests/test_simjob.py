@@ -163,6 +163,69 @@ def test_the_gathered_inputs_round_trip_and_build_the_frame(tmp_path):
         simjob.read_track(tmp_path / "gone.npz")
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
+    """The viewport's one-frame path (FrameReader) and the general one (a Track of the frame,
+    as Bake Simulation gathers it) build the same FrameInputs, every float's bits: colliders
+    turned, scaled unevenly and sheared, boxes off their origin, the owner's frame rigid, pins
+    carried; and refuse a collider of zero size alike."""
+    from neural_rom.core.clothbake import rigid as rigid_part
+    from neural_rom.core.colliders import box_colliders
+    from neural_rom.core.errors import NeuralRomError
+
+    rng = np.random.default_rng(seed)
+    kinds = ["capsule", "sphere", "plane", "capsule"]
+    pins = rng.normal(size=(5, 3))
+    for reference, plane_radius, ground in ((True, None, None), (False, 0.5, -0.3)):
+        reader = simjob.FrameReader(kinds, plane_radius=plane_radius, reference_frame=reference)
+        for _ in range(50):
+            mats = np.zeros((1 + len(kinds), 4, 4))
+            mats[:, :3, :3] = rng.normal(size=(1 + len(kinds), 3, 3))  # scale and shear
+            mats[:, :3, 3] = rng.normal(scale=3.0, size=(1 + len(kinds), 3))
+            mats[:, 3, 3] = 1.0
+            mats = mats.astype(np.float32).astype(np.float64)  # Blender's matrices
+            half = rng.uniform(0.05, 0.5, size=(len(kinds), 3))
+            centre = rng.normal(scale=0.2, size=(len(kinds), 3))
+            fast = reader.inputs(
+                mats,
+                list(zip(half, centre)),
+                rng.uniform(size=4),
+                pins_local=None if reference else pins,
+                ground_z=ground,
+            )
+            friction = np.array([c.friction for c in fast.colliders])
+            kind, radius, half_length, transform = box_colliders(
+                kinds, half, centre, mats[None, 1:]
+            )
+            if plane_radius is not None:
+                radius[kind == "plane"] = plane_radius
+            track = simjob.Track(
+                0,
+                mats[None, 0],
+                kind,
+                radius,
+                half_length,
+                friction,
+                transform,
+                reference_frame=rigid_part(mats[None, 0]) if reference else None,
+            )
+            slow = track.inputs(0, pins_local=None if reference else pins, ground_z=ground)
+            for a, b in zip(fast.colliders, slow.colliders, strict=True):
+                assert a.to_dict() == b.to_dict()
+                assert a.transform.tobytes() == b.transform.tobytes()
+            for name in ("reference_frame", "pin_targets"):
+                a, b = getattr(fast, name), getattr(slow, name)
+                assert (a is None and b is None) or a.tobytes() == b.tobytes()
+    # no collider: the ground the model learnt; a collider of zero size: refused by name
+    empty = simjob.FrameReader([]).inputs(np.eye(4)[None], [], ground_z=-0.25)
+    assert [(c.kind, c.transform[2, 3]) for c in empty.colliders] == [("plane", -0.25)]
+    flat = simjob.FrameReader(["sphere"], ["Ball"])
+    with pytest.raises(NeuralRomError, match="'Ball' has zero size; scale it up"):
+        flat.inputs(
+            np.stack([np.eye(4), np.diag([0.0, 0.0, 0.0, 1.0])]), [(np.ones(3), np.zeros(3))]
+        )
+
+
 def test_a_cancel_or_a_failure_leaves_the_previous_cache(scene, tmp_path):
     out = scene.spec["out"]
     (tmp_path / "out").mkdir()

@@ -250,6 +250,49 @@ def test_push_out_moves_only_the_vertices_inside_a_collider_to_its_surface():
     assert np.allclose(y, [[0.0, 0.0, 0.01], [1.0, 2.0, 0.1]])
 
 
+def test_the_push_out_and_the_driven_frame_fast_paths_keep_their_bits(monkeypatch):
+    """Two per-frame shortcuts change no bit: the push-out's test that every vertex is clear
+    of a sphere or capsule (then no signed distance is taken) against the push-out without
+    it, over turned, unevenly scaled colliders, margins 0 and 1 cm and points that straddle
+    the surfaces; and one driver matrix's frame on Python floats against the array path a
+    batch takes (scaled, sheared, Blender's float32 matrices)."""
+    from neural_rom.core.methods import snp
+    from scipy.spatial.transform import Rotation
+
+    rng = np.random.default_rng(4)
+    moved = 0
+    for trial in range(300):
+        kind = ("sphere", "capsule")[trial % 2]
+        M = np.eye(4)
+        M[:3, :3] = Rotation.random(random_state=trial).as_matrix() @ np.diag(
+            rng.uniform(0.5, 2.0, 3) if trial % 3 else np.ones(3)
+        )
+        M[:3, 3] = rng.normal(size=3)
+        c = Collider(kind, rng.uniform(0.05, 0.3), rng.uniform(0.0, 0.3), M)
+        x = M[:3, 3] + rng.normal(scale=rng.uniform(0.1, 1.0), size=(int(rng.integers(1, 200)), 3))
+        margin = (0.0, 0.01)[trial % 4 == 0]
+        fast = snp.push_out(x, [c], margin)
+        with monkeypatch.context() as m:
+            m.setattr(snp, "_clear_of", lambda *args: False)  # every reach: signed distances
+            slow = snp.push_out(x, [c], margin)
+        assert fast.tobytes() == slow.tobytes() and (fast is x) == (slow is x)
+        moved += fast is not x
+    assert 50 < moved < 250  # both cases, many times
+
+    sim = SNPSimulation(driven_params(rng))
+    for trial in range(300):
+        M = np.eye(4)
+        M[:3, :3] = Rotation.random(random_state=trial).as_matrix() * rng.uniform(0.3, 3.0, 3)
+        M[:3, :3] += rng.normal(scale=0.1, size=(3, 3)) * (trial % 2)
+        M[:3, 3] = rng.normal(scale=3.0, size=3)
+        M = M.astype(np.float32).astype(np.float64)
+        sim._driven.clear()
+        (one,) = sim.driven_poses([M], [IDENTITY])
+        sim._driven.clear()
+        two = sim.driven_poses([M, M + 1.0], [IDENTITY, IDENTITY])[0]  # the array path
+        assert one.R.tobytes() == two.R.tobytes() and one.c.tobytes() == two.c.tobytes()
+
+
 def test_recomputed_normals_of_a_sphere_are_radial():
     from neural_rom.core.clothbake import triangulate
     from neural_rom.core.methods.snp import VertexNormals

@@ -94,6 +94,7 @@ from ..core.methods.licrom import (
     LicromSimulation,
     PinPoints,
     body_frames,
+    static_modes,
 )
 from ..core.methods.licrom import save as save_licrom_model
 from ..core.subspace import mass_weighted_pod
@@ -847,8 +848,25 @@ def train(
         field_max_error_train_m=field_max,
         pod_max_error_train_m=pod_max,
     )
+    static = bool(values["static_modes"]) and pm.pinned.size > 0
+    derivatives = (
+        static and bool(values["static_derivatives"]) and all(m.pinned.size for m in meshes)
+    )
+
+    def runtime_basis(m: Mesh) -> np.ndarray:
+        """The basis the runtime puts on ``m``: with the static modes' derivatives, the
+        field's and the mesh's :func:`static_modes` with them (the codes are then the
+        frames' own static coordinates, which the cubature's poses need: a swung cylinder
+        of issue 23 reaches 2-3.6 g of sag, where random ones of 0.3 g left a trained
+        member 19 mm off its bake and these 9.9 mm)."""
+        U = basis_of(m)
+        if not derivatives or not m.pinned.size:
+            return U
+        S = static_modes(m.X, m.T, material, m.pinned, derivatives=True)
+        return np.hstack([U, S])
+
     codes = training_codes(
-        [basis_of(m) for m in meshes],
+        [runtime_basis(m) for m in meshes],
         frames_by_mesh,
         meshes,
         seed,
@@ -858,7 +876,6 @@ def train(
     # the rule the runtime fits on the primary mesh (its static modes too), reported (size,
     # error) as other methods'
     cubature = None
-    static = bool(values["static_modes"]) and pm.pinned.size > 0
     if values["cubature"] == "fitted" and values["cubature_vertices"] > 0:
         runtime = LicromSimulation(
             fld,
@@ -875,6 +892,7 @@ def train(
             max_cubature=values["max_cubature"],
             cubature_poses=values["cubature_poses"],
             static=static,
+            static_derivatives=derivatives,
         )
         if runtime.cubature_info.get("method") == "optimized":
             cubature = Cubature(runtime.elements, runtime.weights, dict(runtime.cubature_info))
@@ -893,8 +911,8 @@ def train(
     return run.finish(
         out,
         save,
-        k=r + 3 * static,
-        dofs=r + 3 * static,
+        k=r + 3 * static + 6 * derivatives,
+        dofs=r + 3 * static + 6 * derivatives,
         max_error_val_m=val_max,
         cubature=cubature,
         metrics=metrics,

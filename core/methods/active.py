@@ -23,6 +23,16 @@ Each frame (:class:`ActiveFace.step`):
   subspace (expressions) cannot dent a cheek, so a reduced frame that touches a collider is
   finished by the full solve (``contact="full"``).
 
+The **skin shown** (the ``skin`` setting): by default the keys' blend ``L [z, angle, 1]``
+(:attr:`ActiveModel.blend`, linear in the code and the jaw's hinge angle, so any blend of the
+training keys is reproduced as a PCA of them reproduces it) plus the physics' change from
+contact, ``P (chi_c - chi_0)``: the equilibrium with the colliders touching minus the one
+without, two full solves on the frames where the blend touches a collider and none on the
+others. A marker frame is then a linear least squares in the code and the angle (Gauss-Newton
+with the head's motion), the contact's rates joining it in contact
+(:meth:`ActiveFace.contact_skin_rates`). ``skin="physics"`` shows the flesh's equilibrium
+every frame, with the detail layer; what follows is its runtime.
+
 Two solves: the **full** quasistatic solve (Newton on every free node: the reference and
 for final bakes; the paper's runtime) and the **reduced** one, ``x = X + G u_jaw + U q``:
 ``G`` the linear-elastic lift of the jaw's displacement into the flesh (``-K_ff^-1 K_fc`` at
@@ -71,7 +81,8 @@ class ActiveModel:
     jaw_pivot, jaw_axis : (3,) the hinge (for a jaw angle instead of a transform)
     skin : Embedding of the skin vertices
     decoder : MLP, latent (d,) -> actions (6 m,)
-    codes : (N, d) the training shapes' latent codes (slider ranges, defaults)
+    codes : (N, d) the training shapes' latent codes (slider ranges, defaults; with a blend
+        of keys each refitted through it, so a key's code shows the key)
     lift : (3 f_free, 3 j) the jaw lift ``G``
     U : (3 f_free, r) the reduced basis on the free DOFs
     cub_elements, cub_weights : (k,) the reduced solve's cubature (empty: every element)
@@ -82,6 +93,15 @@ class ActiveModel:
         embedded flesh (empty: none). Fitted to what the physical equilibria leave of the
         training keys, so the skin's space contains what the keys span; contact, the jaw's
         turn and volume stay the solve's
+    blend : (3 s, d + 2) the skin's linear part ``L [z, angle, 1]`` (empty: none). When
+        present the skin shown is that blend of the keys plus the physics' change from
+        contact, ``P (chi_c - chi_0)`` (the equilibrium with the colliders minus the one
+        without, both at the code and the jaw): with nothing touching it is exactly linear
+        in the code and the jaw angle and contains the keys' span (a held-out blend of the
+        keys is reproduced as by a PCA of them), and the flesh is solved only on frames
+        where something touches it. Fitted by least squares to the training keys and the
+        rest face at their codes (:func:`fit_detail` with no flesh). The detail layer is
+        then unused
     """
 
     X: np.ndarray
@@ -100,6 +120,12 @@ class ActiveModel:
     cub_weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
     jaw_scale: float = 0.0
     detail: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    blend: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    @property
+    def blends(self) -> bool:
+        """Whether the skin is the keys' blend plus contact (:attr:`blend`)."""
+        return bool(self.blend.size)
 
     @property
     def latent_dim(self) -> int:
@@ -183,9 +209,19 @@ class ActiveModel:
         D = self.detail if rows is None else self.detail[rows]
         return D[:, :-1]
 
+    def blend_skin(self, z, jaw=None, rows=None) -> np.ndarray:
+        """The skin's linear part ``L [z, angle, 1]`` (s, 3) (its rows ``rows`` of the
+        flattened skin, flat, when given)."""
+        L = self.blend if rows is None else self.blend[rows]
+        out = L @ self.detail_input(z, jaw)
+        return out if rows is not None else out.reshape(-1, 3)
+
     def skin_of(self, x, z, jaw=None) -> np.ndarray:
-        """The skin (s, 3) of flesh nodes ``x`` solved for code ``z`` and ``jaw``: the
-        embedded flesh plus the detail layer."""
+        """The skin (s, 3) of flesh nodes ``x`` solved for code ``z`` and ``jaw`` without
+        contact: the embedded flesh plus the detail layer, or the keys' blend
+        (:attr:`blend`; ``x`` unused)."""
+        if self.blends:
+            return self.blend_skin(z, jaw)
         return self.skin.apply(x) + self.detail_offsets(z, jaw)
 
     def hash(self) -> str:
@@ -197,17 +233,44 @@ def fit_detail(
 ) -> np.ndarray:
     """The detail layer (3 s, d + 2) by weighted least squares (``weights`` (K,), 1 when
     None): the offsets ``D [z_k, angle_k, 1]`` closest to what the equilibria ``xs`` of the
-    codes ``codes`` with the jaw at ``jaws`` (rad) leave of their skins ``keys`` (K, s, 3);
+    codes ``codes`` with the jaw at ``jaws`` (rad) leave of their skins ``keys`` (K, s, 3)
+    (``xs`` None: the skins themselves, the skin's linear part :attr:`ActiveModel.blend`);
     each input's column lightly ridge-regularized (``ridge`` of its mean square; the
     constant free)."""
     w = np.ones(len(codes)) if weights is None else np.asarray(weights, float)
     Y = np.array([model.detail_input(z, j) for z, j in zip(codes, jaws, strict=True)])
-    R = np.array([t - model.skin.apply(x) for t, x in zip(keys, xs, strict=True)])
+    if xs is None:  # the skin's linear part (the keys' blend, :attr:`ActiveModel.blend`)
+        R = np.asarray(keys, float)
+    else:
+        R = np.array([t - model.skin.apply(x) for t, x in zip(keys, xs, strict=True)])
     Y, R = Y * np.sqrt(w)[:, None], R * np.sqrt(w)[:, None, None]
     A = Y.T @ Y
     k = np.arange(A.shape[0] - 1)
     A[k, k] += ridge * np.maximum(A[k, k], 1e-300)
     return np.linalg.solve(A, Y.T @ R.reshape(len(R), -1)).T
+
+
+def fit_blend(model: ActiveModel, codes, jaws, keys, rest, rest_code) -> np.ndarray:
+    """The skin's linear part :attr:`ActiveModel.blend` (3 s, d + 2): least squares on the
+    training keys ``keys`` (K, s, 3) at their codes ``codes`` and jaw angles ``jaws`` (rad)
+    and the rest face ``rest`` (s, 3) at ``rest_code`` with the jaw closed. When the keys do
+    not open the jaw (no spread in ``jaws``) they say nothing of it: the angle's column is
+    then the flesh's own response, ``P dchi/dangle`` of the full equilibrium at the rest
+    code (the jaw turned by hand moves the chin as the physics does, linearized)."""
+    jaws = np.asarray(jaws, float)
+    L = fit_detail(
+        model,
+        np.vstack([codes, rest_code]),
+        np.append(jaws, 0.0),
+        None,
+        np.concatenate([keys, np.asarray(rest)[None]]),
+    )
+    if np.ptp(np.append(jaws, 0.0)) <= 1e-9:
+        face = ActiveFace(model, solve="full")
+        x = face.solve_full(rest_code, 0.0, x0=model.X, colliders=[]).x
+        rate = face._equilibrium_rates(x, rest_code, 0.0, True, [], None)[:, -1]
+        L[:, len(rest_code)] = face.qs.P3 @ rate
+    return L
 
 
 def blend_samples(model: ActiveModel, codes, jaws, xs, keys, rest, count: int, seed: int = 0):
@@ -320,6 +383,7 @@ def save(path: str | Path, model: ActiveModel, metadata: dict | None = None) -> 
         "cub_weights": model.cub_weights,
         "jaw_scale": np.array(float(model.jaw_scale)),
         "detail": model.detail,
+        "blend": model.blend,
         **dec_arrays,
         **{f"skin.{k}": v for k, v in model.skin.to_arrays().items()},
     }
@@ -347,6 +411,7 @@ def model_from_file(model) -> ActiveModel:
         cub_weights=a["cub_weights"],
         jaw_scale=float(a["jaw_scale"]) if "jaw_scale" in a else 0.0,
         detail=a["detail"] if "detail" in a else np.zeros((0, 0)),
+        blend=a["blend"] if "blend" in a else np.zeros((0, 0)),
     )
 
 
@@ -609,6 +674,15 @@ class ActiveFace(SimulatorBase):
         return self.model.X.copy()
 
     def positions(self) -> np.ndarray:
+        """The flesh's nodes (n, 3) of the current frame. With a blend of the keys the flesh
+        is solved only where something touches; on other frames it is solved here, when
+        asked (the runtime's solve, no colliders)."""
+        if self.model.blends and not self._x_valid:
+            if self.mode == "full":
+                self.x = self.solve_full(self.z, self.jaw, colliders=[]).x
+            else:
+                self.x, self.q, _, _ = self.solve_reduced(self.z, self.jaw, colliders=[])
+            self._x_valid = True
         return self.x.copy()
 
     def head_transform(self) -> np.ndarray:
@@ -617,8 +691,12 @@ class ActiveFace(SimulatorBase):
 
     def skin_positions(self) -> np.ndarray:
         """(s, 3) skin vertex positions of the current frame (the detail layer's included,
-        moved by the head's motion when the markers solve it)."""
-        P = self.model.skin_of(self.x, self.z, self.jaw)
+        moved by the head's motion when the markers solve it; with a blend of the keys,
+        :attr:`ActiveModel.blend`, the blend plus the contact's change)."""
+        if self.model.blends:
+            P = self._skin if self._skin is not None else self.model.blend_skin(self.z, self.jaw)
+        else:
+            P = self.model.skin_of(self.x, self.z, self.jaw)
         if not self.head.any():
             return P
         M = head_matrix(self.head)
@@ -635,6 +713,9 @@ class ActiveFace(SimulatorBase):
         self.x = self.model.X.copy()
         self.residual = 0.0
         self._marker_J = None
+        self._skin = None  # a blend of keys: the frame's skin (None: the blend alone)
+        self._x_valid = True  # a blend of keys: whether x is this frame's flesh
+        self._x0 = self._xc = None  # the last contact solves' equilibria (warm starts)
 
     def get_state(self) -> dict:
         return {
@@ -645,6 +726,8 @@ class ActiveFace(SimulatorBase):
             "head": self.head.copy(),
             "q": self.q.copy(),
             "x": self.x.copy(),
+            "skin": None if self._skin is None else self._skin.copy(),
+            "x_valid": self._x_valid,
         }
 
     def set_state(self, state: dict) -> None:
@@ -653,6 +736,7 @@ class ActiveFace(SimulatorBase):
         self.theta = float(state.get("theta", 0.0))
         self.head = np.array(state.get("head", np.zeros(6)), float)
         self.q, self.x = np.array(state["q"], float), np.array(state["x"], float)
+        self._skin, self._x_valid = state.get("skin"), bool(state.get("x_valid", True))
 
     def closest_shape(self, x: np.ndarray) -> np.ndarray:
         """The model's closest equilibrium to node positions ``x`` (a latent fit to the
@@ -726,18 +810,169 @@ class ActiveFace(SimulatorBase):
         UtM = (M.T @ self.Ufull).T * np.repeat(self.w, 6)  # (r, 6k)
         d = len(np.asarray(z).reshape(-1))
         Jd = self.sub_decoder.jacobian(self.model.decoder_input(z, jaw))[:, :d]  # (6k, d)
-        return -sla.solve(Hr, UtM @ Jd, assume_a="sym")
+        B = UtM @ Jd
+        F = self._detail_force_rate(x, z, jaw, self.colliders)
+        if F is not None:
+            B = B + self.Ufull.T @ F
+        return -sla.solve(Hr, B, assume_a="sym")
+
+    def _detail_force_rate(self, x, z, jaw, colliders):
+        """``d g / dz`` (3 n, d) through the detail layer in contact: the colliders press the
+        skin shown, ``P x + D [z, angle, 1]``, so the code moves the skin they touch (None
+        without colliders or a layer)."""
+        m, qs = self.model, self.qs
+        if not colliders or not m.detail.size:
+            return None
+        d = len(np.asarray(z).reshape(-1))
+        p = m.skin.apply(x) + m.detail_offsets(z, jaw)
+        Hp = qs.surface_terms(p, colliders, None, True)[2]
+        o = np.einsum("sab,sbk->sak", Hp, m.detail[:, :d].reshape(len(p), 3, d))
+        return qs.P3.T @ o.reshape(-1, d)
 
     def full_jacobian(self, x, z, colliders=None, jaw=None):
         """``dx/dz`` (n, 3, d) at the full equilibrium ``x`` for code ``z`` and jaw ``jaw``."""
         qs = self.qs
+        qs.surface_offset = self.model.detail_offsets(z, jaw)
         lu = spla.splu(qs.hessian(x, colliders, None))
         M = self.fem.mixed_hessian(x)[qs.free]
         d = len(np.asarray(z).reshape(-1))
         Jd = self.model.decoder.jacobian(self.model.decoder_input(z, jaw))[:, :d]
+        B = np.asarray(M @ Jd)
+        F = self._detail_force_rate(x, z, jaw, colliders)
+        if F is not None:
+            B = B + F[qs.free]
         out = np.zeros((3 * len(x), Jd.shape[1]))
-        out[qs.free] = -lu.solve(np.asarray(M @ Jd))
+        out[qs.free] = -lu.solve(B)
         return out.reshape(len(x), 3, -1)
+
+    # ------------------------------------------------------------------ blend of keys
+
+    def touches(self, skin) -> bool:
+        """Whether a skin vertex of ``skin`` (s, 3) lies inside a collider."""
+        return any(float(c.signed_distance(skin)[0].min()) < 0.0 for c in self.colliders)
+
+    def contact_skin(self, z, jaw):
+        """The skin (s, 3) of a blend of keys (:attr:`ActiveModel.blend`) for code ``z`` and
+        ``jaw`` with the colliders: ``L [z, angle, 1] + P (chi_c - chi_0)``, ``chi_0`` the
+        full equilibrium without colliders and ``chi_c`` the one with them touching the skin
+        shown (its offset ``L [z, angle, 1] - P chi_0``), each warm-started from the last
+        contact frame's. Returns ``(skin, chi_0, chi_c (an Equilibrium), offset)``."""
+        m, qs = self.model, self.qs
+        lin = m.blend_skin(z, jaw)
+        act, bnd = m.actions(z, jaw), m.boundary(jaw)
+        qs.surface_offset = 0.0
+        x0 = qs.solve(act, bnd, x0=self._x0, tol=self.tol).x
+        offset = lin - m.skin.apply(x0)
+        qs.surface_offset = offset
+        xc0 = self._xc if self._xc is not None else x0
+        eq = qs.solve(act, bnd, x0=xc0, colliders=self.colliders, tol=self.tol)
+        self._x0, self._xc = x0, eq.x
+        return lin + m.skin.apply(eq.x - x0), x0, eq, offset
+
+    def contact_skin_rates(self, z, jaw, x0, xc, offset, with_angle: bool) -> np.ndarray:
+        """``d skin / d (z[, angle])`` (3 s, d [+ 1]) of :meth:`contact_skin` at its
+        equilibria ``x0`` (no colliders) and ``xc`` (the colliders touching with ``offset``):
+        ``L_y + P (dchi_c - dchi_0)``, each equilibrium's rate by the implicit function
+        theorem on the exact Hessian; ``chi_c``'s includes the offset's rate ``L_y - P
+        dchi_0`` through the penalty's Hessian."""
+        m, qs = self.model, self.qs
+        k = len(z) + (1 if with_angle else 0)
+        Ly = m.blend[:, :k]
+        qs.surface_offset = 0.0
+        d0 = self._equilibrium_rates(x0, z, jaw, with_angle, [], None)
+        do = Ly - qs.P3 @ d0
+        qs.surface_offset = offset
+        dc = self._equilibrium_rates(xc, z, jaw, with_angle, self.colliders, do)
+        return Ly + qs.P3 @ (dc - d0)
+
+    def _equilibrium_rates(self, x, z, jaw, with_angle, colliders, offset_rate) -> np.ndarray:
+        """``dx / d (z[, angle])`` (3 n, d [+ 1]) at the full equilibrium ``x`` of code ``z``
+        and ``jaw`` (the jaw's nodes turn with the angle; ``offset_rate`` (3 s, k): the rate
+        of the skin offset the colliders touch)."""
+        m, qs, fem = self.model, self.qs, self.fem
+        d = len(z)
+        fem.set_actions(m.actions(z, jaw))
+        H = fem.hessian(x, project=False)
+        Hx = qs.extra_terms(x, colliders, None, True)[2]
+        H = (H if Hx is None else H + Hx).tocsr()
+        Jd = m.decoder.jacobian(m.decoder_input(z, jaw))
+        M = fem.mixed_hessian(x)
+        F = np.asarray(M @ Jd[:, :d])
+        out = np.zeros((x.size, d + (1 if with_angle else 0)))
+        if with_angle:
+            b = np.zeros_like(x)
+            b[m.constrained] = m.boundary_rate(m.jaw_angle(jaw))
+            out[:, d] = b.ravel()
+            Fa = H @ b.ravel()
+            if m.jaw_scale:
+                Fa = Fa + M @ (Jd[:, d] * m.jaw_scale)
+            F = np.column_stack([F, Fa])
+        if offset_rate is not None and colliders:
+            p = m.skin.apply(x) + qs.surface_offset
+            Hp = qs.surface_terms(p, colliders, None, True)[2]
+            o = np.einsum("sab,sbk->sak", Hp, offset_rate.reshape(len(p), 3, -1))
+            F = F + qs.P3.T @ o.reshape(-1, F.shape[1])
+        free = qs.free
+        out[free] = -spla.splu(H[free][:, free].tocsc()).solve(F[free])
+        return out
+
+    def _fit_blend(self, targets, vertices, weights, jaw, z0, pull, iters, rtol, theta0, head0):
+        """:meth:`fit_latent` for a blend of keys: the skin ``L [z, angle, 1]`` is linear in
+        the code and the angle (a linear least squares; the head's motion, when solved, by
+        Gauss-Newton); where it touches a collider the contact's change and its rates
+        (:meth:`contact_skin_rates`) join it. Leaves the fitted skin in ``_skin`` and the
+        contact's equilibrium (or None) in ``_fit_eq``."""
+        m = self.model
+        rows = None
+        if vertices is not None:
+            rows = (3 * np.asarray(vertices)[:, None] + np.arange(3)).ravel()
+        t = np.asarray(targets, float).reshape(-1, 3)
+        w = np.ones(len(t)) if weights is None else np.asarray(weights, float)
+        sw = np.repeat(np.sqrt(w), 3)
+        d = len(z0)
+        solve_jaw, solve_head = theta0 is not None, head0 is not None
+        v0 = np.append(z0, float(theta0)) if solve_jaw else np.asarray(z0, float)
+        nv = len(v0)
+        if solve_head:
+            v0 = np.append(v0, np.asarray(head0, float))
+        sr = np.sqrt(pull)
+        state = {}
+
+        def rj(v):
+            z = v[:d]
+            jv = m.jaw_matrix(float(v[d])) if solve_jaw else jaw
+            skin = m.blend_skin(z, jv)
+            touch = bool(self.colliders) and self.touches(skin)
+            eq = None
+            if touch:
+                skin, x0, eq, offset = self.contact_skin(z, jv)
+            p = skin.reshape(-1) if rows is None else skin.reshape(-1)[rows]
+            tv, t_rate = head_unmoved(v[nv:], t) if solve_head else (t, None)
+            r = np.concatenate([sw * (p - tv.reshape(-1)), sr * (v - v0)])
+            state.update(v=v.copy(), skin=skin, eq=eq)
+
+            def jacobian():
+                if touch:
+                    Jp = self.contact_skin_rates(z, jv, x0, eq.x, offset, solve_jaw)
+                    Jp = Jp if rows is None else Jp[rows]
+                else:
+                    Jp = m.blend[:, :nv] if rows is None else m.blend[rows, :nv]
+                if solve_head:
+                    Jp = np.column_stack([Jp, -t_rate.reshape(-1, 6)])
+                return np.vstack([sw[:, None] * Jp, sr * np.eye(len(v))])
+
+            return r, jacobian
+
+        v, cost, it, _ = levenberg_marquardt(rj, v0, iters=iters, damping=1e-9, rtol=rtol)
+        if not np.array_equal(state["v"], v):  # the last trial was a rejected step
+            rj(v)
+        z = v[:d]
+        self.fitted_head = v[nv:].copy() if solve_head else None
+        if solve_jaw:
+            self.fitted_theta = float(v[d])
+        self._skin, self._fit_eq = state["skin"], state["eq"]
+        x = self.x if state["eq"] is None else state["eq"].x
+        return z, x, cost, it
 
     # ------------------------------------------------------------------ inverse control
 
@@ -865,6 +1100,9 @@ class ActiveFace(SimulatorBase):
             if it == 0:  # a chord method: the frame's first Br serves its later iterations
                 Jd = self.sub_decoder.jacobian(m.decoder_input(z, jaw))[:, :d]
                 Br = ((self.sub.mixed_hessian(x).T @ self.Ufull).T * wrep) @ Jd  # (r, d)
+                F = self._detail_force_rate(x, z, jaw, self.colliders)
+                if F is not None:  # the layer moves the skin the colliders press
+                    Br = Br + self.Ufull.T @ F
             B, G0 = Br, None
             if solve_jaw:  # the jaw's column: its rate changes with the angle, so every time
                 dx = self._base_rate(th)
@@ -934,6 +1172,20 @@ class ActiveFace(SimulatorBase):
         Returns ``(z, x, cost, iterations)``.
         """
         m = self.model
+        if m.blends:
+            z0 = self.z if z0 is None else np.asarray(z0, float)
+            return self._fit_blend(
+                targets,
+                vertices,
+                weights,
+                jaw,
+                z0,
+                self.marker_pull if pull is None else pull,
+                iters or self.marker_iters,
+                self.marker_rtol if iters is None else 1e-6,
+                theta0,
+                head0,
+            )
         mode = mode or self.mode
         S = m.skin.matrix
         rows = None
@@ -1108,6 +1360,8 @@ class ActiveFace(SimulatorBase):
         if inputs.reference_frame is not None:
             self.jaw = np.asarray(inputs.reference_frame, float).reshape(4, 4)
         rep = StepReport()
+        if self.model.blends:
+            return self._step_blend(inputs, rep, t0)
         if inputs.markers is not None:
             mk: Markers = inputs.markers
             theta = self.theta if self.jaw_from_markers else None
@@ -1158,6 +1412,60 @@ class ActiveFace(SimulatorBase):
             self.x, rep.residual, rep.converged = eq.x, eq.residual, eq.converged
             rep.newton_iters += eq.iterations
             rep.timings["contact_full_solve"] = time.perf_counter() - t1
+        rep.force_residual = rep.residual
+        self.frame += 1
+        rep.wall_time = time.perf_counter() - t0
+        return rep
+
+    def _step_blend(self, inputs: FrameInputs, rep: StepReport, t0: float) -> StepReport:
+        """A frame of a blend of keys: the code (sliders, or markers by :meth:`_fit_blend`),
+        the skin ``L [z, angle, 1]``, and where it touches a collider the contact's change
+        (two full solves); the flesh is left unsolved otherwise (:meth:`positions`)."""
+        import time
+
+        m = self.model
+        eq = None
+        if inputs.markers is not None:
+            mk: Markers = inputs.markers
+            theta = self.theta if self.jaw_from_markers else None
+            head = self.head if self.head_from_markers else None
+            self.z, _, _, rep.newton_iters = self._fit_blend(
+                mk.positions,
+                mk.vertices,
+                mk.weights,
+                self.jaw,
+                self.z,
+                self.marker_pull,
+                self.marker_iters,
+                self.marker_rtol,
+                theta,
+                head,
+            )
+            eq = self._fit_eq
+            if theta is not None:  # the markers turned the jaw
+                self.theta = self.fitted_theta
+                self.jaw = m.jaw_matrix(self.theta)
+            if head is not None:  # and moved the head
+                self.head = np.array(self.fitted_head, float)
+        else:
+            if inputs.sliders is not None:
+                z = np.zeros(m.latent_dim)
+                s = np.asarray(inputs.sliders, float).reshape(-1)[: len(z)]
+                z[: len(s)] = s
+                self.z = z
+            self._skin = m.blend_skin(self.z, self.jaw)
+            if self.colliders and self.touches(self._skin):
+                t1 = time.perf_counter()
+                self._skin, _, eq, _ = self.contact_skin(self.z, self.jaw)
+                rep.timings["contact_full_solve"] = time.perf_counter() - t1
+        self._x_valid = eq is not None
+        if eq is not None:
+            self.x = eq.x
+            rep.residual, rep.converged = eq.residual, eq.converged
+            rep.newton_iters += eq.iterations
+        else:
+            rep.residual, rep.converged = 0.0, True
+            self._x0 = self._xc = None  # a later touch starts from rest
         rep.force_residual = rep.residual
         self.frame += 1
         rep.wall_time = time.perf_counter() - t0
@@ -1265,7 +1573,8 @@ METHOD = Method(
             "int",
             400,
             "Warm-Start Epochs",
-            "Epochs fitting the decoder to the approximate target actions (sec. 5.1)",
+            "Epochs fitting the MLP decoder to the approximate target actions (sec. 5.1; "
+            "the linear decoder is fitted by least squares)",
             minimum=0,
             maximum=100_000,
             soft_maximum=5000,
@@ -1290,11 +1599,33 @@ METHOD = Method(
             advanced=True,
         ),
         Setting(
+            "skin",
+            "enum",
+            "blend",
+            "Skin",
+            "What the skin shown is",
+            items=(
+                (
+                    "blend",
+                    "Blend of Keys + Contact",
+                    "The keys' blend, linear in the code and the jaw angle (any blend of the "
+                    "training keys as a PCA of them gives it), plus the physics' change where "
+                    "a collider touches (two full solves on those frames only)",
+                ),
+                (
+                    "physics",
+                    "Physical Equilibrium",
+                    "The flesh's equilibrium every frame (plus the detail layer below): the "
+                    "jaw's turn, volume and sliding are the physics' everywhere",
+                ),
+            ),
+        ),
+        Setting(
             "detail",
             "bool",
             True,
             "Skin Detail",
-            "A per-vertex layer linear in the code and the jaw angle, fitted to what the "
+            "With the Physical Equilibrium skin: a per-vertex layer linear in the code and the jaw angle, fitted to what the "
             "physical fit leaves of the training keys and of blends of pairs of them: the skin "
             "comes closer to blends of the keys; contact, the jaw's turn and volume stay the "
             "physics'",
