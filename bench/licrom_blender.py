@@ -45,6 +45,14 @@ so the swap stays under the second at 20K tets (19,970 tets, 3,970 nodes), under
 frame after it costs 3-6 ms instead of 109 ms (tens of fitted elements instead of the
 elements of 200 random vertices); kinetic energy 8.2e-4 -> 3.4e-4 J at the cut.
 
+With Static Modes (the default since: the mesh's rest stiffness and its banded Cholesky on
+every swap; the timing hook passes the pinned nodes), one run at load 5-6, ``--epochs 40``:
+Use Model on BarC (20,004 tets) 1,102 ms; Apply Mesh Edit on BarA (cut, 20,272 tets, 4,019
+nodes) 1.88 s in all, TetGen in the worker 0.86 s, the swap in Blender 1,018 ms (``swap_mesh``
+1,009 ms), then 3.8-5 ms a frame. The same swap in core at load 3.4: 775-821 ms (static modes
+430-460 ms, cubature 225-251 ms for 136 elements): over the issue's second in Blender at
+that load.
+
 Usage (the venv's Python with the PyPI ``bpy``)::
 
     python bench/licrom_blender.py [--tet-size 0.015] [--epochs 100] [--variants 2]
@@ -190,10 +198,10 @@ def main() -> None:
     spent = {}
     swap = LicromSimulation.swap_mesh
 
-    def timed_swap(self, X, T):
+    def timed_swap(self, X, T, pinned=None):
         t = time.perf_counter()
         try:
-            return swap(self, X, T)
+            return swap(self, X, T, pinned)
         finally:
             spent["swap"] = time.perf_counter() - t
 

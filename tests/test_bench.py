@@ -79,8 +79,11 @@ def test_peak_rss_sees_a_fresh_allocation():
     # In a fresh interpreter: a test process's own history (and a kernel that ignores the
     # reset, as on some CI machines) must not decide the outcome.
     out = subprocess.run(
-        [sys.executable, "-c", _PEAK_PROBE, str(BENCH)], capture_output=True, text=True,
-        check=True, timeout=120,
+        [sys.executable, "-c", _PEAK_PROBE, str(BENCH)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["rss1"] - r["rss0"] > 35  # the allocation is resident
