@@ -1729,13 +1729,11 @@ class SNPBatch:
 
     def positions(self) -> np.ndarray:
         """(B, n, 3) world positions of every instance, metres."""
-        p = self.model.p
-        y = p.mean + (self.z1 @ p.U.T).reshape(self.count, -1, 3)
+        m = self.model  # its shown basis (pins held at rest), as SNPSimulation.positions
+        y = (self.z1 @ m._show_U.T + m._show_mean).reshape(self.count, -1, 3)
         for b, ps in enumerate(self.poses):
             if ps[0] is not IDENTITY:
                 y[b] = ps[0].apply(y[b])
-            if self.model._rest_inv is not None and len(p.pinned):  # as SNPSimulation.positions
-                y[b, p.pinned] = ps[0].apply(p.X[p.pinned])
             if self.model.push_out and self.colliders[b]:
                 y[b] = push_out(y[b], self.colliders[b])
         return y
