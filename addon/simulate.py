@@ -38,7 +38,7 @@ from ..core.errors import CacheError, NeuralRomError
 from ..core.framecache import Timeline
 from ..core.poke import Poke
 from ..core.sim import FrameInputs
-from ..core.simjob import FrameReader, Track, render_local
+from ..core.simjob import FrameReader, Track, render_local, to_local_shown
 from . import bakes, cloth, paths, reference, tets
 from . import blender_mesh as bm
 from .reference import runs_on_other_meshes
@@ -435,7 +435,7 @@ class ClothDriver(Driver):
         return None  # a cloth bake records none
 
     def local(self, P: np.ndarray, matrix_world: np.ndarray) -> np.ndarray:
-        return bm.to_local(np.asarray(P, dtype=np.float64), matrix_world)
+        return to_local_shown(P, matrix_world)  # float32, as the mesh takes it
 
 
 _drivers: dict[str, Driver] = {}

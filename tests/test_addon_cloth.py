@@ -404,6 +404,62 @@ def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
     sheet.modifiers.remove(sheet.modifiers[export.SIM_MODIFIER_NAME])
 
 
+def _former_mesh(sim, M):
+    """The mesh the frame handler wrote before it was fused (float32 local positions):
+    the decode, the pinned rows placed apart, the push-out and ``np.linalg.inv``'s local."""
+    from neural_rom.core.methods.snp import push_out
+    from neural_rom.core.simjob import to_local
+
+    pose = sim.poses[0]
+    x = pose.apply(sim.decode(sim.z1))
+    if sim._rest_inv is not None and len(sim.p.pinned):
+        x[sim.p.pinned] = pose.apply(sim.rest_pins)
+    x = push_out(x, sim.colliders)
+    return to_local(x, M).astype(np.float32), x
+
+
+def test_the_shown_frame_is_the_former_path_within_float32(trained):
+    """A 100-frame walk played in the viewport: each written mesh within 1e-6 m of what the
+    former path (decode, pins, push-out, inverse, cast: :func:`_former_mesh`) gives of the
+    same state, and the world positions within 1e-12 m (the state's steps are untouched:
+    the shown frame alone was fused)."""
+    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon import simulate
+
+    bpy, sheet = trained.bpy, trained.sheet
+    scene = bpy.context.scene
+    owner, ball = bpy.data.objects["Owner"], bpy.data.objects["Ball"]
+    keys = ((60, 0.3, 0.6, -0.2), (100, -0.2, -0.5, -0.7))  # walk on past the shot, turning
+    for f, x, turn, y in keys:
+        owner.location, owner.rotation_euler = (x, 0.0, 1.5), (0.0, 0.0, turn)
+        owner.keyframe_insert("location", frame=f)
+        owner.keyframe_insert("rotation_euler", frame=f)
+        ball.location = (0.0, y, 1.0)
+        ball.keyframe_insert("location", frame=f)
+    scene.frame_set(1)
+    assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
+    mesh_err = world_err = 0.0
+    states = []
+    try:
+        for f in range(1, 101):
+            scene.frame_set(f)
+            sim = simulate._drivers[sheet.name].timeline.sim
+            want, x = _former_mesh(sim, bm.matrix(sheet))
+            got = bm.get_positions(sheet.data)
+            mesh_err = max(mesh_err, float(np.abs(got.astype(np.float64) - want).max()))
+            world_err = max(world_err, float(np.abs(sim.positions() - x).max()))
+            states.append(sim.z1.copy())
+    finally:
+        assert bpy.ops.neural_rom.simulate(action="STOP") == {"FINISHED"}
+        for f, *_ in keys:
+            for obj, paths in ((owner, ("location", "rotation_euler")), (ball, ("location",))):
+                for path in paths:
+                    obj.keyframe_delete(path, frame=f)
+    moved = float(np.abs(np.diff(np.array(states), axis=0)).max())
+    print(f"100 frames: mesh vs former path {mesh_err:.2e} m, world {world_err:.2e} m")
+    assert mesh_err <= 1e-6 and world_err <= 1e-12 and moved > 1e-3
+
+
 def test_a_model_file_written_over_while_simulating_drives_it_without_start(trained, monkeypatch):
     """A model file replaced outside Blender (a training elsewhere) drives the sheet without
     Start: mid-play once its stamp was read longer than STAMP_SECONDS ago (until then the

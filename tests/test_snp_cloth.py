@@ -278,6 +278,12 @@ def test_the_push_out_and_the_driven_frame_fast_paths_keep_their_bits(monkeypatc
         assert fast.tobytes() == slow.tobytes() and (fast is x) == (slow is x)
         moved += fast is not x
     assert 50 < moved < 250  # both cases, many times
+    # beyond a capsule's ends, on its axis: near the line, clear of the segment
+    c = Collider("capsule", 0.1, 0.2, np.eye(4))
+    ends = np.array([[0.0, 0.0, 0.35], [0.0, 0.0, -0.4], [0.3, 0.0, 0.0]])
+    assert snp._clear_of(ends, c, 0.0) and snp.push_out(ends, [c]) is ends
+    assert not snp._clear_of(ends, c, 0.06)  # 5 cm from the end cap
+    assert not snp._clear_of(ends + [0.0, 0.0, -0.1], c, 0.0)  # 25 cm up the axis: inside
 
     sim = SNPSimulation(driven_params(rng))
     for trial in range(300):

@@ -1205,6 +1205,15 @@ class SNPSimulation(SimulatorBase):
         )
         if self._rest_inv is not None:  # as _driven_one reads it
             self._rest_rows = (self._rest_inv[:3, :3].tolist(), self._rest_inv[:3, 3].tolist())
+        # what positions() shows in one product: the PCA basis and mean with a driven cloth's
+        # pinned rows held at their rest places (they hang rigidly from its frame, as
+        # Blender's do): no pins placed apart each frame (4 of the cape's 36 us)
+        self._show_U, self._show_mean = self.p.U, self.p.mean.reshape(-1)
+        if self._rest_inv is not None and len(self.p.pinned):
+            rows = (3 * np.asarray(self.p.pinned)[:, None] + np.arange(3)).reshape(-1)
+            self._show_U, self._show_mean = self._show_U.copy(), self._show_mean.copy()
+            self._show_U[rows] = 0.0
+            self._show_mean[rows] = self.rest_pins.reshape(-1)
         self._far = self.p.far_transform()
         centre = 0.5 * (self.p.X.min(0) + self.p.X.max(0))  # a ball holding the rest shape
         lo, hi = self.p.X.min(axis=0), self.p.X.max(axis=0)
@@ -1275,10 +1284,9 @@ class SNPSimulation(SimulatorBase):
         """(n, 3) world positions ``R (y_mu + U z) + c``, metres, with the vertices inside a
         collider moved out to its surface (:func:`push_out`, sec. 6.4) unless
         :attr:`push_out` is False."""
-        x = self.poses[0].apply(self.decode(self.z1))
-        if self._rest_inv is not None and len(self.p.pinned):
-            # a driven cloth's pinned vertices hang rigidly from its frame, as Blender's do
-            x[self.p.pinned] = self.poses[0].apply(self.rest_pins)
+        y = self._show_U @ self.z1
+        y += self._show_mean
+        x = self.poses[0].apply(y.reshape(-1, 3))
         return push_out(x, self.colliders) if self.push_out else x
 
     def normals(self, x: np.ndarray | None = None) -> np.ndarray:
@@ -1760,10 +1768,10 @@ def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> n
         if c.kind == "plane":
             idx = np.arange(len(out))
         else:  # only the vertices within reach of the centre: one distance per vertex
+            if _clear_of(out, c, margin):
+                continue
             A, t = c.transform[:3, :3], c.transform[:3, 3]
             d = out - np.repeat(t[None], len(out), axis=0)  # out - t, its bits, at half its cost
-            if _clear_of(d, c, margin):
-                continue
             scales = np.sqrt(np.einsum("ij,ij->j", A, A))
             reach = c.radius * scales.max() + c.half_length * scales[2] + margin
             idx = np.flatnonzero(np.einsum("ij,ij->i", d, d) < reach * reach)
@@ -1778,26 +1786,39 @@ def push_out(x: np.ndarray, colliders: list[Collider], margin: float = 0.0) -> n
     return out
 
 
-def _clear_of(d: np.ndarray, c: Collider, margin: float) -> bool:
-    """Whether every point ``d`` (k, 3) (less the centre of sphere or capsule ``c``) is
-    farther than ``margin`` from its surface, by a margin that round-off cannot cross: then
-    :func:`push_out` moves none of them and skips their signed distances, and its result
-    keeps its bits (the walking cape's 600 vertices, 160 of them within reach of the torso's
-    centre and none inside it: 54 -> 14 us a frame, one core, loaded machine). The
-    collider's axis and sizes are read as Python floats: only this test uses them."""
-    (a0, a1, a2), (b0, b1, b2), (c0, c1, c2) = (r[:3] for r in c.transform[:3].tolist())
+def _clear_of(x: np.ndarray, c: Collider, margin: float) -> bool:
+    """Whether every point of ``x`` (k, 3) is farther than ``margin`` from the surface of
+    sphere or capsule ``c``, by a margin that round-off cannot cross: then :func:`push_out`
+    moves none of them and skips their signed distances, and its result keeps its bits (the
+    walking cape's 600 vertices, 160 of them within reach of the torso's centre and none
+    inside it: 54 -> 14 us a frame, one core, loaded machine). First from the capsule's
+    axis as a line, which no point is farther from than from the segment (four array calls:
+    the cape's frame 14 -> 7 us), then, when a point is near the line, from the segment.
+    The collider's axis and sizes are read as Python floats: only this test uses them."""
+    (a0, a1, a2, t0), (b0, b1, b2, t1), (c0, c1, c2, t2) = c.transform[:3].tolist()
     sx = math.sqrt(a0 * a0 + b0 * b0 + c0 * c0)
     sy = math.sqrt(a1 * a1 + b1 * b1 + c1 * c1)
     sz = math.sqrt(a2 * a2 + b2 * b2 + c2 * c2)
     near = c.radius * max(sx, sy, sz) + margin  # from the segment
     if not near > 0.0 or not sz > 0.0:
         return False
-    h = c.half_length * sz if c.kind == "capsule" else 0.0
-    axis = np.array((a2 / sz, b2 / sz, c2 / sz))
+    bound = near * (1.0 + _CLEAR_SLACK) + _CLEAR_SLACK
+    u = (a2 / sz, b2 / sz, c2 / sz)
+    if c.kind != "capsule":  # a sphere: from its centre, the whole test
+        e = np.subtract(x, (t0, t1, t2))
+        return bool(np.einsum("ij,ij->i", e, e).min() > bound * bound)
+    # from the axis line: x's part across it, (x - t)(I - u u^T)
+    P = np.eye(3) - np.outer(u, u)
+    e = x @ P
+    e -= (t0, t1, t2) @ P
+    if np.einsum("ij,ij->i", e, e).min() > bound * bound:
+        return True
+    d = np.subtract(x, (t0, t1, t2))
+    h = c.half_length * sz
+    axis = np.array(u)
     s = d @ axis
     np.minimum(np.maximum(s, -h, out=s), h, out=s)  # np.clip, at a third of its cost
     e = d - s[:, None] * axis
-    bound = near * (1.0 + _CLEAR_SLACK) + _CLEAR_SLACK
     return bool(np.einsum("ij,ij->i", e, e).min() > bound * bound)
 
 
