@@ -642,6 +642,8 @@ def _add_setting_options(parser: argparse.ArgumentParser) -> None:
             kw["action"] = argparse.BooleanOptionalAction
         elif setting.kind == "enum":
             kw["choices"] = list(dict.fromkeys(i[0] for _, st in pairs for i in st.items))
+            if {"on", "off"} <= set(kw["choices"]):  # a tri-state that was a bool flag
+                kw.update(nargs="?", const="on")
         elif setting.kind == "int_list":
             kw["metavar"] = "N,N"
         else:

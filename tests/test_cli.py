@@ -351,6 +351,17 @@ def test_train_and_simulate_argument_errors_exit_2(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_a_tri_state_that_was_a_flag_takes_the_flag_alone():
+    """``--static-derivatives`` alone means on, as when it was a flag; auto / on / off given."""
+    parse = cli().build_parser().parse_args
+    given = cli().given_settings
+    assert given(parse(["train", "--static-derivatives"])) == {"static_derivatives": "on"}
+    for value in ("auto", "on", "off"):
+        args = parse(["train", "--static-derivatives", value])
+        assert given(args) == {"static_derivatives": value}
+    assert "static_derivatives" not in given(parse(["train"]))
+
+
 def test_train_and_simulate_headless(addon, tmp_path, capsys):
     from neural_rom.core.pc2 import read_pc2
 

@@ -95,6 +95,9 @@ def _train(bakes, paths, name, **settings):
             "epochs": 30,
             "projection_epochs": 0,
             "cubature_vertices": 40,
+            # the bar deflects 40% of its length, where Auto turns them on: these tests are
+            # of the field with its static modes (test_static_derivatives_* of the others)
+            "static_derivatives": "off",
             **settings,
         },
         device="cpu",
@@ -1316,9 +1319,15 @@ def test_static_derivatives_follow_full_space_closer(bakes, trained):
           f"derivatives {errs[True] * 1000:.3g} mm")  # fmt: skip
     assert errs[True] < 0.5 * errs[False]
     model = _train(bakes, bakes.plain[:-1], "derivatives", validation_fraction=0.0,
-                   static_derivatives=True, rollout=False)  # fmt: skip
-    codes = load_model(model.out).arrays["cubature_codes"]
+                   static_derivatives="auto", rollout=False)  # fmt: skip
+    # Auto turns them on: the bar's pokes deflect it 40% of its length (second-order static
+    # response 2.5x the first-order one; threshold 0.2); the trainer says so and records it
+    assert model.res["choice"].startswith("Static Derivatives on (automatic)")
+    assert model.res["static_second_order"] > 5 * licrom.DERIVATIVES_AUTO_RATIO
+    stored = load_model(model.out)
+    codes = stored.arrays["cubature_codes"]
     assert codes.shape[1] == R + 9 and model.res["k"] == R + 9
+    assert stored.metadata["static_derivatives"] is True
     held = BakeCache.open(bakes.plain[-1])  # a poke bake not trained on
     x = np.asarray(held.channel("positions"))
     out = {}
@@ -1369,3 +1378,60 @@ def test_static_sag_is_full_spaces_on_a_trained_and_an_unseen_mesh(trained):
                   f"elements: sag {np.abs(u).max() * 1000:.3g} mm against full space's "
                   f"{np.abs(full).max() * 1000:.3g} mm (off {offs[static]:.2%})")  # fmt: skip
         assert offs[True] < 0.02 and offs[True] < 0.25 * offs[False]
+
+
+def _swung(mesh, turn: float, frames: int = 24) -> list:
+    """Pin targets (frames + 1, p, 3) swinging ``mesh``'s pins about y through the origin,
+    ``turn`` radians either way once a second."""
+    a = turn * np.sin(2 * np.pi * np.arange(frames + 1) / 24.0)
+    R = Rotation.from_rotvec(a[:, None] * np.array([0.0, 1.0, 0.0])).as_matrix()
+    return np.einsum("fab,pb->fpa", R, mesh.X[mesh.pinned]).tolist()
+
+
+def test_static_derivatives_auto_turns_them_on_for_a_swung_bar_off_for_a_stiff_one(tmp_path):
+    """Static Derivatives' Auto (training's ``derivatives_choice``): the bar swung 0.6 rad
+    either way by its keyed pins reaches a second-order static response 0.62 of its
+    first-order one (measured), on at threshold 0.2; the same bar 100x stiffer sagging under
+    gravity stays at 0.0005, off. Margins: 2x either way (measured 3.1x and 390x). "on" /
+    "off" are obeyed, and a body without pins or without static modes gets none. Models trained before Auto keep their
+    recorded setting (a bool, or none: off)."""
+    from neural_rom.training.licrom import derivatives_choice, open_family
+
+    soft = bar((10, 2, 2))
+    stiff = Material(youngs_modulus=1e8, poisson_ratio=0.25, density=1000.0)
+    swing = spec(soft, {"kind": "gravity_drop", "jitter": 0.0})
+    swing.pin_targets = _swung(soft, 0.6)
+    sag = spec(soft, {"kind": "gravity_drop", "jitter": 0.5})
+    sag.material = stiff.to_dict()
+    made = {
+        "swung": bk.bake_variants(soft, swing, tmp_path, "swung"),
+        "stiff": bk.bake_variants(soft, sag, tmp_path, "stiff"),
+    }
+    chosen = {}
+    for name, paths in made.items():
+        caches, meshes, *_, material, _ = open_family(paths, 0.0, 0, None)
+        m = meshes[0]
+        frames = [m.displacements(caches[0], np.arange(caches[0].n_frames))]
+        metrics = {}
+        chosen[name] = derivatives_choice("auto", True, meshes, frames, material, metrics)
+        print(name, chosen[name][1])
+        ratio = metrics["static_second_order"]
+        if name == "swung":
+            assert ratio > 2 * licrom.DERIVATIVES_AUTO_RATIO
+        else:
+            assert ratio < 0.5 * licrom.DERIVATIVES_AUTO_RATIO
+        for setting in ("on", "off"):
+            on, why = derivatives_choice(setting, True, meshes, frames, material, {})
+            assert on == (setting == "on") and "(the setting)" in why
+        assert derivatives_choice("on", False, meshes, frames, material, {})[0] is False
+    assert chosen["swung"][0] and "on (automatic)" in chosen["swung"][1]
+    assert not chosen["stiff"][0] and "off (automatic)" in chosen["stiff"][1]
+    free = SimpleNamespace(pinned=np.zeros(0, np.int64))
+    on, why = derivatives_choice("on", True, [free], [np.zeros((1, 1, 3))], None, {})
+    assert not on and "pinned" in why
+    # models trained before Auto: their recorded bool (or nothing: off)
+    of = licrom._derivatives_of
+    assert of({"training": {"static_derivatives": True}})
+    assert not of({"training": {"static_derivatives": False}}) and not of({"training": {}})
+    assert of({"training": {"static_derivatives": "auto"}, "static_derivatives": True})
+    assert not of({"training": {"static_derivatives": "auto"}, "static_derivatives": False})

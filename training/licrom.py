@@ -83,6 +83,7 @@ from ..core.errors import CacheError, NeuralRomError
 from ..core.files import ensure_writable_dir
 from ..core.frame import to_pin_frame
 from ..core.methods.licrom import (
+    DERIVATIVES_AUTO_RATIO,
     FRAME_FLOATING,
     FRAME_WORLD,
     NAME,
@@ -577,6 +578,62 @@ def training_codes(
     return np.ascontiguousarray(Q[pick], dtype=np.float64)
 
 
+def static_reach(meshes: list[Mesh], frames_by_mesh: list[np.ndarray], material) -> dict:
+    """How far the training frames of pinned meshes go past the static modes' linear range:
+    each frame's static coordinates ``s`` (3,), the mass-weighted least-squares fit of its
+    displacement on the mesh's three :func:`static_modes` (units of the 1 g sag), and the
+    second-order static response they imply, ``D (s_i s_j) / 2`` with the modes' derivatives
+    ``D``, against the first-order one ``S s`` (mass-weighted norms). Returns
+    ``{"static_g": max |s|, "second_order": max ratio}`` over the frames (0 for no pinned
+    frames): what the Static Derivatives setting's Auto decides on
+    (:data:`DERIVATIVES_AUTO_RATIO`)."""
+    peak_s = peak_ratio = 0.0
+    for m, u in zip(meshes, frames_by_mesh):
+        if not len(u) or not m.pinned.size:
+            continue
+        SD = static_modes(m.X, m.T, material, m.pinned, derivatives=True)
+        S, D = SD[:, :3], SD[:, 3:]
+        m3 = np.repeat(m.mass, 3)
+        gram_s, gram_d = S.T @ (m3[:, None] * S), D.T @ (m3[:, None] * D)
+        s = np.linalg.solve(gram_s, S.T @ (m3[:, None] * u.reshape(len(u), -1).T)).T
+        i, j = np.triu_indices(3)
+        pq = s[:, i] * s[:, j] * np.where(i == j, 0.5, 1.0)  # D's pairs, row-major i <= j
+        first = np.einsum("fa,ab,fb->f", s, gram_s, s)
+        second = np.einsum("fa,ab,fb->f", pq, gram_d, pq)
+        moved = first > 0
+        peak_s = max(peak_s, float(np.linalg.norm(s, axis=1).max()))
+        if moved.any():
+            peak_ratio = max(peak_ratio, float(np.sqrt(second[moved] / first[moved]).max()))
+    return {"static_g": peak_s, "second_order": peak_ratio}
+
+
+def derivatives_choice(
+    setting: str, static: bool, meshes: list[Mesh], frames_by_mesh, material, metrics: dict
+) -> tuple[bool, str]:
+    """Whether the model adds the static modes' derivatives (the ``static_derivatives``
+    setting: "on", "off" or "auto"), and a sentence saying so and why. They need the static
+    modes and every mesh pinned. Auto measures :func:`static_reach` on the training frames
+    (into ``metrics``: ``static_second_order``, ``static_coordinates_g``) and turns them on
+    from :data:`DERIVATIVES_AUTO_RATIO`."""
+    pinned = all(m.pinned.size for m in meshes)
+    if not (static and pinned):
+        return False, "Static Derivatives off: they need Static Modes on a pinned body."
+    if setting != "auto":
+        on = setting == "on"
+        return on, f"Static Derivatives {'on' if on else 'off'} (the setting)."
+    reach = static_reach(meshes, frames_by_mesh, material)
+    ratio = reach["second_order"]
+    metrics.update(static_second_order=ratio, static_coordinates_g=reach["static_g"])
+    on = ratio >= DERIVATIVES_AUTO_RATIO
+    past = "swing past" if on else "stay within"
+    return on, (
+        f"Static Derivatives {'on' if on else 'off'} (automatic): the training bakes {past} "
+        f"the static modes' linear range (second-order static response up to {ratio:.2g} "
+        f"of the first-order one, threshold {DERIVATIVES_AUTO_RATIO:g}; static coordinates "
+        f"up to {reach['static_g']:.2g} g)."
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # The trainer
 # ------------------------------------------------------------------------------------------
@@ -849,9 +906,10 @@ def train(
         pod_max_error_train_m=pod_max,
     )
     static = bool(values["static_modes"]) and pm.pinned.size > 0
-    derivatives = (
-        static and bool(values["static_derivatives"]) and all(m.pinned.size for m in meshes)
+    derivatives, why = derivatives_choice(
+        values["static_derivatives"], static, meshes, frames_by_mesh, material, metrics
     )
+    run.say(0.79, why)
 
     def runtime_basis(m: Mesh) -> np.ndarray:
         """The basis the runtime puts on ``m``: with the static modes' derivatives, the
@@ -908,7 +966,7 @@ def train(
     b = run.bakes
     mesh_bake = b.heldout_bake() or b.ds[0]
     save = functools.partial(save_licrom_model, field=fld, domain=domain, pins=pins, codes=codes)
-    return run.finish(
+    result = run.finish(
         out,
         save,
         k=r + 3 * static + 6 * derivatives,
@@ -924,7 +982,9 @@ def train(
             "bakes": [str(c.path) for c in caches],
             "train_trajectories": [int(i) for i in train_i],
             "validation_trajectories": [int(i) for i in val_i],
+            "static_derivatives": derivatives,
         },
         rollout=bool(values["rollout"]),
         at=0.85,
     )
+    return {**result, "choice": why}

@@ -552,6 +552,15 @@ def _nodes_on(tree, X: np.ndarray, faces: np.ndarray, reach: float, also) -> np.
 #: gravity along its axis.
 STATIC_ACCELERATION = 9.81
 
+#: Static Derivatives' Auto: on when some training frame's second-order static response
+#: (its static coordinates ``s`` through the modes' derivatives, ``D (s_i s_j) / 2``) reaches
+#: this fraction of its first-order one ``S s`` (mass-weighted norms; training's
+#: ``static_reach``). Measured: the hung rings of ``bench/licrom.py --rings`` 0.029-0.090
+#: (linear suffices: 0.2x their own linear models), issue 23's keyed tori 0.47-0.79 and
+#: cylinders 1.8-27 (they need the derivatives); 0.2 sits 2.2x above the rings and 2.4x below
+#: the tori.
+DERIVATIVES_AUTO_RATIO = 0.2
+
 #: The static coordinates added to the fitted cubature's poses (the field's codes, which
 #: hold the training frames' sag already): uniform in +-this (1: 1 g along each axis). On
 #: the ring of issue 23 (960 tets, forces weighed as :func:`stiffness_metric` does not yet)
@@ -1597,10 +1606,19 @@ def load_on_mesh(
         if invariant_rotation is None
         else invariant_rotation,
         static=bool(train.get("static_modes", False)) if static is None else static,
-        static_derivatives=bool(train.get("static_derivatives", False))
+        static_derivatives=_derivatives_of(meta)
         if static_derivatives is None
         else static_derivatives,
     )
+
+
+def _derivatives_of(meta: dict) -> bool:
+    """Whether a model's runtime adds the static modes' derivatives: the trainer's choice
+    (``static_derivatives`` in its metadata, Auto resolved), else (a model trained before
+    Auto) its training setting, a bool or "on" / "off"."""
+    if "static_derivatives" in meta:
+        return bool(meta["static_derivatives"])
+    return meta.get("training", {}).get("static_derivatives", False) in (True, "on")
 
 
 def load(
@@ -1785,16 +1803,29 @@ SETTINGS = (
     ),
     Setting(
         "static_derivatives",
-        "bool",
-        False,
+        "enum",
+        "auto",
         "Static Derivatives",
         "With Static Modes: add their six modal derivatives too (each mesh's second-order "
         "static response, with the same factorization; 6 more DOFs), which a pinned body "
         "swung far needs: on keyed cylinders of issue 23 the field with the static modes "
         "replayed a trained member 81 mm and an unseen one 55 mm off their held-out bakes "
         "(exact energy 51 / 54), with their derivatives too 9.9 / 7.7. A mesh swap refits "
-        "the static block to the shape where the meshes share nodes. Off by default: 6 more "
-        "DOFs, and a swap to a 20K-tet mesh takes about twice as long (1.9 s at load 8)",
+        "the static block to the shape where the meshes share nodes; a swap to a 20K-tet "
+        "mesh takes about twice as long (1.9 s at load 8)",
+        items=(
+            (
+                "auto",
+                "Automatic",
+                "On when the training bakes swing past the static modes' linear range: the "
+                "second-order static response of some training frame's static coordinates "
+                f"reaches {DERIVATIVES_AUTO_RATIO:g} of its first-order one (keyed cylinders "
+                "and tori of issue 23: 0.47-27, on; the hung rings of bench/licrom.py --rings: "
+                "0.03-0.09, off)",
+            ),
+            ("on", "On", "Always, on pinned bodies"),
+            ("off", "Off", "Never (the static modes alone: 6 fewer DOFs, a faster swap)"),
+        ),
         advanced=True,
     ),
     Setting(
