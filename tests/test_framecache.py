@@ -54,6 +54,25 @@ def between_of(sim, lift: float = 0.0):
     return lambda first, last: [inputs_of(sim, f, lift) for f in range(first, last + 1)]
 
 
+def test_a_frame_played_forward_is_digested_when_compared():
+    """A frame played forward keeps its inputs, undigested, until the timeline comes back to
+    it; its digest then is the inputs' (:func:`frame_digest`), and the same inputs show the
+    kept frame, other inputs simulate it again."""
+    sim = make_sim()
+    tl = Timeline(sim, START)
+    poke = Poke(np.array([0]), np.array([1.0]), np.zeros(3), 50.0)
+    for f in range(START + 1, 6):
+        tl.positions_at(f, inputs_of(sim, f), pokes=[poke])
+    kept = tl.cache.get(4)
+    assert not isinstance(kept.drove, str)  # not digested yet
+    assert kept.inputs == frame_digest(inputs_of(sim, 4), [poke])
+    assert kept.drove == kept.inputs  # digested once
+    tl.positions_at(4, inputs_of(sim, 4), pokes=[poke])
+    assert len(tl.step_seconds) == 4 and tl.cache.get(4) is kept
+    tl.positions_at(4, inputs_of(sim, 5), pokes=[poke])  # the pins elsewhere
+    assert len(tl.step_seconds) == 5 and 5 not in tl.cache
+
+
 def test_scrubbing_shows_the_straight_run_and_steps_each_frame_once():
     ref = straight(10)
     sim = make_sim()

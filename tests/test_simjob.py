@@ -168,7 +168,8 @@ def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
     """The viewport's one-frame path (FrameReader) and the general one (a Track of the frame,
     as Bake Simulation gathers it) build the same FrameInputs, every float's bits: colliders
     turned, scaled unevenly and sheared, boxes off their origin, the owner's frame rigid, pins
-    carried; and refuse a collider of zero size alike."""
+    carried; centred boxes (a primitive's, the reader's own path) with signed zeros in the
+    translations; and refuse a collider of zero size alike."""
     from neural_rom.core.clothbake import rigid as rigid_part
     from neural_rom.core.colliders import box_colliders
     from neural_rom.core.errors import NeuralRomError
@@ -178,7 +179,7 @@ def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
     pins = rng.normal(size=(5, 3))
     for reference, plane_radius, ground in ((True, None, None), (False, 0.5, -0.3)):
         reader = simjob.FrameReader(kinds, plane_radius=plane_radius, reference_frame=reference)
-        for _ in range(50):
+        for i in range(50):
             mats = np.zeros((1 + len(kinds), 4, 4))
             mats[:, :3, :3] = rng.normal(size=(1 + len(kinds), 3, 3))  # scale and shear
             mats[:, :3, 3] = rng.normal(scale=3.0, size=(1 + len(kinds), 3))
@@ -186,6 +187,10 @@ def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
             mats = mats.astype(np.float32).astype(np.float64)  # Blender's matrices
             half = rng.uniform(0.05, 0.5, size=(len(kinds), 3))
             centre = rng.normal(scale=0.2, size=(len(kinds), 3))
+            if i % 2:  # centred boxes, some zeros negative, and translations with zeros
+                centre[:3] = np.where(rng.uniform(size=(3, 3)) < 0.5, 0.0, -0.0)
+                mats[1:, :3, 3][rng.uniform(size=(len(kinds), 3)) < 0.4] = 0.0
+                mats[1:, :3, 3][rng.uniform(size=(len(kinds), 3)) < 0.2] = -0.0
             fast = reader.inputs(
                 mats,
                 list(zip(half, centre)),
