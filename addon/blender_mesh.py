@@ -224,18 +224,23 @@ def collider_box(obj: bpy.types.Object) -> tuple[np.ndarray, np.ndarray]:
     bounding box's) local bounding box."""
     if obj.type == "EMPTY":
         return _box((float(obj.empty_display_size),))
-    return _box(tuple(tuple(c) for c in obj.bound_box))  # 4 us: read every frame
+    # read every frame: the 8 corners in one copy (0.3 us; 2.3 as tuples of their items)
+    obj.bound_box.foreach_get(_CORNERS)
+    return _box(tuple(_CORNERS.tolist()))
+
+
+_CORNERS = np.empty(24, dtype=np.float32)  # a bounding box's corners as Blender keeps them
 
 
 @functools.lru_cache(maxsize=64)
 def _box(corners: tuple) -> tuple[np.ndarray, np.ndarray]:
     """:func:`collider_box` of an empty's display size ``(size,)`` or of a bounding box's 8
-    corners, kept for the next frame (read-only arrays): the frame handler asks it of every
-    collider every frame, and an edited collider has other corners."""
+    corners (24 coordinates), kept for the next frame (read-only arrays): the frame handler
+    asks it of every collider every frame, and an edited collider has other corners."""
     if len(corners) == 1:
         half, centre = np.full(3, corners[0]), np.zeros(3)
     else:
-        bb = np.array(corners, dtype=np.float64)
+        bb = np.array(corners, dtype=np.float64).reshape(8, 3)
         half, centre = (
             0.5 * (bb.max(axis=0) - bb.min(axis=0)),
             0.5 * (bb.min(axis=0) + bb.max(axis=0)),

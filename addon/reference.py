@@ -94,8 +94,8 @@ def mesh_edit_pending(obj: bpy.types.Object, driver) -> bool:
     that runs on other meshes and its mesh was edited (another vertex count than the running
     simulation's render mesh): the frame handler then leaves it alone until Apply Mesh Edit
     (:func:`.family.apply_mesh_edit`) swaps to the new mesh."""
-    if driver is None or not runs_on_other_meshes(obj):
+    t = getattr(driver, "tets", None)  # none: a cloth's own vertices, or no driver yet
+    if t is None or not runs_on_other_meshes(obj):
         return False
-    t = driver.tets
     n = int(t.embedding.n_points) if t.embedding is not None else int(t.mesh.n_surface_inputs)
     return n != len(obj.data.vertices)

@@ -429,11 +429,12 @@ class ClothDriver(Driver):
 
     def _reader(self, obj, colliders: list) -> FrameReader:
         """:meth:`Driver._reader` of a cloth: :func:`.cloth.track`'s (the colliders as its
-        bakes recorded them, the object's rigid world matrix as the reference frame)."""
-        kinds = cloth.baked_kinds(obj, colliders)
-        key = (tuple(col.name for col in colliders), tuple(kinds))
+        bakes recorded them, the object's rigid world matrix as the reference frame), kept
+        while the recording and the colliders' names stay (their kinds follow from these)."""
+        key = (obj.neural_rom.cloth.colliders, tuple(col.name for col in colliders))
         if getattr(self, "_read", (None,))[0] != key:
-            self._read = key, FrameReader(kinds, list(key[0]), reference_frame=True)
+            kinds = cloth.baked_kinds(obj, colliders)
+            self._read = key, FrameReader(kinds, list(key[1]), reference_frame=True)
         return self._read[1]
 
     @staticmethod
