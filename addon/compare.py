@@ -519,14 +519,17 @@ def clear_comparison(obj: bpy.types.Object) -> bool:
     return found
 
 
-def on_frame_change(scene: bpy.types.Scene) -> None:
+def on_frame_change(scene: bpy.types.Scene, objects=None) -> None:
     """Show the current frame of every comparison (playback and simulation, when turned on
-    again, own the object's vertices: its comparison waits)."""
+    again, own the object's vertices: its comparison waits). ``objects``: the scene's
+    objects with a comparison, listed by the caller; None: listed here."""
     if simulate._busy:
         return
     # listed first: a failure removes its ghost from scene.objects (ghosts have no PROP)
-    for obj in [o for o in scene.objects if o.get(PROP) is not None]:
-        if obj.type != "MESH" or obj.mode == "EDIT":
+    if objects is None:
+        objects = [o for o in scene.objects if o.get(PROP) is not None]
+    for obj in objects:
+        if obj.get(PROP) is None or obj.type != "MESH" or obj.mode == "EDIT":
             continue
         s = obj.neural_rom
         if s.playback or s.simulate:

@@ -633,13 +633,16 @@ def frame_done(obj: bpy.types.Object, what: str) -> None:
         del obj[FRAME_ERROR]
 
 
-def on_frame_change(scene: bpy.types.Scene) -> None:
-    """Drive every object whose Simulate is on to the scene's current frame."""
+def on_frame_change(scene: bpy.types.Scene, objects=None) -> None:
+    """Drive every object whose Simulate is on to the scene's current frame (``objects``:
+    the scene's objects whose Simulate is on, found by the caller; None: looked up here)."""
     if _busy:
         return
-    for obj in scene.objects:
-        s = getattr(obj, "neural_rom", None)
-        if s is None or not s.simulate or obj.type != "MESH" or obj.mode == "EDIT":
+    if objects is None:
+        objects = [o for o in scene.objects if getattr(o, "neural_rom", None) is not None]
+    for obj in objects:
+        s = obj.neural_rom
+        if not s.simulate or obj.type != "MESH" or obj.mode == "EDIT":
             continue
         if reference.mesh_edit_pending(obj, _drivers.get(obj.name)):
             continue  # an edited mesh waits for Apply Mesh Edit (addon/family.py)

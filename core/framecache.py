@@ -108,12 +108,18 @@ class FrameCache:
         positions: np.ndarray,
         inputs: str | tuple = "",
         mesh: int = 0,
+        *,
+        own: bool = False,
     ) -> None:
         """Keep frame ``frame`` (copies of the state's arrays and of the positions);
         ``inputs``: the digest of what drove it, or ``(FrameInputs, pokes)`` to digest when
-        it is first compared (:attr:`CachedFrame.inputs`)."""
+        it is first compared (:attr:`CachedFrame.inputs`). ``own``: the caller hands
+        ``state`` over and keeps no reference to it or its arrays (a simulator's
+        ``get_state()``, which returns fresh ones: :mod:`.simulator`), so it is kept as
+        given, not copied."""
         frame = int(frame)
-        state = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+        if not own:
+            state = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
         self._frames[frame] = CachedFrame(
             state, np.array(positions, dtype=np.float64), inputs, int(mesh)
         )
@@ -254,7 +260,9 @@ class Timeline:
         self._held = None
         self.sim.reset()
         self.cache.invalidate()
-        self.cache.put(self.frame_start, self.sim.get_state(), self.sim.positions(), mesh=self.mesh)
+        self.cache.put(
+            self.frame_start, self.sim.get_state(), self.sim.positions(), mesh=self.mesh, own=True
+        )
         self._held = self.cache.get(self.frame_start)
 
     def swap_mesh(self, frame: int, X: np.ndarray, T: np.ndarray, pinned=None):
@@ -275,7 +283,7 @@ class Timeline:
         report = self.sim.swap_mesh(X, T, pinned)
         self.mesh += 1
         self.cache.invalidate(at + 1)
-        self.cache.put(at, self.sim.get_state(), self.sim.positions(), hit.drove, self.mesh)
+        self.cache.put(at, self.sim.get_state(), self.sim.positions(), hit.drove, self.mesh, own=True)
         self._held = self.cache.get(at)
         return report
 
@@ -285,7 +293,7 @@ class Timeline:
         hit = self.cache.get(frame)
         if hit.mesh != self.mesh:
             self._hold(hit)
-            self.cache.put(frame, hit.state, self.sim.positions(), hit.drove, self.mesh)
+            self.cache.put(frame, hit.state, self.sim.positions(), hit.drove, self.mesh, own=True)
             hit = self._held = self.cache.get(frame)
         return hit
 
@@ -348,5 +356,5 @@ class Timeline:
         t0 = time.perf_counter()
         self.sim.step(inputs)
         self.step_seconds.append(time.perf_counter() - t0)
-        self.cache.put(frame, self.sim.get_state(), self.sim.positions(), drove, self.mesh)
+        self.cache.put(frame, self.sim.get_state(), self.sim.positions(), drove, self.mesh, own=True)
         self._held = self.cache.get(frame)

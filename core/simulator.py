@@ -9,7 +9,10 @@ A simulator (full space, a subspace runtime, a learned one) has:
   colliders, latent sliders, markers, a driving reference frame: each method takes the ones
   its registry record lists, ignores the others and refuses a frame that lacks one it needs);
 * ``get_state()`` / ``set_state(state)`` — a state that restores bit-identically (scrubbing,
-  frame caches);
+  frame caches). ``get_state`` returns fresh arrays (copies, never the simulator's own),
+  which the caller may keep as they are: the frame cache keeps them without copying again,
+  so a later step must not change a state handed out; nor may a simulator write into a
+  state given to ``set_state`` (the cache hands the same state to it again and again);
 * ``start_from(x, v, forces)`` — the closest state to a full-space state (comparing with a
   bake that starts moved or moving); a model that can only start at rest says so;
 * ``closest_shape(x)`` — the model's closest shape to a pose: what it can represent at

@@ -227,3 +227,52 @@ def test_the_start_frame_is_rest_whatever_the_inputs(frames):
     tl = Timeline(sim, START)
     tl.positions_at(START + frames, inputs_of(sim, START + frames))
     np.testing.assert_array_equal(tl.positions_at(START, inputs_of(sim, 9)), sim.rest_positions())
+
+
+def _simulators():
+    """One cheap simulator of the registered methods whose state is arrays of their own:
+    the linear subspace, the autoencoder's latent one, Shen's (random decoders: the state's
+    ownership does not care how they were trained; LiCROM's state is the linear one's,
+    SNP's is checked in tests/test_snp.py)."""
+    from neural_rom.core.methods.autoencoder import LatentSimulation
+    from neural_rom.core.methods.shen import ShenSimulation
+
+    from .test_latent import MAT, beam, elu_decoder
+    from .test_shen import sin_decoder
+
+    X, T, pinned, sub = beam(div=(4, 1, 1), k=6)
+    s = SimSettings(dt=1 / 24)
+    return {
+        "linear": make_sim(),
+        "autoencoder": LatentSimulation(X, T, MAT, sub.U, elu_decoder(3, sub.k), s, pinned=pinned),
+        "shen": ShenSimulation(X, T, MAT, sub.U, 2, sin_decoder(3, sub.k), s, pinned=pinned),
+    }
+
+
+def _plain(state: dict) -> dict:
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+
+
+@pytest.mark.parametrize("kind", ["linear", "autoencoder", "shen"])
+def test_a_kept_frame_keeps_its_state_when_the_simulator_changes(kind):
+    """The timeline keeps what ``get_state`` returns without copying it (the protocol: fresh
+    arrays, :mod:`core.simulator`): the steps after a kept frame, and the simulator's state
+    arrays overwritten in place, change no kept state; and the kept frame restored
+    continues as it did."""
+    sim = _simulators()[kind]
+    tl = Timeline(sim, START)
+    X = sim.rest_positions()[sim.pinned]
+    lift = [FrameInputs(pin_targets=X + [0.0, 0.0, 0.01 * f]) for f in range(8)]
+    for f in range(START + 1, START + 5):
+        tl.positions_at(f, lift[f - START])
+    then = tl.positions_at(START + 5, lift[5]).copy()
+    kept = {f: _plain(tl.cache.get(f).state) for f in tl.cache.frames}
+    held = [getattr(sim, k, None) for k in tl.cache.get(START + 5).state]
+    held = [v for v in held if isinstance(v, np.ndarray)]
+    assert held  # the state's arrays, by their names on the simulator (q, qdot, z, r, ...)
+    for v in held:
+        v[...] = np.nan
+    assert {f: _plain(tl.cache.get(f).state) for f in kept} == kept
+    tl.cache.invalidate(START + 5)
+    tl.forget_held()  # the simulator's state was set behind the timeline's back
+    np.testing.assert_array_equal(tl.positions_at(START + 5, lift[5]), then)
