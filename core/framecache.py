@@ -283,7 +283,9 @@ class Timeline:
         report = self.sim.swap_mesh(X, T, pinned)
         self.mesh += 1
         self.cache.invalidate(at + 1)
-        self.cache.put(at, self.sim.get_state(), self.sim.positions(), hit.drove, self.mesh, own=True)
+        self.cache.put(
+            at, self.sim.get_state(), self.sim.positions(), hit.drove, self.mesh, own=True
+        )
         self._held = self.cache.get(at)
         return report
 
@@ -356,5 +358,7 @@ class Timeline:
         t0 = time.perf_counter()
         self.sim.step(inputs)
         self.step_seconds.append(time.perf_counter() - t0)
-        self.cache.put(frame, self.sim.get_state(), self.sim.positions(), drove, self.mesh, own=True)
+        self.cache.put(
+            frame, self.sim.get_state(), self.sim.positions(), drove, self.mesh, own=True
+        )
         self._held = self.cache.get(frame)
