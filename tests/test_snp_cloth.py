@@ -284,6 +284,20 @@ def test_the_push_out_and_the_driven_frame_fast_paths_keep_their_bits(monkeypatc
     assert snp._clear_of(ends, c, 0.0) and snp.push_out(ends, [c]) is ends
     assert not snp._clear_of(ends, c, 0.06)  # 5 cm from the end cap
     assert not snp._clear_of(ends + [0.0, 0.0, -0.1], c, 0.0)  # 25 cm up the axis: inside
+    # the axis line's test (two unit vectors across the axis) for axes along +z, -z (its
+    # basis' two branches), x and turned ones: a ring round the middle 0.1% beyond the
+    # reach is clear of the line, 0.1% within it is not
+    theta = np.linspace(0.0, 2.0 * np.pi, 37)
+    turns = [np.eye(3), np.diag([1.0, -1.0, -1.0]), np.array([[0, 0, 1], [0, 1, 0], [-1, 0, 0.0]])]
+    for R in turns + [Rotation.random(random_state=s).as_matrix() for s in range(6)]:
+        M = np.eye(4)
+        M[:3, :3], M[:3, 3] = R, rng.normal(size=3)
+        c = Collider("capsule", 0.1, 0.2, M)
+        ring = np.stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)], axis=1) @ R.T
+        for margin in (0.0, 0.01):
+            reach = 0.1 + margin
+            assert snp._clear_of(M[:3, 3] + 1.001 * reach * ring, c, margin)
+            assert not snp._clear_of(M[:3, 3] + 0.999 * reach * ring, c, margin)
 
     sim = SNPSimulation(driven_params(rng))
     for trial in range(300):
