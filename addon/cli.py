@@ -116,6 +116,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def command(sub, common, name: str, help: str, description: str, **kwargs):
+    """A subcommand on ``sub`` with the shared options ``common`` and ``description``
+    wrapped to 80 columns."""
+    return sub.add_parser(
+        name, parents=[common], help=help, description=textwrap.fill(description, 80), **kwargs
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog=PROG,
@@ -197,12 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="cells along the longest side of the embedding cage",
     )
 
-    bake = sub.add_parser(
+    bake = command(
+        sub,
+        common,
         "bake",
-        parents=[common],
         help="bake training simulations (a child process per object)",
         # raw (for the scenario list below): wrapped here
-        description=textwrap.fill(
+        description=(
             "Bake full-space simulations of each object's scenario into its cache "
             "directory, one deterministic, seeded variant per file, the variants in parallel "
             "processes. A variant whose bake stopped early (cancelled, killed, crashed) resumes "
@@ -219,8 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
             "backwards in half, the swing's amplitude (0.6-1.4x) and travel (0.7-1.3x) "
             "scaled, a slow turn about the vertical; the scenario's pokes, pushes and colliders come on top. Variants are "
             "different motions, so a bake Train holds out is a motion no training bake "
-            "contains. Each bake records what it drew (info lists it).",
-            80,
+            "contains. Each bake records what it drew (info lists it)."
         ),
         epilog=_scenarios_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -270,11 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
         "default 0: one per CPU core",
     )
 
-    cloth = sub.add_parser(
+    cloth = command(
+        sub,
+        common,
         "cloth-bake",
-        parents=[common],
         help="bake Blender's own cloth under random collider and owner motion",
-        description=textwrap.fill(
+        description=(
             "Bake each object's Cloth modifier with Blender's cloth solver, in a background "
             "Blender, into .nrbake files for training (Subspace Neural Physics). The colliders "
             "are the scene's objects with a Collision modifier, each with the shape its Neural "
@@ -289,8 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
             "random keys. Each bake records which motion it drew from, and every frame is "
             "committed; a cancel keeps what was committed. Your file is not changed (the job bakes a copy); the bakes are "
             "recorded on the object (--save keeps that), as the panel's Cloth Bake does, and "
-            "train, simulate and compare take them.",
-            80,
+            "train, simulate and compare take them."
         ),
     )
     cloth.add_argument(
@@ -461,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import face_cli
 
-    face_cli.add_parsers(sub, common)
+    face_cli.add_parsers(sub, common, command)
 
     cmp = sub.add_parser(
         "compare",
@@ -491,11 +499,12 @@ def build_parser() -> argparse.ArgumentParser:
         "milliseconds)",
     )
 
-    cm = sub.add_parser(
+    cm = command(
+        sub,
+        common,
         "compare-methods",
-        parents=[common],
         help="train every method the object's bakes allow and say which to use",
-        description=textwrap.fill(
+        description=(
             "Train every registered method on each object's bakes (one worker job: each "
             "method with the object's settings of it, its defaults unless changed, and its "
             "share of --budget as its time budget: the methods are spread over the cores, "
@@ -511,8 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
             "method's model becomes the object's model (--use picks another row; --save "
             "keeps that). The memory column is the runtime's: the peak of loading the model "
             "and 10 steps, not the file's size. A method setting "
-            "option applies to the methods that have it (e.g. --epochs 50 for a quick look).",
-            80,
+            "option applies to the methods that have it (e.g. --epochs 50 for a quick look)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

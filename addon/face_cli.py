@@ -5,25 +5,24 @@
 from __future__ import annotations
 
 import argparse
-import textwrap
 
 import bpy
 
 
-def add_parsers(sub, common) -> None:
+def add_parsers(sub, common, command) -> None:
     """The face subcommands, on :mod:`.cli`'s subparsers (``common``: --file, --object,
-    --save)."""
-    setup = sub.add_parser(
+    --save; ``command``: :func:`.cli.command`, passed in so this module imports no cli)."""
+    setup = command(
+        sub,
+        common,
         "face-setup",
-        parents=[common],
         help="set up a face: a skin with shape keys over a skull and a jaw (a child process)",
-        description=textwrap.fill(
+        description=(
             "Build the face of each skin object (its shape keys are the sculpted expressions; "
             "'jaw20' in a key's name opens the jaw 20 degrees for it, 'heldout' keeps it out "
             "of training) over its skull and jaw (closed meshes; the jaw's origin is the hinge "
             "and its local X the hinge axis): the flesh lattice between skin and skull, skull "
-            "nodes fixed, jaw nodes following the jaw. Then `train` fits it.",
-            80,
+            "nodes fixed, jaw nodes following the jaw. Then `train` fits it."
         ),
     )
     setup.add_argument("--skull", metavar="NAME", help="the skull mesh (default: the object's)")
@@ -36,17 +35,17 @@ def add_parsers(sub, common) -> None:
     )
     from ..core.faceinputs import MARKER_LAYOUTS
 
-    mk = sub.add_parser(
+    mk = command(
+        sub,
+        common,
         "add-markers",
-        parents=[common],
         help="add marker empties on each face's skin (Add Markers)",
-        description=textwrap.fill(
+        description=(
             "Add marker empties bound to skin vertices of each face, placed by the layout "
             "(and 6 where the skin moves with the skull when the face's Head From Markers "
             "is on), in a collection '<skin> Markers'; a skin that has markers keeps them "
             "(delete them first to place a new set). Animate them, then `simulate --drive "
-            "markers`.",
-            80,
+            "markers`."
         ),
     )
     mk.add_argument(
