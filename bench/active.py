@@ -166,6 +166,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(a.threads)
     from neural_rom.training.active import fit
+    from neural_rom.training.run import TrainingRun
 
     R: dict = {}
     t = time.perf_counter()
@@ -197,10 +198,15 @@ def main(argv=None) -> int:
     else:
         t = time.perf_counter()
         res = fit(
-            (rig, keys),
-            a.out / "face.nrmodel",
-            settings,
-            progress=lambda f, m: print(f"  [{time.perf_counter() - t:7.1f} s] {m}", flush=True),
+            TrainingRun.create(
+                "active",
+                (rig, keys),
+                a.out / "face.nrmodel",
+                settings,
+                progress=lambda f, m: print(
+                    f"  [{time.perf_counter() - t:7.1f} s] {m}", flush=True
+                ),
+            )
         )
         R["training"] = {
             "seconds": time.perf_counter() - t,

@@ -166,7 +166,7 @@ def open_case(paths) -> SimpleNamespace:
     from neural_rom.core.errors import NeuralRomError
     from neural_rom.core.frame import to_pin_frame
     from neural_rom.core.subspace import mass_weighted_pod
-    from neural_rom.training.common import physics_of
+    from neural_rom.training.run import physics_of
 
     ds, xt, xv, va = latent.split_frames(list(paths))
     material, spec = physics_of(ds)

@@ -189,16 +189,18 @@ def smallest_k(curve: np.ndarray, err: float) -> int | None:
 
 def train_ae(paths, out: Path, r: int, epochs: int, batch_size: int = 32, **kw) -> dict:
     """One autoencoder of latent size r on the PCA layer (no held-out rollout), CPU."""
-    from neural_rom.training.autoencoder import AutoencoderSettings, train_autoencoder
+    from neural_rom.core import registry
 
-    s = AutoencoderSettings(
-        k=PCA_LAYER,
-        latent_dim=r,
-        epochs=epochs,
-        batch_size=batch_size,
-        rollout=False,
-        max_cubature=kw.pop("max_cubature", 150),
-        **kw,
+    s = registry.get("autoencoder").values(
+        dict(
+            k=PCA_LAYER,
+            latent_dim=r,
+            epochs=epochs,
+            batch_size=batch_size,
+            rollout=False,
+            max_cubature=kw.pop("max_cubature", 150),
+            **kw,
+        )
     )
     marks: dict[str, float] = {}
 
@@ -208,7 +210,9 @@ def train_ae(paths, out: Path, r: int, epochs: int, batch_size: int = 32, **kw) 
                 marks.setdefault(stage, time.perf_counter())
 
     t0 = time.perf_counter()
-    res = train_autoencoder([str(p) for p in paths], out, s, device="cpu", progress=progress)
+    res = registry.get("autoencoder").trainer_function()(
+        [str(p) for p in paths], out, s, device="cpu", progress=progress
+    )
     res["wall_s"] = time.perf_counter() - t0
     if len(marks) == 3:  # seconds: loading + PCA, network epochs, export + cubature
         res["stage_s"] = {
@@ -225,7 +229,9 @@ def train_defaults(paths, out: Path, settings: dict | None = None) -> dict:
     changed (``{"keep_linear": False}``: the autoencoder's own record even where the linear
     model replays better). Returns the result record with ``wall_s`` and the progress line
     that carried the estimate (``estimate``)."""
-    from neural_rom.training.autoencoder import train
+    from neural_rom.core import registry
+
+    train = registry.get("autoencoder").trainer_function()
 
     said: list[str] = []
     t0 = time.perf_counter()
@@ -443,10 +449,10 @@ def run(args) -> dict:
     import torch
 
     torch.set_num_threads(1)
+    from neural_rom.core import registry
     from neural_rom.core.methods.autoencoder import LatentSimulation
     from neural_rom.core.nnet import MLP
     from neural_rom.core.registry import load_simulator
-    from neural_rom.training.linear import LinearSettings, train_linear
 
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nrom_latent_"))
     res: dict = {"work": str(work)}
@@ -510,8 +516,10 @@ def run(args) -> dict:
     rec: dict[str, list] = {"ae": [], "pca": []}
     res["ae_roll"] = rollout(sim_ae, held, rec["ae"])
     t1 = time.perf_counter()
-    lin = train_linear(
-        [str(p) for p in paths], work / f"pca_k{k}.nrmodel", LinearSettings(k=k, max_cubature=150)
+    lin = registry.get("linear").trainer_function()(
+        [str(p) for p in paths],
+        work / f"pca_k{k}.nrmodel",
+        registry.get("linear").values(dict(k=k, max_cubature=150)),
     )
     res["pca_train_s"] = time.perf_counter() - t1
     sim_pca, _ = load_simulator(lin["model"])

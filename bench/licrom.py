@@ -473,10 +473,12 @@ def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None
     import importlib.util
 
     from neural_rom.core import bake as bk
+    from neural_rom.core import registry
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.compare import replay_bake
     from neural_rom.core.methods import licrom
-    from neural_rom.training.licrom import train
+
+    train = registry.get("licrom").trainer_function()
 
     tests = Path(__file__).resolve().parents[1] / "tests" / "test_licrom.py"
     spec_ = importlib.util.spec_from_file_location("test_licrom_for_bench", tests)
@@ -733,7 +735,9 @@ def swap_bench(
     """``--swap``: LiCROM trained on the trained rings (as ``--rings``, ``epochs`` within
     ``budget`` s: the swap's cost does not depend on how well the field is trained), then
     :func:`swap_times` (with Static Derivatives when ``derivatives``)."""
-    from neural_rom.training.licrom import train
+    from neural_rom.core import registry
+
+    train = registry.get("licrom").trainer_function()
 
     meshes, paths = ring_bakes(out, RINGS["trained"])
     model = out / "swap.nrmodel"
@@ -756,14 +760,14 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
     replayed on variant 3 of every ring, against each ring's own linear model (PCA of its
     variants 0-2, as many modes as LiCROM's latent or as its bakes span) on the same bake:
     max and mean vertex error, closest shapes; the exact energy beside the fitted cubature."""
-    from neural_rom.core import bake
+    from neural_rom.core import bake, registry
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.compare import closest_shapes
     from neural_rom.core.errors import NeuralRomError
     from neural_rom.core.methods import licrom
     from neural_rom.core.registry import load_simulator
-    from neural_rom.training.licrom import train
-    from neural_rom.training.linear import LinearSettings, train_linear
+
+    train = registry.get("licrom").trainer_function()
 
     meshes, paths = ring_bakes(out, [t for group in RINGS.values() for t in group])
     model = out / "rings.nrmodel"
@@ -786,9 +790,9 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
             dofs = licrom.load_on_mesh(model, m.X, m.T, pinned=m.pinned).k
             for k in range(dofs, 0, -1):  # LiCROM's DOFs, or as many modes as its bakes span
                 try:
-                    lin = train_linear(
+                    lin = registry.get("linear").trainer_function()(
                         paths[t][:3], out / f"linear_{t}.nrmodel",
-                        LinearSettings(k=k, validation_fraction=0.0),
+                        registry.get("linear").values(dict(k=k, validation_fraction=0.0)),
                     )  # fmt: skip
                     break
                 except NeuralRomError:
@@ -941,12 +945,12 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         floating(out, a.json, a.latent, 60 if a.epochs == 300 else a.epochs)
         return
-    from neural_rom.core import bake
+    from neural_rom.core import bake, registry
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.methods import licrom
     from neural_rom.core.registry import load_simulator
-    from neural_rom.training.licrom import train
-    from neural_rom.training.linear import LinearSettings, train_linear
+
+    train = registry.get("licrom").trainer_function()
 
     out = Path(a.out or tempfile.mkdtemp(prefix="bench_licrom_"))
     out.mkdir(parents=True, exist_ok=True)
@@ -1013,10 +1017,10 @@ def main() -> None:
     rows = []
     for name, m in (("train", bar), ("fine", fine), ("unseen", unseen)):
         cache = held_caches[name]
-        lin = train_linear(
+        lin = registry.get("linear").trainer_function()(
             pod_bakes[name],
             out / f"pod_{name}.nrmodel",
-            LinearSettings(k=20, validation_fraction=0.0),
+            registry.get("linear").values(dict(k=20, validation_fraction=0.0)),
         )
         pod, _ = load_simulator(lin["model"])
         err_pod, ms_pod = replay(pod, cache)

@@ -186,9 +186,9 @@ def drop_scene(out) -> tuple[list, str]:
     from types import SimpleNamespace
 
     from neural_rom.core import bake as bk
+    from neural_rom.core import registry
     from neural_rom.core.fem import Material
     from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.training.linear import LinearSettings, train_linear
 
     X, T = grid_tetmesh((0.2, 0.2, 0.2), (3, 3, 3))
     spec = bk.BakeSpec(
@@ -200,7 +200,7 @@ def drop_scene(out) -> tuple[list, str]:
     )
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, out, "drop")
     model = os.path.join(out, "linear.nrmodel")
-    train_linear(paths[:3], model, LinearSettings())
+    registry.get("linear").trainer_function()(paths[:3], model, registry.get("linear").values())
     return [model], str(paths[3])
 
 

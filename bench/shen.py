@@ -208,9 +208,8 @@ def compare(
     ``paths``; replay every held-out bake with each (Shen also without the fictitious force)
     and measure closest-shape errors on the held-out frames."""
     import torch
+    from neural_rom.core import registry
     from neural_rom.core.registry import load_simulator
-    from neural_rom.training.linear import LinearSettings, train_linear
-    from neural_rom.training.shen import ShenSettings, train_shen
 
     torch.set_num_threads(1)
     work = Path(work)
@@ -224,19 +223,21 @@ def compare(
         "max_disp_m": float(np.linalg.norm(xv - np.asarray(ds[0].X), axis=-1).max()),
     }
     t0 = time.perf_counter()
-    res = train_shen(
+    res = registry.get("shen").trainer_function()(
         paths,
         work / "shen.nrmodel",
-        ShenSettings(
-            k=k,
-            n_p=n_p,
-            latent_dim=n_z,
-            epochs=epochs,
-            patience=patience,
-            max_cubature=max_cubature,
-            batch_size=64,
-            rollout=False,
-            **shen_kw,
+        registry.get("shen").values(
+            dict(
+                k=k,
+                n_p=n_p,
+                latent_dim=n_z,
+                epochs=epochs,
+                patience=patience,
+                max_cubature=max_cubature,
+                batch_size=64,
+                rollout=False,
+                **shen_kw,
+            )
         ),
         device="cpu",
     )
@@ -264,10 +265,10 @@ def compare(
     if variational:
         out["shen_variational"] = replay(variational_step, ds, va)
     t0 = time.perf_counter()
-    lin = train_linear(
+    lin = registry.get("linear").trainer_function()(
         [str(p) for p in paths],
         work / "pca.nrmodel",
-        LinearSettings(k=dofs, max_cubature=max_cubature),
+        registry.get("linear").values(dict(k=dofs, max_cubature=max_cubature)),
     )
     out["pca_train_s"] = time.perf_counter() - t0
     out["pca_cubature"] = lin["cubature_elements"]
@@ -495,7 +496,7 @@ def cubature_table(
     from neural_rom.core.cache import BakeDataset
     from neural_rom.core.fem import TetFEM
     from neural_rom.core.registry import load_simulator
-    from neural_rom.training.common import even_indices
+    from neural_rom.training.run import even_indices
     from neural_rom.training.shen_cubature import compare_cubatures
 
     sim = load_simulator(model)[0]

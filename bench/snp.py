@@ -163,7 +163,6 @@ def run(
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.methods.snp import SNPBatch, SNPSimulation
     from neural_rom.core.sim import FrameInputs
-    from neural_rom.training.snp import SNPSettings, train_snp
 
     workdir = Path(workdir)
     X, T, spec = scene(n_tets, frames, variants)
@@ -171,8 +170,10 @@ def run(
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, workdir, "block")
     bake_s = time.perf_counter() - t0
     out = workdir / "block.nrmodel"
-    settings = SNPSettings(epochs=epochs, **(overrides or {}))
-    res = train_snp(paths, out, settings, checkpoint_dir=workdir / "ckpt")
+    settings = registry.get("snp").values(dict(epochs=epochs, **(overrides or {})))
+    res = registry.get("snp").trainer_function()(
+        paths, out, settings, checkpoint_dir=workdir / "ckpt"
+    )
     sim, model = registry.load_simulator(out)
     p = sim.p
 
@@ -257,8 +258,8 @@ def accuracy(
     ``epochs``, ``mode_scaling`` and ``overrides`` (settings by name); the mean vertex errors,
     where they are (:func:`where_the_error_is`) and what the data cost."""
     from neural_rom.core import bake as bk
+    from neural_rom.core import registry
     from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.training.snp import SNPSettings, train_snp
 
     workdir = Path(workdir)
     X, T = grid_tetmesh((0.2, 0.2, 0.3), (3, 3, 4))
@@ -266,9 +267,13 @@ def accuracy(
     t0 = time.perf_counter()
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, workdir, "block")
     bake_s = time.perf_counter() - t0
-    settings = SNPSettings(epochs=epochs, mode_scaling=mode_scaling, **(overrides or {}))
+    settings = registry.get("snp").values(
+        dict(epochs=epochs, mode_scaling=mode_scaling, **(overrides or {}))
+    )
     out = workdir / "block.nrmodel"
-    res = train_snp(paths, out, settings, checkpoint_dir=workdir / "ckpt")
+    res = registry.get("snp").trainer_function()(
+        paths, out, settings, checkpoint_dir=workdir / "ckpt"
+    )
     h, i = res["heldout_mean_error_m"], res["initial_model_mean_error_m"]
     return {
         **where_the_error_is(paths, out),
@@ -300,7 +305,7 @@ def where_the_error_is(paths: list, model_path) -> dict:
 
     from neural_rom.core import registry
     from neural_rom.core.colliders import Collider
-    from neural_rom.training.common import open_bakes
+    from neural_rom.training.run import open_bakes
     from neural_rom.training.snp import collider_slots, latent_rollout, load_sequences
 
     sim, model = registry.load_simulator(model_path)

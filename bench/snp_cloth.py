@@ -227,7 +227,6 @@ def run(args, workdir: Path) -> dict:
     from neural_rom.core.colliders import Collider
     from neural_rom.core.methods.snp import SNPBatch, VertexNormals, push_out
     from neural_rom.core.sim import FrameInputs
-    from neural_rom.training.snp import SNPSettings, train_snp
 
     cape = args.scene == "cape"
     if cape:  # a 20 x 30 cape on a walking, turning torso (owner and capsule collider)
@@ -265,17 +264,19 @@ def run(args, workdir: Path) -> dict:
             )
         )
     out = workdir / f"{spec['name']}.nrmodel"
-    res = train_snp(
+    res = registry.get("snp").trainer_function()(
         paths,
         out,
-        SNPSettings(
-            k=args.k,
-            epochs=args.epochs,
-            batch_size=32,
-            validation_fraction=args.validation_fraction,
-            seed=args.seed,
-            time_budget=3600,
-            **dict(settings_arg(a) for a in args.setting),
+        registry.get("snp").values(
+            dict(
+                k=args.k,
+                epochs=args.epochs,
+                batch_size=32,
+                validation_fraction=args.validation_fraction,
+                seed=args.seed,
+                time_budget=3600,
+                **dict(settings_arg(a) for a in args.setting),
+            )
         ),
         checkpoint_dir=None,
     )

@@ -29,6 +29,7 @@ that gives a shared name another type or unit.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -214,10 +215,12 @@ class Method:
     load : ``load(model, *, settings, colliders) -> Simulator``; ``model`` is the opened
         :class:`core.modelfile.Model` (already checked against the mesh)
     trainer : ``"module:function"`` relative to the package (``"training.linear:train"``)
-        or an absolute module path, imported lazily in the worker; or a callable. It is
-        called as ``trainer(bakes, out, settings, *, expect_mesh_hash, checkpoint_dir,
-        progress, should_cancel, metric, device)`` with ``settings`` the dict
-        :meth:`validate` returned, and returns a JSON-able result dict.
+        or an absolute module path, imported lazily in the worker; or a callable:
+        ``train(run)`` with ``run`` a ``training.run.TrainingRun`` whose ``settings`` are
+        :meth:`values` (checked once, by the worker), or of the older signature
+        ``trainer(bakes, out, settings, *, expect_mesh_hash, checkpoint_dir, progress,
+        should_cancel, metric, device)`` with ``settings`` the dict :meth:`validate`
+        returned; it returns a JSON-able result dict.
     needs_torch : training needs PyTorch in the job interpreter
     inputs : the frame inputs it takes (keys of :data:`INPUTS`); others are ignored
     requires : the frame inputs every frame must carry (a subset of ``inputs``)
@@ -330,13 +333,66 @@ class Method:
             for s in self.settings
         }
 
+    def values(self, values: Mapping | None = None) -> Values:
+        """:meth:`validate`'s settings as a read-only :class:`Values` (a trainer's
+        ``run.settings``)."""
+        return Values(self.validate(values))
+
     def trainer_function(self) -> Callable:
-        """The trainer, imported now (in the worker: torch is imported here, not before)."""
-        return _resolve(self.trainer)
+        """The trainer as ``trainer(bakes, out, settings, **job)`` (the README's call, and
+        the old plug-in signature), imported now (in the worker: torch is imported here, not
+        before). A trainer ``train(run)`` (:func:`takes_run`) is called through
+        ``training.run:call``, which checks the settings and builds its run."""
+        fn = _resolve(self.trainer)
+        return functools.partial(_resolve("training.run:call"), self, fn) if takes_run(fn) else fn
+
+    def run_function(self) -> Callable:
+        """The trainer as ``train(run)``: itself, or a trainer of the old signature called
+        with the run's fields (``training.run:legacy``)."""
+        fn = _resolve(self.trainer)
+        return fn if takes_run(fn) else _resolve("training.run:legacy")(fn)
 
     def onnx_function(self) -> Callable | None:
         """The ONNX graph builder (see ``onnx``), or None."""
         return None if self.onnx is None else _resolve(self.onnx)
+
+
+class Values(Mapping):
+    """A method's checked settings, read-only: ``v["k"]`` or ``v.k``."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping) -> None:
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self._values:
+            raise AttributeError(name)
+        return self._values[name]
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"settings are read-only ({name})")
+
+    def __repr__(self) -> str:
+        return f"Values({self._values!r})"
+
+
+def takes_run(trainer: Callable) -> bool:
+    """Whether ``trainer`` is ``train(run)`` (one parameter, ``run``), not the old
+    ``train(bakes, out, settings, **job)``."""
+    try:
+        return list(inspect.signature(trainer).parameters) == ["run"]
+    except (TypeError, ValueError):
+        return False
 
 
 def _resolve(ref: str | Callable) -> Callable:

@@ -112,20 +112,21 @@ def snp_data(work: Path, quick: bool) -> dict:
     from neural_rom.core.methods.snp import SNPSimulation
     from neural_rom.tests import test_snp_cloth as tc
     from neural_rom.tests.cloth_scenes import build_sheet
-    from neural_rom.training.snp import train_snp
 
     _torch_one_thread()
     side, bakes, frames, held_frames = (
         (8, 4, 40, 40) if quick else (tc.SHEET, tc.TRAIN_BAKES, tc.TRAIN_FRAMES, 240)
     )
-    settings = replace(tc.SETTINGS, epochs=2) if quick else tc.SETTINGS
+    settings = {**tc.SETTINGS, "epochs": 2} if quick else tc.SETTINGS
     blend = build_sheet(work / "sheet.blend", n=side)
     t0 = time.perf_counter()
     train = tc.finish(tc.cloth_bake(work, blend, "train", frames, bakes, 0))
     held = BakeCache.open(tc.finish(tc.cloth_bake(work, blend, "held", held_frames, 1, 1000))[0])
     t_bake = time.perf_counter() - t0
     t0 = time.perf_counter()
-    result = train_snp(train, work / "cloth.nrmodel", settings, checkpoint_dir=None)
+    result = registry.get("snp").trainer_function()(
+        train, work / "cloth.nrmodel", settings, checkpoint_dir=None
+    )
     t_train = time.perf_counter() - t0
     model = registry.load_simulator(result["model"])[0]
     initial = SNPSimulation(replace(model.p, net=None), model.settings)
@@ -185,7 +186,6 @@ def walk_data(work: Path, quick: bool) -> dict:
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.clothbake import replay_cloth_bake, triangulate
     from neural_rom.tests.cloth_scenes import build_cape, character_accuracy
-    from neural_rom.training.snp import SNPSettings, train_snp
 
     _torch_one_thread()
     n, bakes, frames, epochs = ((6, 9), 3, 24, 2) if quick else ((20, 30), 10, 120, 30)
@@ -198,10 +198,12 @@ def walk_data(work: Path, quick: bool) -> dict:
     if job.state != jobs.DONE:
         raise SystemExit(f"cloth bake failed: {job.message}")
     t_bake = time.perf_counter() - t0
-    settings = SNPSettings(k=60, epochs=epochs, validation_fraction=0.2, seed=0)
+    settings = registry.get("snp").values(
+        dict(k=60, epochs=epochs, validation_fraction=0.2, seed=0)
+    )
     t0 = time.perf_counter()
     out = work / "cape.nrmodel"
-    train_snp(job.result["paths"], out, settings, checkpoint_dir=None)
+    registry.get("snp").trainer_function()(job.result["paths"], out, settings, checkpoint_dir=None)
     t_train = time.perf_counter() - t0
     sim, model = registry.load_simulator(out)
     held = BakeCache.open(job.result["paths"][model.metadata["validation_trajectories"][0]])
@@ -321,6 +323,7 @@ def licrom_data(work: Path, quick: bool) -> dict:
     the same elements removed at the same frame beside it)."""
     import licrom as bench_licrom
     from neural_rom.core import bake as bk
+    from neural_rom.core import registry
     from neural_rom.core.bake import replay_scenario
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.compare import replay_bake
@@ -328,7 +331,8 @@ def licrom_data(work: Path, quick: bool) -> dict:
     from neural_rom.core.sim import Simulation
     from neural_rom.core.tetmesh import TetMesh
     from neural_rom.tests import test_licrom as tl
-    from neural_rom.training.licrom import train
+
+    train = registry.get("licrom").trainer_function()
     from scipy.spatial import cKDTree
 
     _torch_one_thread()

@@ -13,11 +13,18 @@ from neural_rom.core.face import demo_head, make_shape_keys, save_face
 from neural_rom.core.methods.active import ActiveFace, play
 from neural_rom.core.modelfile import load_model
 from neural_rom.core.pc2 import read_pc2
-from neural_rom.core.registry import load_simulator
+from neural_rom.core.registry import get, load_simulator
 from neural_rom.core.sim import FrameInputs, Markers
-from neural_rom.training.active import fit, skin_error, train
+from neural_rom.training.active import fit, skin_error
+from neural_rom.training.run import TrainingRun
 
 SETTINGS = {"latent_dim": 3, "warm_epochs": 150, "epochs": 2, "basis": 24}
+train = get("active").trainer_function()
+
+
+def run(data, out, settings, **job):
+    """The run :func:`fit` takes (what the worker builds)."""
+    return TrainingRun.create("active", data, out, settings, **job)
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +36,15 @@ def trained(tmp_path_factory):
 
     with pytest.raises(JobCancelled, match="checkpointed"):
         fit(
-            (rig, keys),
-            tmp / "a.nrmodel",
-            SETTINGS,
-            checkpoint_dir=ck,
-            should_cancel=lambda: bool(list(ck.glob("active_e2e_*"))),
+            run(
+                (rig, keys),
+                tmp / "a.nrmodel",
+                SETTINGS,
+                checkpoint_dir=ck,
+                should_cancel=lambda: bool(list(ck.glob("active_e2e_*"))),
+            )
         )
-    resumed = fit((rig, keys), tmp / "a.nrmodel", SETTINGS, checkpoint_dir=ck)
+    resumed = fit(run((rig, keys), tmp / "a.nrmodel", SETTINGS, checkpoint_dir=ck))
     # an uninterrupted end-to-end stage (the deterministic stages before it are shared, to
     # keep the test short), through the worker's entry point from a face file
     (tmp / "ck2").mkdir()
@@ -51,7 +60,12 @@ def trained(tmp_path_factory):
     # the physical skin (the equilibrium every frame, with the detail layer) from the same
     # end-to-end checkpoint: only the last stage runs again
     physics = fit(
-        (rig, keys), tmp / "p.nrmodel", {**SETTINGS, "skin": "physics"}, checkpoint_dir=tmp / "ck2"
+        run(
+            (rig, keys),
+            tmp / "p.nrmodel",
+            {**SETTINGS, "skin": "physics"},
+            checkpoint_dir=tmp / "ck2",
+        )
     )
     assert physics["resumed"] == ["targets", "warm", "e2e@2"]
     return rig, keys, resumed, straight, tmp

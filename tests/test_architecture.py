@@ -175,3 +175,35 @@ def test_no_module_imports_a_private_name_of_another():
     # A private helper another module needs is made public in one shared place (STYLE.md).
     bad = [f"{f.relative_to(ROOT)}:{line}" for f in package_files() for line in private_imports(f)]
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+def test_trainers_repeat_no_record_and_check_settings_once():
+    """R12 (issue 29): no dataclass in training/ repeats three or more setting names of a
+    method's record (a trainer reads ``run.settings``), and the settings are checked in one
+    place of training/ (``TrainingRun.create``: ``Method.values``), none other."""
+    from neural_rom.core import registry
+
+    names = {m.name: {s.name for s in m.settings} for m in registry.methods()}
+    checks = []
+    for f in sorted((ROOT / "training").rglob("*.py")):
+        tree = ast.parse(f.read_text(), filename=str(f))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
+                fields = {
+                    s.target.id
+                    for s in node.body
+                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                }
+                for method, settings in names.items():
+                    shared = sorted(fields & settings)
+                    assert len(shared) < 3, f"{f.name}:{node.name} repeats {method}'s {shared}"
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("validate", "values")
+                and node.args
+            ):
+                checks.append(f"{f.relative_to(ROOT).as_posix()}:{node.lineno}")
+    assert len(checks) == 1 and checks[0].startswith("training/run.py:"), checks

@@ -6,12 +6,12 @@ copied."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
 
 import numpy as np
 import pytest
+from neural_rom.core import registry
 from neural_rom.core.modelfile import load_model
-from neural_rom.training.autoencoder import AutoencoderSettings, keep_better
+from neural_rom.training.autoencoder import keep_better
 
 from .bench_modules import load_bench
 
@@ -40,11 +40,11 @@ def test_linear_replaying_better_is_kept_and_said_with_both_numbers(swing, seed)
 
     paths, out = swing
     path = out / f"ae{seed}.nrmodel"
-    s = AutoencoderSettings(
-        hidden=[16, 16], epochs=60, patience=60, max_cubature=30, cubature_poses=30, seed=seed
+    s = registry.get("autoencoder").values(
+        dict(hidden=[16, 16], epochs=60, patience=60, max_cubature=30, cubature_poses=30, seed=seed)
     )
     job = {"method": "autoencoder", "bakes": [str(p) for p in paths], "out": str(path)}
-    res = worker.run({**job, "settings": asdict(s), "device": "cpu"})
+    res = worker.run({**job, "settings": dict(s), "device": "cpu"})
     lin, ae = res["linear_rollout_max_error_m"], res["autoencoder_rollout_max_error_m"]
     print(f"seed {seed}: {res['choice']} ({res['train_seconds']:.1f} s)")
     assert lin < ae, res["choice"]

@@ -291,16 +291,20 @@ def test_a_bake_into_a_folder_that_cannot_be_written_says_what_to_do(setup, wher
 def test_a_linear_training_into_a_folder_that_cannot_be_written_says_so_before_training(
     setup, tmp_path, where, request
 ):
-    from neural_rom.training import linear
+    from neural_rom.core import registry
 
     bakes = reference(setup, setup.spec(frames=6, variants=2), tmp_path / "bakes")
     folder = request.getfixturevalue(where)
     calls = []
     with pytest.raises(WriteError, match=f"cannot write the model to .*{FIX}"):
-        linear.train_linear(bakes, folder / "m.nrmodel", progress=lambda *a: calls.append(a))
+        registry.get("linear").trainer_function()(
+            bakes, folder / "m.nrmodel", progress=lambda *a: calls.append(a)
+        )
     assert calls == []  # refused before any work
     with pytest.raises(WriteError, match=f"cannot write training checkpoints to .*{FIX}"):
-        linear.train_linear(bakes, tmp_path / "m.nrmodel", checkpoint_dir=folder / "ckpt")
+        registry.get("linear").trainer_function()(
+            bakes, tmp_path / "m.nrmodel", checkpoint_dir=folder / "ckpt"
+        )
 
 
 def test_an_atomic_write_into_a_read_only_folder_is_a_write_error(read_only):

@@ -275,7 +275,6 @@ def trained_cape(tmp_path_factory):
     """An snp model of the torso's cape from 8 bakes of 48 frames drawn from its walk (two
     held out), 30 epochs; the held-out bakes' measures (:func:`character_accuracy`)."""
     from neural_rom.core import registry
-    from neural_rom.training.snp import SNPSettings, train_snp
 
     tmp = tmp_path_factory.mktemp("cape_model")
     blend = build_cape(tmp / "cape.blend")
@@ -283,8 +282,12 @@ def trained_cape(tmp_path_factory):
     job = _bake(tmp, blend, "walk", frames=48, variants=8, processes=0)
     assert job.state == jobs.DONE, job.message
     t1 = time.perf_counter()
-    settings = SNPSettings(epochs=30, validation_fraction=0.25, time_budget=300)
-    train_snp(job.result["paths"], tmp / "cape.nrmodel", settings, checkpoint_dir=None)
+    settings = registry.get("snp").values(
+        dict(epochs=30, validation_fraction=0.25, time_budget=300)
+    )
+    registry.get("snp").trainer_function()(
+        job.result["paths"], tmp / "cape.nrmodel", settings, checkpoint_dir=None
+    )
     print(f"\nbakes {t1 - t0:.1f} s, training {time.perf_counter() - t1:.1f} s")
     sim, model = registry.load_simulator(tmp / "cape.nrmodel")
     held = [

@@ -48,12 +48,14 @@ def test_autoencoder_needs_at_most_40_percent_of_pca_dofs(paths, tmp_path):
     # 25 mm for PCA-6's and 704 mm for a bar that stays at rest (``still``). So the replay
     # bound is a smoke bound: the model moves with the bar (under 0.9 x the error of
     # standing still), not a measure of its accuracy.
+    from neural_rom.core import registry
     from neural_rom.core.compare import rollout_metrics
     from neural_rom.core.registry import load_simulator
-    from neural_rom.training.linear import LinearSettings, train_linear
 
     roll = rollout_metrics(lambda d: load_simulator(tmp_path / "ae.nrmodel")[0], ds[int(held[0])])
-    pca = train_linear(paths, tmp_path / "pca.nrmodel", LinearSettings(k=k, max_cubature=40))
+    pca = registry.get("linear").trainer_function()(
+        paths, tmp_path / "pca.nrmodel", registry.get("linear").values(dict(k=k, max_cubature=40))
+    )
     pca_roll = pca["rollout"]
     print("AE r=2 held-out replay:", roll, f"\nPCA k={k} held-out replay:", pca_roll)
     assert roll["frames"] == 72 and pca_roll["bake"] == roll["bake"]

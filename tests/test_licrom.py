@@ -24,12 +24,13 @@ from neural_rom.core.registry import get, load_simulator
 from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
 from neural_rom.core.subspace import mass_weighted_pod
 from neural_rom.core.tetmesh import drop_unused_nodes
-from neural_rom.training.licrom import projection_errors, train
+from neural_rom.training.licrom import projection_errors
 from scipy.spatial.transform import Rotation
 
 MATERIAL = Material(youngs_modulus=1e6, poisson_ratio=0.25, density=1000.0)
 SIZE = (0.5, 0.1, 0.1)
 R = 6
+train = get("licrom").trainer_function()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from neural_rom.core import bake as bk
+from neural_rom.core import registry
 from neural_rom.core.cache import BakeCache
 from neural_rom.core.cubature import Cubature, cubature_error, optimized_cubature
 from neural_rom.core.fem import TetFEM
@@ -19,9 +20,10 @@ from neural_rom.core.methods import licrom
 from neural_rom.core.modelfile import load_model
 from neural_rom.core.sim import FrameInputs
 from neural_rom.core.tetmesh import drop_unused_nodes
-from neural_rom.training.licrom import train
 
 from . import test_licrom as base
+
+train = registry.get("licrom").trainer_function()
 
 
 @pytest.fixture(scope="module", autouse=True)

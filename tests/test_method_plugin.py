@@ -13,6 +13,7 @@ rest to that shape over ``ramp`` frames.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,8 @@ from neural_rom.core.sim import StepReport
 from neural_rom.core.simulator import SimulatorBase
 
 NAME = "mean_shape"
+#: the same toy with a trainer on the run object
+NAME_RUN = "mean_shape_run"
 
 # ----------------------------------------------------------------------------- the toy method
 
@@ -69,7 +72,21 @@ def load(model, *, settings=None, colliders=None) -> MeanShapeSimulation:
 def train(
     bakes, out, settings: dict, *, device="cpu", expect_mesh_hash=None, progress=None, **_ignored
 ) -> dict:
-    """Mean of every frame of the bakes listed by ``settings["bakes_used"]``."""
+    """Mean of every frame of the bakes listed by ``settings["bakes_used"]`` (a trainer of
+    the older signature, as a studio's plug-in may have one)."""
+    return mean_shape(NAME, bakes, out, settings, expect_mesh_hash, progress)
+
+
+def train_run(run) -> dict:
+    """The same on the run object (``train(run)``): the settings checked once, by whoever
+    built the run, and read-only."""
+    assert isinstance(run.settings, registry.Values)
+    with pytest.raises(AttributeError, match="read-only"):
+        run.settings.ramp = 1
+    return mean_shape(NAME_RUN, run.data, run.out, run.settings, run.expect_mesh_hash, run.progress)
+
+
+def mean_shape(name, bakes, out, settings, expect_mesh_hash, progress) -> dict:
     from neural_rom.core.cache import BakeCache
     from neural_rom.core.modelfile import save_model
 
@@ -82,10 +99,10 @@ def train(
         progress(0.5, "mean shape")
     path = save_model(
         out,
-        method=NAME,
+        method=name,
         mesh_hash=used[0].mesh_hash,
         arrays={"X": X, "mean": mean},
-        metadata={"ramp": settings["ramp"], "gain": settings["gain"], "settings": settings},
+        metadata={"ramp": settings["ramp"], "gain": settings["gain"], "settings": dict(settings)},
     )
     return {
         "model": str(path),
@@ -169,10 +186,18 @@ def toy_method() -> Method:
     )
 
 
+def toy_run_method() -> Method:
+    """The toy with the trainer ``train(run)``."""
+    return replace(
+        toy_method(), name=NAME_RUN, label="Mean Shape on a Run (test)", trainer=train_run
+    )
+
+
 if not __package__:
     # Imported by path: a worker finding the method from the job's ``method_origin``
     # registers it as a studio's plug-in file would.
     registry.register(toy_method())
+    registry.register(toy_run_method())
 else:
     from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
     from .test_addon_train import bake_in_process, ball, mesh_positions, select_only
@@ -404,3 +429,56 @@ def test_a_bad_value_is_refused_before_any_job_starts(addon, tmp_path, capsys, m
         bpy.ops.neural_rom.train()
     assert started == [] and s.pending_train == "" and not s.model.path
     assert not (tmp_path / "neural_rom" / "Body" / "models").exists()
+
+
+# ----------------------------------------------------------------------------- train(run)
+
+
+def test_trainers_on_the_run_and_of_the_old_signature_train_alike(tmp_path, monkeypatch):
+    """The worker checks a job's settings once and hands the trainer a run
+    (``train(run)``); a plug-in trainer of the older signature gets the run's fields. Both
+    also train through the public call ``Method.trainer_function()(bakes, out, settings)``
+    to the same model, and a bad value is refused before either trains."""
+    from types import SimpleNamespace
+
+    from neural_rom.core import bake as bk
+    from neural_rom.core.errors import NeuralRomError
+    from neural_rom.core.fem import Material
+    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.modelfile import load_model
+    from neural_rom.training import worker
+
+    X, T = grid_tetmesh((0.2, 0.05, 0.05), (4, 1, 1))
+    material = Material(youngs_modulus=2e5, poisson_ratio=0.4, density=1000.0).to_dict()
+    pokes = {"kind": "random_pokes", "count": 1, "strength": 1.0, "duration": 0.1}
+    pinned = np.flatnonzero(X[:, 0] < 1e-9).tolist()
+    spec = bk.BakeSpec(material=material, scenario=pokes, frames=3, pinned=pinned, variants=2)
+    paths = [str(p) for p in bk.bake_variants(SimpleNamespace(X=X, T=T), spec, tmp_path, "b")]
+    checked = []
+    validate = Method.validate
+    monkeypatch.setattr(
+        Method, "validate", lambda self, v=None: checked.append(self.name) or validate(self, v)
+    )
+    records = [registry.register(toy_method()), registry.register(toy_run_method())]
+    try:
+        means = []
+        for record in records:
+            job = {**registry.job_fields(record), "bakes": paths, "device": "cpu"}
+            checked.clear()
+            out = tmp_path / f"{record.name}.nrmodel"
+            res = worker.run({**job, "out": str(out), "settings": {"ramp": 2, "bakes_used": [1]}})
+            assert checked == [record.name]  # once, in the worker
+            assert res["method"] == record.name and res["model"] == str(out)
+            sim, model = registry.load_simulator(out)
+            assert model.method == record.name and sim.ramp == 2
+            # the public call (its caller checks the settings, as the README does)
+            settings = record.validate({"ramp": 2})
+            again = record.trainer_function()(paths, tmp_path / "again.nrmodel", settings)
+            means.append(load_model(again["model"]).arrays["mean"])
+            with pytest.raises(NeuralRomError, match="ramp = 0 is not valid: between 1 and 1000"):
+                worker.run({**job, "out": str(tmp_path / "bad.nrmodel"), "settings": {"ramp": 0}})
+            assert not (tmp_path / "bad.nrmodel").exists()
+        np.testing.assert_array_equal(means[0], means[1])
+    finally:
+        registry.unregister(NAME)
+        registry.unregister(NAME_RUN)

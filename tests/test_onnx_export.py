@@ -53,14 +53,19 @@ def block(tmp_path_factory):
     """An snp model of a soft block pressed by a sphere (bench/snp.py's scene, smaller: 4
     bakes of 40 frames, 20 epochs; contact features on, as the automatic setting picks)."""
     pytest.importorskip("torch", reason="training the snp model needs torch (the 3.11 line)")
-    from neural_rom.training.snp import SNPSettings, train_snp
+    from neural_rom.core import registry
 
     d = tmp_path_factory.mktemp("onnx_snp")
     X, T = grid_tetmesh((0.2, 0.2, 0.3), (2, 2, 3))
     spec = load_bench("snp").block_spec(X, frames=40, variants=4)
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, d, "block")
     out = d / "block.nrmodel"
-    train_snp(paths, out, SNPSettings(epochs=20, validation_fraction=0.25), checkpoint_dir=None)
+    registry.get("snp").trainer_function()(
+        paths,
+        out,
+        registry.get("snp").values(dict(epochs=20, validation_fraction=0.25)),
+        checkpoint_dir=None,
+    )
     sim, model = registry.load_simulator(out)
     return SimpleNamespace(X=X, T=T, out=out, sim=sim, model=model, paths=paths)
 

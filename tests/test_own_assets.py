@@ -87,7 +87,7 @@ def largest_stretch(cache: BakeCache) -> float:
 
 def run_asset(mesh, spec: bk.BakeSpec, tmp_path, settings=None) -> dict:
     """Bake the variants, train linear on all but the last, replay the last; the numbers."""
-    from neural_rom.training.linear import train_linear
+    from neural_rom.core import registry
 
     paths = bk.bake_variants(mesh, spec, tmp_path, "own")
     caches = [BakeCache.open(p) for p in paths]
@@ -103,7 +103,7 @@ def run_asset(mesh, spec: bk.BakeSpec, tmp_path, settings=None) -> dict:
         }
     )
     model = tmp_path / "own.nrmodel"
-    trained = train_linear(paths[:-1], model, settings)
+    trained = registry.get("linear").trainer_function()(paths[:-1], model, settings)
     roll = rollout_metrics(
         lambda driver: load_simulator(model, colliders=driver.colliders(0))[0], caches[-1]
     )

@@ -25,14 +25,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
+from neural_rom.core import registry
 from neural_rom.core.bake import replay_scenario
 from neural_rom.core.cache import BakeCache
 from neural_rom.core.compare import replay_bake
 from neural_rom.core.fem import Material
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.registry import load_simulator
-from neural_rom.training.linear import LinearSettings, train_linear
-from neural_rom.training.shen import ShenSettings, train_shen
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +71,12 @@ def replay(path, bake):
 
 def test_defaults_on_a_dropped_body(drops):
     d = drops.dir
-    lin = train_linear(drops.paths, d / "linear.nrmodel", LinearSettings())
-    she = train_shen(drops.paths, d / "shen.nrmodel", ShenSettings(epochs=300), device="cpu")
+    lin = registry.get("linear").trainer_function()(
+        drops.paths, d / "linear.nrmodel", registry.get("linear").values()
+    )
+    she = registry.get("shen").trainer_function()(
+        drops.paths, d / "shen.nrmodel", registry.get("shen").values(dict(epochs=300)), device="cpu"
+    )
     bake = str(d / lin["rollout"]["bake"])
     assert she["rollout"]["bake"] == lin["rollout"]["bake"]  # the same held-out drop
     lin_err, lin_iters, _ = replay(d / "linear.nrmodel", bake)

@@ -84,21 +84,21 @@ def measure(out: Path, bakes: list[Path]) -> dict:
     import dataclasses
 
     import torch
+    from neural_rom.core import registry
     from neural_rom.core.methods import shen
     from neural_rom.core.modelfile import load_model
     from neural_rom.core.sim import SimSettings
-    from neural_rom.training.shen import ShenSettings, train_shen
 
     torch.set_num_threads(int(os.environ["OPENBLAS_NUM_THREADS"]))
     free = SimSettings(dt=1 / 60, gravity=(0.0, 0.0, 0.0), damping_alpha=0.0, damping_beta=0.0)
     results = {}
     for seed in SEEDS:
         path = out / f"shen_{seed}.nrmodel"
-        settings = ShenSettings(
+        settings = registry.get("shen").values(dict(
             k=8, n_p=3, latent_dim=2, hidden=[16] * 4, epochs=150, patience=1000,
             max_cubature=30, cubature_poses=30, rollout=False, seed=seed, omega=4.0,
-        )  # fmt: skip
-        train_shen(bakes, path, settings, device="cpu")
+        ))  # fmt: skip
+        registry.get("shen").trainer_function()(bakes, path, settings, device="cpu")
         model = load_model(path)
         rng = np.random.default_rng(seed)
         noisy = {

@@ -1,6 +1,6 @@
 """Shen 2021 on an animated pinned body: the bar's clamped end swings 0.2 m and turns 0.8 rad
 (as an animated object moves its pins) while random pokes push it; the model trains in the
-pins' frame (training/common.py) and steps in it (core/frame.py's targets as constant
+pins' frame (training/run.py) and steps in it (core/frame.py's targets as constant
 forces of eq. (10)), and replays a whole held-out bake against PCA at equal DOFs. Also: a
 method that cannot follow animated pins is refused before any training."""
 
@@ -39,17 +39,22 @@ def test_shen_replays_a_held_out_bake_with_animated_pins(swing):
     240.5 mm (0.73x). With eq. (10) in the moving frame instead of the variational step Shen
     replayed 301.9 mm (247.9 on numpy 2.4). The bound: no worse than PCA at equal DOFs (an
     11% margin here; two other trainings, each on its own held-out bake, 54 and 362 mm)."""
+    from neural_rom.core import registry
     from neural_rom.core.registry import load_simulator
     from neural_rom.core.sim import FrameInputs
-    from neural_rom.training.linear import LinearSettings, train_linear
-    from neural_rom.training.shen import ShenSettings, train_shen
 
-    settings = ShenSettings(
+    settings = registry.get("shen").values(dict(
         k=10, n_p=3, latent_dim=2, hidden=[16] * 4, epochs=300, patience=300,
         max_cubature=40, cubature_poses=60, seed=0,
-    )  # fmt: skip
-    shen = train_shen(swing.paths, swing.out / "shen.nrmodel", settings, device="cpu")
-    pca = train_linear(swing.paths, swing.out / "pca.nrmodel", LinearSettings(k=5, max_cubature=40))
+    ))  # fmt: skip
+    shen = registry.get("shen").trainer_function()(
+        swing.paths, swing.out / "shen.nrmodel", settings, device="cpu"
+    )
+    pca = registry.get("linear").trainer_function()(
+        swing.paths,
+        swing.out / "pca.nrmodel",
+        registry.get("linear").values(dict(k=5, max_cubature=40)),
+    )
     s, p = shen["rollout"], pca["rollout"]
     print(
         f"held-out replay (pins swing 200 mm, turn 0.8 rad): Shen 3 + 2 max "

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from neural_rom.core import bake as bk
+from neural_rom.core import registry
 from neural_rom.core.errors import JobCancelled
 from neural_rom.core.fem import Material
 from neural_rom.core.grid import grid_tetmesh
@@ -16,7 +17,6 @@ from neural_rom.core.modelfile import load_model
 from neural_rom.core.registry import load_simulator
 from neural_rom.core.sim import FrameInputs
 from neural_rom.training.nets import sin_mlp
-from neural_rom.training.shen import ShenSettings, train_shen
 
 TINY = dict(
     k=8,
@@ -52,10 +52,10 @@ def bakes(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(bakes, tmp_path_factory):
     d = tmp_path_factory.mktemp("ref")
-    res = train_shen(
+    res = registry.get("shen").trainer_function()(
         bakes.paths,
         d / "ref.nrmodel",
-        ShenSettings(**TINY),
+        registry.get("shen").values(dict(**TINY)),
         checkpoint_dir=d / "ckpt",
         device="cpu",
     )
@@ -121,18 +121,18 @@ def test_cancel_then_resume_gives_the_uninterrupted_weights(bakes, reference, tm
         return calls["n"] > 40  # mid-way through the network's epochs
 
     with pytest.raises(JobCancelled):
-        train_shen(
+        registry.get("shen").trainer_function()(
             bakes.paths,
             tmp_path / "m.nrmodel",
-            ShenSettings(**TINY),
+            registry.get("shen").values(dict(**TINY)),
             checkpoint_dir=tmp_path / "ckpt",
             should_cancel=cancel,
             device="cpu",
         )
-    res = train_shen(
+    res = registry.get("shen").trainer_function()(
         bakes.paths,
         tmp_path / "m.nrmodel",
-        ShenSettings(**TINY),
+        registry.get("shen").values(dict(**TINY)),
         checkpoint_dir=tmp_path / "ckpt",
         device="cpu",
     )
@@ -190,17 +190,17 @@ def test_latent_size_from_a_tolerance(bakes, tmp_path):
     tolerance nothing meets tries every size up to the cap and keeps the most accurate, with
     a warning."""
     base = {**TINY, "latent_dim": None, "epochs": 20}
-    easy = train_shen(
+    easy = registry.get("shen").trainer_function()(
         bakes.paths,
         tmp_path / "a.nrmodel",
-        ShenSettings(**base, latent_tolerance=1.0),
+        registry.get("shen").values(dict(**base, latent_tolerance=1.0)),
         device="cpu",
     )
     assert [s["latent_dim"] for s in easy["latent_search"]] == [1] and easy["latent_dim"] == 1
-    hard = train_shen(
+    hard = registry.get("shen").trainer_function()(
         bakes.paths,
         tmp_path / "b.nrmodel",
-        ShenSettings(**base, latent_tolerance=1e-6, max_latent_dim=3),
+        registry.get("shen").values(dict(**base, latent_tolerance=1e-6, max_latent_dim=3)),
         device="cpu",
     )
     tried = [s["latent_dim"] for s in hard["latent_search"]]

@@ -57,13 +57,13 @@ def measure(out: Path) -> dict:
     the held-out bake with the cubature weights x (1, 1 + 1e-9, 1 - 1e-9), with the step's
     rule and with the rule before (Newton given its 30 iterations before halving)."""
     import torch
+    from neural_rom.core import registry
     from neural_rom.core.methods import shen
-    from neural_rom.training.shen import ShenSettings, train_shen
 
     torch.set_num_threads(1)
     paths = bench_shen.bake_whip(out / "bakes", divisions=(20, 1, 1), variants=6, frames=48)
     model = out / "shen.nrmodel"
-    settings = ShenSettings(
+    settings = dict(
         k=30,
         n_p=3,
         latent_dim=2,
@@ -74,7 +74,7 @@ def measure(out: Path) -> dict:
         rollout=False,
         seed=1,
     )
-    train_shen(paths, model, settings, device="cpu")
+    registry.get("shen").trainer_function()(paths, model, settings, device="cpu")
     ds, va, _ = bench_shen.heldout(paths)
     full = [ds[int(i)].channel("positions") for i in va]
     runs, sims = zip(*(_replays(model, ds, va, eps) for eps in EPS))

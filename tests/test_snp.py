@@ -29,13 +29,7 @@ from neural_rom.core.grid import grid_tetmesh  # noqa: E402
 from neural_rom.core.methods.snp import METHOD, SNPBatch, SNPSimulation  # noqa: E402
 from neural_rom.core.sim import FrameInputs, SimSettings  # noqa: E402
 from neural_rom.training.nets import build_mlp  # noqa: E402
-from neural_rom.training.snp import (  # noqa: E402
-    SNPSettings,
-    fit_initial_model,
-    rollout,
-    train_snp,
-    window_loss,
-)
+from neural_rom.training.snp import fit_initial_model, rollout, window_loss  # noqa: E402
 
 from .bench_modules import load_bench  # noqa: E402
 
@@ -43,7 +37,7 @@ DT = 1.0 / 24.0
 # The block's model: the defaults (contact features automatic: on for these soft-body bakes
 # with a moving collider; learning rate automatic: 3e-3 at u = 18) but 40 epochs (the
 # automatic 100 overfit four bakes) and two of the six bakes held out, whole.
-SETTINGS = SNPSettings(epochs=40, validation_fraction=1 / 3)
+SETTINGS = registry.get("snp").values(dict(epochs=40, validation_fraction=1 / 3))
 # Measured on the block below (216 tets, pressed by a sphere: bench/snp.py's PRESSES, 6 bakes
 # of 72 frames, 4 trained on, SETTINGS, batches of 8, u = 18; 10-17 s of training on one core,
 # load 2-6): held-out mean vertex error 2.659 mm with the network, 6.178 mm with the initial
@@ -178,7 +172,7 @@ def block(tmp_path_factory):
     spec = load_bench("snp").block_spec(X, frames=72, variants=6)  # pressed by a sphere
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, d, "block")
     out = d / "block.nrmodel"
-    res = train_snp(paths, out, SETTINGS, checkpoint_dir=d / "ckpt")
+    res = registry.get("snp").trainer_function()(paths, out, SETTINGS, checkpoint_dir=d / "ckpt")
     sim, model = registry.load_simulator(out)
     return SimpleNamespace(paths=paths, X=X, T=T, res=res, out=out, sim=sim, model=model, dir=d)
 
@@ -472,8 +466,12 @@ def test_model_plays_without_torch_and_refuses_another_frame_rate(block, tmp_pat
 
 def test_training_resumes_from_its_checkpoint_to_the_same_model(block, tmp_path):
     # keep_best: the best epoch's weights and error travel in the checkpoint too
-    s = SNPSettings(epochs=6, checkpoint_every=2, rollout=False, window=16, keep_best=True)
-    whole = train_snp(block.paths, tmp_path / "a.nrmodel", s, checkpoint_dir=tmp_path / "a")
+    s = registry.get("snp").values(
+        dict(epochs=6, checkpoint_every=2, rollout=False, window=16, keep_best=True)
+    )
+    whole = registry.get("snp").trainer_function()(
+        block.paths, tmp_path / "a.nrmodel", s, checkpoint_dir=tmp_path / "a"
+    )
     calls = []
 
     def cancel_at_epoch_5():
@@ -481,14 +479,16 @@ def test_training_resumes_from_its_checkpoint_to_the_same_model(block, tmp_path)
         return len(calls) > 5  # one check before the basis, then one per epoch
 
     with pytest.raises(JobCancelled, match="epoch 4"):
-        train_snp(
+        registry.get("snp").trainer_function()(
             block.paths,
             tmp_path / "b.nrmodel",
             s,
             checkpoint_dir=tmp_path / "b",
             should_cancel=cancel_at_epoch_5,
         )
-    resumed = train_snp(block.paths, tmp_path / "b.nrmodel", s, checkpoint_dir=tmp_path / "b")
+    resumed = registry.get("snp").trainer_function()(
+        block.paths, tmp_path / "b.nrmodel", s, checkpoint_dir=tmp_path / "b"
+    )
     assert resumed["epochs_trained"] == whole["epochs_trained"] == 6
     assert resumed["best_epoch"] == whole["best_epoch"]
     a, _ = registry.load_simulator(whole["model"])
@@ -558,18 +558,22 @@ def test_training_noise_follows_each_modes_spread_above_the_floor():
     Z = [rng.normal(size=(len(w), 4)) * [1.0, 0.3, 0.05, 0.01] for w in W]
     std = np.concatenate(Z).std(0)
     for floor in (1.0, 0.0, 0.5):
-        got = net_trainer(SNPSettings(noise=0.02), Z, W, noise_floor=floor).noise_sd
+        got = net_trainer(
+            registry.get("snp").values(dict(noise=0.02)), Z, W, noise_floor=floor
+        ).noise_sd
         want = 0.02 * np.minimum(np.maximum(std, floor * std[0]), std[0])
         np.testing.assert_allclose(got, want, rtol=1e-12)
         np.testing.assert_array_equal(got, noise_scales(np.concatenate(Z), 0.02, floor))
     # floor 1: exactly the former ``noise * s`` for every mode (``s``: the first mode's spread)
     s = float(np.concatenate(Z)[:, 0].std())
-    assert np.all(net_trainer(SNPSettings(noise=0.02), Z, W).noise_sd == 0.02 * s)
+    assert np.all(
+        net_trainer(registry.get("snp").values(dict(noise=0.02)), Z, W).noise_sd == 0.02 * s
+    )
     still = Sequence(Z[0], W[0], [IDENTITY] * len(Z[0]), 0)
     walks = Sequence(Z[1], W[1], [IDENTITY, Pose(np.eye(3), np.array([0.0, 0.1, 0.0]))], 1)
-    assert noise_floor(SNPSettings(), [still]) == 1.0
-    assert noise_floor(SNPSettings(), [still, walks]) == 0.1
-    assert noise_floor(SNPSettings(noise_floor=0.3), [still, walks]) == 0.3
+    assert noise_floor(registry.get("snp").values(), [still]) == 1.0
+    assert noise_floor(registry.get("snp").values(), [still, walks]) == 0.1
+    assert noise_floor(registry.get("snp").values(dict(noise_floor=0.3)), [still, walks]) == 0.3
 
 
 @pytest.mark.parametrize("keep_best", [True, False])
@@ -578,7 +582,9 @@ def test_keep_best_returns_the_epoch_with_the_least_held_out_rollout_error(keep_
     epoch; with ``keep_best`` the trainer returns the epoch whose held-out rollouts erred
     least (the initial model alone, epoch 0, when none beat it), otherwise the last one."""
     Z, W = forced_oscillators(sequences=24)
-    s = SNPSettings(epochs=8, batch_size=8, window=8, learning_rate=0.05, keep_best=keep_best)
+    s = registry.get("snp").values(
+        dict(epochs=8, batch_size=8, window=8, learning_rate=0.05, keep_best=keep_best)
+    )
     trainer = net_trainer(s, Z[:18], W[:18], Z[18:], W[18:])
     seen = []
     measure = trainer.validation_rms
@@ -608,7 +614,7 @@ def test_a_strong_weight_decay_pulls_to_the_initial_model_and_never_kills_the_ne
     (a random hidden layer and a zero last layer, i.e. Phi = 0) by a fraction an epoch, so
     the network stays alive and still learns the forcing."""
     Z, W = forced_oscillators()
-    s = SNPSettings(epochs=10, batch_size=8, window=8, weight_decay=1.0)
+    s = registry.get("snp").values(dict(epochs=10, batch_size=8, window=8, weight_decay=1.0))
     largest, ratio, n = train_network(Z, W, s)
     print(
         f"{n} windows, weight decay 1: largest hidden weight {largest:.3f}, rollout error "
@@ -620,23 +626,23 @@ def test_a_strong_weight_decay_pulls_to_the_initial_model_and_never_kills_the_ne
     monkeypatch.setattr(
         torch.optim, "Adam", lambda params, **kw: adam(params, **kw, weight_decay=1.0)
     )
-    dead, dead_ratio, _ = train_network(Z, W, replace(s, weight_decay=0.0))
+    dead, dead_ratio, _ = train_network(
+        Z, W, registry.get("snp").values({**s, "weight_decay": 0.0})
+    )
     print(f"Adam's coupled weight decay 1: largest hidden weight {dead:.1e}, {dead_ratio:.3f}x")
     assert dead < 1e-6 and dead_ratio > 0.99
 
 
 def test_record_settings_and_registration():
-    from dataclasses import asdict, fields
-
     from neural_rom.core.errors import NeuralRomError
 
     assert registry.get("snp") is METHOD and METHOD.needs_torch
     assert METHOD.inputs == {"colliders", "pin_targets", "reference_frame"} and not METHOD.requires
-    assert [f.name for f in fields(SNPSettings)] == [s.name for s in METHOD.settings]
-    assert asdict(SNPSettings()) == METHOD.defaults()
+    assert list(METHOD.values()) == [s.name for s in METHOD.settings]
+    assert dict(METHOD.values()) == METHOD.defaults()
     assert METHOD.setting("k") == registry.get("linear").setting("k")
     with pytest.raises(NeuralRomError, match="window = 2 is not valid"):
-        SNPSettings(window=2)
+        registry.get("snp").values(dict(window=2))
 
 
 def test_automatic_contact_features_and_learning_rate():
@@ -656,7 +662,7 @@ def test_automatic_contact_features_and_learning_rate():
         meta = {"source": SOURCE} if cloth else {"spec": {}}
         return SimpleNamespace(meta=meta, channels=channels, channel=channels.__getitem__)
 
-    auto = SNPSettings()
+    auto = registry.get("snp").values()
     assert auto.contact_features == "auto" and auto.learning_rate is None
     cases = {
         "soft body, a collider moves in one bake": ([bake(False), bake(True)], True),
@@ -667,18 +673,20 @@ def test_automatic_contact_features_and_learning_rate():
     for name, (ds, expected) in cases.items():
         print(f"{name}: contact features {wants_contact(auto, ds)}")
         assert wants_contact(auto, ds) is expected
-        assert wants_contact(SNPSettings(contact_features="on"), ds) is True
-        assert wants_contact(SNPSettings(contact_features="off"), ds) is False
+        assert wants_contact(registry.get("snp").values(dict(contact_features="on")), ds) is True
+        assert wants_contact(registry.get("snp").values(dict(contact_features="off")), ds) is False
     # the setting was a bool: old settings keep their meaning
-    assert SNPSettings(contact_features=True).contact_features == "on"
-    assert SNPSettings(contact_features=False).contact_features == "off"
+    assert registry.get("snp").values(dict(contact_features=True)).contact_features == "on"
+    assert registry.get("snp").values(dict(contact_features=False)).contact_features == "off"
     with pytest.raises(NeuralRomError, match="one of auto, on, off"):
-        SNPSettings(contact_features="sometimes")
+        registry.get("snp").values(dict(contact_features="sometimes"))
     rates = {u: learning_rate(auto, u) for u in (1, 18, 24, LR_MODES, LR_MODES + 1, 49, 60)}
     print("automatic learning rate by modes:", rates)
     assert all(r == (3e-3 if u <= LR_MODES else 1e-3) for u, r in rates.items())
-    assert learning_rate(SNPSettings(learning_rate=3e-4), 60) == 3e-4
-    assert SNPSettings(learning_rate=0).learning_rate is None  # 0: automatic, as the panel says
+    assert learning_rate(registry.get("snp").values(dict(learning_rate=3e-4)), 60) == 3e-4
+    assert (
+        registry.get("snp").values(dict(learning_rate=0)).learning_rate is None
+    )  # 0: automatic, as the panel says
 
 
 def test_reference_frame_features_are_its_motion_in_the_frame():
@@ -733,7 +741,9 @@ def test_a_scene_whose_external_state_never_changes_trains_and_plays(tmp_path):
     )
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, tmp_path, "drop")
     out = tmp_path / "drop.nrmodel"
-    res = train_snp(paths, out, SNPSettings(epochs=4, window=8))
+    res = registry.get("snp").trainer_function()(
+        paths, out, registry.get("snp").values(dict(epochs=4, window=8))
+    )
     sim, _ = registry.load_simulator(out)
     assert sim.p.encoder.size == 0 and res["dofs"] > 0
     assert res["contact_features"] is False and not sim.p.contact  # no collider moves
@@ -1110,7 +1120,9 @@ def _oscillator_trainer(settings, sequences=12):
 def test_warm_up_ramps_the_learning_rate_step_by_step():
     """``warmup_epochs`` 2: the learning rate of step j (from 0) of the first two epochs is
     ``(j + 1) / (2 x steps an epoch)`` of the decayed rate, then the decayed rate itself."""
-    s = SNPSettings(epochs=3, batch_size=64, window=8, warmup_epochs=2, learning_rate=1e-2)
+    s = registry.get("snp").values(
+        dict(epochs=3, batch_size=64, window=8, warmup_epochs=2, learning_rate=1e-2)
+    )
     trainer = _oscillator_trainer(s)
     net = trainer.network()
     trainer.anchor = [p.detach().clone() for p in net.parameters()]

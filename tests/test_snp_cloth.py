@@ -53,7 +53,6 @@ from neural_rom.core.errors import SimulationError
 from neural_rom.core.frame import IDENTITY
 from neural_rom.core.methods.snp import SNPSimulation
 from neural_rom.core.sim import FrameInputs
-from neural_rom.training.snp import SNPSettings, train_snp
 
 from .cloth_scenes import build_sheet, replay
 
@@ -69,9 +68,8 @@ BOX = [[-0.6, -0.45, 0.4], [0.6, 0.05, 1.6]]
 # held-out projections 1.29 / 4.87 (the 12 x 12 sheet: 0.69 / 2.32, 0.55 / 1.88; the former
 # 20 short bakes' single network on this sheet: 2.06 / 6.69). Bounds about 1.5x those.
 NORMAL_MEAN_DEG, NORMAL_P95_DEG = 2.0, 7.0
-SETTINGS = SNPSettings(
-    k=24, epochs=40, batch_size=32, validation_fraction=0.05, seed=0, ensemble=2, time_budget=600
-)
+SETTINGS = {"k": 24, "epochs": 40, "batch_size": 32, "validation_fraction": 0.05, "seed": 0}
+SETTINGS |= {"ensemble": 2, "time_budget": 600}
 
 
 def cloth_bake(tmp, blend, name, frames, variants, seed, processes=0):
@@ -110,7 +108,9 @@ def trained(tmp_path_factory):
     # leaves free
     held_job = cloth_bake(tmp, blend, "held", HELD_FRAMES, 1, 1000)
     t0 = time.perf_counter()
-    result = train_snp(train, tmp / "cloth.nrmodel", SETTINGS, checkpoint_dir=None)
+    result = registry.get("snp").trainer_function()(
+        train, tmp / "cloth.nrmodel", SETTINGS, checkpoint_dir=None
+    )
     t_train = time.perf_counter() - t0
     held = finish(held_job)[0]
     t_held = time.perf_counter() - t0
@@ -502,13 +502,13 @@ def test_normal_model_fit_is_the_least_squares_map_and_round_trips(tmp_path):
 def toy_trainer(tmp_path, **settings):
     """A _NetTrainer on 3 random sequences of 40 frames (u = 4, v = 3), seeded."""
     import torch
-    from neural_rom.training.common import Checkpoints
+    from neural_rom.training.run import Checkpoints
     from neural_rom.training.snp import _NetTrainer
 
     rng = np.random.default_rng(5)
     Z = [np.cumsum(rng.normal(size=(40, 4)), 0) * 0.01 for _ in range(3)]
     W = [rng.normal(size=(40, 3)) for _ in range(3)]
-    s = SNPSettings(window=8, epochs=2, batch_size=16, **settings)
+    s = registry.get("snp").values(dict(window=8, epochs=2, batch_size=16, **settings))
     return _NetTrainer(
         s,
         Z,

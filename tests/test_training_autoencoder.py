@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from neural_rom.core import bake as bk
+from neural_rom.core import registry
 from neural_rom.core.errors import JobCancelled, NeuralRomError
 from neural_rom.core.fem import Material
 from neural_rom.core.grid import grid_tetmesh
@@ -15,12 +16,10 @@ from neural_rom.core.modelfile import load_model
 from neural_rom.core.nnet import MLP
 from neural_rom.training.autoencoder import (
     _AE,
-    AutoencoderSettings,
     pca_layers,
     plan_training,
     search_latent_size,
     search_worst_case,
-    train_autoencoder,
 )
 from neural_rom.training.nets import to_numpy_mlp
 
@@ -60,10 +59,10 @@ def reference(bakes, tmp_path_factory):
     """One uninterrupted tiny training run (with checkpoints)."""
     d = tmp_path_factory.mktemp("ref")
     metrics = []
-    res = train_autoencoder(
+    res = registry.get("autoencoder").trainer_function()(
         bakes.paths,
         d / "ref.nrmodel",
-        AutoencoderSettings(**TINY),
+        registry.get("autoencoder").values(dict(**TINY)),
         checkpoint_dir=d / "ckpt",
         metric=metrics.append,
     )
@@ -110,26 +109,28 @@ def test_numpy_export_equals_torch_forward_jvp_vjp():
 def test_settings_refuse_unknown_keys_and_bad_values():
     # the registry record is the one validation: it names the field and the valid ones
     with pytest.raises(NeuralRomError, match="latent_size: not a setting of the Autoencoder"):
-        AutoencoderSettings.from_dict({"latent_size": 4})
+        registry.get("autoencoder").values({"latent_size": 4})
     with pytest.raises(NeuralRomError, match="activation"):
-        AutoencoderSettings(activation="swish")
-    s = AutoencoderSettings.from_dict({"latent_dim": 4, "hidden": [8, 8]})
+        registry.get("autoencoder").values(dict(activation="swish"))
+    s = registry.get("autoencoder").values({"latent_dim": 4, "hidden": [8, 8]})
     assert s.latent_dim == 4 and s.hidden == [8, 8] and s.batch_size == 256
 
 
-def test_settings_dataclass_mirrors_the_registry_record():
-    """AutoencoderSettings is typed access to the record's settings: the same names in the
-    same order, the same defaults, and no device (the device is the job's)."""
-    from dataclasses import asdict, fields
-
+def test_settings_are_the_records_values_read_only():
+    """A trainer's settings (``run.settings``, :meth:`Method.values`) are the record's: the
+    same names in the same order, the same defaults, read-only, and no device (the device
+    is the job's)."""
     from neural_rom.core.methods.autoencoder import METHOD
 
-    assert [f.name for f in fields(AutoencoderSettings)] == [s.name for s in METHOD.settings]
-    assert asdict(AutoencoderSettings()) == METHOD.defaults()
-    with pytest.raises(TypeError, match="device"):
-        AutoencoderSettings(device="cpu")
+    values = METHOD.values()
+    assert list(values) == [s.name for s in METHOD.settings]
+    assert dict(values) == METHOD.defaults()
+    with pytest.raises(AttributeError, match="read-only"):
+        values.latent_dim = 3
+    with pytest.raises(NeuralRomError, match="device: not a setting of the Autoencoder"):
+        METHOD.values({"device": "cpu"})
     # 0 means "choose automatically" on the panel and the CLI, as in the record
-    assert AutoencoderSettings(latent_dim=0).latent_dim is None
+    assert METHOD.values(dict(latent_dim=0)).latent_dim is None
 
 
 # --------------------------------------------------------------------------- training
@@ -163,24 +164,30 @@ def test_model_file_layout_and_reconstruction(bakes, reference):
     assert epochs and epochs[-1]["epoch"] == 30
     assert {"train_loss", "val_loss", "val_max_error_m"} <= set(epochs[-1])
     assert res["rollout"] == {"skipped": "turned off in the settings"}
-    # the result record's common keys (training/common.py), the same in the file
+    # the result record's common keys (training/run.py), the same in the file
     assert res["method"] == "autoencoder" and res["device"] == "cpu"
     assert (res["k"], res["dofs"]) == (6, 3)
     assert res["max_error_val_m"] == res["ae_max_error_val_m"]
     assert res["rollout_max_error_m"] is None and res["step_ms"] is None
     assert res["cubature_elements"] == len(m.arrays["cubature_elements"])
     assert meta["metrics"] == {k: v for k, v in res.items() if k not in ("model", "warnings")}
-    assert meta["training"] == {**AutoencoderSettings(**TINY).__dict__}
+    assert meta["training"] == dict(registry.get("autoencoder").values(TINY))
 
 
 def test_training_is_deterministic_by_seed(bakes, reference, tmp_path):
-    train_autoencoder(bakes.paths, tmp_path / "a.nrmodel", AutoencoderSettings(**TINY))
+    registry.get("autoencoder").trainer_function()(
+        bakes.paths, tmp_path / "a.nrmodel", registry.get("autoencoder").values(dict(**TINY))
+    )
     a = _weights(load_model(tmp_path / "a.nrmodel"))
     ref = _weights(reference.model)
     assert a.keys() == ref.keys()
     for k in ref:
         np.testing.assert_array_equal(a[k], ref[k])
-    train_autoencoder(bakes.paths, tmp_path / "b.nrmodel", AutoencoderSettings(**TINY, seed=1))
+    registry.get("autoencoder").trainer_function()(
+        bakes.paths,
+        tmp_path / "b.nrmodel",
+        registry.get("autoencoder").values(dict(**TINY, seed=1)),
+    )
     b = _weights(load_model(tmp_path / "b.nrmodel"))
     assert not np.array_equal(b["dec_W0"], ref["dec_W0"])
 
@@ -194,19 +201,19 @@ def test_cancel_then_resume_gives_the_uninterrupted_weights(bakes, reference, tm
         return calls["n"] > 18  # 2 checks before the epochs, then one per epoch: epoch 16
 
     with pytest.raises(JobCancelled, match="epoch 16"):
-        train_autoencoder(
+        registry.get("autoencoder").trainer_function()(
             bakes.paths,
             out,
-            AutoencoderSettings(**TINY),
+            registry.get("autoencoder").values(dict(**TINY)),
             checkpoint_dir=ckpt,
             should_cancel=cancel_mid_training,
         )
     assert not out.exists() and list(ckpt.glob("ae_*_r003.pt"))
     messages = []
-    train_autoencoder(
+    registry.get("autoencoder").trainer_function()(
         bakes.paths,
         out,
-        AutoencoderSettings(**TINY),
+        registry.get("autoencoder").values(dict(**TINY)),
         checkpoint_dir=ckpt,
         progress=lambda f, m: messages.append(m),
     )
@@ -219,7 +226,9 @@ def test_cancel_then_resume_gives_the_uninterrupted_weights(bakes, reference, tm
 
 _RUN = """
 import json, sys
-from neural_rom.training.autoencoder import train
+from neural_rom.core import registry
+
+train = registry.get("autoencoder").trainer_function()
 bakes, out, ckpt, settings = json.loads(sys.argv[1])
 res = train(bakes, out, settings, device="cpu", checkpoint_dir=ckpt,
             progress=lambda f, m: print("progress", m, flush=True))
@@ -371,20 +380,22 @@ def test_pca_layers_are_pca_truncated_to_r():
 
 def test_latent_search_end_to_end(bakes, tmp_path):
     # a tolerance met by any network: the search stops at latent_start
-    s = AutoencoderSettings(
-        **{**TINY, "latent_dim": None, "latent_start": 2}, latent_tolerance=10.0
+    s = registry.get("autoencoder").values(
+        dict(**{**TINY, "latent_dim": None, "latent_start": 2}, latent_tolerance=10.0)
     )
-    res = train_autoencoder(bakes.paths, tmp_path / "s.nrmodel", s)
+    res = registry.get("autoencoder").trainer_function()(bakes.paths, tmp_path / "s.nrmodel", s)
     assert res["latent_dim"] == 2 and [e["latent_dim"] for e in res["latent_search"]] == [2]
     # the final error is measured on the exported decoder, shifted so the rest shape is exact,
     # so it differs from the search's (torch, unshifted) error, but not by an order of magnitude
     final, searched = res["ae_max_error_val_m"], res["latent_search"][0]["max_error_val_m"]
     assert np.isfinite(final) and 0.1 * searched < final < 10 * searched
     # below the PCA error (the floor) nothing can meet it: every size up to the cap is tried
-    s = AutoencoderSettings(
-        **{**TINY, "latent_dim": None, "max_latent_dim": 2, "epochs": 10}, latent_tolerance=1e-6
+    s = registry.get("autoencoder").values(
+        dict(
+            **{**TINY, "latent_dim": None, "max_latent_dim": 2, "epochs": 10}, latent_tolerance=1e-6
+        )
     )
-    res = train_autoencoder(bakes.paths, tmp_path / "t.nrmodel", s)
+    res = registry.get("autoencoder").trainer_function()(bakes.paths, tmp_path / "t.nrmodel", s)
     assert [e["latent_dim"] for e in res["latent_search"]] == [1, 2]
     assert any("below the PCA error" in w for w in res["warnings"])
     assert any("No latent size up to 2" in w for w in res["warnings"])
@@ -396,12 +407,14 @@ def test_early_stopping_keeps_the_best_held_out_weights():
     """A network that overfits (held-out data unlike the training data) stops ``patience``
     epochs after its best held-out loss and returns the weights of that epoch."""
     from neural_rom.training.autoencoder import _Trainer
-    from neural_rom.training.common import Checkpoints
+    from neural_rom.training.run import Checkpoints
 
     rng = np.random.default_rng(0)
     q_train = rng.normal(size=(64, 6)) * [3, 2, 1, 0.5, 0.2, 0.1]
     q_check = rng.normal(size=(32, 6))  # another distribution: the held-out loss turns up
-    s = AutoencoderSettings(hidden=[32, 32], learning_rate=1e-2, patience=20, batch_size=16)
+    s = registry.get("autoencoder").values(
+        dict(hidden=[32, 32], learning_rate=1e-2, patience=20, batch_size=16)
+    )
     t = _Trainer(
         s,
         q_train,
@@ -422,8 +435,10 @@ def test_early_stopping_keeps_the_best_held_out_weights():
 
 def test_estimate_is_reported_before_training_and_the_budget_cuts_epochs(bakes, tmp_path):
     events = []
-    s = AutoencoderSettings(**{**TINY, "epochs": 1_000_000, "time_budget": 1.0})
-    res = train_autoencoder(
+    s = registry.get("autoencoder").values(
+        dict(**{**TINY, "epochs": 1_000_000, "time_budget": 1.0})
+    )
+    res = registry.get("autoencoder").trainer_function()(
         bakes.paths,
         tmp_path / "b.nrmodel",
         s,
@@ -449,7 +464,9 @@ def test_a_network_worse_than_pca_falls_back_to_pca_with_a_warning(bakes, tmp_pa
     from neural_rom.core.sim import FrameInputs
 
     out = tmp_path / "f.nrmodel"
-    res = train_autoencoder(bakes.paths, out, AutoencoderSettings(**{**TINY, "pca_fallback": True}))
+    res = registry.get("autoencoder").trainer_function()(
+        bakes.paths, out, registry.get("autoencoder").values(dict(**{**TINY, "pca_fallback": True}))
+    )
     assert res["fallback"] == "pca"
     assert res["network_max_error_val_m"] > res["pca_r_max_error_val_m"]
     assert res["ae_max_error_val_m"] == pytest.approx(res["pca_r_max_error_val_m"], rel=1e-9)
@@ -464,7 +481,9 @@ def test_a_network_worse_than_pca_falls_back_to_pca_with_a_warning(bakes, tmp_pa
     for _ in range(3):
         sim.step(FrameInputs())
     assert np.isfinite(sim.positions()).all()
-    res = train_autoencoder(bakes.paths, tmp_path / "g.nrmodel", AutoencoderSettings(**TINY))
+    res = registry.get("autoencoder").trainer_function()(
+        bakes.paths, tmp_path / "g.nrmodel", registry.get("autoencoder").values(dict(**TINY))
+    )
     assert res["fallback"] is None
     assert any("the saved network is worse than a linear space" in w for w in res["warnings"])
 

@@ -1,4 +1,4 @@
-"""training/common.py and training/nets.py: what every trainer shares."""
+"""training/run.py and training/nets.py: what every trainer shares."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_a_bake_made_again_under_its_name_never_resumes_an_old_checkpoint(tmp_pa
     from neural_rom.core import bake, fem, grid
     from neural_rom.core.cache import BakeDataset
     from neural_rom.core.tetmesh import TetMesh
-    from neural_rom.training.common import Checkpoints
+    from neural_rom.training.run import Checkpoints
 
     X, T = grid.grid_tetmesh((0.2, 0.2, 0.2), (1, 1, 1))
     spec = bake.BakeSpec(material=fem.Material.preset("rubber").to_dict(), frames=2, pinned=[0])

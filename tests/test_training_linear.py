@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
+from neural_rom.core import registry
 from neural_rom.core.cache import BakeCache
 from neural_rom.core.errors import CacheError, JobCancelled
 from neural_rom.core.fem import Material
 from neural_rom.core.files import mesh_hash
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.registry import load_simulator
-from neural_rom.training.linear import LinearSettings, train_linear
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,10 @@ def bakes(tmp_path_factory):
 
 def test_train_linear_fits_held_out_bakes(bakes, tmp_path):
     out = tmp_path / "bar.nrmodel"
-    s = LinearSettings(tolerance=2e-3, cubature_target=0.05, seed=0)
-    res = train_linear(bakes.paths, out, s, checkpoint_dir=tmp_path / "ckpt")
+    s = registry.get("linear").values(dict(tolerance=2e-3, cubature_target=0.05, seed=0))
+    res = registry.get("linear").trainer_function()(
+        bakes.paths, out, s, checkpoint_dir=tmp_path / "ckpt"
+    )
     print(json.dumps({k: v for k, v in res.items() if k != "model"}, indent=1, default=str))
     assert out.exists()
     assert 1 <= res["k"] <= 60
@@ -58,8 +60,10 @@ def test_train_linear_fits_held_out_bakes(bakes, tmp_path):
 def test_registry_entry_point_returns_the_common_record(bakes, tmp_path):
     """``train`` (what the worker calls) takes the record's settings as a dict and returns
     the record every trainer returns; the model file carries the same metrics."""
+    from neural_rom.core import registry
     from neural_rom.core.modelfile import load_model
-    from neural_rom.training.linear import train
+
+    train = registry.get("linear").trainer_function()
 
     out = tmp_path / "bar.nrmodel"
     res = train(bakes.paths, out, {"k": 4, "max_cubature": 30}, device="cuda")
@@ -70,25 +74,27 @@ def test_registry_entry_point_returns_the_common_record(bakes, tmp_path):
     assert res["rollout_max_error_m"] == roll["max_error_m"] and res["step_ms"] == roll["step_ms"]
     meta = load_model(out).metadata
     assert meta["metrics"] == {k: v for k, v in res.items() if k not in ("model", "warnings")}
-    assert meta["training"] == {**LinearSettings(k=4, max_cubature=30).__dict__}
+    assert meta["training"] == dict(registry.get("linear").values(dict(k=4, max_cubature=30)))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
-def test_settings_dataclass_mirrors_the_registry_record():
-    from dataclasses import asdict, fields
-
+def test_settings_are_the_records_values():
     from neural_rom.core.errors import NeuralRomError
     from neural_rom.core.methods.linear import METHOD
 
-    assert [f.name for f in fields(LinearSettings)] == [s.name for s in METHOD.settings]
-    assert asdict(LinearSettings()) == METHOD.defaults()
+    assert list(METHOD.values()) == [s.name for s in METHOD.settings]
+    assert dict(METHOD.values()) == METHOD.defaults()
     with pytest.raises(NeuralRomError, match="max_cubature = -1 is not valid"):
-        LinearSettings(max_cubature=-1)
+        registry.get("linear").values(dict(max_cubature=-1))
 
 
 def test_model_runs_without_torch_and_matches(bakes, tmp_path):
     out = tmp_path / "bar.nrmodel"
-    train_linear(bakes.paths, out, LinearSettings(k=8, max_cubature=60, cubature_target=0.02))
+    registry.get("linear").trainer_function()(
+        bakes.paths,
+        out,
+        registry.get("linear").values(dict(k=8, max_cubature=60, cubature_target=0.02)),
+    )
     cache = BakeCache.open(bakes.paths[-1])
     forces = np.asarray(cache.channel("forces"))
     np.save(tmp_path / "forces.npy", forces)
@@ -116,14 +122,16 @@ def test_model_runs_without_torch_and_matches(bakes, tmp_path):
 
 def test_model_of_another_mesh_is_refused(bakes, tmp_path):
     out = tmp_path / "bar.nrmodel"
-    train_linear(bakes.paths, out, LinearSettings(k=4, max_cubature=30))
+    registry.get("linear").trainer_function()(
+        bakes.paths, out, registry.get("linear").values(dict(k=4, max_cubature=30))
+    )
     with pytest.raises(CacheError, match="another mesh"):
         load_simulator(out, expect_mesh_hash="0" * 64)
 
 
 def test_cancelled_training_resumes_from_checkpoint(bakes, tmp_path):
     out, ckpt = tmp_path / "bar.nrmodel", tmp_path / "ckpt"
-    s = LinearSettings(k=6, max_cubature=40)
+    s = registry.get("linear").values(dict(k=6, max_cubature=40))
     calls = {"n": 0}
 
     def cancel_after_basis():
@@ -131,10 +139,14 @@ def test_cancelled_training_resumes_from_checkpoint(bakes, tmp_path):
         return calls["n"] >= 2  # the check right after the basis is written
 
     with pytest.raises(JobCancelled):
-        train_linear(bakes.paths, out, s, checkpoint_dir=ckpt, should_cancel=cancel_after_basis)
+        registry.get("linear").trainer_function()(
+            bakes.paths, out, s, checkpoint_dir=ckpt, should_cancel=cancel_after_basis
+        )
     assert not out.exists() and list(ckpt.glob("basis_*.npz"))
     messages = []
-    train_linear(bakes.paths, out, s, checkpoint_dir=ckpt, progress=lambda f, m: messages.append(m))
+    registry.get("linear").trainer_function()(
+        bakes.paths, out, s, checkpoint_dir=ckpt, progress=lambda f, m: messages.append(m)
+    )
     assert any("from checkpoint" in m for m in messages)
     assert out.exists()
 
@@ -144,12 +156,14 @@ def test_second_run_reuses_the_basis_and_cubature_checkpoints(bakes, tmp_path):
     is recomputed or rewritten) and writes the same model; other settings are another run."""
     from neural_rom.core.modelfile import load_model
 
-    ckpt, s = tmp_path / "ckpt", LinearSettings(k=6, max_cubature=40)
-    first = train_linear(bakes.paths, tmp_path / "a.nrmodel", s, checkpoint_dir=ckpt)
+    ckpt, s = tmp_path / "ckpt", registry.get("linear").values(dict(k=6, max_cubature=40))
+    first = registry.get("linear").trainer_function()(
+        bakes.paths, tmp_path / "a.nrmodel", s, checkpoint_dir=ckpt
+    )
     written = {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()}
     assert sorted(name.split("_")[0] for name in written) == ["basis", "cubature"]
     messages = []
-    second = train_linear(
+    second = registry.get("linear").trainer_function()(
         bakes.paths,
         tmp_path / "b.nrmodel",
         s,
@@ -165,10 +179,10 @@ def test_second_run_reuses_the_basis_and_cubature_checkpoints(bakes, tmp_path):
     for name in ("U", "cubature_elements", "cubature_weights"):
         np.testing.assert_array_equal(a[name], b[name])
     assert second["cubature_heldout_rel_error"] == first["cubature_heldout_rel_error"]
-    train_linear(
+    registry.get("linear").trainer_function()(
         bakes.paths,
         tmp_path / "c.nrmodel",
-        LinearSettings(k=5, max_cubature=40),
+        registry.get("linear").values(dict(k=5, max_cubature=40)),
         checkpoint_dir=ckpt,
     )
     assert len(list(ckpt.iterdir())) == 4
@@ -220,7 +234,9 @@ def test_train_on_bakes_with_swinging_pins_and_follow_them(tmp_path):
     )
     paths = bk.bake_variants(SimpleNamespace(X=X, T=T), spec, tmp_path / "b", "swing")
     out = tmp_path / "swing.nrmodel"
-    res = train_linear(paths, out, LinearSettings(tolerance=2e-3, seed=0))
+    res = registry.get("linear").trainer_function()(
+        paths, out, registry.get("linear").values(dict(tolerance=2e-3, seed=0))
+    )
     roll = res["rollout"]
     print("swinging pins:", {k: res[k] for k in ("k", "cubature_elements")}, roll)
     assert roll["frames"] == frames

@@ -39,19 +39,16 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..core import registry
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.face import FaceRig, ShapeKeys, check_shape_keys, load_face
 from ..core.fem import TetFEM
 from ..core.files import ensure_writable_dir, write_npz
 from ..core.methods.active import (
-    NAME,
     ActiveFace,
     ActiveModel,
     blend_samples,
@@ -63,6 +60,7 @@ from ..core.methods.active import (
 )
 from ..core.quasistatic import QuasistaticSolver, polar_actions
 from .nets import build_mlp, to_numpy_mlp, torch_device, torch_threads
+from .run import TrainingRun
 
 #: Code regularization ``beta`` (per unit code, relative to the mean squared skin error in m^2).
 BETA = 1e-8
@@ -164,25 +162,11 @@ class _Checkpoint:
             write_npz(self.path(stage), arrays)
 
 
-def fit(
-    bakes,
-    out: str | Path,
-    settings: dict | None = None,
-    *,
-    device: str = "cpu",
-    expect_mesh_hash: str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    progress: Callable[[float, str], None] | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-    metric: Callable[[dict], None] | None = None,
-) -> dict:
-    """Fit an active face and write its model to ``out`` (what :func:`train` runs).
+def fit(run: TrainingRun) -> dict:
+    """Fit an active face and write its model to ``run.out`` (what :func:`train` runs).
 
-    Parameters
-    ----------
-    bakes : path of a face file (:func:`core.face.save_face`: rig and shape keys), or
-        ``(FaceRig, ShapeKeys)``
-    settings : the method's settings (``core.methods.active.METHOD``)
+    ``run.data``: the path of a face file (:func:`core.face.save_face`: rig and shape keys),
+    or ``(FaceRig, ShapeKeys)``.
 
     Returns
     -------
@@ -190,16 +174,13 @@ def fit(
     start alone), timings (``seconds_per_epoch``), ``epochs_done``, ``resumed``; and the
     objects ``model`` (ActiveModel), ``warm_decoder`` (MLP) and ``warm_codes`` (N, d).
     """
-    say = progress or (lambda f, m: None)
-    emit = metric or (lambda v: None)
-    cancel = should_cancel or (lambda: False)
-    s = registry.get(NAME).validate(settings)
-    rig, keys = _open(bakes)
-    if expect_mesh_hash and rig.mesh().hash() != expect_mesh_hash:
+    say, emit, cancel, s = run.say, run.emit, run.should_cancel, run.settings
+    rig, keys = _open(run.data)
+    if run.expect_mesh_hash and rig.mesh().hash() != run.expect_mesh_hash:
         raise NeuralRomError("The face file belongs to another tet mesh: re-export the face.")
-    ensure_writable_dir(Path(out).parent, "the model")
-    dev = torch_device(device)
-    ck = _Checkpoint(checkpoint_dir, rig, keys, s)
+    ensure_writable_dir(run.out.parent, "the model")
+    dev = torch_device(run.device)
+    ck = _Checkpoint(run.checkpoint_dir, rig, keys, s)
     train_idx = np.flatnonzero(~keys.held_out)
     T_skin = keys.positions[train_idx]
     jaws = keys.jaw[train_idx]
@@ -424,7 +405,7 @@ def fit(
         )
     )
     meta = {
-        "settings": s,
+        "settings": dict(s),
         **held,
         "skin_train_error_m": skin_err,
         "train_error_m": history[-1] if history else None,
@@ -434,7 +415,7 @@ def fit(
         "cubature_elements": int(len(model.cub_elements)),
         "cubature_error": cub_err,
     }
-    path = save(out, model, meta)
+    path = save(run.out, model, meta)
     say(1.0, f"done: mean training skin error {history[-1] * 1000:.3g} mm")
     return {
         "out": str(path),
@@ -494,11 +475,11 @@ def held_out_errors(model: ActiveModel, rig: FaceRig, keys: ShapeKeys, say) -> d
     }
 
 
-def train(bakes, out: str | Path, settings: dict | None = None, **job) -> dict:
+def train(run: TrainingRun) -> dict:
     """The registry's trainer entry point: :func:`fit`, its JSON-able results."""
-    res = fit(bakes, out, settings, **job)
+    res = fit(run)
     record = {k: v for k, v in res.items() if k not in ("model", "warm_decoder", "warm_codes")}
-    # the common keys of a trainer's result (training.common), which the add-on records
+    # the common keys of a trainer's result (training.run), which the add-on records
     return {**record, "model": res["out"], "train_seconds": res["seconds"]}
 
 

@@ -1,9 +1,9 @@
 """Training of the autoencoder latent-space model of Fulton et al. 2019 (sections 4 and 5.3).
 
 Pipeline (one model per mesh and physics setup); stages 1, 4 (cubature) and the end are
-:mod:`.common`'s, the rest is this method's:
+:mod:`.run`'s and :mod:`.stages`', the rest is this method's:
 
-1. Mass-weighted PCA of the bake displacements (:func:`.common.pod_basis`): ``U`` (3n, k),
+1. Mass-weighted PCA of the bake displacements (:func:`.stages.pod_basis`): ``U`` (3n, k),
    M-orthonormal, so the PCA coordinates ``q = U^T M (x - X)`` (eq. 6 with our
    M-orthonormal ``U``) are the outer linear layer of the network.
 2. An autoencoder in PCA coordinates: encoder ``q (k) -> z (r)`` and decoder
@@ -36,9 +36,9 @@ Pipeline (one model per mesh and physics setup); stages 1, 4 (cubature) and the 
    linear decoder, run by the same latent runtime) with ``r`` modes, or the fewest within the
    latent tolerance; either case is a warning, as is a result far above its PCA layer.
 4. Optimized cubature on the PCA basis ``U`` fitted on PCA-projected training poses (sec. 5.3)
-   (:func:`.common.fit_cubature`).
+   (:func:`.stages.fit_cubature`).
 5. A held-out rollout with :mod:`core.methods.autoencoder` and the model file (method
-   ``"autoencoder"``, :meth:`.common.TrainingRun.finish`).
+   ``"autoencoder"``, :meth:`.run.TrainingRun.finish`).
 6. **Never silently worse than the linear model** (``keep_linear``, :func:`keep_better`):
    the linear model of the same bakes at its default settings (the same split; it trains in
    seconds) replays the same held-out bake; when it replays better (a smaller largest vertex
@@ -47,7 +47,7 @@ Pipeline (one model per mesh and physics setup); stages 1, 4 (cubature) and the 
    latent search judges the network's shapes, not its dynamics, and on an animated pinned
    bar it chose 2 latents that replayed at 272 mm against the linear model's 16.3 mm.
 
-Resume. The checkpoints (:class:`.common.Checkpoints`) are the PCA basis, the plan, every
+Resume. The checkpoints (:class:`.run.Checkpoints`) are the PCA basis, the plan, every
 network every ``checkpoint_every`` epochs and when it ends (its weights, Adam's state, the
 epoch, the best weights so far with their held-out loss and epoch, why it stopped), and the
 cubature; each is written atomically, so a run killed at any instant leaves the previous
@@ -70,7 +70,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -80,13 +80,13 @@ from torch import nn
 from ..core import registry
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.files import temporary_path
-from ..core.methods.autoencoder import NAME
 from ..core.methods.autoencoder import save as save_autoencoder_model
 from ..core.nnet import MLP
 from ..core.subspace import Subspace
 from . import nets
-from .common import Checkpoints, Report, TrainingRun, even_indices, fit_cubature, pod_basis
 from .nets import build_mlp, check_export, copy64, to_numpy_mlp, torch_device, torch_threads
+from .run import Checkpoints, TrainingRun, even_indices
+from .stages import fit_cubature, pod_basis
 
 # Frames per block when full-space errors are evaluated (bounds temporary memory).
 _BLOCK = 256
@@ -108,105 +108,6 @@ _MIN_SEARCH_EPOCHS, _MIN_EPOCHS = 20, 50
 
 # Progress fractions of the stages.
 _P_BASIS, _P_AE, _P_CUB, _P_ROLL = 0.05, 0.15, 0.75, 0.9
-
-
-@dataclass
-class AutoencoderSettings:
-    """Typed settings of an autoencoder model: the fields, defaults and checks of the
-    method's registry record (``core.methods.autoencoder.METHOD.settings``). The device is
-    not a setting: it is the job's (``train(..., device=...)``).
-
-    Attributes
-    ----------
-    k, tolerance, max_k : the PCA layer (:func:`.common.pod_basis`; Fulton 2019 sec. 4.3)
-    latent_dim : int or None
-        Latent size ``r``; None searches the smallest size whose max per-vertex
-        reconstruction error ``|x - X - U phi(enc(q))|`` on the held-out bakes (training
-        frames when none is held out) is within the latent tolerance, coarse to fine
-        (:func:`search_latent_size`).
-    latent_tolerance : float or None
-        Metres. Default: twice the PCA tolerance (Fulton's 3 mm PCA / 6 mm latent), or twice
-        the PCA error reached when ``k`` is given. A target below the PCA error (the
-        floor: the decoder's output lies in the PCA span) cannot be met.
-    latent_start : int
-        The search's first size (then doubled).
-    max_latent_dim : int or None
-        Largest ``r`` the search tries (default ``k``). When none meets the tolerance the
-        most accurate one is kept, with a warning.
-    hidden : list of int
-        Hidden layer widths of encoder and decoder (the decoder mirrors them).
-    activation : str
-        Hidden activation, ``"elu"`` (Fulton 2019, sec. 4.3); output layers are linear.
-    epochs : int
-        Most epochs of the final network (fewer when early stopping or the budget ends it).
-    search_epochs : int or None
-        Most epochs of each network the latent-size search trains; None: as many as the
-        time budget allows, up to ``epochs`` (:func:`plan_training`).
-    patience : int
-        Early stopping: epochs without a better held-out loss before a network stops.
-    time_budget : float
-        Seconds the network training (search and final network) may take; the epochs are cut
-        to fit the estimate (:class:`TrainingPlan`), and a deadline stops what runs late.
-    batch_size, learning_rate, weight_decay : Adam training (sec. 4.4: 256, 1e-3).
-    lr_schedule : str
-        ``"constant"`` (Fulton's plain Adam) or ``"cosine"``: the learning rate decays from
-        ``learning_rate`` to 1% of it over a network's epochs (a function of the epoch alone,
-        so a resumed run follows the same schedule); it lowers the max vertex error markedly
-        at the same epoch count.
-    checkpoint_every : int
-        Epochs between checkpoints (when a checkpoint directory is given).
-    pca_fallback : bool
-        Save PCA truncated to ``r`` (a linear decoder) when the network is less accurate than
-        it on held-out bakes.
-    cubature_target, max_cubature, cubature_poses, cubature_validation : optimized cubature
-        on ``U`` (sec. 5.3; :func:`.common.fit_cubature`).
-    max_frames, validation_fraction, seed : the frames and the split (:mod:`.common`).
-    lbfgs_window, lbfgs_tolerance, lbfgs_max_iters : the runtime's L-BFGS (sec. 5.2:
-        window 8, ``|grad E| < eps max(|z|, 1)`` with ``eps = 1e-8``), stored in the model.
-    rollout : bool
-        Replay a held-out bake with the latent runtime and report its error (costs one
-        reduced simulation of that bake).
-    """
-
-    k: int | None = None
-    tolerance: float | None = None
-    max_k: int = 60
-    latent_dim: int | None = None
-    latent_tolerance: float | None = None
-    latent_start: int = 1
-    max_latent_dim: int | None = None
-    hidden: list = field(default_factory=lambda: [100, 100])
-    activation: str = "elu"
-    epochs: int = 2000
-    search_epochs: int | None = None
-    patience: int = 200
-    time_budget: float = 300.0
-    batch_size: int = 256
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    lr_schedule: str = "cosine"
-    checkpoint_every: int = 100
-    pca_fallback: bool = True
-    cubature_target: float = 0.05
-    max_cubature: int = 500
-    cubature_poses: int = 200
-    cubature_validation: float = 0.2
-    max_frames: int = 2000
-    validation_fraction: float = 0.2
-    seed: int = 0
-    lbfgs_window: int = 8
-    lbfgs_tolerance: float = 1e-8
-    lbfgs_max_iters: int = 100
-    rollout: bool = True
-    keep_linear: bool = True
-
-    def __post_init__(self) -> None:
-        self.__dict__.update(registry.get(NAME).validate(asdict(self)))
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> AutoencoderSettings:
-        """Settings checked by value against the method's registry record."""
-        return cls(**registry.get(NAME).validate(d))
 
 
 # ------------------------------------------------------------------------------------------
@@ -344,40 +245,24 @@ class _AE(nn.Module):
 # ------------------------------------------------------------------------------------------
 
 
-def train(
-    bakes,
-    out: str | Path,
-    settings: dict | None = None,
-    *,
-    device: str = "auto",
-    expect_mesh_hash: str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    progress: Report | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-    metric: Callable[[dict], None] | None = None,
-) -> dict:
-    """Train an autoencoder latent-space model from bakes of one mesh and write it to ``out``;
-    the registry's trainer entry point (``core.methods.autoencoder.METHOD``).
+def train(run: TrainingRun) -> dict:
+    """Train an autoencoder latent-space model from bakes of one mesh and write it to
+    ``run.out``; the registry's trainer entry point (``core.methods.autoencoder.METHOD``).
 
     Whole trajectories are held out for validation. Checkpoints (PCA basis, plan, every
-    network every ``checkpoint_every`` epochs, cubature) go to ``checkpoint_dir``; a run
+    network every ``checkpoint_every`` epochs, cubature) go to ``run.checkpoint_dir``; a run
     cancelled or killed part-way resumes from them when the bakes and settings are the same,
     does only the rest, and ends with the same weights as an uninterrupted run (see the
     module docstring).
 
-    Parameters
-    ----------
-    settings : the method's settings (:class:`AutoencoderSettings` fields)
-    device : torch device (``"cpu"``, ``"cuda"``, ``"auto"``)
-    should_cancel : polled between stages and epochs; True raises :class:`JobCancelled`
-    metric : ``metric(dict)`` of training metrics: the estimate (``estimate_s``), per-epoch
-        losses (at most ~2 per second), each network's held-out error, the comparison with PCA
-
-    The other parameters are :meth:`.common.TrainingRun.start`'s.
+    ``run.device``: a torch device (``"cpu"``, ``"cuda"``, ``"auto"``); ``run.should_cancel``
+    is polled between stages and epochs; ``run.metric`` gets the estimate (``estimate_s``),
+    per-epoch losses (at most ~2 per second), each network's held-out error and the
+    comparison with PCA.
 
     Returns
     -------
-    The result record of :meth:`.common.TrainingRun.finish`, with ``latent_dim``, the PCA and
+    The result record of :meth:`.run.TrainingRun.finish`, with ``latent_dim``, the PCA and
     autoencoder errors (m; ``pca_r_max_error_val_m`` is PCA truncated to ``latent_dim``), the
     latent-size search, the plan (``estimate_s``, ``time_budget_s``), the final network's
     epochs and why it stopped, ``fallback`` ("pca" when PCA-r replaced the network) and
@@ -385,21 +270,11 @@ def train(
     ``keep_linear`` and a held-out replay, :func:`keep_better`'s record: the linear model's
     when it replays better (its file at ``out``), with ``choice`` either way.
     """
-    dev = torch_device(device)
-    run = TrainingRun.start(
-        NAME,
-        bakes,
-        settings,
-        device=str(dev),
-        expect_mesh_hash=expect_mesh_hash,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
-        should_cancel=should_cancel,
-        metric=metric,
-    )
-    s = AutoencoderSettings(**run.settings)
+    dev = torch_device(run.device)
+    run.device = str(dev)
+    s = run.settings
+    train_x, train_groups, val_x = run.open_bakes().training_frames(s.max_frames)
     warnings = run.warnings
-    train_x, train_groups, val_x = run.bakes.training_frames(s.max_frames)
     check_x = val_x if len(val_x) else train_x
     run.check_cancel("Training cancelled before the PCA basis was computed.")
 
@@ -459,7 +334,7 @@ def train(
         encoder=encoder,
     )
     result = run.finish(
-        out,
+        run.out,
         save,
         k=sub.k,
         dofs=r,
@@ -496,7 +371,7 @@ def train(
         return result
     run.say(1.0, "training the linear model of the same bakes to compare replays")
     try:
-        linear = _train_linear(run, bakes, out, s, expect_mesh_hash)
+        linear = _train_baseline(run)
     except JobCancelled:
         raise
     except NeuralRomError as e:  # the autoencoder stays; say why nothing was compared
@@ -505,17 +380,16 @@ def train(
     return keep_better(result, linear)
 
 
-def _train_linear(run: TrainingRun, bakes, out, s: AutoencoderSettings, mesh_hash) -> dict:
-    """The linear model of ``bakes`` at its default settings and this run's split (so it
-    replays the same held-out bake), written to a temporary beside ``out``; its record."""
-    from . import linear
-
-    split = {"validation_fraction": s.validation_fraction, "seed": s.seed}
-    return linear.train(
-        bakes,
-        temporary_path(out),
-        split,
-        expect_mesh_hash=mesh_hash,
+def _train_baseline(run: TrainingRun) -> dict:
+    """The linear model (:func:`core.registry.baseline`) of the run's bakes at its default
+    settings and this run's split (so it replays the same held-out bake), written to a
+    temporary beside the model; its record."""
+    s = run.settings
+    return registry.baseline().trainer_function()(
+        run.data,
+        temporary_path(run.out),
+        {"validation_fraction": s.validation_fraction, "seed": s.seed},
+        expect_mesh_hash=run.expect_mesh_hash,
         should_cancel=run.should_cancel,
     )
 
@@ -562,13 +436,6 @@ def _dofs(record: dict) -> str:
     return f"{n} DOF" if n == 1 else f"{n} DOFs"
 
 
-def train_autoencoder(
-    bakes, out: str | Path, settings: AutoencoderSettings | None = None, **job
-) -> dict:
-    """:func:`train` with typed settings (scripts, tests, benchmarks)."""
-    return train(bakes, out, asdict(settings or AutoencoderSettings()), **job)
-
-
 @dataclass
 class _Frames:
     """The frames errors are measured on and their PCA coordinates.
@@ -601,7 +468,7 @@ class _Frames:
         )
 
 
-def _latent_sizes(s: AutoencoderSettings, k: int, pca_tol, pca_err_val: float, warnings):
+def _latent_sizes(s, k: int, pca_tol, pca_err_val: float, warnings):
     """``(lo, hi, target)``: the latent sizes to search and the tolerance (m); target None
     when the size is given (``lo = hi``)."""
     if s.latent_dim is not None:
@@ -744,7 +611,7 @@ def _against_pca(s, frames: _Frames, r: int, encoder, decoder, pca_err_val, targ
     }
 
 
-def _plan(run: TrainingRun, s: AutoencoderSettings, trainer, searches: int, r: int):
+def _plan(run: TrainingRun, s, trainer, searches: int, r: int):
     """The run's :class:`TrainingPlan` (checkpoint stage ``plan``), its estimate reported
     before any network trains: a progress line, a metric, and a warning when the budget cut
     the epochs. ``r``: the latent size the epochs are timed with (the largest, the worst)."""
@@ -1057,7 +924,7 @@ class _Trainer:
         }
 
 
-def _learning_rate(s: AutoencoderSettings, epoch: int, epochs: int) -> float:
+def _learning_rate(s, epoch: int, epochs: int) -> float:
     """The learning rate of ``epoch`` of a network trained ``epochs`` epochs."""
     if s.lr_schedule == "constant":
         return s.learning_rate

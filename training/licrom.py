@@ -68,7 +68,6 @@ import glob as _glob
 import math
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +75,6 @@ import torch
 from torch import nn
 
 from ..core import fem as _fem
-from ..core import registry
 from ..core.cache import BAKE_SUFFIX, BakeCache, BakeDataset
 from ..core.cubature import Cubature
 from ..core.errors import CacheError, NeuralRomError
@@ -86,7 +84,6 @@ from ..core.methods.licrom import (
     DERIVATIVES_AUTO_RATIO,
     FRAME_FLOATING,
     FRAME_WORLD,
-    NAME,
     PIN_TOLERANCE,
     REFERENCE_OBJECT,
     REFERENCE_WORLD,
@@ -99,7 +96,6 @@ from ..core.methods.licrom import (
 )
 from ..core.methods.licrom import save as save_licrom_model
 from ..core.subspace import mass_weighted_pod
-from .common import Checkpoints, Report, TrainingBakes, TrainingRun, even_indices, physics_of
 from .nets import (
     build_mlp,
     load_torch_checkpoint,
@@ -108,6 +104,7 @@ from .nets import (
     torch_device,
     torch_threads,
 )
+from .run import TrainingBakes, TrainingRun, even_indices, physics_of
 
 #: Seconds between streamed metrics.
 _THROTTLE_S = 1.0
@@ -635,54 +632,33 @@ def derivatives_choice(
 # ------------------------------------------------------------------------------------------
 
 
-def train(
-    bakes,
-    out: str | Path,
-    settings: dict | None = None,
-    *,
-    device: str = "auto",
-    expect_mesh_hash: str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    progress: Report | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-    metric: Callable[[dict], None] | None = None,
-) -> dict:
+def train(run: TrainingRun) -> dict:
     """Train a LiCROM model on bakes of one or several meshes of an object family and write it
-    to ``out``; the registry's trainer entry point (``core.methods.licrom.METHOD``).
+    to ``run.out``; the registry's trainer entry point (``core.methods.licrom.METHOD``).
 
     Bakes of different meshes are one training set (they must share material, time step and
-    gravity). Whole bakes are held out for validation. ``expect_mesh_hash``: the target mesh,
+    gravity). Whole bakes are held out for validation. ``run.expect_mesh_hash``: the target mesh,
     whose bakes the model is replayed on and opened on by default (one of the bakes must be
     of it).
 
     Returns
     -------
-    The result record of :meth:`.common.TrainingRun.finish` with LiCROM's metrics:
+    The result record of :meth:`.run.TrainingRun.finish` with LiCROM's metrics:
     ``meshes``, ``epochs_done``, ``train_loss``, ``projection_ratio_to_pod`` (the field's
     mass-weighted projection error over POD's of the same size on the primary mesh's training
     frames; at least 1 by Eckart-Young), ``pod_error_sq``, ``field_error_sq``,
     ``max_error_val_m`` (largest vertex error of the field's projection on held-out frames).
     """
-    ensure_writable_dir(Path(out).parent, "the model")
-    started = time.perf_counter()
-    values = registry.get(NAME).validate(settings)
+    ensure_writable_dir(run.out.parent, "the model")
+    values = run.settings
     r = int(values["latent_dim"])
     seed = int(values["seed"])
-    fam = open_family(bakes, values["validation_fraction"], seed, expect_mesh_hash)
+    fam = open_family(run.data, values["validation_fraction"], seed, run.expect_mesh_hash)
     caches, meshes, mesh_of, train_i, val_i, primary, material, all_ds = fam
-    by_object = bake_entries(bakes)[1][0] is not None
-    dev = torch_device(device)
-    run = TrainingRun(
-        NAME,
-        values,
-        str(dev),
-        _primary_bakes(*fam),
-        Checkpoints.open(checkpoint_dir, NAME, all_ds, values),
-        progress or (lambda *a: None),
-        should_cancel or (lambda: False),
-        metric or (lambda *a: None),
-        started,
-    )
+    by_object = bake_entries(run.data)[1][0] is not None
+    dev = torch_device(run.device)
+    run.device = str(dev)
+    run.use_bakes(_primary_bakes(*fam), keyed_on=all_ds)
     run.say(0.02, f"{len(caches)} bakes of {len(meshes)} meshes")
     # a free body's field is trained in its body frame; a pinned one in the pins' frame
     floating = bool(values["floating_frame"]) and not any(m.pinned.size for m in meshes)
@@ -963,7 +939,7 @@ def train(
     mesh_bake = b.heldout_bake() or b.ds[0]
     save = functools.partial(save_licrom_model, field=fld, domain=domain, pins=pins, codes=codes)
     result = run.finish(
-        out,
+        run.out,
         save,
         k=r + 3 * static + 6 * derivatives,
         dofs=r + 3 * static + 6 * derivatives,

@@ -1,9 +1,9 @@
 """Training of the high-order differentiable autoencoder of Shen et al. 2021 (sec. 3.4-3.6,
 6.1).
 
-Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
+Pipeline (stages 1, 5 and the end are :mod:`.stages`' and :mod:`.run`'s):
 
-1. Mass-weighted PCA of the bake displacements (:func:`.common.pod_basis`): ``V`` (3n, k),
+1. Mass-weighted PCA of the bake displacements (:func:`.stages.pod_basis`): ``V`` (3n, k),
    M-orthonormal; PCA coordinates ``c = V^T M (x - X)``. Its first ``n_p`` columns are the
    linear subspace ``U`` of the paper, the rest (modes ``n_p + 1 .. k``) the room the
    nonlinear part lives in.
@@ -87,10 +87,10 @@ Pipeline (stages 1, 5 and the end are :mod:`.common`'s):
    variational step's problem has several minima there: the Newton matrix alone (exact if
    positive definite else Gauss-Newton; eigenvalues clamped; their absolute values) moves
    the drop-3 replay between 28 and 44 mm.
-6. Cubature (:func:`.common.fit_cubature`) fitted to the forces of this subspace: on the
+6. Cubature (:func:`.stages.fit_cubature`) fitted to the forces of this subspace: on the
    training poses as the model reproduces them (``X + V c(r)``), reduced by ``V`` (the
    columns of ``J~`` lie in span ``V``).
-7. The model file (:mod:`core.methods.shen`) and a held-out rollout (:meth:`.common.TrainingRun.finish`).
+7. The model file (:mod:`core.methods.shen`) and a held-out rollout (:meth:`.run.TrainingRun.finish`).
 
 Checkpoints: the basis, each network every ``checkpoint_every`` epochs (weights, Adam, the
 best weights and their epoch) and the cubature; a cancelled or killed run resumes from them.
@@ -104,24 +104,20 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..core import fem as _fem
-from ..core import registry
 from ..core.errors import NeuralRomError
-from ..core.methods.shen import NAME
 from ..core.methods.shen import save as save_shen_model
 from ..core.nnet import MLP
 from ..core.subspace import mass_weighted_pod
 from . import nets
-from .common import Report, TrainingRun, fit_cubature, pod_basis
 from .nets import check_export, sin_mlp, torch_device, torch_threads
+from .run import TrainingRun
+from .stages import fit_cubature, pod_basis
 
 _VERIFY_TOL = 1e-6
 #: n_p when it is not given: the paper's typical 10, at most half the PCA modes.
@@ -129,41 +125,6 @@ _DEFAULT_NP = 10
 #: Energy floor of the pose weights, a fraction of the median training-pose energy.
 _ENERGY_FLOOR = 0.1
 _CPU_THREADS = 1
-
-
-@dataclass
-class ShenSettings:
-    """Typed settings: the fields, defaults and checks of ``core.methods.shen.METHOD``."""
-
-    k: int | None = None
-    tolerance: float | None = None
-    max_k: int = 60
-    n_p: int | None = None
-    latent_dim: int | None = None
-    latent_tolerance: float | None = None
-    max_latent_dim: int | None = None
-    hidden: list = field(default_factory=lambda: [32] * 6)
-    omega: float = 1.0
-    pose_weighting: bool = False
-    linear_warmup: int = 100
-    decoder_sees_p: bool = True
-    epochs: int = 2000
-    patience: int = 300
-    time_budget: float = 300.0
-    batch_size: int = 256
-    learning_rate: float = 1e-3
-    checkpoint_every: int = 100
-    cubature_target: float = 0.01
-    max_cubature: int = 500
-    cubature_poses: int = 200
-    cubature_validation: float = 0.2
-    max_frames: int = 2000
-    validation_fraction: float = 0.2
-    seed: int = 0
-    rollout: bool = True
-
-    def __post_init__(self) -> None:
-        self.__dict__.update(registry.get(NAME).validate(asdict(self)))
 
 
 class _DAE(nn.Module):
@@ -222,43 +183,22 @@ def pose_weights(fem: _fem.TetFEM, x: np.ndarray) -> np.ndarray:
     return w / w.mean()
 
 
-def train(
-    bakes,
-    out: str | Path,
-    settings: dict | None = None,
-    *,
-    device: str = "auto",
-    expect_mesh_hash: str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    progress: Report | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-    metric: Callable[[dict], None] | None = None,
-) -> dict:
-    """Train a Shen 2021 model from bakes of one mesh and write it to ``out``; the registry's
-    trainer entry point (``core.methods.shen.METHOD``). Parameters as
-    :func:`training.autoencoder.train`.
+def train(run: TrainingRun) -> dict:
+    """Train a Shen 2021 model from bakes of one mesh and write it to ``run.out``; the
+    registry's trainer entry point (``core.methods.shen.METHOD``); the run as
+    :func:`training.autoencoder.train`'s.
 
     Returns
     -------
-    The result record of :meth:`.common.TrainingRun.finish` with ``n_p``, ``latent_dim``, the
+    The result record of :meth:`.run.TrainingRun.finish` with ``n_p``, ``latent_dim``, the
     held-out largest vertex errors of this model's shapes (``max_error_val_m``, encoder round
     trip), of PCA at ``n_p + n_z`` modes (``pca_same_dofs_max_error_val_m``) and at ``n_p``,
     the latent search and the network's epochs.
     """
-    dev = torch_device(device)
-    run = TrainingRun.start(
-        NAME,
-        bakes,
-        settings,
-        device=str(dev),
-        expect_mesh_hash=expect_mesh_hash,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
-        should_cancel=should_cancel,
-        metric=metric,
-    )
-    s = ShenSettings(**run.settings)
-    b = run.bakes
+    dev = torch_device(run.device)
+    run.device = str(dev)
+    s = run.settings
+    b = run.open_bakes()
     train_x, groups, val_x = b.training_frames(s.max_frames)
     check_x = val_x if len(val_x) else train_x
     run.check_cancel("Training cancelled before the PCA basis was computed.")
@@ -367,7 +307,7 @@ def train(
         decoder_sees_p=s.decoder_sees_p,
     )
     return run.finish(
-        out,
+        run.out,
         save,
         k=k,
         dofs=n_p + n_z,
@@ -389,11 +329,6 @@ def train(
             "epochs_run": trainer.epochs_run,
         },
     )
-
-
-def train_shen(bakes, out: str | Path, settings: ShenSettings | None = None, **job) -> dict:
-    """:func:`train` with typed settings (scripts, tests, benchmarks)."""
-    return train(bakes, out, asdict(settings or ShenSettings()), **job)
 
 
 def _room(sub, tol: float, train_x, val_x, b, max_k: int):
@@ -461,7 +396,7 @@ class _Trainer:
     """Adam on the pose-weighted loss for one network at a time, with early stopping on the
     held-out loss, the paper's learning-rate steps, checkpoints and resume."""
 
-    def __init__(self, s: ShenSettings, c_train, c_check, n_p, w, device, run: TrainingRun):
+    def __init__(self, s, c_train, c_check, n_p, w, device, run: TrainingRun):
         """``c_train``, ``c_check``: PCA coordinates (F, k). The networks' targets are the
         tail ``c[:, n_p:]`` divided by its RMS (``scale``); their inputs that tail, after
         the linear coordinates ``p`` divided by the RMS of |p| (``p_scale``) when the decoder

@@ -33,7 +33,7 @@ Pipeline (one model per mesh and physics setup); the runtime is :mod:`core.metho
 6. Export to a float64 :class:`core.nnet.MLP`, checked against torch in float64 on a
    rollout; the held-out bakes rolled out in the subspace with the network, with the
    initial model alone, and projected on the PCA (the floor): their mean vertex errors are
-   the metrics. Then :meth:`.common.TrainingRun.finish` writes the model and replays a held-out
+   the metrics. Then :meth:`.run.TrainingRun.finish` writes the model and replays a held-out
    bake with it as a user loads it.
 
 CPU defaults, and why they differ from the paper's (10 layers of 1.5u, learning rate 1e-4 with
@@ -391,7 +391,7 @@ the runtime is unchanged. The step at u = 64 (the 2,500-vertex sheet, one pinned
 35.8 us, 3 networks 50.9 us (the issue's goal: at most 60 us); a runtime that knew the blocks
 could skip the zeros, which is not needed there.
 
-Resume. The checkpoints (:class:`.common.Checkpoints`) are the PCA basis and the network
+Resume. The checkpoints (:class:`.run.Checkpoints`) are the PCA basis and the network
 (its weights, AMSGrad's state, the epoch, the loss history). A killed run started again with
 the same bakes and settings continues from the last checkpoint; the epochs draw nothing from
 a stateful generator (window order and noise of epoch ``e`` are keyed by ``(seed, e)``), so on
@@ -405,13 +405,12 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..core import registry
 from ..core.bake import BakeSpec, setup_scenario
 from ..core.cache import BakeDataset
 from ..core.clothbake import is_cloth_bake, rigid, triangulate
@@ -421,7 +420,6 @@ from ..core.files import ensure_writable_dir
 from ..core.frame import IDENTITY, Pose
 from ..core.methods.snp import (
     CONSTANT_FEATURE,
-    NAME,
     ExternalEncoder,
     SNPParameters,
     SNPSimulation,
@@ -430,7 +428,6 @@ from ..core.methods.snp import (
     reference_pose,
 )
 from ..core.methods.snp import save as save_snp_model
-from .common import Checkpoints, Report, TrainingBakes, TrainingRun
 from .nets import (
     build_mlp,
     clone_state,
@@ -441,6 +438,7 @@ from .nets import (
     torch_device,
     torch_threads,
 )
+from .run import TrainingBakes, TrainingRun, split
 
 # At most one progress message / metric event per this many seconds during the epochs.
 _THROTTLE_S = 0.5
@@ -451,42 +449,6 @@ _CPU_THREADS = 1
 _VERIFY_TOL = 1e-6
 # Singular values of a PCA below this fraction of the largest are round-off.
 _RANK_RTOL = 1e-7
-
-
-@dataclass
-class SNPSettings:
-    """Typed settings of a Subspace Neural Physics model: the fields, defaults and checks of
-    the method's registry record (``core.methods.snp.METHOD.settings``, where each is
-    described)."""
-
-    k: int | None = None
-    tolerance: float | None = None
-    max_k: int = 60
-    external_modes: int | None = None
-    layers: int = 4
-    width: int | None = None
-    window: int = 32
-    noise: float = 0.01
-    noise_floor: float | None = None
-    epochs: int | None = None
-    batch_size: int | None = None
-    learning_rate: float | None = None
-    lr_decay: float = 0.995
-    weight_decay: float = 0.0
-    clip_margin: float = 0.0
-    time_budget: float = 600.0
-    checkpoint_every: int = 20
-    validation_fraction: float = 0.2
-    seed: int = 0
-    rollout: bool = True
-    keep_best: bool = False
-    warmup_epochs: int = 0
-    mode_scaling: bool = True
-    contact_features: str = "auto"
-    ensemble: int = 1
-
-    def __post_init__(self) -> None:
-        self.__dict__.update(registry.get(NAME).validate(asdict(self)))
 
 
 # ------------------------------------------------------------------------------------------
@@ -567,7 +529,7 @@ def frame_origin(X: np.ndarray) -> np.ndarray:
 LR_MODES = 40
 
 
-def learning_rate(s: SNPSettings, u: int) -> float:
+def learning_rate(s, u: int) -> float:
     """The AMSGrad step size: the setting, or automatic: 3e-3 for at most :data:`LR_MODES`
     modes, 1e-3 for more. With per-mode scaling, many modes at 3e-3 did not train (the
     pressed block's 16 bakes, u = 49: 0.788x the initial model, 1e-3 0.387x; the flag, u =
@@ -579,7 +541,7 @@ def learning_rate(s: SNPSettings, u: int) -> float:
     return 3e-3 if u <= LR_MODES else 1e-3
 
 
-def wants_contact(s: SNPSettings, ds) -> bool:
+def wants_contact(s, ds) -> bool:
     """Whether the model gets contact features: the setting "on" / "off", or "auto": on for
     soft-body (FEM) bakes with a collider that moves in some bake, off for Blender cloth
     bakes (a ball through a hanging sheet: 0.55x the initial model with them, 0.52x without,
@@ -884,7 +846,7 @@ def noise_scales(Z: np.ndarray, noise: float, floor: float) -> np.ndarray:
 MOVING_NOISE_FLOOR = 0.1
 
 
-def noise_floor(s: SNPSettings, sequences: list[Sequence]) -> float:
+def noise_floor(s, sequences: list[Sequence]) -> float:
     """The noise floor of :func:`noise_scales`: the setting, or automatic:
     :data:`MOVING_NOISE_FLOOR` where the reference frame moves in some training sequence
     (cloth on a walking character: the bench's cape 19.2 mm held-out mean against 23.0 at
@@ -1262,7 +1224,7 @@ class _NetTrainer:
 
 def open_cloth_bakes(ds: BakeDataset, validation_fraction: float, seed: int) -> TrainingBakes:
     """Cloth bakes (:mod:`core.clothbake`) opened for training as
-    :func:`.common.open_bakes` opens FEM bakes: the time step and gravity of their metadata
+    :func:`.run.open_bakes` opens FEM bakes: the time step and gravity of their metadata
     (one physics: refused when they differ), no tets, the pinned vertices, the split."""
     first = ds[0].meta
     for t in ds:
@@ -1286,81 +1248,32 @@ def open_cloth_bakes(ds: BakeDataset, validation_fraction: float, seed: int) -> 
         pinned=pinned.tolist(),
     )
     material = Material.from_dict(spec.material)
-    train, val = ds.split(validation_fraction, seed)
-    warnings = []
-    if len(val) == 0:
-        warnings.append(
-            "Only one bake: nothing is held out, so the validation error is the training error. "
-            "Bake more variants for an honest error."
-        )
     mass = np.full(len(X), 1.0 / max(len(X), 1))  # not used by this method
+    no_tets = np.zeros((0, 4), np.int64)
     return TrainingBakes(
-        ds, spec, material, X, np.zeros((0, 4), np.int64), pinned, mass, train, val, warnings
+        ds, spec, material, X, no_tets, pinned, mass, *split(ds, validation_fraction, seed)
     )
 
 
-def start_run(
-    bakes,
-    settings,
-    *,
-    device: str,
-    expect_mesh_hash,
-    checkpoint_dir,
-    progress,
-    should_cancel,
-    metric,
-) -> TrainingRun:
-    """:meth:`.common.TrainingRun.start` for FEM bakes; for cloth bakes the same run with
-    :func:`open_cloth_bakes` (they have no FEM scenario)."""
-    ds = BakeDataset.open(bakes, expect_mesh_hash=expect_mesh_hash)
+def open_run_bakes(run: TrainingRun) -> TrainingBakes:
+    """The run's bakes opened and split (:meth:`.run.TrainingRun.open_bakes`) for FEM bakes;
+    cloth bakes (they have no FEM scenario) by :func:`open_cloth_bakes`."""
+    ds = BakeDataset.open(run.data, expect_mesh_hash=run.expect_mesh_hash)
     if not any(is_cloth_bake(t.meta) for t in ds):
-        return TrainingRun.start(
-            NAME,
-            bakes,
-            settings,
-            device=device,
-            expect_mesh_hash=expect_mesh_hash,
-            checkpoint_dir=checkpoint_dir,
-            progress=progress,
-            should_cancel=should_cancel,
-            metric=metric,
-        )
-    started = time.perf_counter()
-    values = registry.get(NAME).validate(settings)
-    b = open_cloth_bakes(ds, values["validation_fraction"], values["seed"])
-    run = TrainingRun(
-        NAME,
-        values,
-        device,
-        b,
-        Checkpoints.open(checkpoint_dir, NAME, b.ds, values),
-        progress or (lambda fraction, message: None),
-        should_cancel or (lambda: False),
-        metric or (lambda values: None),
-        started,
-    )
+        return run.open_bakes()
+    s = run.settings
+    b = run.use_bakes(open_cloth_bakes(ds, s.validation_fraction, s.seed))
     run.say(0.02, "loading bakes")
-    return run
+    return b
 
 
-def train(
-    bakes,
-    out: str | Path,
-    settings: dict | None = None,
-    *,
-    device: str = "cpu",
-    expect_mesh_hash: str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    progress: Report | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-    metric: Callable[[dict], None] | None = None,
-) -> dict:
-    """Train a Subspace Neural Physics model from bakes of one mesh and write it to ``out``;
-    the registry's trainer entry point (``core.methods.snp.METHOD``).
+def train(run: TrainingRun) -> dict:
+    """Train a Subspace Neural Physics model from bakes of one mesh and write it to
+    ``run.out``; the registry's trainer entry point (``core.methods.snp.METHOD``).
 
     Returns
     -------
-    The result record of :meth:`.common.TrainingRun.finish` with this method's metrics:
+    The result record of :meth:`.run.TrainingRun.finish` with this method's metrics:
     ``pca_max_error_train_m``/``_val_m``, ``external_modes``, ``learning_rate`` and
     ``contact_features`` (as chosen, :func:`learning_rate`, :func:`wants_contact`),
     ``network`` (layer sizes),
@@ -1369,20 +1282,11 @@ def train(
     (``heldout_mean_error_m``), of the initial model alone (``initial_model_mean_error_m``)
     and of the PCA projection (``projection_mean_error_m``, the floor).
     """
-    ensure_writable_dir(Path(out).parent, "the model")
-    dev = torch_device(device)
-    run = start_run(
-        bakes,
-        settings,
-        device=str(dev),
-        expect_mesh_hash=expect_mesh_hash,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
-        should_cancel=should_cancel,
-        metric=metric,
-    )
-    s = SNPSettings(**run.settings)
-    b = run.bakes
+    ensure_writable_dir(run.out.parent, "the model")
+    dev = torch_device(run.device)
+    run.device = str(dev)
+    s = run.settings
+    b = open_run_bakes(run)
     sim_settings = b.sim_settings
     dt = float(sim_settings.dt)
     contact = wants_contact(s, b.ds)
@@ -1515,7 +1419,7 @@ def train(
         )
     save = functools.partial(save_snp_model, params=params)
     return run.finish(
-        out,
+        run.out,
         save,
         k=u,
         dofs=u,
@@ -1616,13 +1520,7 @@ def _verify_export(net_t, params: SNPParameters, z: np.ndarray, f: np.ndarray) -
         )
 
 
-def train_snp(bakes, out: str | Path, settings: SNPSettings | None = None, **job) -> dict:
-    """:func:`train` with typed settings (scripts, tests, benchmarks)."""
-    return train(bakes, out, asdict(settings or SNPSettings()), **job)
-
-
 __all__ = [
-    "SNPSettings",
     "Sequence",
     "fit_external_encoder",
     "fit_initial_model",
@@ -1634,7 +1532,6 @@ __all__ = [
     "normal_angles",
     "rollout",
     "train",
-    "train_snp",
     "window_loss",
     "windows",
 ]

@@ -2,11 +2,12 @@
 
 Spec keys: ``method`` (a name in :mod:`core.registry`), ``method_origin`` (optional: the file
 that registers a method defined outside the package), ``bakes`` (list of .nrbake paths, or a
-glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings, validated by its
-record before anything runs), ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash``
-(optional: refuse bakes of another mesh), ``checkpoint_dir`` (optional; default: next to the
-model). torch is imported only by the trainers of methods that need it, so a linear model
-trains with numpy and scipy alone.
+glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings, checked by its
+record once, here, before anything runs: :meth:`.run.TrainingRun.from_spec`), ``device``
+(``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash`` (optional: refuse bakes of another mesh),
+``checkpoint_dir`` (optional; default: next to the model). The trainer gets the run
+(``train(run)``; one of the older signature its fields). torch is imported only by the
+trainers of methods that need it, so a linear model trains with numpy and scipy alone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ..core import jobs, registry
 from ..core.errors import NeuralRomError
+from .run import TrainingRun
 
 PROGRESS_UNITS = 1000
 
@@ -70,11 +72,9 @@ def bake_inputs(bakes) -> frozenset[str]:
 
 
 def run(spec: dict) -> dict:
-    method = registry.get(spec.get("method", "linear"), origin=spec.get("method_origin"))
-    settings = method.validate(spec.get("settings"))
-    method.check_bake_inputs(bake_inputs(spec["bakes"]))
-    out = Path(spec["out"])
-    device = resolve_device(spec.get("device") or "auto", method)
+    method = registry.get(
+        spec.get("method") or registry.baseline().name, origin=spec.get("method_origin")
+    )
     meter = jobs.Progress(PROGRESS_UNITS)
 
     def progress(fraction: float, message: str) -> None:
@@ -83,17 +83,13 @@ def run(spec: dict) -> dict:
     def metric(values: dict) -> None:
         jobs.emit("metric", values=values)
 
-    result = method.trainer_function()(
-        spec["bakes"],
-        out,
-        settings,
-        device=device,
-        expect_mesh_hash=spec.get("mesh_hash"),
-        checkpoint_dir=spec.get("checkpoint_dir") or out.parent / (out.stem + ".checkpoints"),
-        progress=progress,
-        should_cancel=jobs.should_cancel,
-        metric=metric,
+    # the settings are checked here, once (TrainingRun.create: Method.values)
+    job = TrainingRun.from_spec(
+        spec, method, progress=progress, should_cancel=jobs.should_cancel, metric=metric
     )
+    method.check_bake_inputs(bake_inputs(spec["bakes"]))
+    device = job.device = resolve_device(job.device, method)
+    result = method.run_function()(job)
     for w in result.get("warnings", []):
         jobs.emit("warning", message=w)
     # the trainer's record names the method of the model it wrote: the autoencoder's names

@@ -1,41 +1,36 @@
-"""What every trainer shares, in one place each: opening the bakes, the whole-trajectory
-train/validation split, checkpointed stages, the PCA/POD basis, cubature fitting, the
-held-out rollout and the result record.
+"""The training run: one object a trainer gets, ``train(run) -> dict``, built once by the
+worker (:meth:`TrainingRun.from_spec`: the settings checked against the method's record,
+:meth:`core.registry.Method.values`, here and only here) or by the public call
+``Method.trainer_function()(bakes, out, settings, **job)`` (:func:`call`).
 
-A trainer is ``train(bakes, out, settings, *, device, expect_mesh_hash, checkpoint_dir,
-progress, should_cancel, metric) -> dict``, named in its method's registry record
-(:class:`core.registry.Method`, ``trainer="training.<name>:train"``) and called by the
-worker (:mod:`training.worker`) with ``settings`` already checked by the record. Its body
-is what is specific to the method; the rest is a :class:`TrainingRun`::
+A trainer is named in its method's registry record (``trainer="training.<name>:train"``).
+Its body is what is specific to the method; the rest is the run's and :mod:`.stages`'::
 
-    run = TrainingRun.start(NAME, bakes, settings, device=device, **job)  # job: the keywords
-    s = MySettings(**run.settings)                     # typed access (optional)
-    train_x, groups, val_x = run.bakes.training_frames(s.max_frames)
-    run.check_cancel("Training cancelled before the basis was computed.")
-    sub, _ = pod_basis(run, train_x, val_x, label="POD", span=(0.05, 0.3))
-    ...                                                # the method's own stages
-    cub = fit_cubature(run, sub, train_x, groups, val_x, project=True, span=(0.3, 0.75))
-    save = functools.partial(core.methods.mine.save, subspace=sub, cubature=cub,
-                             contact=run.contact_sample(), ...)
-    return run.finish(out, save, k=sub.k, dofs=..., max_error_val_m=..., cubature=cub,
-                      metrics={...method-specific...})
+    def train(run):
+        s = run.settings                                # read-only: s.k, s["k"]
+        b = run.open_bakes()                            # FEM bakes, split, checkpoints keyed
+        train_x, groups, val_x = b.training_frames(s.max_frames)
+        run.check_cancel("Training cancelled before the basis was computed.")
+        sub, _ = pod_basis(run, train_x, val_x, label="POD", span=(0.05, 0.3))
+        ...                                             # the method's own stages
+        cub = fit_cubature(run, sub, train_x, groups, val_x, project=True, span=(0.3, 0.75))
+        save = functools.partial(core.methods.mine.save, subspace=sub, cubature=cub,
+                                 contact=run.contact_sample(), ...)
+        return run.finish(run.out, save, k=sub.k, dofs=..., max_error_val_m=..., cubature=cub,
+                          metrics={...method-specific...})
 
 What each piece does:
 
-* :meth:`TrainingRun.start` checks ``settings`` against the method's record
-  (:meth:`core.registry.Method.validate`, the one validation), opens the bakes
-  (:func:`open_bakes`: stale, foreign or mixed bakes are refused; whole bakes are held out,
-  ``validation_fraction`` and ``seed`` of the settings), keys the checkpoints and holds the
-  job's callbacks (``say``, ``emit``, :meth:`TrainingRun.check_cancel`).
+* :meth:`TrainingRun.open_bakes` opens the bakes (:func:`open_bakes`: stale, foreign or
+  mixed bakes are refused; whole bakes are held out, ``validation_fraction`` and ``seed`` of
+  the settings) and keys the checkpoints; a method with data of its own (a family of meshes,
+  cloth bakes) opens it itself and hands it to :meth:`TrainingRun.use_bakes`. The run holds
+  the job's callbacks (``say``, ``emit``, :meth:`TrainingRun.check_cancel`).
 * :class:`Checkpoints`: files ``<stage>_<key><suffix>`` in the checkpoint folder, ``key`` a
   hash of the method, the bakes and the settings, so a cancelled run resumes from the stages
   it finished and never from another run's. :meth:`Checkpoints.stage` runs a stage or reads
   it back; :meth:`Checkpoints.file` names a file for a stage a trainer saves itself (the
   autoencoder's torch state every few epochs).
-* :func:`pod_basis`: the mass-weighted PCA/POD basis (``k``, ``tolerance``, ``max_k``) of
-  the training frames, checked on the held-out ones, checkpointed.
-* :func:`fit_cubature`: optimized cubature (An et al. 2008) on a basis, stopped on held-out
-  trajectories (``cubature_*`` settings), checkpointed, its errors streamed as metrics.
 * :meth:`TrainingRun.finish`: writes the model with the runtime's ``save`` and the common
   metadata, replays a held-out bake with the model as a user will load it
   (:func:`core.registry.load_simulator`, :func:`core.compare.rollout_metrics`), warns when
@@ -44,9 +39,9 @@ What each piece does:
   ``cubature_elements``, ``max_error_val_m``, ``rollout``, ``rollout_max_error_m``,
   ``step_ms``, ``train_seconds``, ``device``, ``warnings``) and the method's own metrics.
 
-A new method's trainer provides its settings (the registry record; a dataclass mirroring it
-only if it wants typed access), its own stages between basis and cubature (or instead of
-them), the ``save`` of its runtime module with its arrays bound, and the metrics only it has.
+A trainer of the old signature ``train(bakes, out, settings, *, device, expect_mesh_hash,
+checkpoint_dir, progress, should_cancel, metric)`` (a plug-in's) still works: the worker
+calls it with the run's fields (:func:`legacy`).
 
 numpy only at import: the linear method trains without torch.
 """
@@ -69,13 +64,12 @@ from ..core.bake import BakeSpec
 from ..core.cache import BakeCache, BakeDataset
 from ..core.colliders import ContactPoints
 from ..core.compare import rollout_metrics, stiffening_hint
-from ..core.cubature import Cubature, optimized_cubature
+from ..core.cubature import Cubature
 from ..core.errors import JobCancelled, NeuralRomError
 from ..core.files import ensure_writable_dir, temporary_path, write_npz
 from ..core.frame import to_pin_frame
 from ..core.methods.common import surface_sample
 from ..core.sim import SimSettings
-from ..core.subspace import Subspace, mass_weighted_pod
 
 #: ``progress(fraction, message)``: fraction of the whole job in [0, 1]
 Report = Callable[[float, str], None]
@@ -189,6 +183,14 @@ def open_bakes(bakes, expect_mesh_hash, validation_fraction: float, seed: int) -
         else np.zeros(0, np.int64)
     )
     mass = _fem.mass_matrix(X, T, material.density, lumped=True)
+    return TrainingBakes(
+        ds, spec, material, X, T, pinned, mass, *split(ds, validation_fraction, seed)
+    )
+
+
+def split(ds: BakeDataset, validation_fraction: float, seed: int) -> tuple:
+    """``(train, val, warnings)``: whole bakes held out (:meth:`core.cache.BakeDataset.split`)
+    and the warning when none is."""
     train, val = ds.split(validation_fraction, seed)
     warnings = []
     if len(val) == 0:
@@ -196,7 +198,7 @@ def open_bakes(bakes, expect_mesh_hash, validation_fraction: float, seed: int) -
             "Only one bake: nothing is held out, so the validation error is the training error. "
             "Bake more variants for an honest error."
         )
-    return TrainingBakes(ds, spec, material, X, T, pinned, mass, train, val, warnings)
+    return train, val, warnings
 
 
 # ------------------------------------------------------------------------------------------
@@ -263,14 +265,6 @@ class Checkpoints:
         return value, False
 
 
-def _subspace_arrays(sub: Subspace) -> dict:
-    arr = sub.to_arrays()
-    return {k: v for k, v in arr.items() if k not in ("kind", "info")} | {
-        "kind": np.array(arr["kind"]),
-        "info": np.array(json.dumps(arr["info"])),
-    }
-
-
 # ------------------------------------------------------------------------------------------
 # The run
 # ------------------------------------------------------------------------------------------
@@ -280,27 +274,45 @@ def _nothing(*args) -> None:
     return None
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass
 class TrainingRun:
-    """One training job: the method, its checked settings, the device, the opened bakes,
-    the checkpoints and the job's callbacks (see the module docstring)."""
+    """One training job: the method, its checked settings (read-only: ``run.settings.k`` or
+    ``run.settings["k"]``), the device, the data and where the model goes, the opened bakes,
+    the checkpoints and the job's callbacks (see the module docstring).
+
+    Attributes
+    ----------
+    data : the training data as given: .nrbake paths or a glob (what
+        :meth:`core.cache.BakeDataset.open` takes), or a method's own (a face file)
+    bakes, checkpoints : set by :meth:`open_bakes` / :meth:`use_bakes`; until then no bakes
+        and no checkpoints
+    """
 
     method: str
-    settings: dict
+    settings: registry.Values
     device: str
-    bakes: TrainingBakes
-    checkpoints: Checkpoints
+    out: Path
+    data: Any
+    expect_mesh_hash: str | None = None
+    checkpoint_dir: Path | None = None
     progress: Report = _nothing
-    should_cancel: Callable[[], bool] = field(default=lambda: False)
+    should_cancel: Callable[[], bool] = _never
     metric: Callable[[dict], None] = _nothing
     started: float = field(default_factory=time.perf_counter)
+    bakes: TrainingBakes | None = None
+    checkpoints: Checkpoints = Checkpoints(None, "")
 
     @classmethod
-    def start(
+    def create(
         cls,
-        method: str,
+        method: registry.Method | str,
         bakes,
-        settings: Mapping | None,
+        out: str | Path,
+        settings: Mapping | None = None,
         *,
         device: str = "cpu",
         expect_mesh_hash: str | None = None,
@@ -309,39 +321,81 @@ class TrainingRun:
         should_cancel: Callable[[], bool] | None = None,
         metric: Callable[[dict], None] | None = None,
     ) -> TrainingRun:
-        """Check ``settings`` against ``method``'s record, open and split the bakes, key the
-        checkpoints.
+        """The run of ``method`` (a record or a registered name) with ``settings`` checked
+        against its record (:meth:`core.registry.Method.values`: the one validation; missing
+        settings take their defaults). Nothing is opened yet.
 
         Parameters
         ----------
-        method : the registry name of the method
-        bakes : .nrbake paths (or a glob), as :meth:`core.cache.BakeDataset.open` takes them
-        settings : the method's settings (missing ones take their defaults); the record must
-            have ``validation_fraction`` and ``seed`` (the split), and the shared stages read
-            theirs (:data:`core.methods.common.SUBSPACE_SETTINGS` has them all)
-        device : what the model trains on ("cpu", "cuda"), reported in the result
+        bakes : the training data (:attr:`data`)
+        out : the model file to write
+        device : what the model trains on ("cpu", "cuda", "auto"), reported in the result
         expect_mesh_hash : refuse bakes of another mesh
         checkpoint_dir : where checkpoints go (None: no checkpoints)
         progress : ``progress(fraction, message)``
         should_cancel : polled between stages (and epochs); True cancels the job
         metric : ``metric(dict)`` of training metrics, streamed to the panel
         """
-        started = time.perf_counter()
-        values = registry.get(method).validate(settings)
-        b = open_bakes(bakes, expect_mesh_hash, values["validation_fraction"], values["seed"])
-        run = cls(
-            method,
-            values,
+        record = method if isinstance(method, registry.Method) else registry.get(method)
+        return cls(
+            record.name,
+            record.values(settings),
             str(device),
-            b,
-            Checkpoints.open(checkpoint_dir, method, b.ds, values),
+            Path(out),
+            bakes,
+            expect_mesh_hash,
+            Path(checkpoint_dir) if checkpoint_dir else None,
             progress or _nothing,
-            should_cancel or (lambda: False),
+            should_cancel or _never,
             metric or _nothing,
-            started,
         )
-        run.say(0.02, "loading bakes")
-        return run
+
+    @classmethod
+    def from_spec(cls, spec: Mapping, method: registry.Method, **callbacks) -> TrainingRun:
+        """The run of a train job's spec (:mod:`training.worker`): its ``settings`` checked
+        here, once; ``device`` as the spec asks (the worker resolves it);
+        ``checkpoint_dir`` by default next to the model. ``callbacks``: ``progress``,
+        ``should_cancel``, ``metric``."""
+        out = Path(spec["out"])
+        return cls.create(
+            method,
+            spec["bakes"],
+            out,
+            spec.get("settings"),
+            device=spec.get("device") or "auto",
+            expect_mesh_hash=spec.get("mesh_hash"),
+            checkpoint_dir=spec.get("checkpoint_dir") or out.parent / (out.stem + ".checkpoints"),
+            **callbacks,
+        )
+
+    def job(self) -> dict:
+        """The keywords of the old trainer call ``trainer(data, out, settings, **job)``."""
+        return {
+            "device": self.device,
+            "expect_mesh_hash": self.expect_mesh_hash,
+            "checkpoint_dir": self.checkpoint_dir,
+            "progress": self.progress,
+            "should_cancel": self.should_cancel,
+            "metric": self.metric,
+        }
+
+    def use_bakes(self, bakes: TrainingBakes, keyed_on: BakeDataset | None = None) -> TrainingBakes:
+        """Train on ``bakes`` (opened by the method's own reader) and key the checkpoints on
+        the bakes of ``keyed_on`` (default: ``bakes.ds``), the method and the settings."""
+        self.bakes = bakes
+        ds = keyed_on if keyed_on is not None else bakes.ds
+        self.checkpoints = Checkpoints.open(self.checkpoint_dir, self.method, ds, self.settings)
+        return bakes
+
+    def open_bakes(self) -> TrainingBakes:
+        """Open and split the FEM bakes (:func:`open_bakes`: stale, foreign or mixed bakes
+        are refused; whole bakes held out by the settings' ``validation_fraction`` and
+        ``seed``) and key the checkpoints."""
+        s = self.settings
+        b = open_bakes(self.data, self.expect_mesh_hash, s["validation_fraction"], s["seed"])
+        self.use_bakes(b)
+        self.say(0.02, "loading bakes")
+        return b
 
     @property
     def warnings(self) -> list[str]:
@@ -415,7 +469,7 @@ class TrainingRun:
         b = self.bakes
         record = self._record(k, dofs, max_error_val_m, cubature, metrics)
         common = {
-            "training": self.settings,
+            "training": dict(self.settings),
             "ground_z": self._ground_z(),
             "bakes": [str(t.path) for t in b.ds],
             "train_trajectories": [int(i) for i in b.train],
@@ -507,129 +561,18 @@ class TrainingRun:
         return roll
 
 
-# ------------------------------------------------------------------------------------------
-# Shared stages
-# ------------------------------------------------------------------------------------------
+def call(method: registry.Method, train: Callable, bakes, out, settings=None, **job) -> dict:
+    """``train(run)`` called as ``trainer(bakes, out, settings, **job)``
+    (:meth:`core.registry.Method.trainer_function`): the run built by
+    :meth:`TrainingRun.create`, which checks the settings."""
+    return train(TrainingRun.create(method, bakes, out, settings, **job))
 
 
-def pod_basis(
-    run: TrainingRun,
-    train_x: np.ndarray,
-    val_x: np.ndarray,
-    *,
-    label: str = "POD",
-    span: tuple[float, float] = (0.05, 0.3),
-) -> tuple[Subspace, float | None]:
-    """The mass-weighted PCA/POD basis of the training frames (checkpoint stage ``basis``).
+def legacy(trainer: Callable) -> Callable:
+    """A trainer of the old signature ``trainer(bakes, out, settings, **job)`` as
+    ``train(run)`` (:meth:`core.registry.Method.run_function`)."""
 
-    Sized by the settings ``k``, else by ``tolerance`` (default 1% of the bounding-box
-    diagonal; Fulton 2019 sec. 4.3), at most ``max_k``; the tolerance holds on the held-out
-    frames too.
+    def train(run: TrainingRun) -> dict:
+        return trainer(run.data, run.out, dict(run.settings), **run.job())
 
-    Parameters
-    ----------
-    train_x, val_x : (F, n, 3), (G, n, 3) float arrays, positions (m)
-    label : what progress messages call the basis ("POD", "PCA")
-    span : progress fractions at the start and the end of the stage
-
-    Returns
-    -------
-    (Subspace, tolerance) : tolerance in metres, None when ``k`` was given without one
-    """
-    s, b = run.settings, run.bakes
-    X = b.X
-    tol = s["tolerance"]
-    if s["k"] is None and tol is None:
-        tol = 0.01 * float(np.linalg.norm(X.max(0) - X.min(0)))
-
-    def compute() -> Subspace:
-        run.say(span[0], f"{label} of the bake displacements")
-        return mass_weighted_pod(
-            train_x - X,
-            b.mass,
-            b.pinned,
-            k=s["k"],
-            tolerance=tol if s["k"] is None else None,
-            max_k=s["max_k"],
-            validation=(val_x - X) if len(val_x) else None,
-            X=X,
-        )
-
-    sub, resumed = run.checkpoints.stage(
-        "basis",
-        compute,
-        to_arrays=_subspace_arrays,
-        from_arrays=lambda d: Subspace.from_arrays(d | {"info": str(d["info"])}),
-    )
-    if resumed:
-        run.say(span[1], f"{label} basis of {sub.k} modes from checkpoint")
-    return sub, tol
-
-
-def fit_cubature(
-    run: TrainingRun,
-    sub: Subspace,
-    train_x: np.ndarray,
-    train_groups: np.ndarray,
-    val_x: np.ndarray,
-    *,
-    project: bool,
-    span: tuple[float, float],
-) -> Cubature:
-    """Optimized cubature (An et al. 2008) on the basis ``sub.U`` (checkpoint stage
-    ``cubature``).
-
-    Fitted on ``cubature_poses`` training frames to ``cubature_target`` (at most
-    ``max_cubature`` elements), stopped on the ``cubature_validation`` share of the training
-    trajectories and checked on held-out ones. Streams ``cubature_elements`` and the errors.
-
-    Parameters
-    ----------
-    train_x, train_groups, val_x : as :meth:`TrainingBakes.training_frames` returns them
-    project : fit on the poses projected onto the basis (the shapes a runtime whose positions
-        are ``X + U q(z)`` takes), else on the bake poses as they are
-    span : progress fractions at the start and the end of the stage
-    """
-    s, b = run.settings, run.bakes
-    lo, hi = span
-
-    def compute() -> Cubature:
-        pick = even_indices(len(train_x), s["cubature_poses"])
-        poses = train_x[pick]
-        held = val_x[even_indices(len(val_x), s["cubature_poses"])] if len(val_x) else None
-        if project:
-            poses = sub.project(poses)
-            held = sub.project(held) if held is not None else None
-
-        def cub_progress(done, total, info=None):
-            run.say(lo + (hi - lo) * min(done / max(total, 1), 1.0), f"cubature: {done} elements")
-
-        return optimized_cubature(
-            _fem.TetFEM(b.X, b.T, b.material),
-            sub.U,
-            poses,
-            target=s["cubature_target"],
-            max_elements=s["max_cubature"],
-            seed=s["seed"],
-            heldout_poses=held,
-            validation_fraction=s["cubature_validation"],
-            groups=train_groups[pick],
-            progress=cub_progress,
-            should_cancel=run.should_cancel,
-        )
-
-    cub, resumed = run.checkpoints.stage(
-        "cubature",
-        compute,
-        to_arrays=lambda c: c.to_arrays(),
-        from_arrays=lambda d: Cubature.from_arrays(d, n_elements=len(b.T)),
-    )
-    if resumed:
-        run.say(hi, f"cubature of {len(cub)} elements from checkpoint")
-    run.emit(
-        {
-            "cubature_elements": len(cub),
-            **{k: v for k, v in cub.info.items() if k.endswith("error")},
-        }
-    )
-    return cub
+    return train
