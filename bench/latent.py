@@ -17,7 +17,7 @@ Reported, all on the held-out bakes:
 
 * the largest per-vertex error of PCA with ``k = 0..30`` modes (mass-weighted projection)
   and of the autoencoder with ``r = 1..8`` latents on a 30-mode PCA layer
-  (:func:`training.autoencoder.train_autoencoder`, one run per ``r``);
+  (the autoencoder trainer, one run per ``r``);
 * for each ``r``, the smallest PCA ``k`` with an error at most the autoencoder's: ``r / k``
   is the acceptance number of the issue (<= 40%);
 * one held-out rollout each of full space (:class:`core.sim.Simulation`, Newton), the

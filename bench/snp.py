@@ -8,7 +8,7 @@ sphere (:data:`PRESSES`: the ``keyframed_colliders`` scenario's presses, 3 a bak
 through 4 random keys at up to 0.74 m a frame and touched the block for 1-3 frames; the
 numbers below marked "former scene" are that one's.) The bench bakes ``--variants`` seeded collider paths of
 ``--frames`` frames with :func:`core.bake.bake_variants`, trains a model on them with
-:func:`training.snp.train_snp` (the default settings but ``--epochs``; the trainer holds out
+the snp trainer (:func:`training.snp.train`: the default settings but ``--epochs``; the trainer holds out
 one bake in five) and replays the first held-out bake's inputs:
 
 * ``full``: :class:`core.sim.Simulation` (the bake's solver, contact included), per frame.
@@ -49,12 +49,12 @@ settings, the automatic epochs: ``--epochs 0``; one core, load 1-4): 20 bakes (1
 its training bakes 0.172x). At the former defaults (learning rate 3e-3): contact features
 1.311x, without 1.002x: at 3e-3 the automatic modes (1% of the diagonal; ~49 at 16 bakes)
 were too many for the network to fit even its training bakes (1.30x and 0.99x there)
-(training/snp.py's table). The former scene (a sphere through 4 random keys at up to 0.74 m a frame, 48 frames a bake):
+(training/snp's table). The former scene (a sphere through 4 random keys at up to 0.74 m a frame, 48 frames a bake):
 the test's 4 bakes, 400 epochs, no contact features 0.690x; with 20 bakes the network did no
 better than eq. (1) whatever the settings (0.958-1.314x, with Adam's former coupled weight
 decay, which had also decayed every weight to 0); with contact features (the sweep through the
 rest shape) the test's 4 bakes 0.659x, 12 held-out bakes of 60 0.845x: the sphere touched for
-1-3 frames, which is why the scenario now presses (training/snp.py's docstring has the
+1-3 frames, which is why the scenario now presses (training/snp's docstring has the
 experiments).
 
 Usage::

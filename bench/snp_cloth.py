@@ -60,7 +60,7 @@ measured on the same scene and settings before this option existed (training see
 load 2-5): 0.521 / 0.524x the initial model on the test's path
 (seed 1000), 0.732 / 0.772x and 0.751 / 0.690x on seeds 1001 and 1002 (20 bakes of 160 frames
 and one network: 0.577 / 0.627x, 0.964 / 0.764x, 0.848 / 0.869x); ``--variants 20`` with 2
-networks: 23.4, 28.4 and 28.8 mm on the three paths (training/snp.py's docstring). This
+networks: 23.4, 28.4 and 28.8 mm on the three paths (training/snp's docstring). This
 command itself (training seed 0, load about 3): 25.47 / 37.46 / 33.88 mm, 0.518 / 0.877 /
 0.672x (mean 0.689x), 4.3-5.7x the PCA floor, all bounded: off the test's path the ratio
 varies a lot from one training to the next.
@@ -113,7 +113,7 @@ whole turn in 1 s      119.4 (988)  110    28.7 (160)   6.97     142.7  117.0  n
 So 12-37x the closest shapes (goal 3x: not met; Blender's chaos, 0.02-2.6 mm, is lower
 still, except on the spin, which is chaotic: 28.7 mm, the model 4.2x that), 0.13-0.43x glued
 (met but on the spin, a motion no variant of a walk contains, where the model is no better
-than glued), max 12-110% of the diagonal (met on the walk only). training/snp.py has what was
+than glued), max 12-110% of the diagonal (met on the walk only). training/snp has what was
 tried (noise, data, width, window, epochs, the owner's actions) and why the network is what limits. Before
 the noise floor (same scene, load 9): held-out 34.4 / 44.0 mm, max 28 / 45%. The step before
 the folded features (same model and inputs, interleaved runs in one session, load 9): 58.9

@@ -1,5 +1,5 @@
 """The autoencoder's training keeps the linear model when that replays a held-out bake better
-(training/autoencoder.py, step 6): the latent search judges shapes, the choice judges replays.
+(training/autoencoder, step 6): the latent search judges shapes, the choice judges replays.
 The scene is bench/shen.py's ``pins`` bar (its clamp swung and turned, pokes), shared, not
 copied."""
 

@@ -1061,7 +1061,7 @@ def test_a_tight_time_budget_plans_the_whole_schedule(bakes, tmp_path, monkeypat
     fewer, with the learning-rate drops at the same fractions, and runs the plan to its end
     (not cut at the budget before the drops). A fake clock (every reading 10 ms later) makes the timings, and so the plan, the same on every
     machine."""
-    from neural_rom.training import licrom as trainer
+    from neural_rom.training.licrom import trainer
 
     clock = iter(np.arange(1, 1e7) * 0.01)
     monkeypatch.setattr(trainer.time, "perf_counter", lambda: float(next(clock)))

@@ -44,7 +44,7 @@ SETTINGS = registry.get("snp").values(dict(epochs=40, validation_fraction=1 / 3)
 # model alone (eq. 1): 0.430x (per bake 0.447x and 0.409x); 0.319 mm for the PCA projection
 # (the floor), 8.3x. The pair is easier than most: the same four training bakes judged on 12
 # other bakes of the scene give 0.510x (per bake 0.43-0.71, median 0.50), and without contact features
-# 0.911x over those 12 (training/snp.py's docstring has the table). Bounds: the issue's 0.6x
+# 0.911x over those 12 (training/snp's docstring has the table). Bounds: the issue's 0.6x
 # and 10x the floor (training is deterministic on one thread).
 RATIO_INITIAL = 0.60
 FLOOR_FACTOR = 10.0
@@ -516,13 +516,13 @@ def forced_oscillators(sequences=24, length=40, u=4, seed=0):
 
 
 def net_trainer(settings, Z, W, Z_val=(), W_val=(), noise_floor=1.0):
-    """The trainer's network stage (``_NetTrainer``) on coordinates ``Z`` and inputs ``W``
+    """The trainer's network stage (``NetTrainer``) on coordinates ``Z`` and inputs ``W``
     (held out: ``Z_val``, ``W_val``), with no checkpoints."""
-    from neural_rom.training.snp import _NetTrainer, fit_initial_model
+    from neural_rom.training.snp import NetTrainer, fit_initial_model
 
     alpha, beta = fit_initial_model(Z)
     Zc = np.concatenate(Z)
-    return _NetTrainer(
+    return NetTrainer(
         settings, Z, W, list(Z_val), list(W_val), alpha, beta, float(Zc[:, 0].std()),
         Zc.min(0), Zc.max(0), DT, 10, torch.device("cpu"),
         SimpleNamespace(file=lambda *a: None), lambda: False, lambda values: None,

@@ -13,7 +13,7 @@ run: 25.6 mm, 4.3x the floor, twice the same). The module took 164 s (bakes 83 s
 75 s beside the held-out bake; load 2.5), and 274 s with the machine loaded by other
 sessions (load 2-5: bakes 160 s, training 108 s).
 
-How it got there (training/snp.py's docstring has the rest). Blender's own chaos floor on this
+How it got there (training/snp's docstring has the rest). Blender's own chaos floor on this
 scene: the held-out bake re-baked with the ball's keys moved by 0.1 mm differs from it by
 4.1 mm on average, at cloth quality 6 by 6.3 mm (0.08x and 0.12x the initial model's
 error), so the bound is the network's generalization, not the data's noise. The former
@@ -500,16 +500,16 @@ def test_normal_model_fit_is_the_least_squares_map_and_round_trips(tmp_path):
 
 
 def toy_trainer(tmp_path, **settings):
-    """A _NetTrainer on 3 random sequences of 40 frames (u = 4, v = 3), seeded."""
+    """A NetTrainer on 3 random sequences of 40 frames (u = 4, v = 3), seeded."""
     import torch
     from neural_rom.training.run import Checkpoints
-    from neural_rom.training.snp import _NetTrainer
+    from neural_rom.training.snp import NetTrainer
 
     rng = np.random.default_rng(5)
     Z = [np.cumsum(rng.normal(size=(40, 4)), 0) * 0.01 for _ in range(3)]
     W = [rng.normal(size=(40, 3)) for _ in range(3)]
     s = registry.get("snp").values(dict(window=8, epochs=2, batch_size=16, **settings))
-    return _NetTrainer(
+    return NetTrainer(
         s,
         Z,
         W,

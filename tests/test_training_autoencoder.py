@@ -15,12 +15,12 @@ from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.modelfile import load_model
 from neural_rom.core.nnet import MLP
 from neural_rom.training.autoencoder import (
-    _AE,
     pca_layers,
     plan_training,
     search_latent_size,
     search_worst_case,
 )
+from neural_rom.training.autoencoder.trainer import _AE
 from neural_rom.training.nets import to_numpy_mlp
 
 # tiny networks and few epochs: the file must stay fast on two busy cores
@@ -406,7 +406,7 @@ def test_latent_search_end_to_end(bakes, tmp_path):
 def test_early_stopping_keeps_the_best_held_out_weights():
     """A network that overfits (held-out data unlike the training data) stops ``patience``
     epochs after its best held-out loss and returns the weights of that epoch."""
-    from neural_rom.training.autoencoder import _Trainer
+    from neural_rom.training.autoencoder.trainer import _Trainer
     from neural_rom.training.run import Checkpoints
 
     rng = np.random.default_rng(0)
@@ -525,7 +525,7 @@ def test_train_job_through_the_worker_process(bakes, tmp_path):
 def test_exported_decoder_maps_the_encoded_rest_to_rest_exactly():
     """phi(enc(0)) = 0: the rest shape carries no stress, so a model left alone stays put."""
     import torch
-    from neural_rom.training.autoencoder import _AE, _export
+    from neural_rom.training.autoencoder.trainer import _export
 
     torch.manual_seed(0)
     model = _AE(6, 2, [8, 8], "elu")

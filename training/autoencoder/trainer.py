@@ -1,68 +1,7 @@
-"""Training of the autoencoder latent-space model of Fulton et al. 2019 (sections 4 and 5.3).
-
-Pipeline (one model per mesh and physics setup); stages 1, 4 (cubature) and the end are
-:mod:`.run`'s and :mod:`.stages`', the rest is this method's:
-
-1. Mass-weighted PCA of the bake displacements (:func:`.stages.pod_basis`): ``U`` (3n, k),
-   M-orthonormal, so the PCA coordinates ``q = U^T M (x - X)`` (eq. 6 with our
-   M-orthonormal ``U``) are the outer linear layer of the network.
-2. An autoencoder in PCA coordinates: encoder ``q (k) -> z (r)`` and decoder
-   ``phi: z (r) -> q (k)``, MLPs with ELU hidden layers and linear (identity) output
-   layers, trained with Adam on the loss of eq. 7, ``mean_i ||phi(enc(q_i)) - q_i||^2``.
-   Because ``U`` is M-orthonormal this is the mass-weighted reconstruction error of the
-   displacements (restricted to the PCA span). The full decode is ``psi(z) = X + U phi(z)``.
-   Every network trains with **early stopping**: after each epoch the same loss is measured
-   on the held-out bakes (the training frames when none is held out); training stops after
-   ``patience`` epochs without a new best, and the best weights are kept.
-   Exported to torch-free :class:`core.nnet.MLP` networks (float64), checked against torch.
-3. The latent size ``r`` (``latent_dim``, or searched when it is None), **coarse to fine**
-   (:func:`search_latent_size`): Fulton's sec. 4.3 grows ``r`` one at a time, every size
-   trained fully (sizes 1 to 57 at 2,000 epochs took 21 minutes); here networks of
-   ``r = latent_start, 2 latent_start, 4 latent_start, ...`` (at most ``max_latent_dim``) train
-   until one is within the latent tolerance on held-out bakes, then bisection between the
-   last size that missed it and the first that met it: ``O(log r)`` networks, not ``r``.
-   Search networks train ``search_epochs``, by default as many as the time budget allows up
-   to ``epochs`` (then the chosen one is the final network; else the chosen size trains again
-   for ``epochs``). A briefly trained network is less accurate than a fully trained one, so a
-   short search errs towards a larger ``r``, not a less accurate model.
-   **Cost first** (:class:`TrainingPlan`): a few epochs are timed, the worst case (the
-   longest search, then the final network) is estimated and reported ("about N minutes")
-   before any network trains, and when it exceeds ``time_budget`` the epochs are cut to fit
-   it, with a warning. A deadline stops a network that still runs late (keeping its best
-   weights), so the network training never takes much more than the budget.
-   **Never silently worse than PCA**: the result is compared on the held-out bakes with PCA
-   truncated to ``r`` (a linear space of as many coordinates) and with the whole PCA layer
-   (``k``). A network less accurate than PCA-``r`` is replaced by PCA (``pca_fallback``: a
-   linear decoder, run by the same latent runtime) with ``r`` modes, or the fewest within the
-   latent tolerance; either case is a warning, as is a result far above its PCA layer.
-4. Optimized cubature on the PCA basis ``U`` fitted on PCA-projected training poses (sec. 5.3)
-   (:func:`.stages.fit_cubature`).
-5. A held-out rollout with :mod:`core.methods.autoencoder` and the model file (method
-   ``"autoencoder"``, :meth:`.run.TrainingRun.finish`).
-6. **Never silently worse than the linear model** (``keep_linear``, :func:`keep_better`):
-   the linear model of the same bakes at its default settings (the same split; it trains in
-   seconds) replays the same held-out bake; when it replays better (a smaller largest vertex
-   error) it replaces the autoencoder at ``out`` and the result is its record. Either way the
-   result's ``choice`` says which was kept, in one sentence with both replay errors: the
-   latent search judges the network's shapes, not its dynamics, and on an animated pinned
-   bar it chose 2 latents that replayed at 272 mm against the linear model's 16.3 mm.
-
-Resume. The checkpoints (:class:`.run.Checkpoints`) are the PCA basis, the plan, every
-network every ``checkpoint_every`` epochs and when it ends (its weights, Adam's state, the
-epoch, the best weights so far with their held-out loss and epoch, why it stopped), and the
-cubature; each is written atomically, so a run killed at any instant leaves the previous
-one. Started again with the same bakes and settings, a run reads back the stages it finished
-(a finished network is not trained again) and continues the network it was training from its
-last checkpoint: it does only the rest. The epochs draw nothing from a random generator (the
-batch order of epoch ``e`` of latent size ``r`` is a permutation keyed by ``(seed, r, e)``, and
-the learning rate is a function of the epoch), so there is no generator state to save, and on
-the CPU (deterministic algorithms) the resumed run ends with the uninterrupted run's weights
-bit for bit. Two things depend on the machine's speed and so are not reproduced: the plan when
-the budget cuts it (read back from its checkpoint by a resumed run, so resuming follows it) and
-a deadline that stops a network; both are warnings.
-
-torch is imported here and only here (never in ``core``).
-"""
+"""The autoencoder's trainer, ``train(run)`` (:mod:`training.autoencoder`'s docstring has the
+pipeline): the PCA layer, the networks (:func:`training.nets.fit`), their export and the
+comparison with PCA, cubature, the model file, and the linear model kept when it replays
+better."""
 
 from __future__ import annotations
 
@@ -70,23 +9,24 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..core import registry
-from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import temporary_path
-from ..core.methods.autoencoder import save as save_autoencoder_model
-from ..core.nnet import MLP
-from ..core.subspace import Subspace
-from . import nets
-from .nets import build_mlp, check_export, copy64, to_numpy_mlp, torch_device, torch_threads
-from .run import Checkpoints, TrainingRun, even_indices
-from .stages import fit_cubature, pod_basis
+from ...core import registry
+from ...core.errors import JobCancelled, NeuralRomError
+from ...core.files import temporary_path
+from ...core.methods.autoencoder import save as save_autoencoder_model
+from ...core.nnet import MLP
+from ...core.subspace import Subspace
+from .. import nets
+from ..nets import build_mlp, check_export, copy64, to_numpy_mlp, torch_device, torch_threads
+from ..run import Checkpoints, TrainingRun, even_indices
+from ..stages import fit_cubature, pod_basis
+from .plan import TrainingPlan, duration, plan_training, search_latent_size, search_worst_case
 
 # Frames per block when full-space errors are evaluated (bounds temporary memory).
 _BLOCK = 256
@@ -103,126 +43,10 @@ _VERIFY_TOL = 1e-6
 _CPU_THREADS = 1
 # Epochs timed for the estimate, after one warm-up epoch (the first is slower: allocation).
 _PROBE_EPOCHS = 5
-# The fewest epochs a cut plan gives a search network / the final network.
-_MIN_SEARCH_EPOCHS, _MIN_EPOCHS = 20, 50
+
 
 # Progress fractions of the stages.
 _P_BASIS, _P_AE, _P_CUB, _P_ROLL = 0.05, 0.15, 0.75, 0.9
-
-
-# ------------------------------------------------------------------------------------------
-# The plan: the cost before anything trains
-# ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainingPlan:
-    """The epochs of a run's networks, sized to the time budget before any trains
-    (checkpoint stage ``plan``: a resumed run follows the plan of the run it continues).
-
-    Attributes
-    ----------
-    search_epochs : most epochs of each search network
-    epochs : most epochs of the final network
-    searches : most networks the latent-size search can train (its worst case,
-        :func:`search_worst_case`; 0 when the latent size is given)
-    epoch_s : seconds per epoch (training and the held-out loss), timed on this machine
-    estimate_s : seconds of the worst case as planned
-    wanted_s : seconds of the worst case with the epochs of the settings (every search
-        network trained ``epochs`` when ``search_epochs`` is automatic)
-    cut : the budget cut epochs the settings ask for (the final network's, or an explicit
-        ``search_epochs``)
-    """
-
-    search_epochs: int
-    epochs: int
-    searches: int
-    epoch_s: float
-    estimate_s: float
-    wanted_s: float
-    cut: bool
-
-    @property
-    def reuse_search(self) -> bool:
-        """The search networks train as long as the final one, so the chosen size's search
-        network is the final network (not trained again)."""
-        return self.searches > 0 and self.search_epochs >= self.epochs
-
-    def to_arrays(self) -> dict:
-        return {f.name: np.array(getattr(self, f.name)) for f in fields(self)}
-
-    @classmethod
-    def from_arrays(cls, d: dict) -> TrainingPlan:
-        return cls(**{f.name: d[f.name].item() for f in fields(cls)})
-
-
-def plan_training(
-    epochs: int,
-    search_epochs: int | None,
-    searches: int,
-    epoch_s: float,
-    time_budget: float,
-) -> TrainingPlan:
-    """Epochs that fit ``time_budget`` seconds at ``epoch_s`` seconds per epoch.
-
-    The worst case is ``searches`` networks of ``search_epochs`` epochs, then one of
-    ``epochs`` (none when the search networks are as long: the chosen one is kept).
-
-    * ``search_epochs`` None (automatic): every search network gets ``epochs`` when that
-      fits the budget; else the final network keeps ``epochs`` and the search networks
-      share the rest, when that gives each at least a quarter of ``epochs`` (fewer rank the
-      sizes poorly: on the swung bar of ``bench/latent.py`` 300 of 2,000 epochs left
-      r = 2 at 74 mm, against 25 mm fully trained); else both are scaled down to fit.
-    * ``search_epochs`` given (at most ``epochs``): over the budget, both counts are scaled
-      by ``time_budget / worst case``.
-
-    No network gets fewer than :data:`_MIN_SEARCH_EPOCHS` / :data:`_MIN_EPOCHS` (or the
-    settings' own counts when smaller), so a tiny budget can be exceeded (the deadline of
-    :func:`train` still holds to the plan's estimate).
-    """
-    E, S, t = int(epochs), int(searches), float(epoch_s)
-    n = time_budget / t if t > 0 else math.inf  # epochs the budget affords
-
-    def floor_s(x: float) -> int:
-        return max(min(E, _MIN_SEARCH_EPOCHS), int(x))
-
-    def floor_e(x: float) -> int:
-        return max(min(E, _MIN_EPOCHS), int(x))
-
-    def cost(se: int, e: int) -> float:
-        return t * (S * se + (0 if S and se >= e else e))
-
-    if S == 0:
-        se = e = E if E <= n else floor_e(n)
-        wanted = cost(E, E)
-        cut = e < E
-    elif search_epochs is None:
-        wanted = cost(E, E)
-        if S * E <= n:
-            se = e = E
-        elif E + S * E / 4 <= n:
-            se, e = floor_s((n - E) / S), E
-        else:
-            f = n / (E + S * E / 4)
-            se, e = floor_s(E / 4 * f), floor_e(E * f)
-        cut = e < E
-    else:
-        se, e = min(int(search_epochs), E), E
-        wanted = cost(se, e)
-        if wanted > time_budget:
-            f = time_budget / wanted
-            same = se == e  # keep "the search network is the final one"
-            se, e = floor_s(se * f), floor_e(e * f)
-            se = e if same else min(se, e)
-        cut = cost(se, e) < wanted
-    return TrainingPlan(se, e, S, t, cost(se, e), wanted, bool(cut))
-
-
-def _duration(seconds: float) -> str:
-    """'about 40 seconds', 'about 3 minutes'."""
-    if seconds < 90:
-        return f"about {max(seconds, 1):.0f} seconds"
-    return f"about {seconds / 60:.0f} minutes"
 
 
 # ------------------------------------------------------------------------------------------
@@ -632,7 +456,7 @@ def _plan(run: TrainingRun, s, trainer, searches: int, r: int):
     )
     run.say(
         _P_AE,
-        f"autoencoder: network training {_duration(plan.estimate_s)} ({work}, "
+        f"autoencoder: network training {duration(plan.estimate_s)} ({work}, "
         f"{plan.epoch_s * 1000:.3g} ms per epoch; early stopping may end it sooner); "
         "cubature and the rollout follow",
     )
@@ -649,86 +473,13 @@ def _plan(run: TrainingRun, s, trainer, searches: int, r: int):
     if plan.cut:
         run.warnings.append(
             f"With the epochs of the settings the network training would take "
-            f"{_duration(plan.wanted_s)}, over the time budget of {s.time_budget:g} s: cut to "
+            f"{duration(plan.wanted_s)}, over the time budget of {s.time_budget:g} s: cut to "
             f"{plan.epochs} epochs"
             + (f" (search networks: {plan.search_epochs})" if plan.searches else "")
-            + f", {_duration(plan.estimate_s)}. Raise Time Budget for a more accurate model "
+            + f", {duration(plan.estimate_s)}. Raise Time Budget for a more accurate model "
             "(the cut depends on this machine's speed)."
         )
     return plan
-
-
-def search_latent_size(
-    lo: int,
-    hi: int,
-    fit: Callable,
-    target: float,
-    *,
-    stop: Callable[[], bool] = lambda: False,
-) -> tuple[int, object, list[dict]]:
-    """The smallest latent size in ``lo .. hi`` whose error meets ``target``, coarse to fine.
-
-    Doubling ``r = lo, 2 lo, 4 lo, ...`` (the last one ``hi``) until one meets ``target``,
-    then bisection between the last size that missed it and the first that met it. With
-    errors that fall as ``r`` grows this finds the smallest size (Fulton 2019 sec. 4.3 tries
-    every one) with ``O(log(hi / lo))`` trainings.
-
-    Parameters
-    ----------
-    lo, hi : the sizes searched (``1 <= lo <= hi``)
-    fit : ``fit(r) -> (model, max_error_m, history_dict)`` trains one latent size
-    target : metres
-    stop : polled between trainings; True ends the search with what it has (the deadline)
-
-    Returns
-    -------
-    r, model, searched
-        The smallest size tried that met ``target`` (the most accurate one tried when none
-        did), its model, and one dict per size tried, in order (``latent_dim``,
-        ``max_error_val_m`` and the history).
-    """
-    searched: list[dict] = []
-    models: dict[int, tuple[object, float]] = {}
-
-    def meets(r: int) -> bool:
-        model, err, hist = fit(r)
-        models[r] = (model, err)
-        searched.append({"latent_dim": r, "max_error_val_m": err, **hist})
-        return err <= target
-
-    miss = met = None
-    r = lo
-    while True:
-        if meets(r):
-            met = r
-            break
-        miss = r
-        if r >= hi or stop():
-            break
-        r = min(2 * r, hi)
-    while met is not None and miss is not None and met - miss > 1 and not stop():
-        mid = (miss + met) // 2
-        if meets(mid):
-            met = mid
-        else:
-            miss = mid
-    if met is None:
-        met = min(models, key=lambda r: models[r][1])
-    return met, models[met][0], searched
-
-
-def search_worst_case(lo: int, hi: int) -> int:
-    """Most trainings :func:`search_latent_size` does between ``lo`` and ``hi``: the largest
-    count over every size where the error could first meet the target (each outcome of the
-    bisection is one of these)."""
-
-    def trainings(first: int) -> int:
-        def fit(r):
-            return None, 0.0 if r >= first else 1.0, {}
-
-        return len(search_latent_size(lo, hi, fit, 0.5)[2])
-
-    return max(trainings(first) for first in range(lo, hi + 2))  # hi + 1: none meets it
 
 
 def pca_layers(k: int, r: int) -> tuple[MLP, MLP]:

@@ -1,72 +1,11 @@
-"""Training of LiCROM (Chang et al. 2023): a neural displacement field and a PointNet encoder,
-trained jointly on frames of bakes of several meshes of one object family.
-
-The training set (sec. 3) is every frame of every training bake as a point cloud of
-reference positions ``X_i`` and displacements ``u_i`` (in the pins' frame); the meshes may
-differ in resolution, connectivity and shape. The loss is eq. (4)::
-
-    L = sum_j sum_i | W(X_i) P(S(X^j, u^j)) - u_i^j |^2
-
-with ``W`` the field (an MLP 3 -> 3r, ``hidden`` widths, 5 layers with ELU: widths 60, 60,
-60, 256 by default, the paper's 60 everywhere but the last hidden layer, see below), ``P`` a PointNet encoder (a shared per-point MLP 6 -> 64 -> 128, max pooling, an
-MLP 128 -> 64 -> r; no input transform net, as the paper) and ``S`` the subsampling of
-``encoder_points`` of the ``points_per_frame`` points each frame contributes to the loss.
-Where we depart from the paper, each measured on the bakes of tests/test_licrom.py:
-
-* Points are drawn with probability proportional to their lumped mass (with replacement), so
-  the loss is a Monte-Carlo estimate of the mass-weighted L2 norm over the body, the same for
-  a coarse and a fine mesh of one shape (the paper draws vertices uniformly, which weighs the
-  finely meshed parts of a body more); a mesh with at most ``points_per_frame`` nodes gives
-  all of them, weighted by mass (the exact norm).
-* Points inside the elements (``volume_share``, 1 by default): a tet drawn by volume, uniform
-  barycentric coordinates, the displacement interpolated linearly (the finite-element field
-  itself), so the loss and the closed-form refit are the L2 norm of the field over the body,
-  not only at the training nodes. With the 256-wide last layer fitted at the nodes alone the
-  field fits the training nodes better than the space between them: the p = 4 superellipsoid
-  of the tests replayed a held-out drop to 0.71 mm on its training mesh but 2.53 mm on a mesh
-  with 3.2x the tets (3.5x); with volume points 1.45 mm and 1.82 mm (1.26x).
-* Adam with the paper's schedule (learning rate divided by 5 after a third of the epochs and
-  by 10 more after two thirds). The encoder only serves to find an embedding (Fig. 4): at the
-  end the field's last layer is replaced by the best rank-r map of its hidden features in
-  closed form (:func:`refit_head`: every training frame fitted in the features' span, then
-  the mass-weighted POD of those fits), which is optimal for the features on one mesh. On
-  the 99-node test bar (r = 6, 20 epochs) this took the projection error from 13.9x POD's
-  (encoder codes, then 200 epochs of gradient descent on least-squares codes) to 1.007x.
-  The refit can only pick modes from the span of the last hidden layer's features, so that
-  layer is 256 wide by default (cheap: one layer): on the 10x2x2 test bar at r = 20 (100
-  epochs, four bakes) the paper's 60 features gave 535x POD's projection error and a held-out
-  poke replay of 2.87 mm against POD's 0.91 mm (3.2x); 128 features 10x and 0.90 mm; 256
-  features 1.07x and 0.91 mm (1.00x POD), training 23 s instead of 19 s (these with points
-  at the nodes only, ``volume_share`` 0). With the default volume points the field must also
-  fit between the nodes, which the nodal projection does not credit: 60 features 1578x and
-  4.62 mm (5.1x POD), 256 features 571x and 1.71 mm (1.9x POD).
-  ``projection_epochs`` more passes on least-squares codes (what the runtime computes,
-  :meth:`core.methods.licrom.LicromSimulation.latent_of`) may follow; on the two-mesh test
-  family they changed nothing (12.54x vs 12.56x POD on the notched bar), so the default is 0.
-* A ``time_budget``: from its third epoch on the run times its epochs and, when the whole
-  schedule would not fit, plans fewer (shrinking the plan as timings come, while the field
-  trains), with the learning-rate drops at the same fractions (:func:`planned_epochs`, with
-  a warning); a run that still overruns is cut.
-* A free body (no training mesh has pins) is trained in its body frame when
-  ``floating_frame`` is on (the default): each frame's best rigid motion, a mass-weighted
-  Kabsch fit about the centre of mass, is taken out of its displacements, so the field, its
-  projection metrics and the cubature codes are the body's deformation alone; the model
-  records ``frame: floating`` and the runtime adds six rigid modes in a moving frame
-  (:mod:`core.methods.licrom`). A pinned body is trained in its pins' frame as before.
-
-The exported model holds the field (numpy :class:`core.nnet.MLP`), its normalization, a volume
-sample of the training domain, the pinned points and the least-squares latent codes of up to
-:data:`CUBATURE_CODES` training frames, the poses each mesh's cubature is fitted to when the
-model is put on it (:mod:`core.methods.licrom`); the encoder is not exported. Checkpoints every ``checkpoint_every`` epochs (torch state,
-``weights_only`` on load) let a cancelled or killed run resume.
-"""
+"""LiCROM's trainer, ``train(run)`` (:mod:`training.licrom`'s docstring has the method): the
+field and its encoder, the time-budget plan, least-squares codes and the head refit, the
+static modes and derivatives, cubature, the model file."""
 
 from __future__ import annotations
 
 import functools
-import glob as _glob
 import math
-import os
 import time
 from pathlib import Path
 
@@ -74,13 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core import fem as _fem
-from ..core.cache import BAKE_SUFFIX, BakeCache, BakeDataset
-from ..core.cubature import Cubature
-from ..core.errors import CacheError, NeuralRomError
-from ..core.files import ensure_writable_dir
-from ..core.frame import to_pin_frame
-from ..core.methods.licrom import (
+from ...core.cubature import Cubature
+from ...core.errors import NeuralRomError
+from ...core.files import ensure_writable_dir
+from ...core.methods.licrom import (
     DERIVATIVES_AUTO_RATIO,
     FRAME_FLOATING,
     FRAME_WORLD,
@@ -91,12 +27,11 @@ from ..core.methods.licrom import (
     Field,
     LicromSimulation,
     PinPoints,
-    body_frames,
     static_modes,
 )
-from ..core.methods.licrom import save as save_licrom_model
-from ..core.subspace import mass_weighted_pod
-from .nets import (
+from ...core.methods.licrom import save as save_licrom_model
+from ...core.subspace import mass_weighted_pod
+from ..nets import (
     build_mlp,
     load_torch_checkpoint,
     save_torch_checkpoint,
@@ -104,7 +39,8 @@ from .nets import (
     torch_device,
     torch_threads,
 )
-from .run import TrainingBakes, TrainingRun, even_indices, physics_of
+from ..run import TrainingRun, even_indices
+from .data import Mesh, bake_entries, open_family, primary_bakes
 
 #: Seconds between streamed metrics.
 _THROTTLE_S = 1.0
@@ -112,174 +48,6 @@ _THROTTLE_S = 1.0
 #: Latent codes of training frames kept in the model file: the poses each mesh's fitted
 #: cubature is fitted to (a seeded sample when there are more frames).
 CUBATURE_CODES = 256
-
-
-# ------------------------------------------------------------------------------------------
-# Bakes of several meshes
-# ------------------------------------------------------------------------------------------
-
-
-def bake_entries(bakes) -> tuple[list[Path], list[np.ndarray | None]]:
-    """Bake paths and their reference origins from a list, a glob or a folder.
-
-    A list entry is a path, or ``{"path": ..., "origin": [x, y, z]}``: the point of the bake's
-    world space (metres) that is the model's reference origin, the origin of the object the
-    bake simulated (see :func:`open_family`). Returns ``(paths, origins)``, None where an
-    entry gives no origin.
-    """
-    if isinstance(bakes, (str, os.PathLike)):
-        paths = _bake_paths(bakes)
-        return paths, [None] * len(paths)
-    paths, origins = [], []
-    for b in bakes:
-        if isinstance(b, dict):
-            paths.append(Path(b["path"]))
-            o = b.get("origin")
-            if o is not None:
-                o = np.asarray(o, dtype=np.float64).reshape(3)
-                if not np.all(np.isfinite(o)):
-                    raise NeuralRomError(f"the reference origin of {b['path']} is not finite")
-            origins.append(o)
-        else:
-            paths.append(Path(b))
-            origins.append(None)
-    if not paths:
-        raise CacheError("no bakes given: LiCROM trains on at least one bake")
-    if any(o is None for o in origins) and any(o is not None for o in origins):
-        raise NeuralRomError(
-            "some bakes give a reference origin and some do not: give every bake its object's "
-            "origin (training several objects at once) or none (one object, world space)"
-        )
-    return paths, origins
-
-
-def _bake_paths(bakes) -> list[Path]:
-    """Bake paths from a list, a glob or a folder (as :meth:`BakeDataset.open` takes them)."""
-    if isinstance(bakes, (str, os.PathLike)):
-        s = os.fspath(bakes)
-        if _glob.has_magic(s):
-            found = sorted(_glob.glob(s))
-            if not found:
-                raise CacheError(f"no bakes match {s!r}; bake the scenarios first")
-            return [Path(p) for p in found]
-        if Path(s).is_dir() and Path(s).suffix != BAKE_SUFFIX:
-            found = sorted(Path(s).glob("*" + BAKE_SUFFIX))
-            if not found:
-                raise CacheError(f"no *{BAKE_SUFFIX} bakes in {s}; bake the scenarios first")
-            return found
-        return [Path(s)]
-    paths = [Path(p) for p in bakes]
-    if not paths:
-        raise CacheError("no bakes given: LiCROM trains on at least one bake")
-    return paths
-
-
-class Mesh:
-    """One mesh of the family: rest nodes X (n, 3) (world, as baked) and ``X_ref`` (the same in
-    the model's reference space: ``X - origin``), tets T (m, 4), pinned nodes, lumped masses
-    (kg) and the indices of its bakes in the whole list."""
-
-    def __init__(
-        self, cache: BakeCache, material: _fem.Material, origin: np.ndarray | None = None
-    ) -> None:
-        self.X = np.asarray(cache.X, dtype=np.float64)
-        self.origin = np.zeros(3) if origin is None else np.asarray(origin, np.float64)
-        self.X_ref = self.X - self.origin
-        self.T = np.asarray(cache.T, dtype=np.int64)
-        self.hash = cache.mesh_hash
-        self.pinned = (
-            np.asarray(cache.extra("pinned"), np.int64)
-            if "pinned" in cache.extra_names
-            else np.zeros(0, np.int64)
-        )
-        self.mass = _fem.mass_matrix(self.X, self.T, material.density, lumped=True)
-        self.bakes: list[int] = []
-
-    def displacements(
-        self, cache: BakeCache, frames: np.ndarray, floating: bool = False
-    ) -> np.ndarray:
-        """Displacements (F, n, 3) of ``frames`` of a bake, metres: in the pins' frame, or with
-        ``floating`` in the body frame (each frame's best rigid motion taken out,
-        :func:`core.methods.licrom.body_frames`)."""
-        x = np.asarray(cache.channel("positions"))[frames]
-        if floating:
-            R, c = body_frames(self.X, x, self.mass)
-            return np.einsum("fia,fab->fib", x - c[:, None], R) - self.X  # R^T (x - c) - X
-        return to_pin_frame(x, self.X, self.pinned) - self.X
-
-
-def open_family(bakes, validation_fraction: float, seed: int, expect_mesh_hash: str | None):
-    """Open bakes of several meshes of one object family (one physics).
-
-    ``bakes`` as :func:`bake_entries` takes them. The model's reference space (where the
-    field, its domain and its pins live) is the bakes' world space, or, where the entries
-    give each bake's origin (the origin of the object it simulated, at the bake's start),
-    world space shifted so that origin is zero: the meshes of several objects placed apart
-    in a scene (three variants of a prop side by side) then share one reference space,
-    each relative to its own object's origin. Displacements are translation-free, so they
-    are the world ones either way.
-
-    Returns ``(caches, meshes, mesh_of, train, val, primary)``: the opened bakes, the distinct
-    meshes (:class:`Mesh`, in order of first appearance), the mesh index of each bake, the
-    whole-bake split (global indices) and the index of the primary mesh (the one the model
-    is replayed and opened on by default: ``expect_mesh_hash``'s, else the first held-out
-    bake's, else the first).
-    """
-    paths, origins = bake_entries(bakes)
-    caches = [BakeCache.open(p) for p in paths]
-    all_ds = BakeDataset(caches)
-    material_dict, _ = physics_of(all_ds)
-    material = _fem.Material.from_dict(material_dict)
-    meshes: list[Mesh] = []
-    by_hash: dict[str, int] = {}
-    mesh_of = []
-    for i, c in enumerate(caches):
-        if c.mesh_hash not in by_hash:
-            by_hash[c.mesh_hash] = len(meshes)
-            meshes.append(Mesh(c, material, origins[i]))
-        m = by_hash[c.mesh_hash]
-        meshes[m].bakes.append(i)
-        mesh_of.append(m)
-    train, val = all_ds.split(validation_fraction, seed)
-    if expect_mesh_hash is not None:
-        if expect_mesh_hash not in by_hash:
-            raise CacheError(
-                "None of the bakes belongs to the target mesh; bake it (or one of its family) "
-                "on the object you train for, or train without a target."
-            )
-        primary = by_hash[expect_mesh_hash]
-        mine = np.asarray(meshes[primary].bakes)
-        if len(val) and len(mine) > 1 and not np.isin(val, mine).any():
-            # the held-out rollout replays a bake of the target mesh: trade one of its
-            # training bakes for a held-out bake of another mesh (the same count held out)
-            take = int(np.setdiff1d(mine, val)[-1])
-            train = np.sort(np.append(np.setdiff1d(train, [take]), val[0]))
-            val = np.sort(np.append(val[1:], take))
-    else:
-        primary = mesh_of[int(val[0])] if len(val) else 0
-    return caches, meshes, np.array(mesh_of), train, val, primary, material, all_ds
-
-
-def _primary_bakes(caches, meshes, mesh_of, train, val, primary, material, all_ds):
-    """The :class:`TrainingBakes` of the primary mesh (what :class:`TrainingRun` replays
-    and writes the physics of), with local train/val indices."""
-    mine = meshes[primary].bakes
-    local = {g: i for i, g in enumerate(mine)}
-    ds = BakeDataset([caches[g] for g in mine])
-    m = meshes[primary]
-    tr = np.array([local[g] for g in train if g in local], np.int64)
-    va = np.array([local[g] for g in val if g in local], np.int64)
-    warnings = []
-    if len(val) == 0:
-        warnings.append(
-            "Only one bake: nothing is held out, so the validation error is the training error. "
-            "Bake more variants for an honest error."
-            if len(caches) == 1
-            else "Nothing is held out (validation fraction 0), so the validation error is the "
-            "training error. Hold out a share of the bakes for an honest error."
-        )
-    spec = physics_of(all_ds)[1]
-    return TrainingBakes(ds, spec, material, m.X, m.T, m.pinned, m.mass, tr, va, warnings)
 
 
 # ------------------------------------------------------------------------------------------
@@ -658,7 +426,7 @@ def train(run: TrainingRun) -> dict:
     by_object = bake_entries(run.data)[1][0] is not None
     dev = torch_device(run.device)
     run.device = str(dev)
-    run.use_bakes(_primary_bakes(*fam), keyed_on=all_ds)
+    run.use_bakes(primary_bakes(*fam), keyed_on=all_ds)
     run.say(0.02, f"{len(caches)} bakes of {len(meshes)} meshes")
     # a free body's field is trained in its body frame; a pinned one in the pins' frame
     floating = bool(values["floating_frame"]) and not any(m.pinned.size for m in meshes)
