@@ -9,7 +9,7 @@ command line and the Python API all take through :func:`prepare_body`:
 1. the fraction of each cage tet that the render mesh fills (:func:`.cage.fill_fractions`),
 2. the cage's material scaled by it (:func:`.cage.embedded_material`): the padding carries
    no mass or stiffness, so the body weighs what the render mesh holds, not the cage
-   (8.2 times the ball for a 0.5 m ball in a resolution-4 cage, tests/test_contact.py),
+   (a 1 m ball's resolution-4 cage weighs 8.2 times the ball, its resolution-8 one 3.7),
 3. the render surface's vertices as the contact points (:meth:`.Embedding.contact_points`),
    carrying that mass by area: the render surface rests on a ground, not the cage, whose
    bottom lies a voxel or more below it (the scenario's ground goes under the render
