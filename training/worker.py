@@ -69,16 +69,20 @@ def bake_inputs(bakes) -> frozenset[str]:
     return frozenset().union(*(t.driven_by() for t in ds.trajectories))
 
 
-def run(spec: dict) -> dict:
+def run(spec: dict, progress=None) -> dict:
+    """Train as ``spec`` says (the module docstring); the training's progress goes to
+    ``progress(fraction, message)`` when given (a comparison's lane), else to this job's
+    progress events."""
     method = registry.get(spec.get("method", "linear"), origin=spec.get("method_origin"))
     settings = method.validate(spec.get("settings"))
     method.check_bake_inputs(bake_inputs(spec["bakes"]))
     out = Path(spec["out"])
     device = resolve_device(spec.get("device") or "auto", method)
-    meter = jobs.Progress(PROGRESS_UNITS)
+    if progress is None:
+        meter = jobs.Progress(PROGRESS_UNITS)
 
-    def progress(fraction: float, message: str) -> None:
-        meter.update(int(round(fraction * PROGRESS_UNITS)), message)
+        def progress(fraction: float, message: str) -> None:
+            meter.update(int(round(fraction * PROGRESS_UNITS)), message)
 
     def metric(values: dict) -> None:
         jobs.emit("metric", values=values)
