@@ -49,7 +49,11 @@ def compare_with_bake(
         ``bake`` (the bake folder) and ``bake_name``, ``bake_mesh_hash`` (the world mesh
         it recorded), ``out`` (the result ``.npz``) and ``key`` (a string stored with it);
         ``memory_steps`` (optional, Compare Methods): also measure the runtime's memory
-        over loading the model and that many steps (:func:`runtime_memory`).
+        over loading the model and that many steps (:func:`runtime_memory`);
+        ``closest_only`` (optional, Compare Methods' PCA at equal DOFs): no replay, the
+        model's closest shapes stand in for it (a FEM bake and a model with closest
+        shapes; else the replay as without it): the file's ``reduced`` and every error
+        are theirs, ``step_ms`` is 0.
     progress : ``progress(done, total)`` after every frame replayed.
     should_cancel : checked before every step; True stops with :class:`JobCancelled`,
         ``out`` as it was.
@@ -91,10 +95,15 @@ def compare_with_bake(
     _, n_surface, emb = read_render_map(spec, len(sim.rest_positions()))
     seconds: list[float] = []
     cloth_shapes: list | None = None
+    has_shapes = callable(getattr(sim, "closest_shape", None))
+    closest_only = bool(spec.get("closest_only")) and has_shapes and not is_cloth_bake(cache.meta)
     try:
-        if is_cloth_bake(cache.meta):  # Blender's cloth: its recorded colliders and frame
+        if closest_only:  # the shapes alone: no dynamics (the PCA models' cubature is a stub)
+            x = np.asarray(cache.channel("positions"), dtype=np.float64)[: int(cache.n_frames)]
+            P = closest_shapes(sim, x)
+        elif is_cloth_bake(cache.meta):  # Blender's cloth: its recorded colliders and frame
             # a driven model's closest shapes are taken in the frame of each step, on the way
-            cloth_shapes = [] if callable(getattr(sim, "closest_shape", None)) else None
+            cloth_shapes = [] if has_shapes else None
             P = replay_cloth_bake(
                 sim,
                 cache,
@@ -120,9 +129,11 @@ def compare_with_bake(
     # The same frames' closest shapes: what the model can represent at best (its shapes),
     # against which the replay's error (its dynamics) is judged.
     shapes = None
-    if cloth_shapes is not None:
+    if closest_only:
+        shapes = stats
+    elif cloth_shapes is not None:
         shapes = error_stats(vertex_errors(np.asarray(cloth_shapes), full))
-    elif callable(getattr(sim, "closest_shape", None)):
+    elif has_shapes:
         shapes = error_stats(
             vertex_errors(render_positions(closest_shapes(sim, x_full), n_surface, emb), full)
         )

@@ -119,7 +119,14 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
     if table["lanes"] > 1:
         for name in ASKED:
             assert table["models"][name]["result"]["threads"] == 1
+    # ... though the PCA model has one cubature element and is not replayed: its basis alone
     assert linear["pca_max_m"] == pytest.approx(linear["closest_max_m"], rel=1e-9)
+    assert linear["pca_mean_m"] == pytest.approx(linear["closest_mean_m"], rel=1e-9)
+    state = mc.read_state(
+        compared["folder"] / "neural_rom" / "Bar" / "compare_methods" / mc.STATE_FILE
+    )
+    pca = state["pca"][str(linear["dofs"])]
+    assert [r["step_ms"] for r in pca["replays"]] == [0.0] * len(pca["replays"])
     rec = table["recommendation"]
     assert rec["method"] in ASKED and rows[rec["method"]]["label"] in rec["reason"]
     assert compared["obj"].neural_rom.model.method == rec["method"]

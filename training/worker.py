@@ -5,8 +5,9 @@ that registers a method defined outside the package), ``bakes`` (list of .nrbake
 glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings, validated by its
 record before anything runs), ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash``
 (optional: refuse bakes of another mesh), ``checkpoint_dir`` (optional; default: next to the
-model). torch is imported only by the trainers of methods that need it, so a linear model
-trains with numpy and scipy alone.
+model), ``quiet`` (optional: the result's warnings are not emitted as events; Compare
+Methods' PCA models, of which only the basis is used). torch is imported only by the
+trainers of methods that need it, so a linear model trains with numpy and scipy alone.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def run(spec: dict, progress=None) -> dict:
         should_cancel=jobs.should_cancel,
         metric=metric,
     )
-    for w in result.get("warnings", []):
+    for w in [] if spec.get("quiet") else result.get("warnings", []):
         jobs.emit("warning", message=w)
     # the trainer's record names the method of the model it wrote: the autoencoder's names
     # the linear model when it kept that (keep_linear); a plug-in's may name none
