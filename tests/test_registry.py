@@ -252,3 +252,82 @@ def test_load_simulator_on_another_mesh_only_for_methods_that_run_there(tmp_path
             registry.load_simulator(other, expect_mesh_hash="target")
     finally:
         registry.unregister("anymesh")
+
+
+# Stored names: tests/data/legacy/registry_records.json, written before the redesign of #29
+# (tests/legacy_surfaces.py). Model files store a method's name and its settings by name,
+# .blend files store method_settings.<method>.<setting> and enum settings as identifiers.
+#: what files and scripts depend on; the rest (labels, help, units, order) by the second test
+KEPT_SETTING = ("name", "kind", "default", "items", "minimum", "maximum", "auto")
+KEPT_METHOD = ("inputs", "requires", "trains_on", "needs_torch", "other_mesh", "baseline")
+
+
+def _records():
+    import json
+    from pathlib import Path
+
+    from .legacy_surfaces import registry_records
+
+    path = Path(__file__).parent / "data" / "legacy" / "registry_records.json"
+    return json.loads(path.read_text(encoding="utf-8")), registry_records()
+
+
+def _ids(setting):
+    """A setting's stored identity: the items by identifier (labels and help may change)."""
+    return {k: [i[0] for i in setting[k]] if k == "items" else setting[k] for k in KEPT_SETTING}
+
+
+def test_every_stored_method_and_setting_keeps_its_name_kind_default_and_range():
+    stored, live = _records()
+    changed = [
+        f"{table}: {sorted(set(stored['tables'][table]) - set(live['tables'][table]))} gone"
+        for table in ("INPUTS", "BAKE_KINDS", "KINDS")
+        if set(stored["tables"][table]) - set(live["tables"][table])
+    ]
+    for name, record in stored["methods"].items():
+        now = live["methods"].get(name)
+        if now is None:
+            changed.append(f"method {name!r} is gone")
+            continue
+        changed += [
+            f"{name}.{f}: {record[f]!r} -> {now[f]!r}" for f in KEPT_METHOD if record[f] != now[f]
+        ]
+        settings = {s["name"]: _ids(s) for s in now["settings"]}
+        for s in map(_ids, record["settings"]):
+            if s["name"] not in settings:
+                changed.append(f"{name}: setting {s['name']!r} is gone")
+                continue
+            changed += [
+                f"{name}.{s['name']}.{k}: {s[k]!r} -> {settings[s['name']][k]!r}"
+                for k in KEPT_SETTING
+                if s[k] != settings[s["name"]][k]
+            ]
+    assert not changed, (
+        f"a stored method, setting, default or range changed: {changed}; model files store "
+        "method and setting names, .blend files method_settings.<method>.<setting> and enum "
+        "items by identifier: a renamed or narrowed one breaks files already on disk"
+    )
+
+
+def test_the_registry_records_are_the_stored_ones_help_texts_included():
+    stored, live = _records()
+    diffs = [
+        f"table {t} changed" for t in stored["tables"] if stored["tables"][t] != live["tables"][t]
+    ]
+    diffs += [f"new method {n!r}" for n in sorted(set(live["methods"]) - set(stored["methods"]))]
+    for name, record in stored["methods"].items():
+        now = live["methods"].get(name, record)  # a method gone: the first test names it
+        diffs += [f"{name}.{f} changed" for f in record if f != "settings" and record[f] != now[f]]
+        was = {s["name"]: s for s in record["settings"]}
+        for s in now["settings"]:
+            old = was.get(s["name"])
+            diffs += (
+                [f"{name}: new setting {s['name']!r}"]
+                if old is None
+                else [f"{name}.{s['name']}.{k} {old[k]!r} -> {s[k]!r}" for k in s if s[k] != old[k]]
+            )
+    assert not diffs, (
+        f"the registry differs from its stored records: {diffs[:30]}; if the change is "
+        "deliberate (a new method or setting, a reworded help), rewrite the snapshot with "
+        "`.venv/bin/python tests/data/legacy/make_legacy.py --surfaces` and say so in the commit"
+    )

@@ -15,7 +15,8 @@ from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.modelfile import load_model
 from neural_rom.core.registry import load_simulator
 from neural_rom.core.sim import FrameInputs
-from neural_rom.training.shen import ShenSettings, sin_mlp, train_shen
+from neural_rom.training.nets import sin_mlp
+from neural_rom.training.shen import ShenSettings, train_shen
 
 TINY = dict(
     k=8,

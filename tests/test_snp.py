@@ -28,7 +28,7 @@ from neural_rom.core.fem import Material  # noqa: E402
 from neural_rom.core.grid import grid_tetmesh  # noqa: E402
 from neural_rom.core.methods.snp import METHOD, SNPBatch, SNPSimulation  # noqa: E402
 from neural_rom.core.sim import FrameInputs, SimSettings  # noqa: E402
-from neural_rom.training.autoencoder import build_mlp  # noqa: E402
+from neural_rom.training.nets import build_mlp  # noqa: E402
 from neural_rom.training.snp import (  # noqa: E402
     SNPSettings,
     fit_initial_model,

@@ -536,7 +536,7 @@ def test_ensemble_rolls_out_each_member_and_merges_to_their_mean():
     its merged network (block-diagonal) computes the mean of the members' outputs: what the
     runtime evaluates, exported as one MLP."""
     import torch
-    from neural_rom.training.autoencoder import build_mlp
+    from neural_rom.training.nets import build_mlp
     from neural_rom.training.snp import Ensemble, rollout
 
     torch.manual_seed(0)

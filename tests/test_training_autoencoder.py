@@ -20,9 +20,9 @@ from neural_rom.training.autoencoder import (
     plan_training,
     search_latent_size,
     search_worst_case,
-    to_numpy_mlp,
     train_autoencoder,
 )
+from neural_rom.training.nets import to_numpy_mlp
 
 # tiny networks and few epochs: the file must stay fast on two busy cores
 TINY = dict(

@@ -1,11 +1,11 @@
-"""training/common.py: what every trainer shares."""
+"""training/common.py and training/nets.py: what every trainer shares."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from neural_rom.core.errors import NeuralRomError
-from neural_rom.training.common import load_torch_checkpoint, save_torch_checkpoint, torch_device
+from neural_rom.training.nets import load_torch_checkpoint, save_torch_checkpoint, torch_device
 
 
 def test_the_training_device_is_chosen_or_refused_with_what_to_do():
@@ -23,7 +23,7 @@ def test_the_training_device_is_chosen_or_refused_with_what_to_do():
 
 
 def test_torch_threads_are_set_on_the_cpu_and_restored():
-    from neural_rom.training.common import torch_threads
+    from neural_rom.training.nets import torch_threads
 
     before = torch.get_num_threads()
     with torch_threads("cpu", 1):

@@ -62,8 +62,7 @@ from ..core.methods.active import (
     save,
 )
 from ..core.quasistatic import QuasistaticSolver, polar_actions
-from .autoencoder import build_mlp, to_numpy_mlp
-from .common import torch_device, torch_threads
+from .nets import build_mlp, to_numpy_mlp, torch_device, torch_threads
 
 #: Code regularization ``beta`` (per unit code, relative to the mean squared skin error in m^2).
 BETA = 1e-8

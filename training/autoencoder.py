@@ -84,32 +84,15 @@ from ..core.methods.autoencoder import NAME
 from ..core.methods.autoencoder import save as save_autoencoder_model
 from ..core.nnet import MLP
 from ..core.subspace import Subspace
-from .common import (
-    Checkpoints,
-    Report,
-    TrainingRun,
-    even_indices,
-    fit_cubature,
-    load_torch_checkpoint,
-    pod_basis,
-    save_torch_checkpoint,
-    torch_device,
-    torch_threads,
-)
+from . import nets
+from .common import Checkpoints, Report, TrainingRun, even_indices, fit_cubature, pod_basis
+from .nets import build_mlp, check_export, copy64, to_numpy_mlp, torch_device, torch_threads
 
-# At most one progress message / metric event per this many seconds during the epochs.
-_THROTTLE_S = 0.5
 # Frames per block when full-space errors are evaluated (bounds temporary memory).
 _BLOCK = 256
 # Training poses the exported networks are compared with torch on.
 _VERIFY_POSES = 256
 _VERIFY_TOL = 1e-6
-# A held-out loss is a new best (early stopping) when below the best by this fraction, so the
-# float32 jitter of a loss that has stopped falling does not keep resetting the patience.
-_MIN_IMPROVEMENT = 1e-4
-# Epochs between measurements of the held-out loss (early stopping): each costs about a
-# tenth of an epoch (0.43 against 3.8 ms on the swung bar of bench/latent.py).
-_CHECK_EVERY = 5
 # torch CPU threads the networks train with. Networks this small gain nothing from more
 # (2,000 frames, k = 60, hidden 100, 100: 21.8 ms an epoch with one thread, 21.3 with two)
 # and lose much when the cores are busy (93 frames, k = 6, hidden 16, 16, on two cores shared
@@ -224,9 +207,6 @@ class AutoencoderSettings:
     def from_dict(cls, d: dict | None) -> AutoencoderSettings:
         """Settings checked by value against the method's registry record."""
         return cls(**registry.get(NAME).validate(d))
-
-
-_ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "softplus": nn.Softplus, "relu": nn.ReLU}
 
 
 # ------------------------------------------------------------------------------------------
@@ -347,37 +327,6 @@ def _duration(seconds: float) -> str:
 # ------------------------------------------------------------------------------------------
 # Networks
 # ------------------------------------------------------------------------------------------
-
-
-def build_mlp(sizes: list[int], activation: str = "elu") -> nn.Sequential:
-    """``Linear -> act -> ... -> Linear``: hidden activations, linear (identity) output layer.
-
-    Parameters
-    ----------
-    sizes : [in, hidden..., out]
-    """
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(_ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
-
-
-def to_numpy_mlp(
-    net: nn.Sequential, activation: str, in_scale: float = 1.0, out_scale: float = 1.0
-) -> MLP:
-    """The float64 :class:`core.nnet.MLP` computing ``out_scale * net(x / in_scale)``.
-
-    The scales fold exactly into the first and last (linear) layers.
-    """
-    linears = [m for m in net if isinstance(m, nn.Linear)]
-    W = [m.weight.detach().to("cpu", torch.float64).numpy().copy() for m in linears]
-    b = [m.bias.detach().to("cpu", torch.float64).numpy().copy() for m in linears]
-    W[0] = W[0] / in_scale
-    W[-1] = W[-1] * out_scale
-    b[-1] = b[-1] * out_scale
-    return MLP(W, b, [activation] * (len(W) - 1) + ["identity"])
 
 
 class _AE(nn.Module):
@@ -984,24 +933,19 @@ class _Trainer:
 
     def _epoch(self, model: _AE, opt, r: int, epoch: int, epochs: int) -> float:
         """One pass of Adam over the training frames; the mean loss (normalized units)."""
-        s, N = self.s, len(self.q_train)
+        s = self.s
         for g in opt.param_groups:
             g["lr"] = _learning_rate(s, epoch, epochs)
         model.train()
         # a permutation per (seed, r, epoch): no generator state to checkpoint
-        perm = torch.as_tensor(
-            np.random.default_rng([s.seed, r, epoch]).permutation(N), device=self.device
-        )
-        total = 0.0
-        for i in range(0, N, s.batch_size):
-            batch = self.q_train[perm[i : i + s.batch_size]]
+        perm = nets.epoch_order([s.seed, r, epoch], len(self.q_train), self.device)
+
+        def loss_of(idx):
+            batch = self.q_train[idx]
             # eq. (7), Fulton 2019: squared error in PCA coordinates
-            loss = ((model(batch) - batch) ** 2).sum(dim=1).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(batch)
-        return total / max(N, 1)
+            return ((model(batch) - batch) ** 2).sum(dim=1).mean()
+
+        return nets.minibatch_pass(opt, perm, s.batch_size, loss_of)
 
     @torch.no_grad()
     def _check_loss(self, model: _AE) -> tuple[float, torch.Tensor]:
@@ -1021,7 +965,7 @@ class _Trainer:
             self._epoch(model, opt, r, epoch, _PROBE_EPOCHS + 1)
             t1 = time.perf_counter()
             self._check_loss(model)
-            times.append(t1 - t + (time.perf_counter() - t1) / _CHECK_EVERY)
+            times.append(t1 - t + (time.perf_counter() - t1) / nets.CHECK_EVERY)
         return float(np.median(times[1:]))
 
     def fit(
@@ -1053,112 +997,64 @@ class _Trainer:
         ``epochs_trained``, ``best_epoch``, ``stopped`` ("" when it ran all
         its epochs, "no held-out improvement", "time budget")
         """
-        dev = self.device
-        det = torch.are_deterministic_algorithms_enabled()
-        if dev.type == "cpu":
-            torch.use_deterministic_algorithms(True)
-        try:
-            model, opt = self._fresh(r)
-            f = self.checkpoints.file("ae" if phase == "final" else f"ae_{phase}", f"_r{r:03d}.pt")
-            st = load_torch_checkpoint(f, dev)
-            if st is not None:
-                model.load_state_dict(st["model"])
-                opt.load_state_dict(st["optimizer"])
-                state = {k: st[k] for k in _STATE_KEYS}
-                tag = f"latent {r}{' (search)' if phase == 'search' else ''}"
-                progress(
-                    state["epoch"],
-                    epochs,
-                    f"{tag}: resumed at epoch {state['epoch']} from checkpoint"
-                    if state["epoch"] < epochs and not state["stopped"]
-                    else f"{tag}: trained ({state['epoch']} epochs) from checkpoint",
-                )
-            else:
-                loss, _ = self._check_loss(model)
-                state = {
-                    "epoch": 0,
-                    "best": _clone(model),
-                    "best_loss": loss,
-                    "best_epoch": 0,
-                    "train_loss": math.nan,
-                    "val_loss": loss,
-                    "stopped": "",
-                }
-            self._loop(model, opt, r, epochs, state, f, progress, max_error, deadline)
-            model.load_state_dict(state["best"])
-            return model, {
-                "train_loss": state["train_loss"] * self.scale**2,
-                "val_loss": state["val_loss"] * self.scale**2,
-                "best_val_loss": state["best_loss"] * self.scale**2,
-                "epochs_trained": state["epoch"],
-                "best_epoch": state["best_epoch"],
-                "stopped": state["stopped"],
-            }
-        finally:
-            torch.use_deterministic_algorithms(det)
-
-    def _loop(self, model, opt, r, epochs, state, f, progress, max_error, deadline) -> None:
-        """Epochs ``state["epoch"] .. epochs - 1`` unless stopped; updates ``state``."""
-        s = self.s
-        last = time.perf_counter()
+        model, opt = self._fresh(r)
+        f = self.checkpoints.file("ae" if phase == "final" else f"ae_{phase}", f"_r{r:03d}.pt")
+        tag = f"latent {r}{' (search)' if phase == 'search' else ''}"
         sq2 = self.scale**2
-        start = state["epoch"]
-        pred = None
-        for epoch in range(start, epochs if not state["stopped"] else start):
-            if self.cancel():
-                raise JobCancelled(
-                    f"Training cancelled at epoch {epoch} of latent size {r}"
-                    + (" (resumes from the last checkpoint)." if f else ".")
-                )
-            state["train_loss"] = self._epoch(model, opt, r, epoch, epochs)
-            self.epochs_run += 1
-            done = state["epoch"] = epoch + 1
-            late = deadline is not None and time.perf_counter() > deadline
-            if done % _CHECK_EVERY == 0 or done == epochs or late:
-                loss, pred = self._check_loss(model)
-                state["val_loss"] = loss
-                if loss < state["best_loss"] * (1.0 - _MIN_IMPROVEMENT):
-                    state.update(best=_clone(model), best_loss=loss, best_epoch=done)
-                if done - state["best_epoch"] >= s.patience:
-                    state["stopped"] = "no held-out improvement"
-                elif late:
-                    state["stopped"] = "time budget"
-            end = done == epochs or bool(state["stopped"])
-            if f is not None and (done % s.checkpoint_every == 0 or end):
-                save_torch_checkpoint(
-                    f, {"model": model.state_dict(), "optimizer": opt.state_dict(), **state}
-                )
-            now = time.perf_counter()
-            if (now - last >= _THROTTLE_S and pred is not None) or end:
-                last = now
-                self.emit(
-                    {
-                        "latent_dim": r,
-                        "epoch": done,
-                        "train_loss": state["train_loss"] * sq2,
-                        "val_loss": state["val_loss"] * sq2,
-                        "val_max_error_m": max_error(
-                            pred.to("cpu", torch.float64).numpy() * self.scale
-                        ),
-                    }
-                )
-                progress(
-                    done,
-                    epochs,
-                    f"latent {r}: epoch {done}/{epochs}"
-                    + (f" (stopped: {state['stopped']})" if state["stopped"] else ""),
-                )
-            if state["stopped"]:
-                break
-            pred = None
 
+        def resumed(state):
+            progress(
+                state["epoch"],
+                epochs,
+                f"{tag}: resumed at epoch {state['epoch']} from checkpoint"
+                if state["epoch"] < epochs and not state["stopped"]
+                else f"{tag}: trained ({state['epoch']} epochs) from checkpoint",
+            )
 
-#: What a network's checkpoint holds besides the weights and Adam's state (see ``_loop``).
-_STATE_KEYS = ("epoch", "best", "best_loss", "best_epoch", "train_loss", "val_loss", "stopped")
+        def report(state, pred):
+            self.emit(
+                {
+                    "latent_dim": r,
+                    "epoch": state["epoch"],
+                    "train_loss": state["train_loss"] * sq2,
+                    "val_loss": state["val_loss"] * sq2,
+                    "val_max_error_m": max_error(
+                        pred.to("cpu", torch.float64).numpy() * self.scale
+                    ),
+                }
+            )
+            progress(
+                state["epoch"],
+                epochs,
+                f"latent {r}: epoch {state['epoch']}/{epochs}"
+                + (f" (stopped: {state['stopped']})" if state["stopped"] else ""),
+            )
 
-
-def _clone(model: nn.Module) -> dict:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state = nets.fit(
+            model,
+            opt,
+            epochs=epochs,
+            epoch=lambda e: self._epoch(model, opt, r, e, epochs),
+            check=lambda: self._check_loss(model),
+            patience=self.s.patience,
+            checkpoint=f,
+            checkpoint_every=self.s.checkpoint_every,
+            should_cancel=self.cancel,
+            cancelled=f"latent size {r}",
+            report=report,
+            resumed=resumed,
+            deadline=deadline,
+            report_on_check=True,
+        )
+        self.epochs_run += state["epochs_run"]
+        return model, {
+            "train_loss": state["train_loss"] * sq2,
+            "val_loss": state["val_loss"] * sq2,
+            "best_val_loss": state["best_loss"] * sq2,
+            "epochs_trained": state["epoch"],
+            "best_epoch": state["best_epoch"],
+            "stopped": state["stopped"],
+        }
 
 
 def _learning_rate(s: AutoencoderSettings, epoch: int, epochs: int) -> float:
@@ -1174,35 +1070,16 @@ def _export(model: _AE, activation: str, scale: float, q_train: np.ndarray) -> t
     encoder = to_numpy_mlp(model.encoder, activation, in_scale=scale)
     decoder = to_numpy_mlp(model.decoder, activation, out_scale=scale)
     q = q_train[even_indices(len(q_train), _VERIFY_POSES)]
-    enc64 = _copy64(model.encoder)
-    dec64 = _copy64(model.decoder)
+    enc64 = copy64(model.encoder)
+    dec64 = copy64(model.decoder)
     with torch.no_grad():
         z_t = enc64(torch.as_tensor(q / scale, dtype=torch.float64)).numpy()
         q_t = dec64(torch.as_tensor(z_t, dtype=torch.float64)).numpy() * scale
-    z_np = encoder.forward(q)
-    q_np = decoder.forward(z_t)
-    for name, a, b in (("encoder", z_np, z_t), ("decoder", q_np, q_t)):
-        err = float(np.max(np.abs(a - b), initial=0.0)) / (
-            1.0 + float(np.max(np.abs(b), initial=0.0))
-        )
-        if not err <= _VERIFY_TOL:
-            raise NeuralRomError(
-                f"The exported {name} differs from the trained network by {err:.3g} "
-                "(relative): the export is broken; report this as a bug."
-            )
+    check_export("encoder", encoder.forward(q), z_t, _VERIFY_TOL)
+    check_export("decoder", decoder.forward(z_t), q_t, _VERIFY_TOL)
     # Make rest exact: q = 0 is the rest shape, so shift the decoder's output so that
     # phi(enc(0)) = 0. Otherwise the rest pose would carry elastic stress and an object left
     # alone would drift, and the first simulated frame would jump away from the mesh.
     z0 = encoder.forward(np.zeros(encoder.in_dim))
     decoder.b[-1] = decoder.b[-1] - decoder.forward(z0)
     return encoder, decoder
-
-
-def _copy64(net: nn.Sequential) -> nn.Sequential:
-    sizes = [m.in_features for m in net if isinstance(m, nn.Linear)]
-    sizes.append([m for m in net if isinstance(m, nn.Linear)][-1].out_features)
-    act = next((type(m) for m in net if not isinstance(m, nn.Linear)), nn.ELU)
-    name = next(k for k, v in _ACTIVATIONS.items() if v is act)
-    out = build_mlp(sizes, name).to(torch.float64)
-    out.load_state_dict({k: v.to("cpu", torch.float64) for k, v in net.state_dict().items()})
-    return out

@@ -53,7 +53,6 @@ numpy only at import: the linear method trains without torch.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -72,7 +71,7 @@ from ..core.colliders import ContactPoints
 from ..core.compare import rollout_metrics, stiffening_hint
 from ..core.cubature import Cubature, optimized_cubature
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import atomic_path, ensure_writable_dir, temporary_path, write_npz
+from ..core.files import ensure_writable_dir, temporary_path, write_npz
 from ..core.frame import to_pin_frame
 from ..core.methods.common import surface_sample
 from ..core.sim import SimSettings
@@ -634,62 +633,3 @@ def fit_cubature(
         }
     )
     return cub
-
-
-def torch_device(name: str | None):
-    """The ``torch.device`` a learned method trains on: ``"auto"`` (CUDA when torch sees a
-    GPU, else the CPU), ``"cpu"`` or ``"cuda[:i]"``; a CUDA request without a GPU or another
-    name is refused with what to do. torch is imported here, so the numpy-only trainers that
-    share this module never import it."""
-    import torch
-
-    name = (name or "auto").lower()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NeuralRomError(
-            "Training device is CUDA, but torch sees no CUDA GPU: install a CUDA build of torch "
-            "or set the device to Auto or CPU."
-        )
-    if name != "cpu" and not name.startswith("cuda"):
-        raise NeuralRomError(f"Unknown training device {name!r}: use auto, cpu or cuda.")
-    return torch.device(name)
-
-
-def save_torch_checkpoint(path: Path, obj: dict) -> None:
-    """Write a training checkpoint (tensors, numbers, strings, lists and dicts of them) with
-    ``torch.save`` through :func:`core.files.atomic_path`: a cancel or a crash mid-write leaves
-    the previous checkpoint, never a truncated one."""
-    import torch
-
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
-
-
-def load_torch_checkpoint(path: Path | None, device) -> dict | None:
-    """A checkpoint written by :func:`save_torch_checkpoint`, its tensors on ``device``, or
-    None when ``path`` is None or missing. Read with ``weights_only=True``: nothing in the
-    file is unpickled beyond tensors and plain containers."""
-    if path is None or not Path(path).exists():
-        return None
-    import torch
-
-    return torch.load(path, map_location=device, weights_only=True)
-
-
-@contextlib.contextmanager
-def torch_threads(device, n: int):
-    """torch's intra-op CPU threads set to ``n`` inside the block when training on the CPU
-    (one thread gives the same arithmetic, so the same model, whatever the core count);
-    nothing changes on a GPU."""
-    import torch
-
-    if torch.device(device).type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

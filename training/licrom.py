@@ -99,16 +99,12 @@ from ..core.methods.licrom import (
 )
 from ..core.methods.licrom import save as save_licrom_model
 from ..core.subspace import mass_weighted_pod
-from .autoencoder import build_mlp, to_numpy_mlp
-from .common import (
-    Checkpoints,
-    Report,
-    TrainingBakes,
-    TrainingRun,
-    even_indices,
+from .common import Checkpoints, Report, TrainingBakes, TrainingRun, even_indices, physics_of
+from .nets import (
+    build_mlp,
     load_torch_checkpoint,
-    physics_of,
     save_torch_checkpoint,
+    to_numpy_mlp,
     torch_device,
     torch_threads,
 )

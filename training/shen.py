@@ -103,7 +103,6 @@ torch is imported here (never in ``core``).
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -115,25 +114,15 @@ from torch import nn
 
 from ..core import fem as _fem
 from ..core import registry
-from ..core.errors import JobCancelled, NeuralRomError
+from ..core.errors import NeuralRomError
 from ..core.methods.shen import NAME
 from ..core.methods.shen import save as save_shen_model
 from ..core.nnet import MLP
 from ..core.subspace import mass_weighted_pod
-from .common import (
-    Report,
-    TrainingRun,
-    fit_cubature,
-    load_torch_checkpoint,
-    pod_basis,
-    save_torch_checkpoint,
-    torch_device,
-    torch_threads,
-)
+from . import nets
+from .common import Report, TrainingRun, fit_cubature, pod_basis
+from .nets import check_export, sin_mlp, torch_device, torch_threads
 
-_THROTTLE_S = 0.5
-_CHECK_EVERY = 5
-_MIN_IMPROVEMENT = 1e-4
 _VERIFY_TOL = 1e-6
 #: n_p when it is not given: the paper's typical 10, at most half the PCA modes.
 _DEFAULT_NP = 10
@@ -175,31 +164,6 @@ class ShenSettings:
 
     def __post_init__(self) -> None:
         self.__dict__.update(registry.get(NAME).validate(asdict(self)))
-
-
-class Sin(nn.Module):
-    def __init__(self, omega: float) -> None:
-        super().__init__()
-        self.omega = float(omega)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(self.omega * x)
-
-
-def sin_mlp(sizes: list[int], omega: float) -> nn.Sequential:
-    """Linear layers with ``sin(omega .)`` between them (none after the last), initialized
-    uniform in ``+- sqrt(3 / fan_in)`` (module docstring, point 4)."""
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        lin = nn.Linear(a, b)
-        bound = math.sqrt(3.0 / a)
-        with torch.no_grad():
-            lin.weight.uniform_(-bound, bound)
-            lin.bias.uniform_(-0.1, 0.1)
-        layers.append(lin)
-        if i < len(sizes) - 2:
-            layers.append(Sin(omega))
-    return nn.Sequential(*layers)
 
 
 class _DAE(nn.Module):
@@ -553,15 +517,13 @@ class _Trainer:
         N = len(self.c_train)
         model.train()
         for epoch in range(s.linear_warmup):
-            perm = torch.as_tensor(
-                np.random.default_rng([s.seed, n_z, epoch, 1]).permutation(N), device=self.device
+            perm = nets.epoch_order([s.seed, n_z, epoch, 1], N, self.device)
+            nets.minibatch_pass(
+                opt,
+                perm,
+                s.batch_size,
+                lambda idx: ((model(self.x_train[idx]) - target[idx]) ** 2).sum(1).mean(),
             )
-            for i in range(0, N, s.batch_size):
-                idx = perm[i : i + s.batch_size]
-                loss = ((model(self.x_train[idx]) - target[idx]) ** 2).sum(1).mean()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
         return torch.optim.Adam(model.parameters(), lr=s.learning_rate)
 
     @torch.no_grad()
@@ -569,99 +531,65 @@ class _Trainer:
         model.eval()
         return float(((model(self.x_check) - self.c_check) ** 2).sum(1).mean())
 
+    def _epoch(self, model, opt, n_z: int, epoch: int) -> float:
+        """One pass of Adam over the training frames; the mean loss (normalized units)."""
+        s = self.s
+        for g in opt.param_groups:
+            g["lr"] = self._lr(epoch)
+        model.train()
+        perm = nets.epoch_order([s.seed, n_z, epoch], len(self.c_train), self.device)
+
+        def loss_of(idx):
+            batch, wb = self.c_train[idx], self.w[idx]
+            # pose-weighted squared error (sec. 6.1), M-weighted via the PCA basis
+            out = model(self.x_train[idx])
+            return (wb * ((out - batch) ** 2).sum(1)).sum() / wb.sum()
+
+        return nets.minibatch_pass(opt, perm, s.batch_size, loss_of)
+
     def fit(self, n_z: int, deadline: float, span: tuple[float, float]):
         s, run = self.s, self.run
-        det = torch.are_deterministic_algorithms_enabled()
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True)
-        try:
+        with nets.deterministic(self.device):
             model, opt = self._fresh(n_z)
             f = run.checkpoints.file("shen_net", f"_nz{n_z:03d}.pt")
-            st = load_torch_checkpoint(f, self.device)
-            if st is not None:
-                model.load_state_dict(st["model"])
-                opt.load_state_dict(st["optimizer"])
-                state = {k: st[k] for k in _STATE_KEYS}
-            else:
-                if s.linear_warmup:
-                    opt = self._warmup(model, n_z)
-                loss = self.check_loss(model)
-                state = {
-                    "epoch": 0,
-                    "best": _clone(model),
-                    "best_loss": loss,
-                    "best_epoch": 0,
-                    "train_loss": math.nan,
-                    "stopped": "",
-                }
-            N = len(self.c_train)
-            last = time.perf_counter()
-            for epoch in range(state["epoch"], s.epochs if not state["stopped"] else 0):
-                if run.should_cancel():
-                    raise JobCancelled(
-                        f"Training cancelled at epoch {epoch} of latent size "
-                        f"{n_z}" + (" (resumes from the last checkpoint)." if f else ".")
-                    )
-                for g in opt.param_groups:
-                    g["lr"] = self._lr(epoch)
-                model.train()
-                perm = torch.as_tensor(
-                    np.random.default_rng([s.seed, n_z, epoch]).permutation(N), device=self.device
+            if s.linear_warmup and (f is None or not f.exists()):
+                opt = self._warmup(model, n_z)
+
+            def report(state, _):
+                run.emit(
+                    {
+                        "latent_dim": n_z,
+                        "epoch": state["epoch"],
+                        "train_loss": state["train_loss"] * self.scale**2,
+                        "best_val_loss": state["best_loss"] * self.scale**2,
+                    }
                 )
-                total = 0.0
-                for i in range(0, N, s.batch_size):
-                    idx = perm[i : i + s.batch_size]
-                    batch, wb = self.c_train[idx], self.w[idx]
-                    # pose-weighted squared error (sec. 6.1), M-weighted via the PCA basis
-                    out = model(self.x_train[idx])
-                    loss = (wb * ((out - batch) ** 2).sum(1)).sum() / wb.sum()
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += float(loss.detach()) * len(idx)
-                self.epochs_run += 1
-                done = state["epoch"] = epoch + 1
-                state["train_loss"] = total / max(N, 1)
-                late = time.perf_counter() > deadline
-                if done % _CHECK_EVERY == 0 or done == s.epochs or late:
-                    loss = self.check_loss(model)
-                    if loss < state["best_loss"] * (1.0 - _MIN_IMPROVEMENT):
-                        state.update(best=_clone(model), best_loss=loss, best_epoch=done)
-                    if done - state["best_epoch"] >= s.patience:
-                        state["stopped"] = "no held-out improvement"
-                    elif late:
-                        state["stopped"] = "time budget"
-                end = done == s.epochs or bool(state["stopped"])
-                if f is not None and (done % s.checkpoint_every == 0 or end):
-                    save_torch_checkpoint(
-                        f, {"model": model.state_dict(), "optimizer": opt.state_dict(), **state}
-                    )
-                now = time.perf_counter()
-                if now - last >= _THROTTLE_S or end:
-                    last = now
-                    run.emit(
-                        {
-                            "latent_dim": n_z,
-                            "epoch": done,
-                            "train_loss": state["train_loss"] * self.scale**2,
-                            "best_val_loss": state["best_loss"] * self.scale**2,
-                        }
-                    )
-                    run.say(
-                        span[0] + (span[1] - span[0]) * done / s.epochs,
-                        f"latent {n_z}: epoch {done}/{s.epochs}",
-                    )
-                if state["stopped"]:
-                    break
-            model.load_state_dict(state["best"])
-            return model, {
-                "epochs_trained": state["epoch"],
-                "best_epoch": state["best_epoch"],
-                "best_val_loss": state["best_loss"] * self.scale**2,
-                "stopped": state["stopped"],
-            }
-        finally:
-            torch.use_deterministic_algorithms(det)
+                run.say(
+                    span[0] + (span[1] - span[0]) * state["epoch"] / s.epochs,
+                    f"latent {n_z}: epoch {state['epoch']}/{s.epochs}",
+                )
+
+            state = nets.fit(
+                model,
+                opt,
+                epochs=s.epochs,
+                epoch=lambda e: self._epoch(model, opt, n_z, e),
+                check=lambda: (self.check_loss(model), None),
+                patience=s.patience,
+                checkpoint=f,
+                checkpoint_every=s.checkpoint_every,
+                should_cancel=run.should_cancel,
+                cancelled=f"latent size {n_z}",
+                report=report,
+                deadline=deadline,
+            )
+        self.epochs_run += state["epochs_run"]
+        return model, {
+            "epochs_trained": state["epoch"],
+            "best_epoch": state["best_epoch"],
+            "best_val_loss": state["best_loss"] * self.scale**2,
+            "stopped": state["stopped"],
+        }
 
     def export(self, model: _DAE, n_p: int) -> tuple[MLP, MLP]:
         """Encoder (k -> n_z) and decoder (n_z -> k, or n_p + n_z -> k when it reads ``p``)
@@ -692,26 +620,8 @@ class _Trainer:
             [p if n_in else np.zeros((len(xn), n_p)), xn[:, n_in:] * self.scale], axis=1
         )
         z_in = np.concatenate([p, z_t], axis=1)
-        for name, a, ref in (
-            ("encoder", enc.forward(full), z_t),
-            ("decoder", dec.forward(z_in)[:, n_p:], y_t),
-        ):
-            err = float(np.max(np.abs(a - ref), initial=0.0)) / (
-                1.0 + float(np.max(np.abs(ref), initial=0.0))
-            )
-            if not err <= _VERIFY_TOL:
-                raise NeuralRomError(
-                    f"The exported {name} differs from the trained network by "
-                    f"{err:.3g} (relative): the export is broken; report this "
-                    "as a bug."
-                )
+        check_export("encoder", enc.forward(full), z_t, _VERIFY_TOL)
+        check_export("decoder", dec.forward(z_in)[:, n_p:], y_t, _VERIFY_TOL)
         z0 = enc.forward(np.zeros(enc.in_dim))
         dec.b[-1] = dec.b[-1] - dec.forward(np.concatenate([np.zeros(n_in), z0]))
         return enc, dec
-
-
-_STATE_KEYS = ("epoch", "best", "best_loss", "best_epoch", "train_loss", "stopped")
-
-
-def _clone(model: nn.Module) -> dict:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}

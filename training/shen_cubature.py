@@ -98,7 +98,7 @@ from torch import nn
 
 from ..core.cubature import optimized_cubature, reduced_element_forces, reduced_forces
 from ..core.methods.common import farthest_points
-from .shen import Sin
+from .nets import Sin
 
 
 class WeightNet(nn.Module):

@@ -430,14 +430,14 @@ from ..core.methods.snp import (
     reference_pose,
 )
 from ..core.methods.snp import save as save_snp_model
-from .autoencoder import build_mlp, to_numpy_mlp
-from .common import (
-    Checkpoints,
-    Report,
-    TrainingBakes,
-    TrainingRun,
+from .common import Checkpoints, Report, TrainingBakes, TrainingRun
+from .nets import (
+    build_mlp,
+    clone_state,
+    copy64,
     load_torch_checkpoint,
     save_torch_checkpoint,
+    to_numpy_mlp,
     torch_device,
     torch_threads,
 )
@@ -1178,7 +1178,7 @@ class _NetTrainer:
         f = self.checkpoints.file("snp_net", ".pt")
         keep = s.keep_best and bool(self.val)
         state = {"epoch": 0, "losses": [], "stopped": "", "best_epoch": 0, "best_val": None}
-        best = _clone_state(net) if keep else None
+        best = clone_state(net) if keep else None
         if keep:  # epoch 0: the initial model alone (the network's last layer is zero)
             state["best_val"] = self.validation_rms(net)
         st = load_torch_checkpoint(f, self.device)
@@ -1212,7 +1212,7 @@ class _NetTrainer:
                 done = state["epoch"] = epoch + 1
                 val = self.validation_rms(net) if keep else None
                 if keep and val < state["best_val"]:
-                    best, state["best_val"], state["best_epoch"] = _clone_state(net), val, done
+                    best, state["best_val"], state["best_epoch"] = clone_state(net), val, done
                 if time.perf_counter() > deadline and done < self.epochs:
                     state["stopped"] = "time budget"
                 end = done == self.epochs or bool(state["stopped"])
@@ -1253,11 +1253,6 @@ class _NetTrainer:
         net = self.plain(net)
         state["dead_units"] = self.dead_units(net)
         return net, state
-
-
-def _clone_state(net: torch.nn.Module) -> dict:
-    """A copy of ``net``'s weights (a state dict of detached clones)."""
-    return {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -1597,7 +1592,7 @@ def _verify_export(net_t, params: SNPParameters, z: np.ndarray, f: np.ndarray) -
     """The exported runtime's rollout (its folded step) over the features ``f`` equals the
     torch network's in float64 (else a bug)."""
     w = params.encoder.encode(f)
-    net64 = _copy64(net_t)
+    net64 = copy64(net_t)
     t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
     with torch.no_grad():
         ref = rollout(
@@ -1619,14 +1614,6 @@ def _verify_export(net_t, params: SNPParameters, z: np.ndarray, f: np.ndarray) -
             f"The exported network's rollout differs from the trained one by {err:.3g} "
             "(relative): the export is broken; report this as a bug."
         )
-
-
-def _copy64(net: torch.nn.Sequential) -> torch.nn.Sequential:
-    """A float64 CPU copy of a ReLU network built by :func:`build_mlp`."""
-    lin = [m for m in net if isinstance(m, torch.nn.Linear)]
-    out = build_mlp([lin[0].in_features] + [m.out_features for m in lin], "relu").double()
-    out.load_state_dict({k: v.to("cpu", torch.float64) for k, v in net.state_dict().items()})
-    return out
 
 
 def train_snp(bakes, out: str | Path, settings: SNPSettings | None = None, **job) -> dict:
