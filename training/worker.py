@@ -5,8 +5,9 @@ that registers a method defined outside the package), ``bakes`` (list of .nrbake
 glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings, validated by its
 record before anything runs), ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash``
 (optional: refuse bakes of another mesh), ``checkpoint_dir`` (optional; default: next to the
-model). torch is imported only by the trainers of methods that need it, so a linear model
-trains with numpy and scipy alone.
+model), ``quiet`` (optional: the result's warnings are not emitted as events; Compare
+Methods' PCA models, of which only the basis is used). torch is imported only by the
+trainers of methods that need it, so a linear model trains with numpy and scipy alone.
 """
 
 from __future__ import annotations
@@ -69,16 +70,20 @@ def bake_inputs(bakes) -> frozenset[str]:
     return frozenset().union(*(t.driven_by() for t in ds.trajectories))
 
 
-def run(spec: dict) -> dict:
+def run(spec: dict, progress=None) -> dict:
+    """Train as ``spec`` says (the module docstring); the training's progress goes to
+    ``progress(fraction, message)`` when given (a comparison's lane), else to this job's
+    progress events."""
     method = registry.get(spec.get("method", "linear"), origin=spec.get("method_origin"))
     settings = method.validate(spec.get("settings"))
     method.check_bake_inputs(bake_inputs(spec["bakes"]))
     out = Path(spec["out"])
     device = resolve_device(spec.get("device") or "auto", method)
-    meter = jobs.Progress(PROGRESS_UNITS)
+    if progress is None:
+        meter = jobs.Progress(PROGRESS_UNITS)
 
-    def progress(fraction: float, message: str) -> None:
-        meter.update(int(round(fraction * PROGRESS_UNITS)), message)
+        def progress(fraction: float, message: str) -> None:
+            meter.update(int(round(fraction * PROGRESS_UNITS)), message)
 
     def metric(values: dict) -> None:
         jobs.emit("metric", values=values)
@@ -94,7 +99,7 @@ def run(spec: dict) -> dict:
         should_cancel=jobs.should_cancel,
         metric=metric,
     )
-    for w in result.get("warnings", []):
+    for w in [] if spec.get("quiet") else result.get("warnings", []):
         jobs.emit("warning", message=w)
     # the trainer's record names the method of the model it wrote: the autoencoder's names
     # the linear model when it kept that (keep_linear); a plug-in's may name none
