@@ -175,7 +175,11 @@ def test_table_numbers_are_each_methods_own_compare(compared):
 def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
     pytest.importorskip("torch", reason="trains the autoencoder in this process")
     obj = compared["obj"]
+    folder = Path(compared["folder"]) / "neural_rom" / "Bar" / "compare_methods"
+    assert any(folder.glob("*.checkpoints"))
     job = _plan(obj, restart=True, processes=1)  # forgotten: both train again, in turn
+    # from the start: a training resuming from its last checkpoint made the same model again
+    assert not any(folder.glob("*.checkpoints")) and not (folder / mc.STATE_FILE).exists()
     calls = []
 
     def cancel_second(spec, progress=None):
