@@ -367,8 +367,10 @@ def run_selftest(spec: dict) -> dict:
     return {"committed": steps, "steps": steps}
 
 
-def run_train(spec: dict) -> dict:
-    """``kind: "train"``: delegated to ``training.worker.run`` (imports torch lazily)."""
+def run_train(spec: dict, progress=None) -> dict:
+    """``kind: "train"``: delegated to ``training.worker.run`` (imports torch lazily);
+    ``progress(fraction, message)``, when given, takes the training's progress instead of
+    this job's events (Compare Methods' lanes)."""
     errors = _sub("core.errors")
     try:
         module = _sub("training.worker")
@@ -381,7 +383,7 @@ def run_train(spec: dict) -> dict:
             f"training needs the Python package {exc.name!r}: install it in the job "
             "interpreter (Preferences > Neural ROM > Python)"
         ) from exc
-    return module.run(spec)
+    return module.run(spec, progress=progress)
 
 
 def run_cloth_bake(spec: dict) -> dict:
@@ -490,32 +492,49 @@ def run_compare_methods(spec: dict) -> dict:
     module's train and compare runners; finished methods are kept in the state file, so a
     cancel keeps them and a re-run resumes after them. With ``lanes`` > 1 the plan's lanes
     train at once, each training in a child worker with one thread (:func:`_train_in_child`);
-    with one lane they train one after another in this process."""
-    jobs = _sub("core.jobs")
-    meter = jobs.Progress(1000)
+    with one lane they train one after another in this process. The trainings' progress is
+    the comparison's (a progress event at most every :data:`COMPARE_PROGRESS_S`)."""
+    jobs, comparejob = _sub("core.jobs"), _sub("core.comparejob")
+    meter = jobs.Progress(1000, min_interval=COMPARE_PROGRESS_S)
+    logged: set[str] = set()
 
     def say(fraction: float, message: str) -> None:
         meter.update(int(1000 * fraction), message)
-        _log(message)
+        stage = message.split(":")[0]  # the log has each stage once, not every epoch
+        if stage not in logged:
+            logged.add(stage)
+            _log(message)
 
     def compare(c: dict) -> dict:
-        return _sub("core.comparejob").compare_with_bake(c, should_cancel=jobs.should_cancel)
+        return comparejob.compare_with_bake(c, should_cancel=jobs.should_cancel)
+
+    def time_steps(specs: list[dict]) -> list[float]:
+        return comparejob.step_times(specs, should_cancel=jobs.should_cancel)
 
     train = run_train
     if int(spec.get("lanes") or 1) > 1:
 
-        def train(child: dict) -> dict:
-            return _train_in_child(child, spec)
+        def train(child: dict, progress=None) -> dict:
+            return _train_in_child(child, spec, progress)
 
     return _sub("core.methodcompare").run_comparison(
-        spec, train=train, compare=compare, say=say, should_cancel=jobs.should_cancel
+        spec,
+        train=train,
+        compare=compare,
+        say=say,
+        should_cancel=jobs.should_cancel,
+        time_steps=time_steps,
     )
 
 
-def _train_in_child(train_spec: dict, parent: dict) -> dict:
+#: Seconds between two of Compare Methods' progress events (its trainings report often).
+COMPARE_PROGRESS_S = 0.25
+
+
+def _train_in_child(train_spec: dict, parent: dict, progress=None) -> dict:
     """Run the train job ``train_spec`` in a child worker with one BLAS and torch thread
     (:data:`core.jobs.ONE_THREAD_ENV`), waiting for it; this worker's cancel is forwarded to
-    it. Returns its result; raises :class:`JobCancelled` when it was cancelled, a
+    it, its progress to ``progress(fraction, message)``. Returns its result; raises :class:`JobCancelled` when it was cancelled, a
     NeuralRomError with its message when it failed (a RuntimeError when it crashed)."""
     jobs, errors = _sub("core.jobs"), _sub("core.errors")
     cancel_file = parent.get("cancel_file")
@@ -537,6 +556,8 @@ def _train_in_child(train_spec: dict, parent: dict) -> dict:
         for event in job.poll():
             if event.get("event") == "warning":
                 jobs.emit("warning", message=f"{child.get('method')}: {event.get('message', '')}")
+            elif event.get("event") == "progress" and progress is not None:
+                progress(float(event.get("fraction") or 0.0), str(event.get("message", "")))
         time.sleep(0.1)
     if job.state == jobs.DONE:
         return job.result or {}

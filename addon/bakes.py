@@ -121,8 +121,8 @@ def make_bake_job(
     """
     from ..core import bake as core_bake
     from ..core import fem
-    from ..core.cage import embedded_material, fill_fractions
     from ..core.files import mesh_hash as cache_mesh_hash
+    from ..core.prepare import prepare_body
     from ..core.scenarios import validate_scenario
 
     s = obj.neural_rom
@@ -178,18 +178,11 @@ def make_bake_job(
         )
     gravity = tuple(scene.gravity) if scene.use_gravity else (0.0, 0.0, 0.0)
     world = TetMesh(X_world, tets.mesh.T, tets.mesh.n_surface_inputs)
-    contact = None
-    if tets.embedding is not None:  # the render surface touches colliders, not the cage
-        F = bm.surface(obj, world=False)[1]
-        # the cage's padding carries no mass or stiffness: only the render mesh's inside
-        # (an open render mesh has no inside and keeps the whole cage's)
-        fill = fill_fractions(world, tets.embedding.apply(world.X), F)
-        if fill is not None:
-            material = embedded_material(material, fill)
-        mass = fem.mass_matrix(X_world, tets.mesh.T, material.density, lumped=True)
-        contact = tets.embedding.contact_points(F, world, mass).to_dict()
+    # an embedded body's render surface, not the cage, touches colliders
+    faces = None if tets.embedding is None else bm.surface(obj, world=False)[1]
+    body = prepare_body(world, material, tets.embedding, faces)
     spec = core_bake.BakeSpec(
-        material=material.to_dict(),
+        **body.spec_fields(),
         scenario=scenario,
         frames=frames,
         dt=scene_dt(scene) if s.dt_from_scene else float(s.dt),
@@ -201,7 +194,6 @@ def make_bake_job(
         colliders=collider_dicts,
         seed=int(s.seed if seed is None else seed),
         variants=int(s.variants if variants is None else variants),
-        contact=contact,
         motion=drawn,
     )
     spec.validate(n_nodes)

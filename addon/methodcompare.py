@@ -16,6 +16,7 @@ not here, the table being that comparison.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import bpy
@@ -83,7 +84,8 @@ def make_compare_methods_job(
     (:func:`..core.methodcompare.estimate_cost`).
 
     ``settings``: method settings applied to each method that has them (e.g. ``epochs`` for
-    a quick look); ``restart`` forgets the finished methods of an earlier comparison;
+    a quick look); ``restart`` forgets the finished methods of an earlier comparison and
+    their trainings' checkpoints (every method trains again from the start);
     ``only`` names the methods to train (the others are listed as not asked for); ``shot``
     names one of the object's bakes that is the user's own shot (e.g. ``bake --motion
     scenario``: the animation as it plays): no method trains on it, every one replays it;
@@ -216,8 +218,10 @@ def make_compare_methods_job(
                 f"Use {use}: '{obj.name}' does not train it ({entry['reason']}); use the "
                 "best, none, or a method the comparison trains."
             )
-    if restart and state.exists():  # the plan is good: forget the finished methods
-        state.unlink()
+    if restart:  # the plan is good: forget the finished methods and their trainings
+        state.unlink(missing_ok=True)
+        for checkpoints in folder.glob("*.checkpoints"):  # else each would resume from its
+            shutil.rmtree(checkpoints)  # last one, the same model: nothing trained again
     needs = {"numpy", "scipy"}
     for e in plan:
         if e["status"] == "run":

@@ -18,6 +18,7 @@ what was compared (a JSON string), so a result that no longer fits is recognised
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from .clothbake import is_cloth_bake, replay_cloth_bake
 from .embedding import render_positions
-from .errors import CacheError, SimulationError
+from .errors import CacheError, JobCancelled, SimulationError
 from .files import ensure_writable_dir, write_npz
 from .simjob import load_model_for, read_render_map
 
@@ -48,7 +49,11 @@ def compare_with_bake(
         ``bake`` (the bake folder) and ``bake_name``, ``bake_mesh_hash`` (the world mesh
         it recorded), ``out`` (the result ``.npz``) and ``key`` (a string stored with it);
         ``memory_steps`` (optional, Compare Methods): also measure the runtime's memory
-        over loading the model and that many steps (:func:`runtime_memory`).
+        over loading the model and that many steps (:func:`runtime_memory`);
+        ``closest_only`` (optional, Compare Methods' PCA at equal DOFs): no replay, the
+        model's closest shapes stand in for it (a FEM bake and a model with closest
+        shapes; else the replay as without it): the file's ``reduced`` and every error
+        are theirs, ``step_ms`` is 0.
     progress : ``progress(done, total)`` after every frame replayed.
     should_cancel : checked before every step; True stops with :class:`JobCancelled`,
         ``out`` as it was.
@@ -72,22 +77,13 @@ def compare_with_bake(
         The model cannot replay the bake (time step) or diverged.
     """
     from .bake import replay_scenario
-    from .cache import BakeCache
     from .compare import closest_shapes, error_stats, replay_bake, vertex_errors
 
     name = str(spec.get("name", "the object"))
     bake_name = str(spec.get("bake_name") or Path(spec["bake"]).stem)
     out = Path(spec["out"])
     ensure_writable_dir(out.parent, "the comparison")
-    try:
-        cache = BakeCache.open(spec["bake"], expect_mesh_hash=spec.get("bake_mesh_hash") or None)
-    except FileNotFoundError as e:
-        raise CacheError(f"Bake '{bake_name}' is missing ({spec['bake']}); re-bake.") from e
-    except CacheError as e:
-        raise CacheError(f"Bake '{bake_name}' cannot be used ({e}); re-bake.") from e
-    if spec.get("mesh_matrix") is not None and "pinned" in cache.extra_names:
-        # a model put on the object's tets replays the bake pinned as the bake was
-        spec = {**spec, "pinned": np.asarray(cache.extra("pinned"), dtype=np.int64).tolist()}
+    cache, spec = _open_bake(spec)
     sim, model = load_model_for(spec)
     # a model put on the object's tets (``mesh_matrix``) runs on the object's world mesh
     runs_on = spec.get("expect_mesh_hash") if spec.get("mesh_matrix") else model.mesh_hash
@@ -99,10 +95,15 @@ def compare_with_bake(
     _, n_surface, emb = read_render_map(spec, len(sim.rest_positions()))
     seconds: list[float] = []
     cloth_shapes: list | None = None
+    has_shapes = callable(getattr(sim, "closest_shape", None))
+    closest_only = bool(spec.get("closest_only")) and has_shapes and not is_cloth_bake(cache.meta)
     try:
-        if is_cloth_bake(cache.meta):  # Blender's cloth: its recorded colliders and frame
+        if closest_only:  # the shapes alone: no dynamics (the PCA models' cubature is a stub)
+            x = np.asarray(cache.channel("positions"), dtype=np.float64)[: int(cache.n_frames)]
+            P = closest_shapes(sim, x)
+        elif is_cloth_bake(cache.meta):  # Blender's cloth: its recorded colliders and frame
             # a driven model's closest shapes are taken in the frame of each step, on the way
-            cloth_shapes = [] if callable(getattr(sim, "closest_shape", None)) else None
+            cloth_shapes = [] if has_shapes else None
             P = replay_cloth_bake(
                 sim,
                 cache,
@@ -128,9 +129,11 @@ def compare_with_bake(
     # The same frames' closest shapes: what the model can represent at best (its shapes),
     # against which the replay's error (its dynamics) is judged.
     shapes = None
-    if cloth_shapes is not None:
+    if closest_only:
+        shapes = stats
+    elif cloth_shapes is not None:
         shapes = error_stats(vertex_errors(np.asarray(cloth_shapes), full))
-    elif callable(getattr(sim, "closest_shape", None)):
+    elif has_shapes:
         shapes = error_stats(
             vertex_errors(render_positions(closest_shapes(sim, x_full), n_surface, emb), full)
         )
@@ -160,6 +163,71 @@ def compare_with_bake(
     }
 
 
+def _open_bake(spec: dict) -> tuple:
+    """The bake of a compare job ``spec`` (a :class:`.cache.BakeCache`) and the spec to load
+    its model with: a model put on the object's tets (``mesh_matrix``) replays the bake
+    pinned as the bake was.
+
+    Raises
+    ------
+    CacheError
+        The bake is missing, or not of the mesh ``bake_mesh_hash``; re-bake.
+    """
+    from .cache import BakeCache
+
+    bake_name = str(spec.get("bake_name") or Path(spec["bake"]).stem)
+    try:
+        cache = BakeCache.open(spec["bake"], expect_mesh_hash=spec.get("bake_mesh_hash") or None)
+    except FileNotFoundError as e:
+        raise CacheError(f"Bake '{bake_name}' is missing ({spec['bake']}); re-bake.") from e
+    except CacheError as e:
+        raise CacheError(f"Bake '{bake_name}' cannot be used ({e}); re-bake.") from e
+    if spec.get("mesh_matrix") is not None and "pinned" in cache.extra_names:
+        spec = {**spec, "pinned": np.asarray(cache.extra("pinned"), dtype=np.int64).tolist()}
+    return cache, spec
+
+
+def _step_inputs(cache, steps: int) -> tuple[list, tuple | None]:
+    """The frame inputs of the bake ``cache``'s first ``steps`` steps, as its replay gives
+    them (:func:`.compare.replay_bake`, :func:`.clothbake.replay_cloth_bake`), and the
+    state they start from (``start_from``'s arguments; None: ``reset``)."""
+    from .bake import replay_scenario
+    from .colliders import Collider
+    from .sim import FrameInputs
+
+    steps = max(1, min(int(steps), int(cache.n_frames) - 1))
+    if is_cloth_bake(cache.meta):
+        shapes = cache.meta.get("colliders") or []
+        C = np.asarray(cache.channel("colliders"), dtype=np.float64) if shapes else None
+        R = np.asarray(cache.channel("reference_frame"), dtype=np.float64)
+        inputs = [
+            FrameInputs(
+                colliders=[
+                    Collider(c["kind"], float(c["radius"]), float(c["half_length"]), C[f, j])
+                    for j, c in enumerate(shapes)
+                ],
+                reference_frame=R[f],
+            )
+            for f in range(1, steps + 1)
+        ]
+        return inputs, None
+    _, driver = replay_scenario(cache)
+    inputs = []
+    for f in range(1, steps + 1):
+        inp = driver.inputs(f)
+        inputs.append(
+            FrameInputs(forces=inp.forces, colliders=inp.colliders, pin_targets=inp.pin_targets)
+        )
+    return inputs, (driver.x0, driver.v0, driver.forces[0])
+
+
+def _restart(sim, start: tuple | None) -> None:
+    if start is None:
+        sim.reset()
+    else:
+        sim.start_from(*start)
+
+
 def runtime_memory(spec: dict, cache, steps: int = 10) -> dict:
     """What the model takes at runtime, as Simulate runs it: the peak of the memory Python
     and numpy allocate (``tracemalloc``: numpy reports its array buffers to it) while the
@@ -174,35 +242,7 @@ def runtime_memory(spec: dict, cache, steps: int = 10) -> dict:
     """
     import tracemalloc
 
-    from .bake import replay_scenario
-    from .colliders import Collider
-    from .sim import FrameInputs
-
-    steps = max(1, min(int(steps), int(cache.n_frames) - 1))
-    if is_cloth_bake(cache.meta):  # the inputs replay_cloth_bake gives, read beforehand
-        shapes = cache.meta.get("colliders") or []
-        C = np.asarray(cache.channel("colliders"), dtype=np.float64) if shapes else None
-        R = np.asarray(cache.channel("reference_frame"), dtype=np.float64)
-        inputs = [
-            FrameInputs(
-                colliders=[
-                    Collider(c["kind"], float(c["radius"]), float(c["half_length"]), C[f, j])
-                    for j, c in enumerate(shapes)
-                ],
-                reference_frame=R[f],
-            )
-            for f in range(1, steps + 1)
-        ]
-        start = None
-    else:  # the inputs replay_bake gives
-        _, driver = replay_scenario(cache)
-        inputs = []
-        for f in range(1, steps + 1):
-            inp = driver.inputs(f)
-            inputs.append(
-                FrameInputs(forces=inp.forces, colliders=inp.colliders, pin_targets=inp.pin_targets)
-            )
-        start = (driver.x0, driver.v0, driver.forces[0])
+    inputs, start = _step_inputs(cache, steps)
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
@@ -211,10 +251,7 @@ def runtime_memory(spec: dict, cache, steps: int = 10) -> dict:
         tracemalloc.reset_peak()
         sim, _ = load_model_for(spec)
         loaded = tracemalloc.get_traced_memory()[0] - base
-        if start is None:
-            sim.reset()
-        else:
-            sim.start_from(*start)
+        _restart(sim, start)
         for inp in inputs:
             sim.step(inp)
             sim.positions()
@@ -223,6 +260,69 @@ def runtime_memory(spec: dict, cache, steps: int = 10) -> dict:
         if not was_tracing:
             tracemalloc.stop()
     return {"peak_bytes": int(peak), "loaded_bytes": int(loaded), "steps": len(inputs)}
+
+
+#: Compare Methods' step timing (:func:`step_times`): rounds in which every model replays
+#: the first :data:`STEP_FRAMES` frames of a held-out bake in turn.
+STEP_ROUNDS = 5
+STEP_FRAMES = 48
+
+
+def step_times(
+    specs: list[dict],
+    *,
+    rounds: int = STEP_ROUNDS,
+    frames: int = STEP_FRAMES,
+    should_cancel: Callable[[], bool] | None = None,
+) -> list[float]:
+    """Milliseconds per step of the model of each compare job spec of ``specs`` (each on its
+    own bake), measured so that a method's number does not depend on when it ran: every
+    model is loaded first, then :func:`interleaved_step_ms` replays the bakes' first
+    ``frames`` frames in ``rounds`` rounds, the models taking turns.
+
+    Raises
+    ------
+    CacheError
+        A bake or a model is missing or foreign (as :func:`compare_with_bake`).
+    JobCancelled
+        ``should_cancel`` said so between two replays.
+    """
+    runs = []
+    for spec in specs:
+        cache, spec = _open_bake(spec)
+        sim, _ = load_model_for(spec)
+        runs.append((sim, *_step_inputs(cache, frames)))
+    return interleaved_step_ms(runs, rounds=rounds, should_cancel=should_cancel)
+
+
+def interleaved_step_ms(
+    runs: list[tuple], *, rounds: int, should_cancel: Callable[[], bool] | None = None
+) -> list[float]:
+    """Each run's step time (ms): in every round each ``(sim, inputs, start)`` of ``runs``
+    replays ``inputs`` from ``start`` (None: ``sim.reset()``) in turn, the first to go
+    rotating from round to round; a run's time is the least over the rounds of its round's
+    median step (each step's own ``wall_time``, as :func:`.compare.replay_bake` times it).
+
+    Why: timed one after another, each model met whatever else the machine ran in its own
+    minute, and a method's ms/step moved 2-4x from one comparison to the next (a jelly's
+    Shen and LiCROM: 2.43 vs 1.43 ms, then 4.18 vs 11.3). Taking turns puts every model
+    in the same minutes; the least round drops the rounds another job slowed, the median
+    within it the single steps.
+    """
+    best = [math.inf] * len(runs)
+    for r in range(max(1, int(rounds))):
+        for k in range(len(runs)):
+            i = (r + k) % len(runs)
+            if should_cancel is not None and should_cancel():
+                raise JobCancelled("Cancelled while timing the models' steps.")
+            sim, inputs, start = runs[i]
+            _restart(sim, start)
+            seconds = []
+            for inp in inputs:
+                seconds.append(float(getattr(sim.step(inp), "wall_time", 0.0)))
+                sim.positions()
+            best[i] = min(best[i], float(np.median(seconds)) if seconds else 0.0)
+    return [1000.0 * b for b in best]
 
 
 def read_result(path: str | Path) -> dict:

@@ -16,8 +16,9 @@ frames) and a need (the record's own default time budget, scaled by the epochs a
 The methods are spread over ``lanes`` processes (the costliest first, each to the least
 loaded lane); in each lane the fixed parts are set aside and the rest is shared in
 proportion to the needs, as each method's ``time_budget``. Several lanes train at once, each
-training in a child worker with one thread (the worker's runner); the replays come after
-every training, one at a time, so their step times are measured on a quiet process.
+training in a child worker with one thread (the worker's runner), each passing its
+training's progress on to the comparison's (weighted by the planned shares, so the bar moves
+while the lanes train). The replays come after every training, one at a time.
 
 Resume: the state file (``<cache dir>/<object>/compare_methods/state.json``, written
 atomically after each training and each method's replays) keeps each finished method's
@@ -25,11 +26,17 @@ training result, model-file stamp and replays under the key of what it was given
 re-run, after a cancel or a crash, keeps every finished method whose key and model file are
 unchanged (a trained one not yet replayed is replayed) and trains only the others. A cancelled comparison thus keeps what it finished.
 
+Step times: timed one method after another, each model met whatever else the machine ran
+in its own minute, and a jelly's Shen and LiCROM swapped places from run to run (2.43 vs
+1.43 ms, then 4.18 vs 11.3). After the replays every model is timed again with the others,
+in turns (:func:`..core.comparejob.step_times`: the least of several rounds, each round's
+median step); the table's ms/step is that.
+
 Recommendation (:func:`recommend`): among the methods that replayed, the lowest mean
 replay error over the held-out bakes; a method within :data:`NEAR_BEST` of it that steps
 at least :data:`CLEARLY_FASTER` times faster is preferred (the difference in error is within
 what another seed or bake moves; a smaller difference in speed is within what the machine's
-load moves, and let the pick flip between runs).
+load still moves).
 """
 
 from __future__ import annotations
@@ -59,6 +66,12 @@ DONE, REFUSED, FAILED, TRAINED = "done", "refused", "failed", "trained"
 
 #: Steps the runtime's memory is measured over (:func:`..core.comparejob.runtime_memory`).
 MEMORY_STEPS = 10
+#: The trainings' part of the comparison's progress (the replays and PCA the rest).
+TRAINING = 0.8
+#: The PCA models at equal DOFs give their closest shapes alone (the basis, whatever the
+#: cubature): one cubature element, not the linear method's fit. At 29 modes on a 10,192-tet
+#: stalk the fit took 83 of the training's 86 s; with this, 2.5 s (load 5-6).
+PCA_SETTINGS = {"max_cubature": 1}
 
 
 #: A method's seconds that no time budget shortens (the job starting, the PCA and the
@@ -270,6 +283,7 @@ def run_comparison(
     compare: Callable[[dict], dict],
     say: Callable[[float, str], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
+    time_steps: Callable[[list[dict]], list[float]] | None = None,
 ) -> dict:
     """Train and replay every method of the plan ``spec`` (from :mod:`..addon.methodcompare`),
     keeping finished ones from the state file.
@@ -290,10 +304,15 @@ def run_comparison(
         (``role`` "held out" or "shot")}``; ``pca``: ``{"train": a linear train job spec,
         "compares": compare job specs}`` (the model and result paths are set per DOF count),
         or None
-    train, compare : run one train / compare job spec (the worker's runners); they raise
-        :class:`JobCancelled` on a cancel. ``train`` is called from several threads at once
-        when there are several lanes.
-    say : ``say(fraction, message)``, progress between the steps
+    train, compare : ``train(spec, progress=)`` and ``compare(spec)`` run one train /
+        compare job spec (the worker's runners); they raise :class:`JobCancelled` on a
+        cancel. ``train`` is called from several threads at once when there are several
+        lanes; it passes its training's progress on as ``progress(fraction, message)``
+        (0..1), which goes into the comparison's, weighted by each method's planned share.
+    say : ``say(fraction, message)``, the comparison's progress (0..1)
+    time_steps : ``time_steps(compare specs) -> ms per step``, each model's step timed
+        with the others' in turns (:func:`..core.comparejob.step_times`), after every
+        replay; the table's ms/step. None: each replay's own median step.
 
     Returns
     -------
@@ -335,6 +354,21 @@ def run_comparison(
     stop = threading.Event()  # a lane was cancelled: the others start nothing more
     cancels: list[JobCancelled] = []
     crashes: list[BaseException] = []
+    # the trainings' share of the bar (0..TRAINING): each method's progress weighted by its
+    # planned seconds, so the lanes training at once move it together
+    weight = {e["method"]: float(e.get("share_s") or 1.0) for e in to_train}
+    trained_part = {name: 0.0 for name in weight}
+
+    def training_progress(entry: dict) -> Callable[[float, str], None]:
+        name, label = entry["method"], entry["label"]
+
+        def progress(fraction: float, message: str) -> None:
+            with lock:  # one lock for the sum and the report: the bar never steps back
+                trained_part[name] = max(trained_part[name], min(max(float(fraction), 0.0), 1.0))
+                done = sum(weight[m] * f for m, f in trained_part.items())
+                _say(TRAINING * done / sum(weight.values()), f"training {label}: {message}")
+
+        return progress
 
     def run_lane(entries: list[dict]) -> None:
         for entry in entries:
@@ -342,10 +376,11 @@ def run_comparison(
             if stop.is_set() or (should_cancel is not None and should_cancel()):
                 stop.set()
                 return
-            say(len(trained) / n * 0.8, f"training {entry['label']}")
+            progress = training_progress(entry)
+            progress(0.0, "starting")
             t0 = time.perf_counter()
             try:
-                result = train(entry["train"])
+                result = train(entry["train"], progress=progress)
             except JobCancelled as exc:
                 with lock:
                     cancels.append(exc)
@@ -359,6 +394,7 @@ def run_comparison(
                         "reason": str(exc),
                     }
                     _write_state(state_path, state)
+                progress(1.0, "failed")
                 continue
             except BaseException as exc:  # a bug: raised in the caller's thread
                 with lock:
@@ -377,6 +413,7 @@ def run_comparison(
                 }
                 _write_state(state_path, state)
                 trained.append(name)
+            progress(1.0, "trained")
 
     lanes: dict[int, list[dict]] = {}
     for entry in to_train:
@@ -397,7 +434,7 @@ def run_comparison(
     if cancels or stop.is_set():
         raise _cancelled(state_path, trained, kept) from (cancels[0] if cancels else None)
 
-    # the replays, one at a time (their step times are the table's)
+    # the replays, one at a time (nothing else running while their memory is measured)
     for i, entry in enumerate(runnable):
         name = entry["method"]
         got = state["methods"].get(name)
@@ -408,7 +445,7 @@ def run_comparison(
         replays = []
         try:
             for j, c in enumerate(entry["compares"]):
-                say(0.8 + 0.15 * i / n, f"{entry['label']} replays {c['bake_name']}")
+                say(TRAINING + 0.13 * i / n, f"{entry['label']} replays {c['bake_name']}")
                 if j == 0:  # the runtime's memory, once per method
                     c = {**c, "memory_steps": MEMORY_STEPS}
                 replays.append({**compare(c), "role": c.get("role", "held out")})
@@ -420,6 +457,8 @@ def run_comparison(
             continue
         got.update(status=DONE, replays=replays)
         _write_state(state_path, state)
+    if time_steps is not None:
+        _time_steps(runnable, state, state_path, time_steps, say, trained, kept)
     pca = spec.get("pca")
     if pca:
         _pca_at_equal_dofs(
@@ -436,6 +475,27 @@ def run_comparison(
             r["method"]: state["methods"][r["method"]]["train"] for r in rows if r["status"] == DONE
         },
     }
+
+
+def _time_steps(runnable, state, state_path, time_steps, say, trained, kept) -> None:
+    """Every replayed method's ms per step, timed with the others in turns on its first
+    held-out bake (the kept methods' too: the table's step times come from the same
+    minutes), written to the state as ``step_ms``."""
+    timed = [
+        (e, next(c for c in e["compares"] if c.get("role", "held out") != "shot"))
+        for e in runnable
+        if state["methods"].get(e["method"], {}).get("status") == DONE
+    ]
+    if not timed:
+        return
+    say(0.93, f"timing the steps of {len(timed)} model(s) in turns")
+    try:
+        ms = time_steps([c for _, c in timed])
+    except JobCancelled as exc:
+        raise _cancelled(state_path, trained, kept) from exc
+    for (entry, _), v in zip(timed, ms):
+        state["methods"][entry["method"]]["step_ms"] = float(v)
+    _write_state(state_path, state)
 
 
 def _cancelled(state_path: Path, trained: list, kept: list) -> JobCancelled:
@@ -458,16 +518,23 @@ def _dofs(entry: dict) -> int:
 
 def _pca_at_equal_dofs(pca, state, state_path, say, should_cancel, train, compare, trained, kept):
     """A linear model with ``k`` = each done method's DOFs: its closest shapes on the same
-    held-out bakes (kept in the state under ``pca``, by DOF count)."""
+    held-out bakes (kept in the state under ``pca``, by DOF count). Only its basis is used:
+    it is trained with one cubature element (:data:`PCA_SETTINGS`) and not replayed
+    (``closest_only``)."""
     wanted = sorted({_dofs(e) for e in state["methods"].values() if e.get("status") == DONE} - {0})
     folder = Path(pca["train"]["out"]).parent
     for d in wanted:
         model = str(folder / f"pca_k{d}.nrmodel")
         base = pca["train"]["settings"]
-        settings = {**base, "k": d, "max_k": max(int(base.get("max_k") or d), d)}
-        job = {**pca["train"], "out": model, "settings": settings}
+        settings = {**base, **PCA_SETTINGS, "k": d, "max_k": max(int(base.get("max_k") or d), d)}
+        job = {**pca["train"], "out": model, "settings": settings, "quiet": True}
         compares = [
-            {**c, "model": model, "out": str(folder / f"pca_k{d}_{Path(c['out']).name}")}
+            {
+                **c,
+                "model": model,
+                "out": str(folder / f"pca_k{d}_{Path(c['out']).name}"),
+                "closest_only": True,
+            }
             for c in pca["compares"]
         ]
         key = _key({"method": f"pca_k{d}", "train": job, "compares": compares})
@@ -527,6 +594,8 @@ def table_rows(plan: list[dict], state: dict) -> list[dict]:
                 **summarize(held),
                 replays=held,
             )
+            if got.get("step_ms") is not None:  # timed in turns (_time_steps)
+                row["step_ms"] = float(got["step_ms"])
             if shot:  # the user's own shot, never trained on
                 row["shot_max_m"] = summarize(shot)["max_m"]
                 row["shot_mean_m"] = summarize(shot)["mean_m"]

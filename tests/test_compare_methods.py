@@ -76,10 +76,10 @@ def _plan(obj, **kw):
     )
 
 
-def _train_in_process(spec):
+def _train_in_process(spec, progress=None):
     from neural_rom import worker
 
-    return worker.run_train(spec)
+    return worker.run_train(spec, progress)
 
 
 def _compare_in_process(spec):
@@ -119,7 +119,14 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
     if table["lanes"] > 1:
         for name in ASKED:
             assert table["models"][name]["result"]["threads"] == 1
+    # ... though the PCA model has one cubature element and is not replayed: its basis alone
     assert linear["pca_max_m"] == pytest.approx(linear["closest_max_m"], rel=1e-9)
+    assert linear["pca_mean_m"] == pytest.approx(linear["closest_mean_m"], rel=1e-9)
+    state = mc.read_state(
+        compared["folder"] / "neural_rom" / "Bar" / "compare_methods" / mc.STATE_FILE
+    )
+    pca = state["pca"][str(linear["dofs"])]
+    assert [r["step_ms"] for r in pca["replays"]] == [0.0] * len(pca["replays"])
     rec = table["recommendation"]
     assert rec["method"] in ASKED and rows[rec["method"]]["label"] in rec["reason"]
     assert compared["obj"].neural_rom.model.method == rec["method"]
@@ -168,14 +175,18 @@ def test_table_numbers_are_each_methods_own_compare(compared):
 def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
     pytest.importorskip("torch", reason="trains the autoencoder in this process")
     obj = compared["obj"]
+    folder = Path(compared["folder"]) / "neural_rom" / "Bar" / "compare_methods"
+    assert any(folder.glob("*.checkpoints"))
     job = _plan(obj, restart=True, processes=1)  # forgotten: both train again, in turn
+    # from the start: a training resuming from its last checkpoint made the same model again
+    assert not any(folder.glob("*.checkpoints")) and not (folder / mc.STATE_FILE).exists()
     calls = []
 
-    def cancel_second(spec):
+    def cancel_second(spec, progress=None):
         calls.append(spec["method"])
         if spec["method"] == "autoencoder":
             raise JobCancelled("cancelled by the test")
-        return _train_in_process(spec)
+        return _train_in_process(spec, progress)
 
     with pytest.raises(JobCancelled, match="re-run resumes") as info:
         mc.run_comparison(job, train=cancel_second, compare=_compare_in_process)
@@ -189,8 +200,14 @@ def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
 
     calls.clear()
     again = _plan(obj)
-    result = mc.run_comparison(again, train=_count(calls), compare=_compare_in_process)
+    said = []
+    result = mc.run_comparison(
+        again, train=_count(calls), compare=_compare_in_process, say=lambda *a: said.append(a)
+    )
     assert result["kept"] == ["linear"] and result["trained"] == ["autoencoder"]
+    # the autoencoder's own progress (its trainer's messages) moved the comparison's bar
+    own = [f for f, m in said if m.startswith("training Autoencoder") and m[-8:] != "starting"]
+    assert len({f for f in own if 0 < f < mc.TRAINING}) >= 3, said
     assert {r["method"]: r["status"] for r in result["rows"]}["linear"] == mc.DONE
     # linear not trained again (the PCA of the autoencoder's size is, to its own file)
     assert calls[0] == "autoencoder.nrmodel" and "linear.nrmodel" not in calls
@@ -198,9 +215,9 @@ def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):
 
 
 def _count(calls):
-    def train(spec):
+    def train(spec, progress=None):
         calls.append(Path(spec["out"]).name)
-        return _train_in_process(spec)
+        return _train_in_process(spec, progress)
 
     return train
 

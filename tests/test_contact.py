@@ -17,6 +17,7 @@ from neural_rom.core.errors import SimulationError
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.methods.common import subspace_arguments, subspace_payload, surface_sample
 from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.prepare import prepare_body
 from neural_rom.core.sim import FrameInputs, SimSettings, Simulation, boundary_vertices
 
 from .test_reduced import full_basis
@@ -194,11 +195,9 @@ def test_render_contact_points_carry_the_body_mass_by_area():
 def _filled_ball(**kw):
     """:func:`_ball` whose cage tets weigh (and resist) by how much of the ball they hold."""
     mesh, emb, _, _ = _ball(**kw)
-    V, F = surface.icosphere(0.5, kw.get("subdivisions", 2))
-    V = V + np.array([0.0, 0.0, 0.5 + kw.get("height", 0.05)])
-    material = embedded_material(FLESH, fill_fractions(mesh, V, F))
-    mass = fem.mass_matrix(mesh.X, mesh.T, material.density, lumped=True)
-    return mesh, emb, emb.contact_points(F, mesh, mass), material
+    F = surface.icosphere(0.5, kw.get("subdivisions", 2))[1]
+    body = prepare_body(mesh, FLESH, emb, F)
+    return mesh, emb, body.contact, body.material
 
 
 def _drop(mesh, emb, pts, material, frames=16, **spec):

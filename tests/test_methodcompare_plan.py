@@ -1,6 +1,8 @@
 """Compare Methods' time budget planned across the methods and the cores (issue 25): the
 planner as a pure function, and the lanes of :func:`core.methodcompare.run_comparison`
-by what they observably do (trainings overlap, a cancel keeps what finished), not by time.
+by what they observably do (trainings overlap, a cancel keeps what finished, their progress
+moves the comparison's), not by time; the step timing in turns on a simulated machine
+whose load comes and goes (:func:`core.comparejob.interleaved_step_ms`), not by a clock.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def _compare(c: dict) -> dict:
 class Trainer:
     """Fake trainings that record how many ran at once; ``meet`` makes the named ones wait
     (up to 60 s) until another is running beside them: with lanes they meet, without they
-    could not."""
+    could not. Each reports its progress at a quarter, half and three quarters."""
 
     def __init__(self, meet=(), cancel=()):
         self.lock = threading.Lock()
@@ -138,8 +140,11 @@ class Trainer:
         self.meet, self.cancel = set(meet), set(cancel)
         self.other = threading.Event()
 
-    def __call__(self, spec: dict) -> dict:
+    def __call__(self, spec: dict, progress=None) -> dict:
         name = spec["method"]
+        for f in (0.25, 0.5, 0.75):
+            if progress is not None:
+                progress(f, f"epoch {int(4 * f)}/4")
         with self.lock:
             self.calls.append(name)
             self.running += 1
@@ -195,17 +200,46 @@ def test_a_cancel_in_one_lane_keeps_what_the_lanes_finished(tmp_path):
 # ------------------------------------------------- a lane's training in its child worker
 
 
+@pytest.mark.parametrize("lanes", [{"a": 0, "b": 0, "c": 0}, {"a": 0, "b": 1, "c": 1}])
+def test_the_trainings_progress_moves_the_comparisons_bar(tmp_path, lanes):
+    """Session 11's bar moved once per method. Each training's progress now goes into the
+    comparison's, weighted by the methods' planned shares (a: 10 s, b: 30 s, c: 60 s): the
+    bar passes through the weighted sums of the trainings' fractions, never steps back,
+    reaches the trainings' part (TRAINING) when they end, and says which method and epoch."""
+    spec = _spec(tmp_path, lanes)
+    shares = {"a": 10.0, "b": 30.0, "c": 60.0}
+    for e in spec["methods"]:
+        e["share_s"] = shares[e["method"]]
+    said = []
+    mc.run_comparison(spec, train=Trainer(), compare=_compare, say=lambda f, m: said.append((f, m)))
+    training = [(f, m) for f, m in said if m.startswith("training ")]
+    fractions = [f for f, _ in training]
+    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(mc.TRAINING)
+    # every quarter of every method is a step of the bar (9 inside the trainings, each
+    # weighted by its share: 0.8 x 0.25 x 10 / 100 = 0.005 is the smallest)
+    inside = {round(f, 9) for f in fractions} - {0.0, round(mc.TRAINING, 9)}
+    assert len(inside) >= 9 and min(inside) == pytest.approx(mc.TRAINING * 0.25 * 10 / 100)
+    if len(set(lanes.values())) == 1:  # one lane: a's quarters, then b's on top of a whole
+        assert mc.TRAINING * (10 + 0.5 * 30) / 100 in [pytest.approx(f) for f in fractions]
+    assert "training C: epoch 2/4" in {m for _, m in training}
+    assert all(f >= mc.TRAINING for f, m in said[said.index(training[-1]) + 1 :])
+
+
 def test_a_lanes_child_worker_returns_fails_and_cancels(tmp_path, monkeypatch):
     """What :func:`worker._train_in_child` gives the lanes, on the worker's self-test job:
-    the child's result; its error as a NeuralRomError with its message; and this worker's
-    cancel forwarded to the child, which stops at its next safe point (long before its 1000
-    steps of 20 ms), as a JobCancelled."""
+    the child's result and its progress, passed on; its error as a NeuralRomError with its
+    message; and this worker's cancel forwarded to the child, which stops at its next safe
+    point (long before its 1000 steps of 20 ms), as a JobCancelled."""
     from neural_rom import worker
     from neural_rom.core import jobs
 
     parent = {"log_dir": str(tmp_path)}
-    got = worker._train_in_child({"kind": "selftest", "method": "ok", "steps": 2}, parent)
+    seen = []
+    got = worker._train_in_child(
+        {"kind": "selftest", "method": "ok", "steps": 2}, parent, lambda f, m: seen.append((f, m))
+    )
     assert got == {"committed": 2, "steps": 2}
+    assert seen == [(0.5, "step 1/2"), (1.0, "step 2/2")]
     with pytest.raises(NeuralRomError, match="simulated user error at step 1: change the input"):
         worker._train_in_child({"kind": "selftest", "method": "bad", "error_at": 1}, parent)
     monkeypatch.setattr(jobs, "should_cancel", lambda: True)
@@ -231,3 +265,98 @@ def test_the_recommendation_takes_a_near_best_method_only_when_it_is_clearly_fas
     assert rec["method"] == "licrom" and "faster per step" in rec["reason"]
     far = row("snp", NEAR_BEST * 0.010 * 1.01, 0.01)  # 300x faster but not near the best
     assert recommend([best, far])["method"] == "shen"
+
+
+# ------------------------------------------ the step timing, on a machine whose load moves
+
+
+class Machine:
+    """A simulated clock and its load: ``busy`` (start, end, slowdown) spans in which
+    another job slows every step that starts there."""
+
+    def __init__(self, busy=()):
+        self.now, self.busy = 0.0, list(busy)
+
+    def run(self, seconds: float) -> float:
+        slow = max([s for a, b, s in self.busy if a <= self.now < b] or [1.0])
+        self.now += seconds * slow
+        return seconds * slow
+
+
+class FakeSim:
+    """A model whose steps cost ``cost`` seconds each on a quiet machine (``cost[i % 2]``:
+    two kinds of frame) and whose state must be restarted before a replay."""
+
+    def __init__(self, machine: Machine, cost: tuple[float, float]):
+        self.machine, self.cost, self.f = machine, cost, None
+
+    def reset(self):
+        self.f = 0
+
+    def start_from(self, x0, v0, f0):
+        self.f = 0
+
+    def step(self, inputs):
+        assert self.f is not None, "stepped before reset or start_from"
+        seconds = self.machine.run(self.cost[self.f % 2])
+        self.f += 1
+        return type("Report", (), {"wall_time": seconds})()
+
+    def positions(self):
+        return None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_steps_timed_in_turns_drop_the_load_that_fell_on_one_method(seed):
+    """Three models with two kinds of frame (3 and 1 ms; 2 ms; 1.2 and 1.6 ms: medians 2,
+    2 and 1.4 ms). Other jobs slow the machine 2-6x for stretches of 50-100 ms at random
+    times, each stretch shorter than a round (about 270 ms): some round of every model's
+    is quiet, so the times in turns are the quiet medians exactly, and the ranking holds.
+    Timed one after another with one replay each (the comparison before), the same load
+    moves a model's time by its slowdown."""
+    from neural_rom.core.comparejob import interleaved_step_ms
+
+    rng = np.random.default_rng(seed)
+    costs = [(0.003, 0.001), (0.002, 0.002), (0.0012, 0.0016)]
+    frames = 48
+    busy = []
+    t = float(rng.uniform(0.0, 0.05))
+    while t < 2.0:  # 5 rounds of ~0.27 s, slowed: within 2 s of simulated time
+        length = float(rng.uniform(0.05, 0.1))
+        busy.append((t, t + length, float(rng.uniform(2.0, 6.0))))
+        t += length + float(rng.uniform(0.3, 0.6))
+    machine = Machine(busy)
+    runs = [(FakeSim(machine, c), [None] * frames, (None, None, None)) for c in costs]
+    got = interleaved_step_ms(runs, rounds=5)
+    assert got == pytest.approx([2.0, 2.0, 1.4], rel=1e-9)
+    # one replay each, one after another (the comparison before), and a stretch of load
+    # that fell on the first model's replay (48 steps of 8 ms): its time is the slowed one
+    machine = Machine([(0.0, 0.38, 4.0)])
+    once = interleaved_step_ms(
+        [(FakeSim(machine, c), [None] * frames, None) for c in costs], rounds=1
+    )
+    assert once[0] == pytest.approx(4 * 2.0) and once[1:] == pytest.approx([2.0, 1.4])
+
+
+def test_the_table_takes_the_step_times_in_turns_for_every_replayed_method(tmp_path):
+    """``time_steps`` gets one held-out compare spec per replayed method (a kept one too:
+    all are timed in the same minutes), and the table's ms/step is its answer; a method that
+    failed is not timed. Without ``time_steps`` the replays' own median is kept."""
+    spec = _spec(tmp_path, {"a": 0, "b": 0})
+    asked = []
+
+    def time_steps(specs):
+        asked.append([c["out"] for c in specs])
+        return [7.0, 0.5][: len(specs)]
+
+    rows = mc.run_comparison(spec, train=Trainer(), compare=_compare, time_steps=time_steps)["rows"]
+    assert asked == [[str(tmp_path / "a_v1.npz"), str(tmp_path / "b_v1.npz")]]
+    assert [r["step_ms"] for r in rows] == [7.0, 0.5]
+    assert mc.read_state(spec["state"])["methods"]["b"]["step_ms"] == 0.5
+    # a re-run keeps both methods and times both again
+    rows = mc.run_comparison(spec, train=Trainer(), compare=_compare, time_steps=time_steps)["rows"]
+    assert len(asked) == 2 and asked[1] == asked[0]
+    (tmp_path / "plain").mkdir()
+    plain = _spec(tmp_path / "plain", {"a": 0})
+    rows = mc.run_comparison(plain, train=Trainer(), compare=_compare)["rows"]
+    assert rows[0]["step_ms"] == _compare({})["step_ms"]

@@ -5,9 +5,11 @@ that registers a method defined outside the package), ``bakes`` (list of .nrbake
 glob), ``out`` (the .nrmodel path), ``settings`` (the method's settings, checked by its
 record once, here, before anything runs: :meth:`.run.TrainingRun.from_spec`), ``device``
 (``"auto"``, ``"cpu"``, ``"cuda"``), ``mesh_hash`` (optional: refuse bakes of another mesh),
-``checkpoint_dir`` (optional; default: next to the model). The trainer gets the run
-(``train(run)``; one of the older signature its fields). torch is imported only by the
-trainers of methods that need it, so a linear model trains with numpy and scipy alone.
+``checkpoint_dir`` (optional; default: next to the model), ``quiet`` (optional: the
+result's warnings are not emitted as events; Compare Methods' PCA models, of which only the
+basis is used). The trainer gets the run (``train(run)``; one of the older signature its
+fields). torch is imported only by the trainers of methods that need it, so a linear model
+trains with numpy and scipy alone.
 """
 
 from __future__ import annotations
@@ -71,14 +73,18 @@ def bake_inputs(bakes) -> frozenset[str]:
     return frozenset().union(*(t.driven_by() for t in ds.trajectories))
 
 
-def run(spec: dict) -> dict:
+def run(spec: dict, progress=None) -> dict:
+    """Train as ``spec`` says (the module docstring); the training's progress goes to
+    ``progress(fraction, message)`` when given (a comparison's lane), else to this job's
+    progress events."""
     method = registry.get(
         spec.get("method") or registry.baseline().name, origin=spec.get("method_origin")
     )
-    meter = jobs.Progress(PROGRESS_UNITS)
+    if progress is None:
+        meter = jobs.Progress(PROGRESS_UNITS)
 
-    def progress(fraction: float, message: str) -> None:
-        meter.update(int(round(fraction * PROGRESS_UNITS)), message)
+        def progress(fraction: float, message: str) -> None:
+            meter.update(int(round(fraction * PROGRESS_UNITS)), message)
 
     def metric(values: dict) -> None:
         jobs.emit("metric", values=values)
@@ -90,7 +96,7 @@ def run(spec: dict) -> dict:
     method.check_bake_inputs(bake_inputs(spec["bakes"]))
     device = job.device = resolve_device(job.device, method)
     result = method.run_function()(job)
-    for w in result.get("warnings", []):
+    for w in [] if spec.get("quiet") else result.get("warnings", []):
         jobs.emit("warning", message=w)
     # the trainer's record names the method of the model it wrote: the autoencoder's names
     # the linear model when it kept that (keep_linear); a plug-in's may name none
