@@ -41,7 +41,7 @@ sizes of trained models, random weights), the issue's speed goal (>= 30x full sp
 10 + 5 DOFs, decoder derivatives < 2 ms per step).
 ``--cubature`` compares, on a trained Shen model's subspace (:func:`cubature_table`), the
 greedy cubature, the neural weights ``W`` on its elements, the elements the selection network
-``S`` picks with NNLS weights and with ``W`` (:mod:`training.shen_cubature`), beside the
+``S`` picks with NNLS weights and with ``W`` (:mod:`training.shen.cubature`), beside the
 paper's Table 1, and replays the held-out bakes with each rule.
 One process, one thread (BLAS and torch), torch on the CPU.
 """
@@ -486,18 +486,18 @@ def cubature_table(
     spread: int = 4,
     replay_counts=(20, 50, 100),
 ) -> tuple[list[dict], dict]:
-    """Greedy (optimized) against neural cubature (:mod:`training.shen_cubature`: ``W`` on the
+    """Greedy (optimized) against neural cubature (:mod:`training.shen.cubature`: ``W`` on the
     greedy's elements, ``S``'s elements with NNLS weights and with ``W``) on the forces of a
     trained Shen model's subspace: relative reduced-force error on the held-out bakes' frames
     as the model reproduces them, at each element count; at ``replay_counts`` the held-out
     replay error of the model with each rule (:func:`cubature_replays`). Returns the rows of
-    :func:`training.shen_cubature.compare_cubatures` (with ``replay``) and the replays of
+    :func:`training.shen.cubature.compare_cubatures` (with ``replay``) and the replays of
     the model's own rule and of every element (the reference)."""
     from neural_rom.core.cache import BakeDataset
     from neural_rom.core.fem import TetFEM
     from neural_rom.core.registry import load_simulator
     from neural_rom.training.run import even_indices
-    from neural_rom.training.shen_cubature import compare_cubatures
+    from neural_rom.training.shen.cubature import compare_cubatures
 
     sim = load_simulator(model)[0]
     ds = BakeDataset.open([str(p) for p in paths])
@@ -541,7 +541,7 @@ def cubature_table(
 
 
 class _PoseWeights:
-    """A Shen simulator whose cubature weights a :class:`training.shen_cubature.WeightNet`
+    """A Shen simulator whose cubature weights a :class:`training.shen.cubature.WeightNet`
     sets from the pose ``c_n`` at the start of each step (lagged by the step: the Newton
     matrix does not see ``dw/dc``), times ``scale``; everything else is the simulator's."""
 

@@ -1,4 +1,4 @@
-"""training/shen_cubature.py: the paper's neural cubature (Shen et al. 2021, sec. 5), the
+"""training/shen/cubature.py: the paper's neural cubature (Shen et al. 2021, sec. 5), the
 selection network ``S`` on the element graph trained with the weight network ``W``.
 
 A small clamped bar (6 x 2 x 2 cells, 144 tets), its six lowest vibration modes as the basis
@@ -16,7 +16,7 @@ from neural_rom.core.cubature import Cubature, cubature_error
 from neural_rom.core.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.grid import grid_tetmesh
 from neural_rom.core.subspace import modal_basis
-from neural_rom.training.shen_cubature import (
+from neural_rom.training.shen.cubature import (
     SelectionNet,
     _coords,
     _normalized,
@@ -149,7 +149,7 @@ def test_training_s_lowers_its_loss_and_w_does_not_do_worse_than_its_start(bar):
     than untrained S (eq. 21); the trained S+W rule's error is at most that of its starting
     point (the NNLS weights of S's elements), and its weights are >= 0 for every pose, even
     far outside the training poses."""
-    from neural_rom.training.shen_cubature import _nnls_weights, train_weight_net
+    from neural_rom.training.shen.cubature import _nnls_weights, train_weight_net
 
     A, b, c = bar["A"], bar["b"], bar["c"]
     el = bar["out"][0]["elements"]
@@ -203,7 +203,7 @@ def test_weight_net_starts_at_the_greedy_rule_and_fits_no_worse(bar):
     (squared output, zero last layer), non-negative always; trained, its error on the poses
     it fits is no worse than the greedy rule's."""
     from neural_rom.core.cubature import optimized_cubature
-    from neural_rom.training.shen_cubature import train_weight_net
+    from neural_rom.training.shen.cubature import train_weight_net
 
     fem, U, poses = bar["fem"], bar["U"], bar["poses"]
     cub = optimized_cubature(fem, U, poses[:40], target=1e-9, max_elements=8)

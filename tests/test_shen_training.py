@@ -1,4 +1,4 @@
-"""Shen 2021 training (training/shen.py): the filter folded into the exported networks
+"""Shen 2021 training (training/shen): the filter folded into the exported networks
 (U^T M D = 0), the export against torch, the sin initialization's smoothness, the pose
 weights, resume after a cancel, and a trained model stepped by the runtime against the
 torch model."""

@@ -92,7 +92,7 @@ class Sin(nn.Module):
 
 def sin_mlp(sizes: list[int], omega: float) -> nn.Sequential:
     """Linear layers with ``sin(omega .)`` between them (none after the last), initialized
-    uniform in ``+- sqrt(3 / fan_in)`` (Shen 2021; training/shen.py's docstring, point 4)."""
+    uniform in ``+- sqrt(3 / fan_in)`` (Shen 2021; training/shen's docstring, point 4)."""
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
         lin = nn.Linear(a, b)
