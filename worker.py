@@ -64,7 +64,7 @@ def _sub(name: str):
 
 def _committed(paths: list[Path], mesh_hash: str | None) -> list[dict]:
     """Frames committed in each bake file that exists (the part a cancel or crash keeps)."""
-    cache = _sub("core.cache")
+    cache = _sub("core.data.cache")
     out = []
     for path in paths:
         if not path.exists():
@@ -111,7 +111,7 @@ def run_bake(spec: dict) -> dict:
     they were), ``processes``, ``shard``, ``out_dir``, ``name``, ``mesh_hash``.
     """
     jobs, errors = _sub("core.jobs"), _sub("core.errors")
-    bake, meshfile = _sub("core.bake"), _sub("core.meshfile")
+    bake, meshfile = _sub("core.bake"), _sub("core.data.meshfile")
     for key in ("mesh", "spec", "out_dir", "name"):
         if key not in spec:
             raise errors.NeuralRomError(f'the bake job spec has no "{key}": re-create the job')
@@ -132,8 +132,8 @@ def run_bake(spec: dict) -> dict:
     restart = bool(spec.get("restart", False))
     mine = [k for k in range(int(bake_spec.variants)) if k % shard[1] == shard[0]]
     paths = [bake.variant_path(out_dir, name, k) for k in mine]
-    mesh_hash = _sub("core.files").mesh_hash(mesh.X, mesh.T)
-    _sub("core.files").ensure_writable_dir(out_dir, "bakes")
+    mesh_hash = _sub("core.data.files").mesh_hash(mesh.X, mesh.T)
+    _sub("core.data.files").ensure_writable_dir(out_dir, "bakes")
 
     # What each variant keeps, said up front (progress and log) and in the result.
     resumed, kept = {}, []
@@ -417,7 +417,7 @@ def run_tetrahedralize(spec: dict) -> dict:
     """
     import numpy as np
 
-    jobs, errors, tetjob = _sub("core.jobs"), _sub("core.errors"), _sub("core.tetjob")
+    jobs, errors, tetjob = _sub("core.jobs"), _sub("core.errors"), _sub("core.jobs.tetrahedralize")
     folder = Path(spec["folder"])
     name = str(spec["name"])
     meter = jobs.Progress(3)
@@ -471,7 +471,7 @@ def run_simulate(spec: dict) -> dict:
     Spec keys: see :func:`core.simjob.simulate_to_pc2`. Result: ``path``, ``frames``,
     ``frame_start``, ``step_ms``; cancelled: ``path`` and ``written`` False.
     """
-    return _frames_job(_sub("core.simjob").simulate_to_pc2, spec, "simulated")
+    return _frames_job(_sub("core.jobs.simulate").simulate_to_pc2, spec, "simulated")
 
 
 def run_compare(spec: dict) -> dict:
@@ -483,7 +483,7 @@ def run_compare(spec: dict) -> dict:
     ``frames``, ``max``, ``mean``, ``rms``, ``step_ms``, ``diagonal``, ``closest_max``,
     ``closest_mean``, ``closest_rms``; cancelled: ``written`` False.
     """
-    return _frames_job(_sub("core.comparejob").compare_with_bake, spec, "replayed")
+    return _frames_job(_sub("core.jobs.compare").compare_with_bake, spec, "replayed")
 
 
 def run_compare_methods(spec: dict) -> dict:
@@ -494,7 +494,7 @@ def run_compare_methods(spec: dict) -> dict:
     train at once, each training in a child worker with one thread (:func:`_train_in_child`);
     with one lane they train one after another in this process. The trainings' progress is
     the comparison's (a progress event at most every :data:`COMPARE_PROGRESS_S`)."""
-    jobs, comparejob = _sub("core.jobs"), _sub("core.comparejob")
+    jobs, comparejob = _sub("core.jobs"), _sub("core.jobs.compare")
     meter = jobs.Progress(1000, min_interval=COMPARE_PROGRESS_S)
     logged: set[str] = set()
 
@@ -517,7 +517,7 @@ def run_compare_methods(spec: dict) -> dict:
         def train(child: dict, progress=None) -> dict:
             return _train_in_child(child, spec, progress)
 
-    return _sub("core.methodcompare").run_comparison(
+    return _sub("core.jobs.compare_methods").run_comparison(
         spec,
         train=train,
         compare=compare,
@@ -589,26 +589,26 @@ def run_face_setup(spec: dict) -> dict:
     shape keys) built from the meshes the add-on gathered and written as a face file
     (:func:`core.facejob.setup_face`); a failure writes nothing."""
     jobs = _sub("core.jobs")
-    return _sub("core.facejob").setup_face(spec, progress=_face_meter(jobs, 2))
+    return _sub("core.jobs.face").setup_face(spec, progress=_face_meter(jobs, 2))
 
 
 def run_face_demo(spec: dict) -> dict:
     """``kind: "face_demo"``: the procedural demo head and its simulated expressions written
     as a face file (:func:`core.facejob.demo_face`)."""
     jobs = _sub("core.jobs")
-    return _sub("core.facejob").demo_face(spec, progress=_face_meter(jobs, 2))
+    return _sub("core.jobs.face").demo_face(spec, progress=_face_meter(jobs, 2))
 
 
 def run_face_simulate(spec: dict) -> dict:
     """``kind: "face_simulate"``: Bake Simulation of a face, its skin written as a PC2
     (:func:`core.facejob.simulate_face_to_pc2`); a cancel leaves the previous PC2."""
-    return _frames_job(_sub("core.facejob").simulate_face_to_pc2, spec, "simulated")
+    return _frames_job(_sub("core.jobs.face").simulate_face_to_pc2, spec, "simulated")
 
 
 def run_face_fit_key(spec: dict) -> dict:
     """``kind: "face_fit_key"``: a face model's latent code fitted to a sculpted key
     (:func:`core.facejob.fit_key`); writes nothing."""
-    return _sub("core.facejob").fit_key(spec)
+    return _sub("core.jobs.face").fit_key(spec)
 
 
 #: Job kind -> handler. Import heavy modules inside the handler, never here.

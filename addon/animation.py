@@ -9,7 +9,7 @@ from __future__ import annotations
 import bpy
 import numpy as np
 
-from ..core.clothbake import rigid
+from ..core.kinds.cloth.source import rigid
 from . import blender_mesh as bm
 
 

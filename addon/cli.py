@@ -586,7 +586,7 @@ def _add_device_option(parser: argparse.ArgumentParser) -> None:
 def _scenarios_epilog() -> str:
     """The scenarios with their default parameters, units and automatic sizes (from
     :func:`core.scenarios.defaults_help`, so the help says what the code does)."""
-    from ..core.scenarios import defaults_help
+    from ..core.bake.scenarios import defaults_help
 
     return "scenarios (parameter = default unit: meaning):\n\n" + textwrap.indent(
         defaults_help(), "  "
@@ -1170,7 +1170,7 @@ def _error_line(row: dict, prefix: str) -> str:
 
 
 def cmd_compare(args) -> int:
-    from ..core.files import ensure_writable_dir, json_default, write_atomic
+    from ..core.data.files import ensure_writable_dir, json_default, write_atomic
     from . import compare, jobs
 
     scene = bpy.context.scene
@@ -1217,8 +1217,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_compare_methods(args) -> int:
-    from ..core.files import ensure_writable_dir, json_default, write_atomic
-    from ..core.methodcompare import table_text
+    from ..core.data.files import ensure_writable_dir, json_default, write_atomic
+    from ..core.jobs.compare_methods import table_text
     from . import jobs, methodcompare
 
     if not (args.budget > 0):

@@ -40,11 +40,11 @@ import bpy
 import numpy as np
 from mathutils import Matrix
 
-from ..core import clothbake as cb
 from ..core import jobs
-from ..core import motion as mo
-from ..core.cache import BakeCache, BakeWriter
+from ..core.bake import motion as mo
+from ..core.data.cache import BakeCache, BakeWriter
 from ..core.errors import CacheError, JobCancelled, NeuralRomError
+from ..core.kinds.cloth import source as cb
 from . import blender_mesh as bm
 from .animation import owner_animation, owner_frame, sample_frames
 

@@ -198,7 +198,7 @@ def _model_split(obj: bpy.types.Object) -> tuple[list[Path], set[int]] | None:
     """The bakes the object's model was trained with (as recorded in the model file:
     ``bakes``) and the indices of those it held out (``validation_trajectories``); None
     when the model file records no split."""
-    from ..core.modelfile import read_metadata
+    from ..core.data.modelfile import read_metadata
 
     meta = read_metadata(paths.load_path(obj.neural_rom.model.path))
     given, held = meta.get("bakes"), meta.get("validation_trajectories")
@@ -285,7 +285,7 @@ def bakes_to_compare(
 
 
 def _read(obj: bpy.types.Object, rec, path: Path) -> Comparison:
-    from ..core.comparejob import read_result
+    from ..core.jobs.compare import read_result
 
     r = read_result(path)
     if r["key"] != _key(obj, rec):

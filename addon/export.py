@@ -18,8 +18,8 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ..core.data.files import job_folder
 from ..core.errors import NeuralRomError
-from ..core.files import job_folder
 from . import blender_mesh as bm
 from . import simulate
 from .bakes import RenderMap, find_bake, stop_playback
@@ -62,7 +62,7 @@ def export_onnx(
     mesh). Returns the graph's description (inputs, outputs, metadata). Runs here, not in a
     worker: it takes a fraction of a second, and needs the ``onnx`` package in this Python
     (the message says so when it is missing)."""
-    from ..core.onnxgraph import export_onnx as write_onnx
+    from ..core.data.onnx import export_onnx as write_onnx
 
     model, mesh_hash, _ = simulate.check_model(obj, scene)
     if path is None:
@@ -87,7 +87,7 @@ def export_pc2(
     plays back in place under an animated transform. Playback, if on, is stopped: the
     modifier now shows the bake.
     """
-    from ..core.pc2 import write_pc2
+    from ..core.data.pc2 import write_pc2
 
     rec = find_bake(obj, bake_path)
     rm = RenderMap(obj, rec)
@@ -162,7 +162,7 @@ def make_simulation_job(
     dict: ``kind`` "simulate", the spec of :func:`..core.simjob.simulate_to_pc2`,
     ``folder`` (the job folder) and ``log_dir``.
     """
-    from ..core.simjob import TRACK_FILE, write_track
+    from ..core.jobs.simulate import TRACK_FILE, write_track
     from . import face
 
     scene = scene or scene_of(obj)

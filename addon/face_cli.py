@@ -33,7 +33,7 @@ def add_parsers(sub, common, command) -> None:
         metavar="M",
         help="lattice cell edge in metres (default: the object's; 0: the skin's tallest side / 12)",
     )
-    from ..core.faceinputs import MARKER_LAYOUTS
+    from ..core.kinds.face.inputs import MARKER_LAYOUTS
 
     mk = command(
         sub,

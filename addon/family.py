@@ -293,7 +293,7 @@ def edited_rest(obj: bpy.types.Object, scene: bpy.types.Scene, driver) -> np.nda
     the mesh's size keeps it exactly; the others (a Boolean's vertices from its cutter,
     which come with none: the origin) take the pulled-back one.
     """
-    from ..core.embedding import pull_back
+    from ..core.geometry.embedding import pull_back
 
     frame = int(getattr(driver, "shown", scene.frame_current))
     P = driver.positions_at(frame, obj, scene)
@@ -313,7 +313,7 @@ def mute_stale_caches(obj: bpy.types.Object) -> list[str]:
     """Turn off ``obj``'s Mesh Cache modifiers that play a PC2 of another vertex count than
     its (edited) mesh (Bake Simulation's, left from before the edit: Blender would print
     "Vertex count mismatch" every frame). Returns their names."""
-    from ..core.pc2 import read_pc2
+    from ..core.data.pc2 import read_pc2
 
     n, muted = len(obj.data.vertices), []
     for mod in obj.modifiers:

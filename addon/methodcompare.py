@@ -54,7 +54,7 @@ def _refusal(record, kind: str, python: str) -> str | None:
 def _held_out(paths: list[str], settings: dict) -> list[int]:
     """The bakes the trainer will hold out (every trainer splits whole bakes the same way:
     :meth:`..core.cache.BakeDataset.split` with the method's validation fraction and seed)."""
-    from ..core.cache import BakeDataset
+    from ..core.data.cache import BakeDataset
 
     ds = BakeDataset.open(paths)
     fraction = float(settings.get("validation_fraction", 0.2))
@@ -98,9 +98,9 @@ def make_compare_methods_job(
     Raises NeuralRomError (nothing changed) when the object is not deformable, trains on
     data without bakes (a face), or has fewer than two bakes (nothing held out).
     """
-    from ..core.cache import BakeCache
+    from ..core.data.cache import BakeCache
     from ..core.jobs import usable_cores
-    from ..core.methodcompare import STATE_FILE, estimate_cost, plan_budget
+    from ..core.jobs.compare_methods import STATE_FILE, estimate_cost, plan_budget
 
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -255,7 +255,7 @@ def on_compare_methods_done(
     its Train would have: "best" the recommended method, "none" none, or a method's name
     (when its row is done). Returns the method whose model was recorded (None when none
     was, or the job was cancelled)."""
-    from ..core.files import json_default, write_atomic
+    from ..core.data.files import json_default, write_atomic
 
     if not result or result.get("cancelled") or "rows" not in result:
         return None

@@ -447,7 +447,7 @@ class NEURAL_ROM_PG_model(bpy.types.PropertyGroup):
 def _material_update(self, context) -> None:
     # Switching to Custom starts from the preset that was shown, so values are never blank.
     if self.material_preset != "custom":
-        from ..core import fem
+        from ..core.physics import fem
 
         p = fem.PRESETS[self.material_preset]
         self["youngs_modulus"] = float(p["youngs_modulus"])
@@ -700,7 +700,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     def material_values(self) -> dict:
         """Young's modulus (Pa), Poisson ratio and density (kg/m^3) in effect."""
         if self.material_preset != "custom":
-            from ..core import fem
+            from ..core.physics import fem
 
             p = fem.PRESETS[self.material_preset]
             return {k: float(p[k]) for k in ("youngs_modulus", "poisson_ratio", "density")}
@@ -712,7 +712,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
 
     def scenario_dict(self) -> dict:
         """The scenario as core.scenarios takes it: defaults overlaid with the edited values."""
-        from ..core.scenarios import default_scenario
+        from ..core.bake.scenarios import default_scenario
 
         d = default_scenario(self.scenario)
         if self.scenario_params_kind == self.scenario:
@@ -773,7 +773,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
 
 def reset_scenario_params(settings) -> None:
     """Fill ``settings.scenario_params`` with the defaults of ``settings.scenario``."""
-    from ..core.scenarios import default_scenario
+    from ..core.bake.scenarios import default_scenario
 
     settings.scenario_params.clear()
     for key, value in default_scenario(settings.scenario).items():

@@ -34,11 +34,11 @@ from contextlib import contextmanager
 import bpy
 import numpy as np
 
+from ..core.engine.timeline import Timeline
 from ..core.errors import CacheError, NeuralRomError
-from ..core.framecache import Timeline
-from ..core.poke import Poke
-from ..core.sim import FrameInputs
-from ..core.simjob import FrameReader, Track, render_local, to_local_shown
+from ..core.jobs.simulate import FrameReader, Track, render_local, to_local_shown
+from ..core.physics.poke import Poke
+from ..core.physics.sim import FrameInputs
 from . import bakes, cloth, paths, reference, tets
 from . import blender_mesh as bm
 from .reference import runs_on_other_meshes

@@ -22,13 +22,13 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core.embedding import Embedding, render_positions
+from ..core.data.files import atomic_path, job_folder, mesh_hash
+from ..core.data.meshfile import read_tetmesh, write_tetmesh
 from ..core.errors import CacheError, MeshError, NeuralRomError
-from ..core.files import atomic_path, job_folder, mesh_hash
-from ..core.meshfile import read_tetmesh, write_tetmesh
-from ..core.surface import check_surface
-from ..core.tetjob import read_result, write_request
-from ..core.tetmesh import TetMesh
+from ..core.geometry.embedding import Embedding, render_positions
+from ..core.geometry.surface import check_surface
+from ..core.geometry.tetmesh import TetMesh
+from ..core.jobs.tetrahedralize import read_result, write_request
 from . import blender_mesh as bm
 from .paths import cache_dir, load_path, store_path
 

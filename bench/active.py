@@ -121,9 +121,9 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from neural_rom.bench.common import pin_this_process  # noqa: E402
-from neural_rom.core.face import demo_head, make_shape_keys  # noqa: E402
+from neural_rom.core.kinds.face.rig import demo_head, make_shape_keys  # noqa: E402
 from neural_rom.core.methods.active import ActiveFace  # noqa: E402
-from neural_rom.core.sim import FrameInputs, Markers  # noqa: E402
+from neural_rom.core.physics.sim import FrameInputs, Markers  # noqa: E402
 
 
 def _err(P, T):
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
     mean = D.mean(0)
     _, _, Vt = np.linalg.svd(D - mean, full_matrices=False)
     B = Vt[:d].T  # surface PCA with as many dimensions as the latent
-    from neural_rom.core.faceinputs import marker_layout
+    from neural_rom.core.kinds.face.inputs import marker_layout
 
     # where Add Markers puts them: the face, denser where the keys move it
     mv = marker_layout(rig.skin_V, rig.skin_F, a.markers, 0, keys=keys.positions[tr])

@@ -60,7 +60,9 @@ REFERENCE_TOL = 1e-10
 
 def scene(n_tets: int, frames: int):
     """The block's tet mesh (X, T) and the bake spec of the benchmark."""
-    from neural_rom.core import bake, fem, grid
+    from neural_rom.core import bake
+    from neural_rom.core.geometry import grid
+    from neural_rom.core.physics import fem
 
     X, T = grid.grid_for_tet_count(n_tets, aspect=(2.0, 1.0, 1.0), length=0.5)
     material = fem.Material.preset("rubber")
@@ -92,7 +94,7 @@ def _part(kind: str, values: dict) -> dict:
 
 def settings_of(solver: str) -> dict:
     """The SimSettings fields a solver changes from a bake's own."""
-    from neural_rom.core.sim import SimSettings
+    from neural_rom.core.physics.sim import SimSettings
 
     if solver == "before":
         legacy, default = SimSettings.legacy(), SimSettings()
@@ -110,9 +112,9 @@ def worker(solver: str, n_tets: int, frames: int, out: str) -> dict:
     """Bake one case in this process; positions go to ``out`` (.npy), timings are returned."""
     from neural_rom.core import bake as bake_mod
     from neural_rom.core.bake import BakeSpec
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.grid import grid_tetmesh  # noqa: F401  (import cost outside timing)
-    from neural_rom.core.sim import Simulation
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.geometry.grid import grid_tetmesh  # noqa: F401  (import cost outside timing)
+    from neural_rom.core.physics.sim import Simulation
 
     X, T, spec = scene(n_tets, frames)
     overrides = settings_of(solver)

@@ -66,7 +66,8 @@ def register_addon():
 def build(bpy, folder: Path, args) -> object:
     """The hanging sphere, tetrahedralized, baked and trained; returns the object."""
     from neural_rom.addon import bakes, tets, training
-    from neural_rom.core import bake, meshfile
+    from neural_rom.core import bake
+    from neural_rom.core.data import meshfile
     from neural_rom.training.worker import run
 
     bpy.ops.wm.save_as_mainfile(filepath=str(folder / "frame_bench.blend"))
@@ -159,7 +160,7 @@ def measure(bpy, obj, frames: int, rounds: int = 3) -> dict:
     mean ms per frame, by part, of the fastest round (the machine is shared)."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate, tets
-    from neural_rom.core import framecache
+    from neural_rom.core.engine import timeline as framecache
 
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, frames + 1

@@ -160,7 +160,7 @@ def measure_model(bpy, sheet, frames: int, rounds: int) -> dict:
     clock and CPU time (``{"wall": {...}, "cpu": {...}}``, each with its ``total``)."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate
-    from neural_rom.core import framecache
+    from neural_rom.core.engine import timeline as framecache
 
     scene = bpy.context.scene
     scene.frame_set(1)

@@ -30,8 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def bakes(folder: Path) -> list[str]:
     import numpy as np
-    from neural_rom.core import bake, fem, grid
-    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.core import bake
+    from neural_rom.core.geometry import grid
+    from neural_rom.core.geometry.tetmesh import TetMesh
+    from neural_rom.core.physics import fem
 
     X, T = grid.grid_tetmesh((0.8, 0.16, 0.16), (10, 2, 2))
     pinned = np.where(X[:, 0] < 1e-9)[0]
@@ -48,7 +50,7 @@ def bakes(folder: Path) -> list[str]:
 
 def train_spec(method: str, paths: list[str], out: Path, epochs: int) -> dict:
     from neural_rom.core import registry
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     names = {s.name for s in registry.get(method).settings}
     settings = {"epochs": epochs, "time_budget": 1e6}

@@ -162,10 +162,10 @@ def open_case(paths) -> SimpleNamespace:
     """Bakes of one mesh split as training splits them: the mesh, material, pins, masses,
     time stepping, the PCA of the training frames in the pins' frame (as many modes as the
     data spans, at most 80), the linear method's default size ``k0`` and the held-out bakes."""
-    from neural_rom.core import fem
     from neural_rom.core.errors import NeuralRomError
-    from neural_rom.core.frame import to_pin_frame
-    from neural_rom.core.subspace import mass_weighted_pod
+    from neural_rom.core.physics import fem
+    from neural_rom.core.reduced.pose import to_pin_frame
+    from neural_rom.core.reduced.subspace import mass_weighted_pod
     from neural_rom.training.run import physics_of
 
     ds, xt, xv, va = latent.split_frames(list(paths))
@@ -195,7 +195,7 @@ def open_case(paths) -> SimpleNamespace:
 def basis(case, k: int, kind: str) -> np.ndarray:
     """The (3n, k) basis ``kind`` (:data:`BASES`) of ``case``, M-orthonormal."""
     from neural_rom.core.methods.licrom import static_modes
-    from neural_rom.core.subspace import m_orthonormalize
+    from neural_rom.core.reduced.subspace import m_orthonormalize
 
     extra = EXTRA[kind]
     U = case.sub.U[:, : k - extra]
@@ -306,7 +306,7 @@ def force_errors(case, sim, x):
     """Per frame of ``x`` (G, n, 3): the closest shape's coordinates ``q`` (in the pins'
     frame), the reduced force error ``U^T g(y) - U^T g(X + U q)`` (``g`` the elastic gradient
     at the frame ``y`` and at its closest shape) and the reduced force ``U^T g(X + U q)``."""
-    from neural_rom.core.frame import to_pin_frame
+    from neural_rom.core.reduced.pose import to_pin_frame
 
     Q, G, F = [], [], []
     for y in to_pin_frame(x, case.X, case.pinned):
@@ -409,7 +409,7 @@ def one_step_error(make_sim, cache) -> float:
     state and the closest shape of frame ``f + 1``, over the frames of ``cache`` (see the
     module docstring). Needs one substep a frame (the bakes' default)."""
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     sim = make_sim()
     if int(sim.settings.substeps) != 1:

@@ -43,7 +43,7 @@ from blender_frame import Timers, register_addon
 
 def build(bpy, folder: Path, args):
     from neural_rom.addon import face, training
-    from neural_rom.core.facejob import demo_face
+    from neural_rom.core.jobs.face import demo_face
     from neural_rom.training.worker import run
 
     bpy.ops.wm.save_as_mainfile(filepath=str(folder / "face_bench.blend"))
@@ -72,7 +72,7 @@ def animate(bpy, skin, args) -> None:
     keys' skin positions."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import face
-    from neural_rom.core.face import load_face
+    from neural_rom.core.kinds.face.rig import load_face
 
     codes, _, jaw = face.training_codes(skin)
     _, keys = load_face(bpy.path.abspath(skin.neural_rom.face.path))

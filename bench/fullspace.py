@@ -64,8 +64,8 @@ def _best(fn, repeats: int = 3) -> float:
 
 # ------------------------------------------------------------------------------- ours
 def run_ours(n_tets: int, steps: int, solver: str) -> dict:
-    from neural_rom.core import fem
-    from neural_rom.core.sim import SimSettings, Simulation
+    from neural_rom.core.physics import fem
+    from neural_rom.core.physics.sim import SimSettings, Simulation
 
     X, T = common.bar_for_tets(n_tets)
     pins = common.pinned_end(X)
@@ -187,7 +187,7 @@ class _Pattern:
 
 def _solver(X: np.ndarray, name: str, fixed_dofs: np.ndarray):
     """The linear solver both sides use: core/linsolve.py's, configured as the integrator does."""
-    from neural_rom.core.linsolve import SPDSolver
+    from neural_rom.core.physics.linsolve import SPDSolver
 
     solver = SPDSolver(X, name)
     if solver.B is not None:
@@ -315,7 +315,7 @@ def _result(side, X, T, x, setup, rows, peak, kernels, solve) -> dict:
 
 def check_same_physics(n_tets: int = 750) -> float:
     """Relative difference of our and pbatoolkit's energy and gradient at a random pose."""
-    from neural_rom.core import fem
+    from neural_rom.core.physics import fem
 
     X, T = common.bar_for_tets(n_tets)
     rng = np.random.default_rng(0)

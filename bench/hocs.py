@@ -49,7 +49,7 @@ OPS = ("J", "H[d,d]", "a^T H", "S[.,d,d]", "newton")
 
 def make_decoder(layers: int, width: int, r: int, k: int, seed: int = 0):
     """A sin MLP r -> width^layers -> k, SIREN-like weights (pre-activations of order 1)."""
-    from neural_rom.core.nnet import MLP
+    from neural_rom.core.reduced.nnet import MLP
 
     rng = np.random.default_rng(seed)
     sizes = [r] + [width] * layers + [k]
@@ -59,7 +59,7 @@ def make_decoder(layers: int, width: int, r: int, k: int, seed: int = 0):
 
 
 def numpy_ops(net, q, d, v, a):
-    from neural_rom.core import hocs
+    from neural_rom.core.methods.shen import hocs
 
     def newton(method):
         def run():
@@ -130,7 +130,7 @@ def torch_ops(net, q, d, v, a):
 
 def agreement(net, q, d, v, a) -> float:
     """Largest relative difference between the numpy methods and torch on the Newton set."""
-    from neural_rom.core import hocs
+    from neural_rom.core.methods.shen import hocs
 
     tJ, tHd, tHv, tHdd, tSdd, taH = (t.numpy() for t in torch_ops(net, q, d, v, a)["newton"]())
     worst = 0.0

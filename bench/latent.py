@@ -134,7 +134,7 @@ def bake_scene(
 ) -> list[Path]:
     """Bake ``variants`` swung-arm bakes (variant ``v`` uses load seed ``seed + v``) into ``out_dir``."""
     from neural_rom.core.bake import BakeSpec, bake
-    from neural_rom.core.fem import Material, mass_matrix
+    from neural_rom.core.physics.fem import Material, mass_matrix
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +161,7 @@ def bake_scene(
 
 def split_frames(paths: list[Path]):
     """(dataset, train positions (F, n, 3), held-out positions, held-out trajectory indices)."""
-    from neural_rom.core.cache import BakeDataset
+    from neural_rom.core.data.cache import BakeDataset
 
     ds = BakeDataset.open([str(p) for p in paths])
     tr, va = ds.split(0.2, 0)  # the split training uses (validation_fraction, seed)
@@ -172,8 +172,8 @@ def split_frames(paths: list[Path]):
 
 def pca_curve(ds, xt: np.ndarray, xv: np.ndarray, k_max: int = PCA_LAYER) -> np.ndarray:
     """Held-out max per-vertex error (m) of mass-weighted PCA with k = 0..k_max modes."""
-    from neural_rom.core.fem import mass_matrix
-    from neural_rom.core.subspace import mass_weighted_pod
+    from neural_rom.core.physics.fem import mass_matrix
+    from neural_rom.core.reduced.subspace import mass_weighted_pod
 
     X, T = np.asarray(ds[0].X), np.asarray(ds[0].T)
     pinned = np.asarray(ds[0].extra("pinned"))
@@ -378,7 +378,7 @@ def rollout(sim, cache, record: list | None = None) -> dict:
     (``evals``).
     """
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     _, driver = replay_scenario(cache)
     full = cache.channel("positions")
@@ -451,7 +451,7 @@ def run(args) -> dict:
     torch.set_num_threads(1)
     from neural_rom.core import registry
     from neural_rom.core.methods.autoencoder import LatentSimulation
-    from neural_rom.core.nnet import MLP
+    from neural_rom.core.reduced.nnet import MLP
     from neural_rom.core.registry import load_simulator
 
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nrom_latent_"))
@@ -567,7 +567,7 @@ def run(args) -> dict:
 
 
 def _material(cache):
-    from neural_rom.core.fem import Material
+    from neural_rom.core.physics.fem import Material
 
     return Material.from_dict(cache.meta["spec"]["material"])
 

@@ -348,7 +348,7 @@ MATERIAL = {"youngs_modulus": 1e6, "poisson_ratio": 0.3, "density": 1000.0}
 def notched(X, T, x0, x1, z0=0.125):
     """The bar without the tets whose centroid lies in ``x0 < x < x1, z > z0`` (unused nodes
     dropped)."""
-    from neural_rom.core.tetmesh import drop_unused_nodes
+    from neural_rom.core.geometry.tetmesh import drop_unused_nodes
 
     c = X[T].mean(1)
     keep = ~((c[:, 0] > x0) & (c[:, 0] < x1) & (c[:, 2] > z0))
@@ -362,7 +362,7 @@ def mesh(X, T):
 
 def spec(m, scenario, frames, seed, variants=1):
     from neural_rom.core import bake
-    from neural_rom.core.fem import Material
+    from neural_rom.core.physics.fem import Material
 
     return bake.BakeSpec(
         material=Material(**MATERIAL).to_dict(),
@@ -388,7 +388,7 @@ def bake_once(m, sp, out: Path, name: str) -> list[Path]:
 def replay(sim, cache):
     """(largest vertex error m, ms per step) of a reduced replay of ``cache``."""
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.compare import replay_bake
+    from neural_rom.core.engine.replay import replay_bake
 
     _, driver = replay_scenario(cache)
     times: list[float] = []
@@ -474,8 +474,8 @@ def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None
 
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.compare import replay_bake
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.engine.replay import replay_bake
     from neural_rom.core.methods import licrom
 
     train = registry.get("licrom").trainer_function()
@@ -544,7 +544,7 @@ def floating(out: Path, json_path: str | None, latent: int, epochs: int) -> None
             })  # fmt: skip
             print(spins[-1], flush=True)
     # pokes in flight: 40 N at one end (fixed in world axes) for 8 frames, then let go
-    from neural_rom.core.sim import Simulation
+    from neural_rom.core.physics.sim import Simulation
 
     for p in (4, 2):
         m = meshes[p]
@@ -634,7 +634,7 @@ def ring(tube: float, edge: float, R: float = 0.3, major: int = 24, minor: int =
     """The stood-up torus of tube radius ``tube`` tetrahedralized as the add-on does (TetGen,
     surface split), its pins: the surface vertices within 12 degrees of the top around the
     ring and 50 degrees of the tube's top (9 vertices)."""
-    from neural_rom.core import mesher
+    from neural_rom.core.geometry import mesher
 
     phi = 2 * np.pi * np.arange(major) / major
     th = 2 * np.pi * np.arange(minor) / minor
@@ -645,7 +645,7 @@ def ring(tube: float, edge: float, R: float = 0.3, major: int = 24, minor: int =
     a, b = i * minor + j, ((i + 1) % major) * minor + j
     c, d = ((i + 1) % major) * minor + (j + 1) % minor, i * minor + (j + 1) % minor
     F = np.concatenate([np.stack([a, b, c], -1), np.stack([a, c, d], -1)]).reshape(-1, 3)
-    from neural_rom.core.surface import enclosed_volume
+    from neural_rom.core.geometry.surface import enclosed_volume
 
     if enclosed_volume(V, F) < 0:
         F = F[:, ::-1]
@@ -660,7 +660,7 @@ def ring_bakes(out: Path, tubes) -> tuple[dict, dict]:
     """The rings of tube radii ``tubes`` (m) at the add-on's Tet Size 0 (the diagonal / 12)
     and their four variants of the pinned gravity_drop (baked unless ``out`` has them)."""
     from neural_rom.core import bake
-    from neural_rom.core.fem import Material
+    from neural_rom.core.physics.fem import Material
 
     meshes, paths = {}, {}
     for t in tubes:
@@ -761,8 +761,8 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
     variants 0-2, as many modes as LiCROM's latent or as its bakes span) on the same bake:
     max and mean vertex error, closest shapes; the exact energy beside the fitted cubature."""
     from neural_rom.core import bake, registry
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.compare import closest_shapes
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.engine.replay import closest_shapes
     from neural_rom.core.errors import NeuralRomError
     from neural_rom.core.methods import licrom
     from neural_rom.core.registry import load_simulator
@@ -807,7 +807,7 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
             row["linear_k"] = k
             for name, sim in sims.items():
                 _, driver = bake.replay_scenario(cache)
-                from neural_rom.core.compare import replay_bake
+                from neural_rom.core.engine.replay import replay_bake
 
                 P = replay_bake(sim, cache, driver)
                 e = np.linalg.norm(P - x[: len(P)], axis=2)
@@ -846,8 +846,8 @@ def rings(out: Path, json_path: str | None, epochs: int, budget: float, latent: 
 def force_error(sim, cache) -> float:
     """Relative reduced-force error of ``sim``'s cubature on the poses of a held-out bake
     (its frames projected on the field's basis: poses the cubature was not fitted to)."""
-    from neural_rom.core import fem as _fem
-    from neural_rom.core.cubature import Cubature, cubature_error
+    from neural_rom.core.physics import fem as _fem
+    from neural_rom.core.reduced.cubature import Cubature, cubature_error
 
     x = np.asarray(cache.channel("positions"))
     q = np.stack([sim.latent_of(f) for f in x])
@@ -946,7 +946,7 @@ def main() -> None:
         floating(out, a.json, a.latent, 60 if a.epochs == 300 else a.epochs)
         return
     from neural_rom.core import bake, registry
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
     from neural_rom.core.methods import licrom
     from neural_rom.core.registry import load_simulator
 

@@ -141,7 +141,8 @@ def main() -> None:
     args = ap.parse_args()
     bpy = register_addon()
     from neural_rom.addon import bakes, family, simulate, training
-    from neural_rom.core import bake, meshfile
+    from neural_rom.core import bake
+    from neural_rom.core.data import meshfile
     from neural_rom.training.worker import run
 
     folder = Path(tempfile.mkdtemp(prefix="licrom_blender_"))

@@ -54,8 +54,8 @@ def snp_round_trip(sim, bake: Path, frames: int):
     """(start, features (F, e), z (F, u), local positions (F, n, 3)) of the runtime's own
     rollout of the bake's inputs played forward and back."""
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.physics.sim import FrameInputs
 
     driver = replay_scenario(BakeCache.open(bake))[1]
     F = len(driver.forces)
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     pin_this_process()
     from neural_rom.core import registry
-    from neural_rom.core.onnxgraph import export_onnx
+    from neural_rom.core.data.onnx import export_onnx
 
     sim, model = registry.load_simulator(args.model)
     tmp = Path(tempfile.mkdtemp())
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     width = latent["shape"][1]
     rng = np.random.default_rng(0)
     R = rng.uniform(-1, 1, (200, width)) * 0.05
-    from neural_rom.core.modelfile import load_model
+    from neural_rom.core.data.modelfile import load_model
 
     a = load_model(args.model).arrays
     X, U = np.asarray(a["X"]), np.asarray(a["U"])

@@ -70,11 +70,11 @@ def poke_forces(X: np.ndarray, mass: np.ndarray, frames: int) -> np.ndarray:
 
 
 def run(n_tets: int, modes: int, max_cubature: int, frames: int) -> dict:
-    from neural_rom.core.cubature import optimized_cubature
-    from neural_rom.core.fem import Material, TetFEM, mass_matrix
     from neural_rom.core.methods.linear import ReducedSimulation
-    from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
-    from neural_rom.core.subspace import modal_basis, modal_derivatives
+    from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+    from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+    from neural_rom.core.reduced.cubature import optimized_cubature
+    from neural_rom.core.reduced.subspace import modal_basis, modal_derivatives
 
     X, T = common.bar_for_tets(n_tets)
     pins = common.pinned_end(X)
@@ -187,8 +187,8 @@ def drop_scene(out) -> tuple[list, str]:
 
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
-    from neural_rom.core.fem import Material
-    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.geometry.grid import grid_tetmesh
+    from neural_rom.core.physics.fem import Material
 
     X, T = grid_tetmesh((0.2, 0.2, 0.2), (3, 3, 3))
     spec = bk.BakeSpec(
@@ -211,9 +211,9 @@ def contact(model_path: str, bake_path: str, runs: int) -> dict:
     replay timed again on its own), and the largest position difference between the two."""
     from neural_rom.core import registry
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.compare import replay_bake
-    from neural_rom.core.modelfile import load_model
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.data.modelfile import load_model
+    from neural_rom.core.engine.replay import replay_bake
 
     model = load_model(model_path)
     cache = BakeCache.open(bake_path)

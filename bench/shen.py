@@ -95,7 +95,7 @@ def bake_whip(
 ) -> list[Path]:
     """Bake ``variants`` whip bakes (tip pulled and released) into ``out_dir``."""
     from neural_rom.core.bake import BakeSpec, bake
-    from neural_rom.core.fem import Material
+    from neural_rom.core.physics.fem import Material
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -142,8 +142,8 @@ def bake_pins(out_dir, *, divisions=(10, 2, 2), variants: int = 5, frames: int =
     from types import SimpleNamespace
 
     from neural_rom.core import bake as bk
-    from neural_rom.core.fem import Material
-    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.geometry.grid import grid_tetmesh
+    from neural_rom.core.physics.fem import Material
 
     X, T = grid_tetmesh((0.5, 0.1, 0.1), tuple(divisions))
     pinned = np.flatnonzero(X[:, 0] < 1e-9)
@@ -333,7 +333,7 @@ def random_decoder(
     """A random decoder of the trained architecture (``hidden`` sin layers, the trainer's
     initialization), outputs of size ``scale``, ``D(0) = 0``: for timings, where only the
     sizes matter."""
-    from neural_rom.core.nnet import MLP
+    from neural_rom.core.reduced.nnet import MLP
 
     rng = np.random.default_rng(seed)
     sizes = [n_z, *hidden, k]
@@ -362,12 +362,12 @@ def speed(
     with random weights: the cost of a step depends on these sizes, not on what was learnt
     (the accuracy is measured by :func:`compare` on smaller meshes). The load is the scene's
     turning body load; ms per step are means over ``frames`` frames after the first."""
-    from neural_rom.core.fem import Material, TetFEM, mass_matrix
     from neural_rom.core.methods.autoencoder import LatentSimulation
     from neural_rom.core.methods.linear import ReducedSimulation
     from neural_rom.core.methods.shen import ShenSimulation
-    from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
-    from neural_rom.core.subspace import modal_basis
+    from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+    from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+    from neural_rom.core.reduced.subspace import modal_basis
 
     X, T, pins = latent.bar(divisions)
     mat = Material(latent.YOUNG, latent.POISSON, latent.DENSITY)
@@ -446,7 +446,7 @@ def speed(
     )
     # the decoder work of one Newton iteration (jet with dz, v and S, then g^T H), best of
     # many repetitions: robust to other jobs on the machine, unlike the step means above
-    from neural_rom.core.hocs import jet
+    from neural_rom.core.methods.shen.hocs import jet
 
     for key, net, n_in in (("shen", dec, n_z), ("shen_p", dec_p, n_p + n_z)):
         rng = np.random.default_rng(1)
@@ -493,8 +493,8 @@ def cubature_table(
     replay error of the model with each rule (:func:`cubature_replays`). Returns the rows of
     :func:`training.shen.cubature.compare_cubatures` (with ``replay``) and the replays of
     the model's own rule and of every element (the reference)."""
-    from neural_rom.core.cache import BakeDataset
-    from neural_rom.core.fem import TetFEM
+    from neural_rom.core.data.cache import BakeDataset
+    from neural_rom.core.physics.fem import TetFEM
     from neural_rom.core.registry import load_simulator
     from neural_rom.training.run import even_indices
     from neural_rom.training.shen.cubature import compare_cubatures
@@ -575,8 +575,8 @@ def cubature_replays(model, ds, va, rules: dict) -> dict:
     Newton iterations a step."""
     import dataclasses
 
+    from neural_rom.core.data.modelfile import load_model
     from neural_rom.core.methods import shen as shen_method
-    from neural_rom.core.modelfile import load_model
 
     base = load_model(model)
 

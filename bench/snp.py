@@ -92,7 +92,7 @@ DT = 1.0 / 24.0
 
 def scene(n_tets: int, frames: int, variants: int):
     """The block's tet mesh (X, T) and the bake spec of the benchmark."""
-    from neural_rom.core.grid import grid_for_tet_count
+    from neural_rom.core.geometry.grid import grid_for_tet_count
 
     X, T = grid_for_tet_count(n_tets, aspect=(2.0, 2.0, 3.0), length=0.2)
     return X, T, block_spec(X, frames, variants)
@@ -114,7 +114,7 @@ PRESSES = {
 def block_spec(X: np.ndarray, frames: int, variants: int):
     """The bake spec of a soft block clamped at z = 0 and pressed by a sphere (:data:`PRESSES`)."""
     from neural_rom.core import bake
-    from neural_rom.core.fem import Material
+    from neural_rom.core.physics.fem import Material
 
     return bake.BakeSpec(
         material=Material(youngs_modulus=3e4, poisson_ratio=0.4, density=1000.0).to_dict(),
@@ -160,9 +160,9 @@ def run(
 ) -> dict:
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
     from neural_rom.core.methods.snp import SNPBatch, SNPSimulation
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     workdir = Path(workdir)
     X, T, spec = scene(n_tets, frames, variants)
@@ -259,7 +259,7 @@ def accuracy(
     where they are (:func:`where_the_error_is`) and what the data cost."""
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
-    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.geometry.grid import grid_tetmesh
 
     workdir = Path(workdir)
     X, T = grid_tetmesh((0.2, 0.2, 0.3), (3, 3, 4))
@@ -304,7 +304,7 @@ def where_the_error_is(paths: list, model_path) -> dict:
     from types import SimpleNamespace
 
     from neural_rom.core import registry
-    from neural_rom.core.colliders import Collider
+    from neural_rom.core.physics.colliders import Collider
     from neural_rom.training.run import open_bakes
     from neural_rom.training.snp import collider_slots, latent_rollout, load_sequences
 

@@ -223,10 +223,10 @@ def per_call(fn, reps: int, blocks: int = 5) -> float:
 
 def run(args, workdir: Path) -> dict:
     from neural_rom.core import jobs, registry
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.colliders import Collider
+    from neural_rom.core.data.cache import BakeCache
     from neural_rom.core.methods.snp import SNPBatch, VertexNormals, push_out
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.colliders import Collider
+    from neural_rom.core.physics.sim import FrameInputs
 
     cape = args.scene == "cape"
     if cape:  # a 20 x 30 cape on a walking, turning torso (owner and capsule collider)
@@ -398,7 +398,7 @@ def cape_bakes(spec: dict, held: list[int], workdir: Path) -> tuple[list, list]:
     mass 1e-4 heavier (Blender's own chaos floor). Returns (shots, twins of ``held`` + shots),
     :class:`core.cache.BakeCache` each."""
     from neural_rom.core import jobs
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     frames, n = spec["frames"], CAPE
     started = []

@@ -92,7 +92,7 @@ def newton_matrix(n_tets: int) -> tuple:
 
 def rigid_modes(X: np.ndarray, free: np.ndarray) -> np.ndarray:
     """The 6 rigid body modes of the free DOFs (the near null space AMG wants), (N, 6)."""
-    from neural_rom.core.linsolve import rigid_modes as all_modes
+    from neural_rom.core.physics.linsolve import rigid_modes as all_modes
 
     return all_modes(X)[free]
 

@@ -8,7 +8,7 @@ from bpy.props import EnumProperty, IntProperty, StringProperty
 
 from ..addon import face
 from ..core.errors import NeuralRomError
-from ..core.faceinputs import MARKER_LAYOUTS
+from ..core.kinds.face.inputs import MARKER_LAYOUTS
 from ._common import active_deformable, active_object, fail, launch_job
 
 

@@ -9,7 +9,7 @@ from bpy.props import FloatProperty
 
 from ..addon import simulate
 from ..core.errors import NeuralRomError
-from ..core.poke import poke_weights
+from ..core.physics.poke import poke_weights
 from ._common import active_deformable, fail
 
 

@@ -224,7 +224,7 @@ class NEURAL_ROM_PT_scenario(_FemSub, bpy.types.Panel):
         col.prop(s, "variants")
         col.prop(s, "bake_motion")
         box = col.box()
-        from ..core.scenarios import describe
+        from ..core.bake.scenarios import describe
 
         if s.bake_motion != "scenario" and s.pin_group:
             box.label(text="Pins: each variant drawn from the animation when it has one,")

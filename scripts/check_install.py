@@ -116,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     report["scipy_from_wheels"] = Path(scipy.__file__).is_relative_to(site)
     nr = importlib.import_module(PACKAGE)
     cli = nr.addon.cli
+    # the flat module names of before issue #29's nesting, under bl_ext: the same objects
+    moved = importlib.import_module(f"{PACKAGE}.core._moved").MOVED
+    report["old_paths_same"] = all(
+        importlib.import_module(f"{PACKAGE}.core.{old}")
+        is importlib.import_module(f"{PACKAGE}.core.{new}")
+        for old, new in moved.items()
+    )
+    report["old_paths"] = len(moved)
 
     if args.scene is not None:
         return check_scene(bpy, cli, args.scene.resolve(), work, report)

@@ -78,7 +78,7 @@ def replay_ms(ball, scene, rec) -> float:
     """Milliseconds per reduced step replaying ``rec`` (the step alone: no mesh writes)."""
     from neural_rom.addon import bakes, simulate
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.compare import replay_bake
+    from neural_rom.core.engine.replay import replay_bake
 
     cache = bakes.open_bake(ball, rec)
     d = simulate.Driver(ball, scene)

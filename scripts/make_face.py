@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from neural_rom.core.face import demo_head, make_shape_keys, save_face  # noqa: E402
+from neural_rom.core.kinds.face.rig import demo_head, make_shape_keys, save_face  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -107,8 +107,8 @@ def snp_data(work: Path, quick: bool) -> dict:
     from dataclasses import replace
 
     from neural_rom.core import registry
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.clothbake import triangulate
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.kinds.cloth.source import triangulate
     from neural_rom.core.methods.snp import SNPSimulation
     from neural_rom.tests import test_snp_cloth as tc
     from neural_rom.tests.cloth_scenes import build_sheet
@@ -183,8 +183,8 @@ def walk_data(work: Path, quick: bool) -> dict:
     rest, with a cape glued to the torso beside it (:func:`cloth_scenes.character_accuracy`'s
     measures over the whole bake)."""
     from neural_rom.core import jobs, registry
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.clothbake import replay_cloth_bake, triangulate
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.kinds.cloth.source import replay_cloth_bake, triangulate
     from neural_rom.tests.cloth_scenes import build_cape, character_accuracy
 
     _torch_one_thread()
@@ -250,8 +250,8 @@ def shen_data(work: Path, quick: bool) -> dict:
     with latent 5 on the same data), then one held-out bake replayed by each model."""
     import latent
     import shen as bench_shen
+    from neural_rom.core.geometry.tetmesh import TetMesh
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.tetmesh import TetMesh
 
     _torch_one_thread()
     n_p, n_z = 3, 2
@@ -325,11 +325,11 @@ def licrom_data(work: Path, quick: bool) -> dict:
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.compare import replay_bake
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.engine.replay import replay_bake
+    from neural_rom.core.geometry.tetmesh import TetMesh
     from neural_rom.core.methods import licrom
-    from neural_rom.core.sim import Simulation
-    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.core.physics.sim import Simulation
     from neural_rom.tests import test_licrom as tl
 
     train = registry.get("licrom").trainer_function()
@@ -468,9 +468,9 @@ def face_data(work: Path, quick: bool) -> dict:
     """The small demo head of core/face.py and its seeded keys (the last held out), fitted
     by training.active.fit; a training key, its fit, a held-out key refitted (its code
     only, the whole skin) and the same key driven by 30 markers (reduced solve)."""
-    from neural_rom.core.face import demo_head, make_shape_keys
+    from neural_rom.core.kinds.face.rig import demo_head, make_shape_keys
     from neural_rom.core.methods.active import ActiveFace
-    from neural_rom.core.sim import FrameInputs, Markers
+    from neural_rom.core.physics.sim import FrameInputs, Markers
     from neural_rom.training.active import fit
 
     _torch_one_thread()
@@ -599,7 +599,7 @@ def nice_max(e: float) -> float:
 
 
 def sphere(centre, radius: float, subdivisions: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    from neural_rom.core.surface import icosphere
+    from neural_rom.core.geometry.surface import icosphere
 
     V, F = icosphere(radius, subdivisions)
     return V + np.asarray(centre), F

@@ -118,7 +118,7 @@ def build_scene(bpy, tmp: Path, quick: bool):
     scene.render.fps = 24
 
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.core import surface as core_surface
+    from neural_rom.core.geometry import surface as core_surface
 
     V, F = core_surface.icosphere(0.5, 4 if not quick else 2)
     me = bm.mesh_from_arrays("Ball", V, F)
@@ -301,7 +301,7 @@ def tets_picture(bpy, hide, out: Path) -> None:
     inside the tetrahedralized cage that carries her."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import preview
-    from neural_rom.core import surface as core_surface
+    from neural_rom.core.geometry import surface as core_surface
 
     for o in hide:
         o.hide_render = True
@@ -492,7 +492,7 @@ def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
     (the blue -> red ramp of Compare with Bake). Workbench, Attribute colours.
     """
     from neural_rom.addon.compare import error_colors
-    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.core.geometry.tetmesh import TetMesh
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     with np.load(npz, allow_pickle=False) as z:

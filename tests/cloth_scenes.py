@@ -89,8 +89,8 @@ def replay(sim, bake, *, colliders=True):
     and reference frame, from rest, as Simulate drives it; ``colliders`` False puts every
     collider at the world origin instead (the collider input zeroed: the sheet hangs 0.5 m
     above it, out of reach)."""
-    from neural_rom.core.colliders import Collider
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.colliders import Collider
+    from neural_rom.core.physics.sim import FrameInputs
 
     C = np.asarray(bake.channel("colliders"))
     R = np.asarray(bake.channel("reference_frame"))
@@ -232,7 +232,7 @@ def character_accuracy(sim, bakes: list, twins: list | None = None) -> list[dict
     distance from the bake is Blender's own chaos floor (``chaos_mean_m``, ``chaos_max_m``)."""
     from dataclasses import replace as dc_replace
 
-    from neural_rom.core.clothbake import replay_cloth_bake
+    from neural_rom.core.kinds.cloth.source import replay_cloth_bake
     from neural_rom.core.methods.snp import SNPSimulation
 
     alone = SNPSimulation(dc_replace(sim.p, net=None), sim.settings)

@@ -7,14 +7,14 @@ import shutil
 
 import numpy as np
 import pytest
-from neural_rom.core.colliders import Collider
+from neural_rom.core.data.modelfile import load_model
+from neural_rom.core.data.pc2 import read_pc2
 from neural_rom.core.errors import JobCancelled, NeuralRomError
-from neural_rom.core.face import demo_head, make_shape_keys, save_face
+from neural_rom.core.kinds.face.rig import demo_head, make_shape_keys, save_face
 from neural_rom.core.methods.active import ActiveFace, play
-from neural_rom.core.modelfile import load_model
-from neural_rom.core.pc2 import read_pc2
+from neural_rom.core.physics.colliders import Collider
+from neural_rom.core.physics.sim import FrameInputs, Markers
 from neural_rom.core.registry import get, load_simulator
-from neural_rom.core.sim import FrameInputs, Markers
 from neural_rom.training.active import fit, skin_error
 from neural_rom.training.run import TrainingRun
 
@@ -256,7 +256,7 @@ def test_training_on_something_else_than_a_face_file_says_what_to_do(tmp_path):
 
 
 def test_face_jobs_know_a_face_runtime_by_the_registry(trained, tmp_path):
-    from neural_rom.core.facejob import face_runtime
+    from neural_rom.core.jobs.face import face_runtime
 
     from tests.test_registry import _linear_model
 
@@ -272,7 +272,7 @@ def test_markers_alone_open_the_jaw(trained):
     """The issue's capture: markers only (no jaw keys). Marker frames solve the jaw's hinge
     angle with the code (jaw_from_markers); a jaw-open key comes out within 2x the error of
     the same markers with the jaw keyed by hand, from a ramp and from one jump."""
-    from neural_rom.core import faceinputs as fi
+    from neural_rom.core.kinds.face import inputs as fi
 
     rig, keys, _, _, tmp = trained
     sim, _ = load_simulator(tmp / "p.nrmodel")
@@ -332,7 +332,7 @@ def test_markers_alone_open_the_jaw(trained):
 
 
 def test_frames_run_on_the_thread_count_measured_fastest(trained):
-    from neural_rom.core.blas import get_blas_threads
+    from neural_rom.core.physics.blas import get_blas_threads
 
     rig, keys, _, _, tmp = trained
     sim, _ = load_simulator(tmp / "b.nrmodel")
@@ -358,7 +358,7 @@ def test_markers_move_the_head(trained, skin):
     jaw-open key turned 8 degrees and moved 12 mm, from the markers Add Markers places with
     Head From Markers on, comes out within 2.5x the unmoved capture, the head's motion
     recovered (the markers where the skin moves with the skull tell it from an expression)."""
-    from neural_rom.core import faceinputs as fi
+    from neural_rom.core.kinds.face import inputs as fi
     from neural_rom.core.methods.active import head_matrix, head_unmoved
 
     rig, keys, _, _, tmp = trained
@@ -589,7 +589,7 @@ def test_the_blend_of_keys_keeps_what_physics_adds(trained):
     flesh solved when asked); the contact skin's rates in the code and the jaw angle (the
     marker solve's Jacobian in contact) against central differences; markers in contact;
     markers alone open the jaw within 2x the jaw keyed."""
-    from neural_rom.core import faceinputs as fi
+    from neural_rom.core.kinds.face import inputs as fi
 
     rig, keys, _, _, tmp = trained
     sim = load_simulator(tmp / "b.nrmodel")[0]

@@ -108,9 +108,9 @@ def _by_hand(scene, frames):
     over ``frames``: the ball as a sphere of its bounding box, the sheet's world matrix as
     the reference frame (its owner's motion), read from the scene frame by frame."""
     from neural_rom.addon.paths import load_path
-    from neural_rom.core.colliders import Collider
+    from neural_rom.core.physics.colliders import Collider
+    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.sim import FrameInputs
 
     bpy, sheet = scene.bpy, scene.sheet
     ball = bpy.data.objects["Ball"]
@@ -137,10 +137,10 @@ def _replay_errors(sheet, rec):
     """(F, n) distances of the model, stepped by hand from rest with a cloth bake's
     colliders and reference frame, from the bake's positions."""
     from neural_rom.addon.paths import load_path
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.colliders import Collider
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.physics.colliders import Collider
+    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.sim import FrameInputs
 
     bake = BakeCache.open(load_path(rec.path))
     C, R = bake.channel("colliders"), bake.channel("reference_frame")
@@ -201,7 +201,7 @@ def test_play_bake_shows_a_cloth_bake_with_the_cloth_muted(scene):
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import cloth
     from neural_rom.addon.paths import load_path
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     bpy, sheet, mod = scene.bpy, scene.sheet, _cloth(scene)
     s = sheet.neural_rom
@@ -369,7 +369,7 @@ def test_an_edited_collider_is_a_new_collider_on_the_next_frame(trained):
 def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import cli, export
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
     want = _by_hand(trained, list(range(1, SIM_END + 1)))
@@ -407,8 +407,8 @@ def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
 def _former_mesh(sim, M):
     """The mesh the frame handler wrote before it was fused (float32 local positions):
     the decode, the pinned rows placed apart, the push-out and ``np.linalg.inv``'s local."""
+    from neural_rom.core.jobs.simulate import to_local
     from neural_rom.core.methods.snp import push_out
-    from neural_rom.core.simjob import to_local
 
     pose = sim.poses[0]
     x = pose.apply(sim.decode(sim.z1))
@@ -468,7 +468,7 @@ def test_a_model_file_written_over_while_simulating_drives_it_without_start(trai
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate
     from neural_rom.addon.paths import load_path
-    from neural_rom.core.modelfile import load_model, save_model
+    from neural_rom.core.data.modelfile import load_model, save_model
 
     bpy, sheet = trained.bpy, trained.sheet
     scene = bpy.context.scene
@@ -519,8 +519,8 @@ def test_export_onnx_button_writes_the_step_with_its_linear_normals(trained):
     normals (tests/test_onnx_export.py checks the rollout)."""
     ort = pytest.importorskip("onnxruntime", reason="the exported file is checked in onnxruntime")
     from neural_rom.addon.paths import load_path
-    from neural_rom.core.frame import IDENTITY
     from neural_rom.core.methods.snp import linear_normals
+    from neural_rom.core.reduced.pose import IDENTITY
     from neural_rom.core.registry import load_simulator
 
     bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp

@@ -87,7 +87,7 @@ def _open(env):
 
 
 def _face_file(bpy, skin):
-    from neural_rom.core.face import load_face
+    from neural_rom.core.kinds.face.rig import load_face
 
     return load_face(bpy.path.abspath(skin.neural_rom.face.path))
 
@@ -120,7 +120,8 @@ def _jaw_matrix(skin):
 
 def test_demo_head_set_up_and_the_train_menu(env, capsys):
     bpy, skin = _open(env)
-    from neural_rom.core import facejob, registry
+    from neural_rom.core import registry
+    from neural_rom.core.jobs import face as facejob
 
     f = skin.neural_rom.face
     rig, keys = _face_file(bpy, skin)
@@ -241,10 +242,10 @@ def test_a_refused_command_line_set_up_saves_nothing(env, tmp_path, capsys):
 def test_set_up_refuses_keys_of_another_vertex_count_and_slivers(tmp_path):
     """The worker's checks on what Blender cannot produce from one mesh (keys of another
     vertex count) or our lattice never makes (slivers), through the set-up job."""
+    from neural_rom.core.data.files import write_npz
     from neural_rom.core.errors import MeshError
-    from neural_rom.core.face import check_tets, ellipsoid_mesh
-    from neural_rom.core.facejob import setup_face
-    from neural_rom.core.files import write_npz
+    from neural_rom.core.jobs.face import setup_face
+    from neural_rom.core.kinds.face.rig import check_tets, ellipsoid_mesh
 
     skin = ellipsoid_mesh((0, 0, 0), (0.075, 0.09, 0.105), 2)
     skull = ellipsoid_mesh((0, 0.006, 0.026), (0.06, 0.07, 0.066), 1)
@@ -275,7 +276,7 @@ def test_set_up_refuses_keys_of_another_vertex_count_and_slivers(tmp_path):
 
 def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
     from neural_rom.addon import face
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     bpy, skin = _open(env)
     scene = bpy.context.scene
@@ -320,7 +321,7 @@ def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
 
 def test_fit_sliders_to_a_held_out_key(env):
     from neural_rom.addon import face
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     bpy, skin = _open(env)
     rig, keys = _face_file(bpy, skin)
@@ -352,7 +353,7 @@ def test_fit_sliders_to_a_held_out_key(env):
 def test_markers_at_a_training_key_recover_it(env, capsys):
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import cli, face
-    from neural_rom.core import faceinputs as fi
+    from neural_rom.core.kinds.face import inputs as fi
 
     bpy, skin = _open(env)
     scene = bpy.context.scene
@@ -450,8 +451,8 @@ def test_markers_at_a_training_key_recover_it(env, capsys):
 
 def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):
     from neural_rom.addon import cli, face
+    from neural_rom.core.data.pc2 import read_pc2
     from neural_rom.core.methods.active import play
-    from neural_rom.core.pc2 import read_pc2
 
     bpy, skin = _open(env)
     scene = bpy.context.scene

@@ -115,8 +115,8 @@ def test_train_with_other_objects_bakes(addon, store, tmp_path, capsys):
     two bars, a metre apart, overlap there); the Train with Selected operator offers it and
     refuses a method that runs only on its own mesh."""
     from neural_rom.addon import family
+    from neural_rom.core.data.modelfile import load_model
     from neural_rom.core.errors import NeuralRomError
-    from neural_rom.core.modelfile import load_model
 
     bpy, _ = open_trained(addon, store, tmp_path)
     a, b = bpy.data.objects["BarA"], bpy.data.objects["BarB"]
@@ -160,7 +160,7 @@ def test_use_model_on_another_object_simulate_bake_compare(addon, store, tmp_pat
     --model-of`` bakes it to a PC2 of BarC's vertex count; Compare with Bake replays BarB's
     bake with the model on BarB."""
     from neural_rom.addon import simulate
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     from .test_addon_train import select_only
 
@@ -307,7 +307,7 @@ def test_mesh_edit_during_simulate_continues_on_the_new_mesh(addon, store, tmp_p
     n_before, nodes_before = len(a.data.vertices), d.n_nodes
     # what the saved .blend needs, and a Bake Simulation's Mesh Cache of the uncut bar
     from neural_rom.addon.export import SIM_MODIFIER_NAME, wire_mesh_cache
-    from neural_rom.core.pc2 import write_pc2
+    from neural_rom.core.data.pc2 import write_pc2
 
     old_tets = bpy.path.abspath(a.neural_rom.tets_path)
     old_bytes = open(old_tets, "rb").read()
@@ -350,7 +350,7 @@ def test_mesh_edit_during_simulate_continues_on_the_new_mesh(addon, store, tmp_p
     # the cut was made on the deformed mesh: its rest positions are interpolated near 0.15
     assert rest2[:, 0].max() < 0.17 and rest[:, 0].max() > 0.24
     # Bake Simulation after the edit: the edited mesh from rest, one vertex count
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     out = tmp_path / "cut.pc2"
     bpy.ops.neural_rom.simulate(action="STOP")
@@ -372,9 +372,9 @@ def test_a_boolean_hole_applied_mid_simulate(addon, store, tmp_path):
     the error is at most 2x the run's without the hole (the swap's time: bench/licrom.py)."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import family, simulate
-    from neural_rom.core.embedding import embed_points
-    from neural_rom.core.sim import Simulation
-    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.core.geometry.embedding import embed_points
+    from neural_rom.core.geometry.tetmesh import TetMesh
+    from neural_rom.core.physics.sim import Simulation
 
     from .test_addon_train import select_only
 

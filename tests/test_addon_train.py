@@ -48,7 +48,8 @@ def select_only(bpy, obj):
 
 def bake_in_process(obj, scene):
     from neural_rom.addon.bakes import make_bake_job, on_bake_done
-    from neural_rom.core import bake, meshfile
+    from neural_rom.core import bake
+    from neural_rom.core.data import meshfile
 
     job = make_bake_job(obj, scene)
     paths = bake.bake_variants(
@@ -89,8 +90,8 @@ def straight_run(bpy, obj, frames, colliders=None):
     frame, with core alone: the reference the scrubbed driver must reproduce."""
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon.tets import load_tets, render_world
+    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.sim import FrameInputs
 
     sim, _ = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
     tets = load_tets(obj)
@@ -213,7 +214,7 @@ def test_collider_move_and_pokes_invalidate_later_frames(addon, blend_file):
     d = simulate._drivers["Ball"]
     free = mesh_positions(obj)
     P = d.sim.positions()
-    from neural_rom.core.poke import poke_weights
+    from neural_rom.core.physics.poke import poke_weights
 
     idx, w = poke_weights(P, P[0], 0.3)
     simulate.set_poke("Ball", idx, w, P[0] + [0.0, 0.0, 0.5], stiffness=2000.0)
@@ -306,7 +307,7 @@ def test_bake_simulation_to_pc2(addon, blend_file, capsys):
     import threading
 
     from neural_rom.addon import jobs
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
     scene = bpy.context.scene
@@ -440,8 +441,8 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate
     from neural_rom.addon.tets import load_tets, render_world
+    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.sim import FrameInputs
 
     bpy = addon.bpy
     scene = bpy.context.scene
@@ -502,7 +503,7 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
 
     # Bake Simulation's worker gets the animation as gathered matrices: the same frames
     from neural_rom.addon.export import export_simulation_pc2
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     path, stats = export_simulation_pc2(obj, blend_file.parent / "arm.pc2", frame_start=9)
     frames, start, _ = read_pc2(path)

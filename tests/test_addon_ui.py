@@ -234,7 +234,7 @@ def test_bake_operator_missing_pin_group(addon, blend_file):
 def test_bake_play_export_clear_through_the_operators(addon, blend_file):
     """The whole workflow, the bake in a real worker process (run to completion in
     background mode)."""
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
     scene = bpy.context.scene
@@ -275,7 +275,8 @@ def test_bake_play_export_clear_through_the_operators(addon, blend_file):
 
 def test_playback_operator_refuses_a_stale_bake(addon, blend_file):
     from neural_rom.addon.bakes import make_bake_job, on_bake_done
-    from neural_rom.core import bake, meshfile
+    from neural_rom.core import bake
+    from neural_rom.core.data import meshfile
 
     bpy = addon.bpy
     obj = ball(bpy, frames=1)
@@ -302,7 +303,7 @@ def test_playback_operator_refuses_a_stale_bake(addon, blend_file):
 
 
 def test_material_presets_and_custom(addon):
-    from neural_rom.core.fem import PRESETS
+    from neural_rom.core.physics.fem import PRESETS
 
     bpy = addon.bpy
     obj = ball(bpy)
@@ -352,7 +353,7 @@ def test_the_driver_key_sees_what_the_frames_depend_on(addon):
 
 
 def test_scenario_parameters(addon):
-    from neural_rom.core.scenarios import default_scenario
+    from neural_rom.core.bake.scenarios import default_scenario
 
     bpy = addon.bpy
     obj = ball(bpy)
@@ -410,7 +411,8 @@ def test_panels_draw_for_every_role(addon, blend_file):
     bpy.ops.neural_rom.tetrahedralize()
     from neural_rom.addon.bakes import make_bake_job, on_bake_done, start_playback, stop_playback
     from neural_rom.addon.preview import build_preview
-    from neural_rom.core import bake, meshfile
+    from neural_rom.core import bake
+    from neural_rom.core.data import meshfile
 
     job = make_bake_job(obj, bpy.context.scene)
     paths = bake.bake_variants(

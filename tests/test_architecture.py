@@ -1,12 +1,17 @@
 """The import rules of DESIGN.md, checked on the source and on a live interpreter."""
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = ["core", "training", "addon", "operators", "panels"]
+#: the layers, bottom up: a layer imports only the layers below it (DESIGN.md)
+LAYERS = ["core", "training", "addon", "operators", "panels", "ui"]
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:
@@ -123,17 +128,24 @@ def test_addon_modules_import_each_other_without_cycles():
     )
 
 
+def run_fresh(code: str) -> None:
+    """Run ``code`` in a fresh interpreter; it must exit 0."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_importing_core_loads_no_bpy_or_torch():
     code = (
         "import sys, pkgutil, importlib\n"
         "import neural_rom.core as c\n"
-        "for m in pkgutil.iter_modules(c.__path__):\n"
-        "    importlib.import_module('neural_rom.core.' + m.name)\n"
+        "names = [m.name for m in pkgutil.walk_packages(c.__path__, 'neural_rom.core.')]\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "assert 'neural_rom.core.physics.fem' in names and 'neural_rom.core.jobs.face' in names\n"
         "bad = [m for m in ('bpy', 'torch') if m in sys.modules]\n"
         "print(bad); sys.exit(1 if bad else 0)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_fresh(code)
 
 
 def test_no_unsafe_loading_anywhere():
@@ -154,7 +166,10 @@ def private_imports(path: Path) -> list[str]:
             continue
         if node.level == 0 and top(node.module or "") != "neural_rom":
             continue  # a third-party module's business
+        own = path.name == "__init__.py" and node.level == 1 and not node.module
         for a in node.names:
+            if own:
+                continue  # a package's __init__ using its own private module (core/_moved.py)
             if a.name.startswith("_") and not a.name.startswith("__"):
                 out.append(
                     f"{node.lineno}: from {'.' * node.level}{node.module or ''} import {a.name}"
@@ -175,6 +190,242 @@ def test_no_module_imports_a_private_name_of_another():
     # A private helper another module needs is made public in one shared place (STYLE.md).
     bad = [f"{f.relative_to(ROOT)}:{line}" for f in package_files() for line in private_imports(f)]
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+# ---------------------------------------------------------------------------------------
+# The rules of issue #29's layout (docs/dev/redesign-29-plan.md, section 2). A rule its work
+# package has not reached yet is a strict xfail: it fails today for the reason it names, and
+# the WP that makes it pass removes its marker (a rule passing while marked fails CI).
+# ---------------------------------------------------------------------------------------
+
+
+def resolved_imports(path: Path) -> list[tuple[str, int]]:
+    """(module, line) of every import of a package file, as a dotted name inside the package
+    (``core.physics.fem``; ``from . import x`` gives ``<package>.x``); imports of other
+    packages are left out."""
+    rel = path.relative_to(ROOT)
+    package = list(rel.parts[:-1])
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [
+                (a.name.split(".", 1)[1], node.lineno)
+                for a in node.names
+                if a.name.startswith("neural_rom.")
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if not (node.module or "").startswith("neural_rom"):
+                    continue
+                base = (node.module or "").split(".")[1:]
+            else:
+                base = package[: len(package) - (node.level - 1)] + (node.module or "").split(".")
+                base = [b for b in base if b]
+            out += [(".".join(base + [a.name]), node.lineno) for a in node.names]
+    return out
+
+
+def layer_violations() -> list[str]:
+    bad = []
+    for f in package_files():
+        rel = f.relative_to(ROOT)
+        layer = rel.parts[0] if len(rel.parts) > 1 else None
+        if layer not in LAYERS:
+            continue
+        above = set(LAYERS[LAYERS.index(layer) + 1 :])
+        if layer == "addon":  # addon/ and the Blender UI (operators, panels) import each other
+            above = {"ui"}  # until WP E puts the UI in ui/ (R2 finds the cycle meanwhile)
+        for mod, line in resolved_imports(f):
+            if top(mod) in above:
+                bad.append(f"{rel}:{line}: imports {mod}")
+    return bad
+
+
+def test_layer_violations_are_seen(tmp_path, monkeypatch):
+    fake = tmp_path / "core" / "x"
+    fake.mkdir(parents=True)
+    (fake / "m.py").write_text("from ...training import worker\nfrom . import y\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert resolved_imports(fake / "m.py") == [("training.worker", 1), ("core.x.y", 2)]
+    assert layer_violations() == ["core/x/m.py:1: imports training.worker"]
+
+
+def test_r1_each_layer_imports_only_the_layers_below():
+    # R1: core imports nothing of training/addon/ui (absolute or relative, at module level
+    # or in a function); training imports no addon/ui; addon imports no ui.
+    bad = layer_violations()
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def package_dirs() -> list[Path]:
+    """Every folder of the package holding an ``__init__.py`` (the root included)."""
+    dirs = [ROOT]
+    for d in PACKAGE_DIRS + ["ui"]:
+        dirs += sorted(
+            p.parent for p in (ROOT / d).rglob("__init__.py") if "__pycache__" not in p.parts
+        )
+    return dirs
+
+
+def test_r11_pyproject_lists_every_package_folder():
+    # R11: setuptools installs only the packages pyproject names (a hand-kept list), so a
+    # package folder missing there imports from a checkout and fails from a wheel.
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    on_disk = [".".join(["neural_rom", *d.relative_to(ROOT).parts]) for d in package_dirs()]
+    assert sorted(listed) == sorted(on_disk)
+
+
+def test_r11_every_top_level_package_ships():
+    # R11: tests/test_manifest.RUNTIME (what the extension zip holds) names each top-level
+    # package folder.
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from test_manifest import RUNTIME
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    tops = {d.relative_to(ROOT).parts[0] + "/" for d in package_dirs() if d != ROOT}
+    assert tops <= RUNTIME and {"__init__.py", "worker.py"} <= RUNTIME
+
+
+def test_old_module_paths_give_the_same_module_objects():
+    # The flat names of before nest by concept (core/_moved.py): each old name imports as
+    # the very module object of its new one, in a fresh interpreter, whichever comes first.
+    code = (
+        "import importlib, sys\n"
+        "from neural_rom.core import _moved\n"
+        "for old, new in _moved.MOVED.items():\n"
+        "    a = importlib.import_module('neural_rom.core.' + old)\n"
+        "    b = importlib.import_module('neural_rom.core.' + new)\n"
+        "    assert a is b and a.__name__ == 'neural_rom.core.' + new, (old, a, b)\n"
+        "    assert a.__spec__.name == a.__name__, old\n"
+        "from neural_rom.core import bake, cache, fem, mesher, surface\n"  # move29: keep
+        "import neural_rom.core.sim as sim, neural_rom.core.simulator as simulator\n"
+        "from neural_rom.core.registry import Method, Setting\n"
+        "from neural_rom.core.physics.sim import FrameInputs, StepReport\n"
+        "assert sim.FrameInputs is FrameInputs and sim.StepReport is StepReport\n"
+        "assert simulator.SimulatorBase.__module__ == 'neural_rom.core.engine.protocol'\n"
+        "import neural_rom.core as c\n"
+        "assert c.fem is fem and c.onnxgraph is sys.modules['neural_rom.core.data.onnx']\n"
+        "mods = {id(m): m for n, m in sys.modules.items() if n.startswith('neural_rom.')}\n"
+        "files = [getattr(m, '__file__', None) for m in mods.values()]\n"
+        "assert len(files) == len(set(files)), 'a module ran twice'\n"
+    )
+    run_fresh(code)
+
+
+def test_an_old_module_name_monkeypatched_is_the_new_one(monkeypatch):
+    from neural_rom.core import fem as old  # move29: keep
+    from neural_rom.core.physics import fem as new
+
+    monkeypatch.setattr("neural_rom.core.fem.PRESETS", {"x": 1})  # move29: keep
+    assert old is new and new.PRESETS == {"x": 1}
+
+
+@pytest.mark.xfail(strict=True, reason="WP-E: panels/sidebar.py <-> panels/cloth.py")
+def test_r2_no_import_cycle_in_any_package():
+    # R2: the sibling rule of addon/ above, for every package folder.
+    cycles = []
+    for d in package_dirs():
+        for c in import_cycles(sibling_imports(d)):
+            cycles.append(f"{d.relative_to(ROOT)}: " + " -> ".join(c))
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def defines(path: Path, name: str) -> bool:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+@pytest.mark.xfail(strict=True, reason="WP-A, WP-B (runtime/schema), WP-D1 (KIND)")
+def test_r5_methods_and_kinds_are_packages_of_their_own_parts():
+    # R5: core/ holds packages only (and errors, _moved, __init__); each method package has
+    # METHOD, runtime.py and schema.py; each data kind package has KIND.
+    core = ROOT / "core"
+    loose = sorted(p.name for p in core.glob("*.py"))
+    assert loose == ["__init__.py", "_moved.py", "errors.py"], loose
+    missing = []
+    for m in sorted(p for p in (core / "methods").iterdir() if (p / "__init__.py").exists()):
+        if not defines(m / "__init__.py", "METHOD"):
+            missing.append(f"{m.name}: METHOD")
+        missing += [f"{m.name}/{f}" for f in ("runtime.py", "schema.py") if not (m / f).exists()]
+    for k in sorted(p for p in (core / "kinds").iterdir() if (p / "__init__.py").exists()):
+        if not defines(k / "__init__.py", "KIND"):
+            missing.append(f"kinds/{k.name}: KIND")
+    assert not missing, missing
+
+
+#: R6's shrink-only ratchet: modules over 800 lines that may stay (not grow) until split
+LONG_MODULES = {"fem.py": 1238, "cache.py": 1202, "sim.py": 980, "subspace.py": 921,
+                "scenarios.py": 874, "cubature.py": 834}  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="WP-A, B, C, E, F: the method, trainer and CLI modules")
+def test_r6_no_module_over_800_lines():
+    long = {}
+    for f in package_files():
+        n = len(f.read_text().splitlines())
+        if n > LONG_MODULES.get(f.name, 800):
+            long[str(f.relative_to(ROOT))] = n
+    assert not long, long
+    assert all(n > 800 for n in LONG_MODULES.values())  # an entry under 800 is deleted
+
+
+@pytest.mark.xfail(strict=True, reason="WP-D2: one frame-handler module, one sampler")
+def test_r8_only_the_frame_module_touches_handlers_and_frame_set():
+    # R8: only addon/frames.py touches bpy.app.handlers; scene.frame_set only where Blender
+    # is sampled (the io sampler, the animation reader, the background cloth bake).
+    handlers = {"addon/frames.py"}
+    frame_set = {"addon/io/mesh.py", "addon/io/animation.py", "addon/kinds/cloth/bake_job.py"}
+    bad = []
+    for f in package_files():
+        rel = f.relative_to(ROOT).as_posix()
+        text = f.read_text()
+        if "bpy.app.handlers" in text and rel not in handlers:
+            bad.append(f"{rel}: bpy.app.handlers")
+        if ".frame_set(" in text and rel not in frame_set:
+            bad.append(f"{rel}: frame_set")
+    assert not bad, bad
+
+
+@pytest.mark.xfail(strict=True, reason="WP-D1: Timeline.positions_at(between=...)")
+def test_r9_the_engine_never_calls_back():
+    # R9: core never calls back into Blender: no public function or method of the frame
+    # engine (core.engine, but the replay of a bake: a job's progress and cancel hooks) takes
+    # a Callable parameter.
+    bad = []
+    for f in sorted((ROOT / "core" / "engine").rglob("*.py")):
+        if f.name == "replay.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                args = node.args.args + node.args.kwonlyargs + node.args.posonlyargs
+                for a in args:
+                    if a.annotation is not None and "Callable" in ast.unparse(a.annotation):
+                        bad.append(f"{f.relative_to(ROOT)}:{node.lineno}: {node.name}({a.arg})")
+    assert not bad, bad
+
+
+@pytest.mark.xfail(strict=True, reason="WP-F: the job logic leaves the worker's bootstrap")
+def test_r10_the_worker_is_a_bootstrap_and_every_job_resolves():
+    # R10: worker.py at most 150 lines and no numpy; core.jobs.JOBS names each job's
+    # "module:function", and each resolves.
+    worker = ROOT / "worker.py"
+    assert len(worker.read_text().splitlines()) <= 150
+    assert "numpy" not in {top(m) for m, level in imports_of(worker) if level == 0}
+    from neural_rom.core import jobs
+
+    for kind, ref in jobs.JOBS.items():
+        module, _, func = ref.partition(":")
+        assert callable(getattr(importlib.import_module(f"neural_rom.{module}"), func)), kind
 
 
 def test_trainers_repeat_no_record_and_check_settings_once():

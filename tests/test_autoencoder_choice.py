@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 from neural_rom.core import registry
-from neural_rom.core.modelfile import load_model
+from neural_rom.core.data.modelfile import load_model
 from neural_rom.training.autoencoder import keep_better
 
 from .bench_modules import load_bench

@@ -5,17 +5,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
-from neural_rom.core.cache import BakeCache, BakeDataset
-from neural_rom.core.errors import JobCancelled, NeuralRomError
-from neural_rom.core.fem import Material, mass_matrix
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.scenarios import (
+from neural_rom.core.bake.scenarios import (
     ScenarioDriver,
     SceneContext,
     default_scenario,
     validate_scenario,
 )
-from neural_rom.core.sim import boundary_vertices
+from neural_rom.core.data.cache import BakeCache, BakeDataset
+from neural_rom.core.errors import JobCancelled, NeuralRomError
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics.fem import Material, mass_matrix
+from neural_rom.core.physics.sim import boundary_vertices
 
 
 @pytest.fixture(scope="module")

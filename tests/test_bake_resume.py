@@ -26,12 +26,12 @@ import numpy as np
 import pytest
 from neural_rom.core import bake as bk
 from neural_rom.core import jobs
-from neural_rom.core.cache import BakeCache
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.data.meshfile import write_tetmesh
 from neural_rom.core.errors import NeuralRomError, WriteError
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.meshfile import write_tetmesh
-from neural_rom.core.tetmesh import TetMesh
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.geometry.tetmesh import TetMesh
+from neural_rom.core.physics.fem import Material
 
 PY = sys.executable
 #: A frame of this mesh takes 5-11 ms since the fast steps of issue 10 (30-60 ms before):
@@ -308,7 +308,7 @@ def test_a_linear_training_into_a_folder_that_cannot_be_written_says_so_before_t
 
 
 def test_an_atomic_write_into_a_read_only_folder_is_a_write_error(read_only):
-    from neural_rom.core.files import write_atomic, write_npz
+    from neural_rom.core.data.files import write_atomic, write_npz
 
     with pytest.raises(WriteError, match="cannot write the file .*m.npz \\(Read-only"):
         write_npz(read_only / "m.npz", {"a": np.zeros(2)})

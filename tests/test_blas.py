@@ -4,7 +4,12 @@ choice of the faster count."""
 import time
 
 import numpy as np
-from neural_rom.core.blas import blas_libraries, blas_threads, fastest_threads, get_blas_threads
+from neural_rom.core.physics.blas import (
+    blas_libraries,
+    blas_threads,
+    fastest_threads,
+    get_blas_threads,
+)
 
 
 def test_threads_are_set_in_the_block_and_put_back():

@@ -289,7 +289,7 @@ def test_each_platform_zip_holds_exactly_its_wheels_and_the_runtime_files(
     bx, source, platform_zips, manifest
 ):
     shipped = runtime_files(source)
-    assert "core/jobs.py" in shipped and "addon/registration.py" in shipped
+    assert "core/jobs/__init__.py" in shipped and "addon/registration.py" in shipped
     for platform, path in platform_zips.items():
         assert path.name == f"neural_rom-{manifest['version']}-{platform.replace('-', '_')}.zip"
         wheels = bx.platform_wheels(manifest, platform)
@@ -304,7 +304,8 @@ def test_each_platform_zip_holds_exactly_its_wheels_and_the_runtime_files(
                 info = zf.getinfo(f"wheels/{name}")
                 assert info.compress_type == zipfile.ZIP_STORED
                 assert zf.read(info) == (source / "wheels" / name).read_bytes()
-            assert zf.read("core/jobs.py") == (source / "core" / "jobs.py").read_bytes()
+            jobs_file = "core/jobs/__init__.py"  # a nested package ships as it is
+            assert zf.read(jobs_file) == (source / jobs_file).read_bytes()
             shipped_manifest = tomllib.loads(zf.read("blender_manifest.toml").decode())
         generated = shipped_manifest["build"].pop("generated")
         assert generated == {"platforms": [platform], "wheels": [f"./wheels/{w}" for w in wheels]}

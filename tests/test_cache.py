@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from neural_rom.core import cache as cache_mod
-from neural_rom.core.cache import (
+from neural_rom.core.data import cache as cache_mod
+from neural_rom.core.data.cache import (
     SCHEMA_VERSION,
     BakeCache,
     BakeDataset,
@@ -15,8 +15,8 @@ from neural_rom.core.cache import (
     Channel,
     open_for_training,
 )
+from neural_rom.core.data.files import mesh_hash
 from neural_rom.core.errors import CacheError, JobCancelled
-from neural_rom.core.files import mesh_hash
 
 N_VERTS = 7
 

@@ -183,7 +183,7 @@ def test_info_prints_the_objects_stages(addon, blend_file, capsys):
 
 
 def test_tetrahedralize_bake_shards_and_export_pc2_headless(addon, tmp_path, capsys):
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
     blend = tmp_path / "shot.blend"
@@ -325,7 +325,7 @@ def test_killed_worker_exits_1_naming_its_log(addon, tmp_path, capsys):
         str(tmp_path / "neural_rom" / "Ball" / "bakes" / "logs")
     )
     # The committed prefix on disk is still a readable bake.
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     [path] = (tmp_path / "neural_rom" / "Ball" / "bakes").glob("*_s0_v000.nrbake")
     cache = BakeCache.open(path)
@@ -363,7 +363,7 @@ def test_a_tri_state_that_was_a_flag_takes_the_flag_alone():
 
 
 def test_train_and_simulate_headless(addon, tmp_path, capsys):
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
     blend = tmp_path / "shot.blend"
@@ -426,7 +426,7 @@ def test_train_and_simulate_headless(addon, tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "Ball: wrote" in out and "input q (B x 3)" in out and "output positions" in out
-    from neural_rom.core.modelfile import load_model
+    from neural_rom.core.data.modelfile import load_model
 
     X = load_model(bpy.path.abspath(bpy.data.objects["Ball"].neural_rom.model.path)).arrays["X"]
     s = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])

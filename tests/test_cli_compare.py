@@ -47,8 +47,13 @@ def replay(bpy, name: str, bake: str) -> dict:
     the render vertices' errors (the ball's render vertices are its first tet nodes) and
     those of the model's closest shapes, with the rest diagonal."""
     from neural_rom.core.bake import BakeSpec, setup_scenario
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.compare import closest_shapes, error_stats, replay_bake, vertex_errors
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.engine.replay import (
+        closest_shapes,
+        error_stats,
+        replay_bake,
+        vertex_errors,
+    )
     from neural_rom.core.registry import load_simulator
 
     obj = bpy.data.objects[name]
@@ -71,7 +76,7 @@ def replay(bpy, name: str, bake: str) -> dict:
 
 def held_out(bpy, name: str) -> list[str]:
     """The names of the bakes the model file says were held out."""
-    from neural_rom.core.modelfile import read_metadata
+    from neural_rom.core.data.modelfile import read_metadata
 
     meta = read_metadata(bpy.path.abspath(bpy.data.objects[name].neural_rom.model.path))
     held = [meta["bakes"][i] for i in meta["validation_trajectories"]]

@@ -31,8 +31,8 @@ def cli():
 def preset_drops() -> list[str]:
     """The automatic drop height of each material preset as the help writes it ("rubber
     1.04 m", ...), computed from the presets' E and density and the rule's strain."""
-    from neural_rom.core.fem import PRESETS
-    from neural_rom.core.scenarios import DROP_STRAIN
+    from neural_rom.core.bake.scenarios import DROP_STRAIN
+    from neural_rom.core.physics.fem import PRESETS
 
     claims = []
     for name, p in PRESETS.items():
@@ -45,7 +45,7 @@ def preset_drops() -> list[str]:
 
 
 def test_bake_help_states_the_scenario_defaults_of_the_code(capsys):
-    from neural_rom.core import scenarios as sc
+    from neural_rom.core.bake import scenarios as sc
 
     assert cli().main(["bake", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())  # unwrapped
@@ -104,7 +104,7 @@ def test_bake_help_states_the_scenario_defaults_of_the_code(capsys):
 def test_the_readme_states_the_same_defaults():
     from pathlib import Path
 
-    from neural_rom.core import scenarios as sc
+    from neural_rom.core.bake import scenarios as sc
 
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     drop = sc.default_scenario("gravity_drop")
@@ -137,8 +137,8 @@ def test_the_automatic_drop_does_what_the_help_says():
     """The help's rule is the code's: a big rubber block (no clamp by its size) in a 2 s bake
     drops from half to all of ``E eps^2 / (2 rho g)`` = 1.04 m per variant, onto a ground
     at its rest bottom."""
-    from neural_rom.core import scenarios as sc
-    from neural_rom.core.fem import Material
+    from neural_rom.core.bake import scenarios as sc
+    from neural_rom.core.physics.fem import Material
 
     g = np.array([0.0, 0.0, -9.81])
     X = np.array([[x, y, z] for x in (0, 2) for y in (0, 2) for z in (0, 2)], float) + [0, 0, 0.3]
@@ -168,10 +168,10 @@ def test_the_poke_sizing_does_what_the_help_says():
     first, and passes neither; a slender pinned bar (1 x 0.1 x 0.1 m) is held to the
     displacement, a compact pinned block (0.3 m) to the strain; no force lands on a pin."""
     import scipy.sparse.linalg as spla
-    from neural_rom.core import scenarios as sc
-    from neural_rom.core.fem import Material, TetFEM, deformation_gradient, mass_matrix
-    from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.core.sim import boundary_vertices
+    from neural_rom.core.bake import scenarios as sc
+    from neural_rom.core.geometry.grid import grid_tetmesh
+    from neural_rom.core.physics.fem import Material, TetFEM, deformation_gradient, mass_matrix
+    from neural_rom.core.physics.sim import boundary_vertices
 
     pokes = sc.default_scenario("random_pokes")
     pokes["count"] = 1
@@ -286,9 +286,9 @@ def test_a_users_boot_with_the_defaults_through_the_cli(addon, tmp_path, capsys)
     (1.2-2.2 mm below it, at most 3.7-5.5 mm from rest)."""
     import collections
 
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.modelfile import load_model
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.data.modelfile import load_model
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
     obj = make_boot(bpy)

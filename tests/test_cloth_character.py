@@ -21,8 +21,8 @@ import time
 import numpy as np
 import pytest
 from neural_rom.core import jobs
-from neural_rom.core import motion as mo
-from neural_rom.core.cache import BakeCache
+from neural_rom.core.bake import motion as mo
+from neural_rom.core.data.cache import BakeCache
 from scipy.spatial.transform import Rotation
 
 from .cloth_scenes import build_cape, character_accuracy

@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 import pytest
-from neural_rom.core import clothbake as cb
 from neural_rom.core import jobs
-from neural_rom.core.cache import BakeCache
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.kinds.cloth import source as cb
 
 from .cloth_scenes import build_sheet
 

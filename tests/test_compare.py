@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
-from neural_rom.core import fem
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.compare import error_stats, replay_bake, vertex_errors
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.engine.replay import error_stats, replay_bake, vertex_errors
 from neural_rom.core.errors import JobCancelled, SimulationError
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import ReducedSimulation
-from neural_rom.core.sim import FrameInputs
-from neural_rom.core.subspace import mass_weighted_pod
+from neural_rom.core.physics import fem
+from neural_rom.core.physics.fem import Material
+from neural_rom.core.physics.sim import FrameInputs
+from neural_rom.core.reduced.subspace import mass_weighted_pod
 
 from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
 from .test_addon_train import bake_in_process, ball, mesh_positions, select_only, trained_ball
@@ -415,10 +415,10 @@ def test_compare_refuses_foreign_model_stale_bake_and_a_taken_name(addon, blend_
 def test_closest_shapes_are_projections_and_the_stiffening_hint():
     """closest_shapes of a linear model is the mass-weighted projection (idempotent on
     shapes in the basis); the hint fires only when a rollout is far worse than them."""
-    from neural_rom.core.compare import closest_shapes, stiffening_hint
-    from neural_rom.core.fem import Material, mass_matrix
-    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.engine.replay import closest_shapes, stiffening_hint
+    from neural_rom.core.geometry.grid import grid_tetmesh
     from neural_rom.core.methods.linear import ReducedSimulation
+    from neural_rom.core.physics.fem import Material, mass_matrix
 
     X, T = grid_tetmesh((0.4, 0.1, 0.1), (4, 1, 1))
     mat = Material(youngs_modulus=5e4, poisson_ratio=0.4, density=1000.0)

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
-from neural_rom.core import methodcompare as mc
 from neural_rom.core import registry
 from neural_rom.core.errors import JobCancelled
+from neural_rom.core.jobs import compare_methods as mc
 
 from .blender_fixtures import registered
 
@@ -83,7 +83,7 @@ def _train_in_process(spec, progress=None):
 
 
 def _compare_in_process(spec):
-    from neural_rom.core.comparejob import compare_with_bake
+    from neural_rom.core.jobs.compare import compare_with_bake
 
     return compare_with_bake(spec)
 
@@ -313,7 +313,7 @@ def test_the_users_shot_is_replayed_never_trained_on(compared):
     """A bake of the animation as it plays (``bake --motion scenario``), named as the shot:
     linear trains on the 3 drawn bakes only and replays the shot, its numbers the model's
     own ``compare`` of that bake to 1e-9. (Last: it adds a bake to the object.)"""
-    from neural_rom.core.modelfile import read_metadata
+    from neural_rom.core.data.modelfile import read_metadata
 
     obj = compared["obj"]
     assert _cli("bake", "--motion", "scenario", "--variants", "1", "--seed", "7") == 0

@@ -4,21 +4,27 @@ in the reduced runtimes, identical results for direct tet meshes, exact derivati
 
 import numpy as np
 import pytest
-from neural_rom.core import fem, surface
 from neural_rom.core.bake import BakeSpec, default_scenario, impact_speed, setup_scenario
-from neural_rom.core.cage import (
+from neural_rom.core.bake.prepare import prepare_body
+from neural_rom.core.errors import SimulationError
+from neural_rom.core.geometry import surface
+from neural_rom.core.geometry.cage import (
     embedded_material,
     fill_fractions,
     inside_render_mesh,
     tetrahedralize_embedded,
 )
-from neural_rom.core.colliders import Collider, ContactPoints, contact_energy, penalty_stiffness
-from neural_rom.core.errors import SimulationError
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.methods.common import subspace_arguments, subspace_payload, surface_sample
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import ReducedSimulation
-from neural_rom.core.prepare import prepare_body
-from neural_rom.core.sim import FrameInputs, SimSettings, Simulation, boundary_vertices
+from neural_rom.core.physics import fem
+from neural_rom.core.physics.colliders import (
+    Collider,
+    ContactPoints,
+    contact_energy,
+    penalty_stiffness,
+)
+from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation, boundary_vertices
+from neural_rom.core.reduced.model import subspace_arguments, subspace_payload, surface_sample
 
 from .test_reduced import full_basis
 
@@ -577,8 +583,8 @@ def test_box_colliders_over_frames_are_each_frames_shape_bit_for_bit():
     the matrix's axis scales divided out, the half extents scaled, a sphere on the largest, a
     capsule's radius from X and Y and half length from Z, the box's centre through the
     matrix; and bad shapes are refused by name."""
-    from neural_rom.core.colliders import box_colliders
     from neural_rom.core.errors import NeuralRomError
+    from neural_rom.core.physics.colliders import box_colliders
     from scipy.spatial.transform import Rotation
 
     rng = np.random.default_rng(0)

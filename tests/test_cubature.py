@@ -13,10 +13,11 @@ import itertools
 
 import numpy as np
 import pytest
-from neural_rom.core import cubature as C
-from neural_rom.core import fem as F
-from neural_rom.core import grid, sim
 from neural_rom.core.errors import CacheError, JobCancelled, NeuralRomError
+from neural_rom.core.geometry import grid
+from neural_rom.core.physics import fem as F
+from neural_rom.core.physics import sim
+from neural_rom.core.reduced import cubature as C
 
 K = 8
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from neural_rom.core import bake as B
-from neural_rom.core import fem, grid
-from neural_rom.core import motion as mo
-from neural_rom.core.cache import BakeCache, BakeDataset
+from neural_rom.core.bake import motion as mo
+from neural_rom.core.data.cache import BakeCache, BakeDataset
 from neural_rom.core.errors import NeuralRomError
-from neural_rom.core.tetmesh import TetMesh
+from neural_rom.core.geometry import grid
+from neural_rom.core.geometry.tetmesh import TetMesh
+from neural_rom.core.physics import fem
 from scipy.spatial.transform import Rotation
 
 from .blender_fixtures import addon  # noqa: F401 (pytest fixture)

@@ -101,6 +101,8 @@ def test_blender_installs_the_zip_with_the_wheels_of_its_own_python_and_enables_
     assert installed["wheels_installed"] == want  # this Python's, not the other line's
     assert installed["scipy"] == bx.pins(manifest, PYTHON)["scipy"]
     assert installed["scipy_from_wheels"]  # the bundled scipy, not this venv's
+    # core/_moved.py's old names, keyed on the installed package's own name (bl_ext...)
+    assert installed["old_paths_same"] and installed["old_paths"] > 30
 
 
 def test_the_installed_extension_tetrahedralizes_bakes_trains_and_simulates(installed):

@@ -4,7 +4,7 @@ keys, the file round trip, and the messages a user gets for bad set-ups."""
 import numpy as np
 import pytest
 from neural_rom.core.errors import MeshError
-from neural_rom.core.face import (
+from neural_rom.core.kinds.face.rig import (
     ShapeKeys,
     check_shape_keys,
     check_tets,
@@ -18,7 +18,7 @@ from neural_rom.core.face import (
     muscle_actions,
     save_face,
 )
-from neural_rom.core.quasistatic import QuasistaticSolver
+from neural_rom.core.physics.quasistatic import QuasistaticSolver
 
 
 @pytest.fixture(scope="module")

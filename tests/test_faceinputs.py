@@ -5,10 +5,10 @@ the whole scene."""
 
 import numpy as np
 import pytest
-from neural_rom.core import faceinputs as fi
-from neural_rom.core.colliders import Collider
 from neural_rom.core.errors import MeshError, NeuralRomError
-from neural_rom.core.simjob import read_track, to_local, write_track
+from neural_rom.core.jobs.simulate import read_track, to_local, write_track
+from neural_rom.core.kinds.face import inputs as fi
+from neural_rom.core.physics.colliders import Collider
 
 
 def _rigid(seed: int) -> np.ndarray:

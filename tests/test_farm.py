@@ -200,9 +200,9 @@ def test_the_flamenco_job_type_passes_its_node_tests():
 
 
 def test_the_openjd_job_gives_the_one_machine_dataset_model_report_and_cache(runs):
-    from neural_rom.core.cache import BakeDataset
-    from neural_rom.core.modelfile import load_model
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.cache import BakeDataset
+    from neural_rom.core.data.modelfile import load_model
+    from neural_rom.core.data.pc2 import read_pc2
 
     one, farm = runs["one"], runs["farm"]
     assert "Running step 'Bake'" in runs["log"] and "Running step 'Simulate'" in runs["log"]
@@ -235,7 +235,7 @@ def test_the_openjd_job_gives_the_one_machine_dataset_model_report_and_cache(run
 
 
 def test_a_crashed_shard_rerun_alone_resumes_its_variant_after_its_last_committed_frame(runs):
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     bakes = runs["farm"] / "neural_rom" / "Ball" / "bakes"
     v0, v1 = sorted(bakes.glob("*.nrbake"))

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.colliders import Collider
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import ReducedSimulation
-from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.physics.colliders import Collider
+from neural_rom.core.physics.fem import Material
+from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
 
 from .test_reduced import full_basis
 
@@ -214,7 +214,7 @@ def test_closed_form_exact_hessian_matches_the_eigensystem_and_assembles_in_plan
     """The unprojected stable Neo-Hookean Hessian without an SVD equals the analytic
     eigensystem's (Smith et al. 2019) with nothing clamped, matches finite differences of
     the gradient, inverted elements included, and its planes assemble to the same matrix."""
-    from neural_rom.core import fem
+    from neural_rom.core.physics import fem
 
     X, T = grid_tetmesh((0.3, 0.2, 0.1), (3, 2, 1))
     tf = fem.TetFEM(X, T, Material(1e6, 0.45, 1100.0))

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from neural_rom.core import fem
 from neural_rom.core.errors import MaterialError, MeshError
+from neural_rom.core.physics import fem
 
 MODELS = fem.MODELS
 
@@ -546,8 +546,8 @@ def test_material_lame_presets_and_json_round_trip():
 
 
 def test_element_terms_is_the_weighted_one_pass_of_the_public_parts():
-    from neural_rom.core.fem import Material, TetFEM
-    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.geometry.grid import grid_tetmesh
+    from neural_rom.core.physics.fem import Material, TetFEM
 
     X, T = grid_tetmesh((0.3, 0.1, 0.1), (3, 1, 1))
     fem = TetFEM(X, T, Material(youngs_modulus=1e5, poisson_ratio=0.4, density=1000.0))

@@ -7,16 +7,16 @@ to solver tolerance (inertia, fictitious forces, mass damping, gravity, collider
 
 import numpy as np
 import pytest
-from neural_rom.core.colliders import Collider
 from neural_rom.core.errors import SimulationError
-from neural_rom.core.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.frame import IDENTITY, Pose, fit_pose, interpolate, to_pin_frame
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.autoencoder import LatentSimulation
 from neural_rom.core.methods.linear import ReducedSimulation
-from neural_rom.core.nnet import MLP
-from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
-from neural_rom.core.subspace import modal_basis
+from neural_rom.core.physics.colliders import Collider
+from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.reduced.nnet import MLP
+from neural_rom.core.reduced.pose import IDENTITY, Pose, fit_pose, interpolate, to_pin_frame
+from neural_rom.core.reduced.subspace import modal_basis
 
 from .test_reduced import full_basis
 
@@ -71,7 +71,7 @@ def test_fit_pose_recovers_rigid_motions_and_keeps_free_spin():
 def test_a_pose_moves_points_as_transform_points_to_the_bit():
     """Pose.apply keeps its transposed rotation between calls (a frame's positions and its
     pins): the same bits as transform_points, below and above its small-array cut (16 rows)."""
-    from neural_rom.core.frame import transform_points
+    from neural_rom.core.reduced.pose import transform_points
     from scipy.spatial.transform import Rotation
 
     rng = np.random.default_rng(5)
@@ -280,7 +280,7 @@ def test_transform_points_is_the_expression_bit_for_bit(n):
     """transform_points is the frame path's ``y @ A.T + t`` (Pose.apply, to_world) at about
     half its cost: the same bits, for one point too (whose (1, 3) product numpy rounds
     another way than the (n, 3) one, so it keeps the expression)."""
-    from neural_rom.core.frame import transform_points
+    from neural_rom.core.reduced.pose import transform_points
 
     rng = np.random.default_rng(n)
     mismatched = 0
@@ -310,7 +310,7 @@ def test_one_reduced_step_from_a_bake_state_is_the_bake_step_when_the_basis_hold
     (its full-space residual tested with ``A0^-1 M U``) lands there too: its full-space
     inertial and damping targets, gravity and pokes are the bake's (1.1e-7 m; its damping
     target left at the old frame, a mutation: 12 mm)."""
-    from neural_rom.core.subspace import m_orthonormalize
+    from neural_rom.core.reduced.subspace import m_orthonormalize
 
     from .bench_modules import load_bench
 

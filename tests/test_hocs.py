@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from neural_rom.core import hocs
-from neural_rom.core.nnet import MLP
-from neural_rom.core.subspace import m_orthonormalize
+from neural_rom.core.methods.shen import hocs
+from neural_rom.core.reduced.nnet import MLP
+from neural_rom.core.reduced.subspace import m_orthonormalize
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")

@@ -394,10 +394,10 @@ def test_worker_rejects_a_bad_invocation_and_an_unreadable_spec(tmp_path):
 
 def bake_job_spec(tmp_path, *, frames=3, variants=1, seed=0, **extra) -> dict:
     from neural_rom.core import bake as core_bake
-    from neural_rom.core.fem import PRESETS, Material
-    from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.core.meshfile import write_tetmesh
-    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.core.data.meshfile import write_tetmesh
+    from neural_rom.core.geometry.grid import grid_tetmesh
+    from neural_rom.core.geometry.tetmesh import TetMesh
+    from neural_rom.core.physics.fem import PRESETS, Material
 
     X, T = grid_tetmesh((0.3, 0.1, 0.1), (3, 1, 1))
     mesh = TetMesh(X, T, 0)
@@ -424,7 +424,7 @@ def bake_job_spec(tmp_path, *, frames=3, variants=1, seed=0, **extra) -> dict:
 
 
 def test_a_real_bake_runs_end_to_end_through_the_runner(tmp_path):
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     job = jobs.Job.start(bake_job_spec(tmp_path, frames=3), PY, tmp_path / "logs")
     events = []
@@ -441,7 +441,7 @@ def test_a_real_bake_runs_end_to_end_through_the_runner(tmp_path):
 
 
 def test_kill_9_during_a_real_bake_keeps_its_committed_prefix_readable(tmp_path):
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     job = jobs.Job.start(bake_job_spec(tmp_path, frames=400), PY, tmp_path / "logs")
     wait_for_progress(job, 3, timeout=120)
@@ -454,7 +454,7 @@ def test_kill_9_during_a_real_bake_keeps_its_committed_prefix_readable(tmp_path)
 
 
 def test_cancel_during_a_real_bake_reports_the_committed_frames(tmp_path):
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     job = jobs.Job.start(bake_job_spec(tmp_path, frames=400), PY, tmp_path / "logs")
     wait_for_progress(job, 2, timeout=120)

@@ -4,19 +4,19 @@ trips, and the preconditioner's effect on L-BFGS iterations."""
 
 import numpy as np
 import pytest
-from neural_rom.core.colliders import Collider
-from neural_rom.core.cubature import Cubature
+from neural_rom.core.data.files import mesh_hash
 from neural_rom.core.errors import CacheError, SimulationError
-from neural_rom.core.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.files import mesh_hash
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.autoencoder import LatentSimulation
 from neural_rom.core.methods.autoencoder import save as save_autoencoder_model
 from neural_rom.core.methods.linear import ReducedSimulation
-from neural_rom.core.nnet import MLP
+from neural_rom.core.physics.colliders import Collider
+from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.physics.sim import FrameInputs, SimSettings, boundary_vertices
+from neural_rom.core.reduced.cubature import Cubature
+from neural_rom.core.reduced.nnet import MLP
+from neural_rom.core.reduced.subspace import Subspace, modal_basis
 from neural_rom.core.registry import load_simulator
-from neural_rom.core.sim import FrameInputs, SimSettings, boundary_vertices
-from neural_rom.core.subspace import Subspace, modal_basis
 
 MAT = Material(youngs_modulus=5e4, poisson_ratio=0.4, density=1000.0)
 

@@ -49,7 +49,7 @@ def test_autoencoder_needs_at_most_40_percent_of_pca_dofs(paths, tmp_path):
     # bound is a smoke bound: the model moves with the bar (under 0.9 x the error of
     # standing still), not a measure of its accuracy.
     from neural_rom.core import registry
-    from neural_rom.core.compare import rollout_metrics
+    from neural_rom.core.engine.replay import rollout_metrics
     from neural_rom.core.registry import load_simulator
 
     roll = rollout_metrics(lambda d: load_simulator(tmp_path / "ae.nrmodel")[0], ds[int(held[0])])

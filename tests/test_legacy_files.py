@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from neural_rom.core.bake import replay_scenario
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.clothbake import replay_cloth_bake
-from neural_rom.core.compare import replay_bake
-from neural_rom.core.face import load_face
-from neural_rom.core.meshfile import read_tetmesh
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.data.meshfile import read_tetmesh
+from neural_rom.core.data.modelfile import read_method
+from neural_rom.core.engine.replay import replay_bake
+from neural_rom.core.kinds.cloth.source import replay_cloth_bake
+from neural_rom.core.kinds.face.rig import load_face
 from neural_rom.core.methods.active import play
-from neural_rom.core.modelfile import read_method
 from neural_rom.core.registry import get, load_simulator, names
 
 LEGACY = Path(__file__).parent / "data" / "legacy"

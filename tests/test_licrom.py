@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 import torch
 from neural_rom.core import bake as bk
-from neural_rom.core import mesher, surface
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.compare import replay_bake
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.data.modelfile import load_model
+from neural_rom.core.engine.replay import replay_bake
 from neural_rom.core.errors import CacheError, JobCancelled, NeuralRomError, SimulationError
-from neural_rom.core.fem import Material, TetFEM
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.geometry import mesher, surface
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.geometry.tetmesh import drop_unused_nodes
 from neural_rom.core.methods import licrom
-from neural_rom.core.modelfile import load_model
-from neural_rom.core.nnet import MLP
+from neural_rom.core.physics.fem import Material, TetFEM
+from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.reduced.nnet import MLP
+from neural_rom.core.reduced.subspace import mass_weighted_pod
 from neural_rom.core.registry import get, load_simulator
-from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
-from neural_rom.core.subspace import mass_weighted_pod
-from neural_rom.core.tetmesh import drop_unused_nodes
 from neural_rom.training.licrom import projection_errors
 from scipy.spatial.transform import Rotation
 
@@ -778,7 +778,7 @@ def test_body_frames_take_out_exactly_the_rigid_motion():
     rounding), and the displacement left in its body frame has no rigid part: no net mass
     moment (sum m u = 0) and no first moment of rotation about the centre of mass
     (sum m (X - X_cm) x u = 0), i.e. it is mass-orthogonal to :func:`licrom.rigid_modes`."""
-    from neural_rom.core.fem import mass_matrix
+    from neural_rom.core.physics.fem import mass_matrix
 
     m = superellipsoid(2)
     mass = mass_matrix(m.X, m.T, SOFT.density, lumped=True)
@@ -803,7 +803,7 @@ def test_floating_frame_reproduces_full_space_in_the_bodys_own_shapes():
     body-frame shapes (their POD, 4 modes, standing in for the field), the runtime replays a
     ball thrown spinning at 21 rad/s (50 degrees a frame; its own 12 frames, a metre of
     motion) as full space does, to well under a micrometre."""
-    from neural_rom.core.fem import mass_matrix
+    from neural_rom.core.physics.fem import mass_matrix
 
     m = superellipsoid(2)
     settings = SimSettings(damping_alpha=0.0)
@@ -1007,7 +1007,7 @@ def test_timeline_continues_across_a_mesh_swap(trained, static):
     Modes the static coordinates are each mesh's own sag under 1 g, so the swap frame moves
     by exactly the two meshes' sag difference at them (the finer mesh is more compliant:
     full space sags it 50% more)."""
-    from neural_rom.core.framecache import Timeline
+    from neural_rom.core.engine.timeline import Timeline
     from scipy.spatial import cKDTree
 
     coarse, fine = trained.mesh, bar((20, 4, 4))
@@ -1249,7 +1249,7 @@ def _reduced_static_sag(sim) -> np.ndarray:
 def _full_static_sag(X, T, pinned, gravity) -> np.ndarray:
     """Displacements (n, 3) of full space's static equilibrium under ``gravity`` (Newton with
     the exact Hessian on the free DOFs, halved steps while the energy rises)."""
-    from neural_rom.core.fem import mass_matrix
+    from neural_rom.core.physics.fem import mass_matrix
     from scipy.sparse.linalg import spsolve
 
     fem = TetFEM(X, T, MATERIAL)

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from neural_rom.core.fem import Material, mass_matrix
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods import licrom
-from neural_rom.core.sim import SimSettings, Simulation
-from neural_rom.core.subspace import mass_weighted_pod
+from neural_rom.core.physics.fem import Material, mass_matrix
+from neural_rom.core.physics.sim import SimSettings, Simulation
+from neural_rom.core.reduced.subspace import mass_weighted_pod
 
 SOFT = Material(youngs_modulus=2e5, poisson_ratio=0.25, density=1000.0)
 FRAMES = 24

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from neural_rom.core import linsolve
-from neural_rom.core.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.sim import SimSettings, Simulation
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics import linsolve
+from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.physics.sim import SimSettings, Simulation
 
 
 def newton_matrix(div=(20, 10, 10), moved=0.0):

@@ -3,18 +3,18 @@ tetrahedralization, surface validation, cages, embedding, I/O, hashing."""
 
 import numpy as np
 import pytest
-from neural_rom.core.cage import (
+from neural_rom.core.data.files import mesh_hash
+from neural_rom.core.data.meshfile import read_tetmesh, write_tetmesh
+from neural_rom.core.errors import MeshError
+from neural_rom.core.geometry.cage import (
     _make_manifold,
     _voxel_boundary,
     build_cage,
     tetrahedralize_embedded,
 )
-from neural_rom.core.embedding import Embedding, embed_points, render_positions
-from neural_rom.core.errors import MeshError
-from neural_rom.core.files import mesh_hash
-from neural_rom.core.mesher import tetrahedralize
-from neural_rom.core.meshfile import read_tetmesh, write_tetmesh
-from neural_rom.core.surface import (
+from neural_rom.core.geometry.embedding import Embedding, embed_points, render_positions
+from neural_rom.core.geometry.mesher import tetrahedralize
+from neural_rom.core.geometry.surface import (
     _box_pairs,
     _self_intersecting_pairs,
     _tri_pairs_intersect,
@@ -24,7 +24,7 @@ from neural_rom.core.surface import (
     enclosed_volume,
     icosphere,
 )
-from neural_rom.core.tetmesh import TetMesh, orient_positive, regular_tet_volume
+from neural_rom.core.geometry.tetmesh import TetMesh, orient_positive, regular_tet_volume
 
 # ---------------------------------------------------------------------------------------------
 # helpers

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from neural_rom.core import registry
+from neural_rom.core.engine.protocol import SimulatorBase
+from neural_rom.core.physics.sim import StepReport
 from neural_rom.core.registry import Method, Setting
-from neural_rom.core.sim import StepReport
-from neural_rom.core.simulator import SimulatorBase
 
 NAME = "mean_shape"
 #: the same toy with a trainer on the run object
@@ -87,8 +87,8 @@ def train_run(run) -> dict:
 
 
 def mean_shape(name, bakes, out, settings, expect_mesh_hash, progress) -> dict:
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.modelfile import save_model
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.data.modelfile import save_model
 
     t0 = time.perf_counter()
     caches = [BakeCache.open(p, expect_mesh_hash=expect_mesh_hash) for p in bakes]
@@ -309,7 +309,7 @@ def test_toy_method_is_found_trains_in_the_worker_and_plays(
 
     # Bake Simulation plays it in a worker, which finds it through method_origin too
     from neural_rom.addon import export
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     job = export.make_simulation_job(obj, scene)
     assert job["method"] == NAME and job["method_origin"] == toy.origin
@@ -365,7 +365,7 @@ def test_cli_trains_the_method_asked_for_whatever_the_panel_says(addon, tmp_path
     s = bpy.data.objects["Body"].neural_rom
     assert s.model_method == "autoencoder"  # the panel shows the method of its model
     assert s.model.method == "autoencoder" and s.model.k == 2  # its own settings: latent 2
-    from neural_rom.core.modelfile import load_model
+    from neural_rom.core.data.modelfile import load_model
 
     assert load_model(bpy.path.abspath(s.model.path)).metadata["subspace"]["k"] == 3
 
@@ -442,10 +442,10 @@ def test_trainers_on_the_run_and_of_the_old_signature_train_alike(tmp_path, monk
     from types import SimpleNamespace
 
     from neural_rom.core import bake as bk
+    from neural_rom.core.data.modelfile import load_model
     from neural_rom.core.errors import NeuralRomError
-    from neural_rom.core.fem import Material
-    from neural_rom.core.grid import grid_tetmesh
-    from neural_rom.core.modelfile import load_model
+    from neural_rom.core.geometry.grid import grid_tetmesh
+    from neural_rom.core.physics.fem import Material
     from neural_rom.training import worker
 
     X, T = grid_tetmesh((0.2, 0.05, 0.05), (4, 1, 1))

@@ -11,9 +11,9 @@ import threading
 
 import numpy as np
 import pytest
-from neural_rom.core import methodcompare as mc
 from neural_rom.core import registry
 from neural_rom.core.errors import JobCancelled, NeuralRomError
+from neural_rom.core.jobs import compare_methods as mc
 
 
 def _random_costs(rng: np.random.Generator) -> dict:
@@ -252,7 +252,7 @@ def test_the_recommendation_takes_a_near_best_method_only_when_it_is_clearly_fas
     """Within 10% of the lowest error, a method is preferred only at least 1.5x faster per
     step: a jelly's pick flipped between Shen and LiCROM from one run to the next on
     ms/step the machine's load moved (2.43 vs 1.43 ms, then 4.18 vs 11.3)."""
-    from neural_rom.core.methodcompare import CLEARLY_FASTER, NEAR_BEST, recommend
+    from neural_rom.core.jobs.compare_methods import CLEARLY_FASTER, NEAR_BEST, recommend
 
     def row(method, mean, ms):
         return {"method": method, "label": method, "status": "done", "mean_m": mean,
@@ -314,7 +314,7 @@ def test_steps_timed_in_turns_drop_the_load_that_fell_on_one_method(seed):
     is quiet, so the times in turns are the quiet medians exactly, and the ranking holds.
     Timed one after another with one replay each (the comparison before), the same load
     moves a model's time by its slowdown."""
-    from neural_rom.core.comparejob import interleaved_step_ms
+    from neural_rom.core.jobs.compare import interleaved_step_ms
 
     rng = np.random.default_rng(seed)
     costs = [(0.003, 0.001), (0.002, 0.002), (0.0012, 0.0016)]

@@ -5,12 +5,12 @@ import os
 
 import numpy as np
 import pytest
-from neural_rom.core import modelfile
+from neural_rom.core.data import modelfile
+from neural_rom.core.data.files import mesh_hash
+from neural_rom.core.data.modelfile import MODEL_SCHEMA, SUFFIX, Model, load_model, save_model
 from neural_rom.core.errors import CacheError
-from neural_rom.core.files import mesh_hash
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.modelfile import MODEL_SCHEMA, SUFFIX, Model, load_model, save_model
-from neural_rom.core.nnet import MLP
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.reduced.nnet import MLP
 
 HASH = "ab" * 32
 OTHER_HASH = "cd" * 32

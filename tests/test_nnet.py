@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from neural_rom.core.errors import CacheError
-from neural_rom.core.nnet import ACTIVATIONS, MLP
+from neural_rom.core.reduced.nnet import ACTIVATIONS, MLP
 
 torch.set_num_threads(1)
 # torch.func imports torch.jit.script, which warns about its own deprecation

@@ -21,16 +21,16 @@ ort = pytest.importorskip("onnxruntime", reason="the export is checked against o
 
 from neural_rom.core import bake as bk  # noqa: E402
 from neural_rom.core import registry  # noqa: E402
-from neural_rom.core.cubature import Cubature  # noqa: E402
+from neural_rom.core.data.files import mesh_hash  # noqa: E402
+from neural_rom.core.data.modelfile import save_model  # noqa: E402
+from neural_rom.core.data.onnx import OPSET, export_onnx  # noqa: E402
 from neural_rom.core.errors import NeuralRomError  # noqa: E402
-from neural_rom.core.files import mesh_hash  # noqa: E402
-from neural_rom.core.grid import grid_tetmesh  # noqa: E402
+from neural_rom.core.geometry.grid import grid_tetmesh  # noqa: E402
 from neural_rom.core.methods import autoencoder, linear, shen, snp  # noqa: E402
-from neural_rom.core.modelfile import save_model  # noqa: E402
-from neural_rom.core.nnet import MLP  # noqa: E402
-from neural_rom.core.onnxgraph import OPSET, export_onnx  # noqa: E402
-from neural_rom.core.sim import FrameInputs, SimSettings, boundary_vertices  # noqa: E402
-from neural_rom.core.subspace import Subspace  # noqa: E402
+from neural_rom.core.physics.sim import FrameInputs, SimSettings, boundary_vertices  # noqa: E402
+from neural_rom.core.reduced.cubature import Cubature  # noqa: E402
+from neural_rom.core.reduced.nnet import MLP  # noqa: E402
+from neural_rom.core.reduced.subspace import Subspace  # noqa: E402
 
 from .bench_modules import load_bench  # noqa: E402
 from .test_latent import MAT, beam, elu_decoder  # noqa: E402
@@ -75,7 +75,7 @@ def runtime_rollout(block, frames=500):
     played forward and back: per frame the raw features it computed, z and the positions
     in the frame."""
     from neural_rom.core.bake import BakeSpec, setup_scenario
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     cache = BakeCache.open(block.paths[-1])
     _, driver = setup_scenario(block.X, block.T, BakeSpec.from_dict(cache.meta["spec"]))

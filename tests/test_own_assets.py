@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.compare import rollout_metrics
-from neural_rom.core.fem import deformation_gradient, rest_data
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.engine.replay import rollout_metrics
+from neural_rom.core.physics.fem import deformation_gradient, rest_data
 from neural_rom.core.registry import load_simulator
 
 FRAMES = 24
@@ -140,7 +140,7 @@ def check(out: dict, *, stretch: float, motion: float, rel: float, newton: int) 
 
 
 def test_torus_drops_onto_the_ground_and_squashes(tmp_path):
-    from neural_rom.core.mesher import tetrahedralize
+    from neural_rom.core.geometry.mesher import tetrahedralize
 
     mesh = tetrahedralize(*torus())
     spec = bk.BakeSpec(frames=FRAMES, variants=VARIANTS, seed=1)  # default: gravity drop
@@ -151,7 +151,7 @@ def test_torus_drops_onto_the_ground_and_squashes(tmp_path):
 
 
 def test_pinned_tentacle_sags_and_is_poked_to_a_physical_strain(tmp_path):
-    from neural_rom.core.mesher import tetrahedralize
+    from neural_rom.core.geometry.mesher import tetrahedralize
 
     mesh = tetrahedralize(*tentacle())
     X = np.asarray(mesh.X)
@@ -200,8 +200,8 @@ def test_pinned_tentacle_sags_and_is_poked_to_a_physical_strain(tmp_path):
 
 
 def test_embedded_cube_drops(tmp_path):
-    from neural_rom.core.cage import tetrahedralize_embedded
-    from neural_rom.core.fem import Material, mass_matrix
+    from neural_rom.core.geometry.cage import tetrahedralize_embedded
+    from neural_rom.core.physics.fem import Material, mass_matrix
 
     V, F = cube()
     # the default cage (resolution 24) has 25K tets and takes 2 minutes; 8 is the coarse

@@ -2,8 +2,8 @@ import struct
 
 import numpy as np
 import pytest
+from neural_rom.core.data.pc2 import HEADER_SIZE, PC2Writer, read_pc2, write_pc2
 from neural_rom.core.errors import CacheError
-from neural_rom.core.pc2 import HEADER_SIZE, PC2Writer, read_pc2, write_pc2
 
 
 def test_round_trip(tmp_path, rng):

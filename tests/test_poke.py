@@ -4,7 +4,14 @@ by weight (a spring to the mouse, or a prescribed pulse)."""
 
 import numpy as np
 import pytest
-from neural_rom.core.poke import Poke, poke_forces, poke_weights, share, spread, spring_force
+from neural_rom.core.physics.poke import (
+    Poke,
+    poke_forces,
+    poke_weights,
+    share,
+    spread,
+    spring_force,
+)
 
 
 def test_poke_force_is_a_spring_spread_by_weight():

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from neural_rom.core import bake, cache, cage, fem, mesher, surface
+from neural_rom.core import bake
 from neural_rom.core.bake import setup_scenario
+from neural_rom.core.bake.prepare import prepare_body
+from neural_rom.core.data import cache
 from neural_rom.core.errors import MeshError
-from neural_rom.core.prepare import prepare_body
+from neural_rom.core.geometry import cage, mesher, surface
+from neural_rom.core.physics import fem
 
 from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
 
@@ -107,7 +110,7 @@ def test_the_add_on_bake_job_prepares_the_body_through_core(addon, blend_file):
     from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon.bakes import make_bake_job
     from neural_rom.addon.tets import load_tets, tetrahedralize_object
-    from neural_rom.core import meshfile
+    from neural_rom.core.data import meshfile
 
     bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.5, location=(0.3, -0.2, 1.5))
     ball = bpy.context.object

@@ -4,13 +4,13 @@ check, rest actions giving the rest shape, an affine target's actions reproducin
 
 import numpy as np
 import pytest
-from neural_rom.core.colliders import Collider
 from neural_rom.core.errors import SimulationError
-from neural_rom.core.face import demo_head, muscle_actions
-from neural_rom.core.fem import Material, TetFEM
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.nnet import MLP
-from neural_rom.core.quasistatic import QuasistaticSolver, polar_actions
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.kinds.face.rig import demo_head, muscle_actions
+from neural_rom.core.physics.colliders import Collider
+from neural_rom.core.physics.fem import Material, TetFEM
+from neural_rom.core.physics.quasistatic import QuasistaticSolver, polar_actions
+from neural_rom.core.reduced.nnet import MLP
 
 TIGHT = 1e-11
 

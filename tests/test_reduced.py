@@ -2,14 +2,14 @@
 
 import numpy as np
 import pytest
-from neural_rom.core.colliders import Collider, ContactPoints
 from neural_rom.core.errors import SimulationError
-from neural_rom.core.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.methods.common import surface_sample
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import ReducedSimulation
-from neural_rom.core.sim import FrameInputs, SimSettings, Simulation
-from neural_rom.core.subspace import modal_basis
+from neural_rom.core.physics.colliders import Collider, ContactPoints
+from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.reduced.model import surface_sample
+from neural_rom.core.reduced.subspace import modal_basis
 
 
 def full_basis(X, T, mat, pinned):
@@ -110,7 +110,7 @@ def test_protocol_state_round_trip_and_bad_pins():
 
 def test_surface_sample_carries_all_surface_mass():
     X, T, mat, _ = setup(div=(8, 3, 3))
-    from neural_rom.core.sim import boundary_vertices
+    from neural_rom.core.physics.sim import boundary_vertices
 
     surf = boundary_vertices(T)
     mass = mass_matrix(X, T, mat.density)

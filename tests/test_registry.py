@@ -5,15 +5,15 @@ runtime following the simulator protocol."""
 import numpy as np
 import pytest
 from neural_rom.core import registry
+from neural_rom.core.data.modelfile import save_model
+from neural_rom.core.engine.protocol import Simulator
 from neural_rom.core.errors import CacheError, NeuralRomError, SimulationError
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import ReducedSimulation
 from neural_rom.core.methods.linear import save as save_linear
-from neural_rom.core.modelfile import save_model
+from neural_rom.core.physics.fem import Material
+from neural_rom.core.physics.sim import FrameInputs, Markers, SimSettings
 from neural_rom.core.registry import Method, Setting
-from neural_rom.core.sim import FrameInputs, Markers, SimSettings
-from neural_rom.core.simulator import Simulator
 
 K = Setting("k", "int", None, "Modes", "basis size", minimum=1, maximum=50, auto=True)
 TOL = Setting("tolerance", "float", 0.01, "Tolerance", "error", unit="m", minimum=0.0)
@@ -136,13 +136,13 @@ def test_a_method_record_checks_its_inputs():
 
 def _linear_model(tmp_path):
     X, T = grid_tetmesh((0.3, 0.1, 0.1), (3, 1, 1))
-    from neural_rom.core.cubature import Cubature
-    from neural_rom.core.fem import mass_matrix
-    from neural_rom.core.subspace import modal_basis
+    from neural_rom.core.physics.fem import mass_matrix
+    from neural_rom.core.reduced.cubature import Cubature
+    from neural_rom.core.reduced.subspace import modal_basis
 
     mat = Material(youngs_modulus=1e5, poisson_ratio=0.3, density=1000.0)
     pinned = np.flatnonzero(X[:, 0] < 1e-9)
-    from neural_rom.core.fem import TetFEM
+    from neural_rom.core.physics.fem import TetFEM
 
     mass = np.asarray(mass_matrix(X, T, mat.density, lumped=True))
     sub = modal_basis(TetFEM(X, T, mat), mass, pinned, 4)

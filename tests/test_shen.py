@@ -5,16 +5,16 @@ nonlinear, state and model-file round trips, animated pins (the linear model's m
 
 import numpy as np
 import pytest
-from neural_rom.core.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.files import mesh_hash
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.data.files import mesh_hash
+from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import ReducedSimulation
 from neural_rom.core.methods.shen import ShenSimulation
 from neural_rom.core.methods.shen import save as save_shen_model
-from neural_rom.core.nnet import MLP
+from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.physics.sim import FrameInputs, SimSettings
+from neural_rom.core.reduced.nnet import MLP
+from neural_rom.core.reduced.subspace import modal_basis
 from neural_rom.core.registry import load_simulator
-from neural_rom.core.sim import FrameInputs, SimSettings
-from neural_rom.core.subspace import modal_basis
 
 MAT = Material(youngs_modulus=5e4, poisson_ratio=0.4, density=1000.0)
 
@@ -225,8 +225,8 @@ def test_without_nonlinear_coordinates_it_is_the_linear_model(setup):
 
 def test_state_round_trip_and_model_file(setup, tmp_path):
     X, T, pinned, sub, dec = setup
-    from neural_rom.core.colliders import ContactPoints
-    from neural_rom.core.cubature import Cubature
+    from neural_rom.core.physics.colliders import ContactPoints
+    from neural_rom.core.reduced.cubature import Cubature
 
     sim = make(setup)
     for f in pokes(X, 3):

@@ -14,8 +14,8 @@ from .blender_fixtures import addon  # noqa: F401 (pytest fixture)
 
 
 def test_shen_trains_simulates_and_compares_headless(addon, tmp_path, capsys):
-    from neural_rom.core.modelfile import load_model
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.modelfile import load_model
+    from neural_rom.core.data.pc2 import read_pc2
 
     cli = base.cli()
     bpy = addon.bpy

@@ -27,10 +27,10 @@ import pytest
 from neural_rom.core import bake as bk
 from neural_rom.core import registry
 from neural_rom.core.bake import replay_scenario
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.compare import replay_bake
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.engine.replay import replay_bake
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics.fem import Material
 from neural_rom.core.registry import load_simulator
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from neural_rom.core.cubature import Cubature, cubature_error
-from neural_rom.core.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.subspace import modal_basis
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.reduced.cubature import Cubature, cubature_error
+from neural_rom.core.reduced.subspace import modal_basis
 from neural_rom.training.shen.cubature import (
     SelectionNet,
     _coords,
@@ -202,7 +202,7 @@ def test_weight_net_starts_at_the_greedy_rule_and_fits_no_worse(bar):
     """The weight network's initial weights are the greedy NNLS weights for every pose
     (squared output, zero last layer), non-negative always; trained, its error on the poses
     it fits is no worse than the greedy rule's."""
-    from neural_rom.core.cubature import optimized_cubature
+    from neural_rom.core.reduced.cubature import optimized_cubature
     from neural_rom.training.shen.cubature import train_weight_net
 
     fem, U, poses = bar["fem"], bar["U"], bar["poses"]

@@ -33,8 +33,8 @@ def bake(out: Path) -> list[Path]:
     from types import SimpleNamespace
 
     from neural_rom.core import bake as bk
-    from neural_rom.core.fem import Material
-    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.geometry.grid import grid_tetmesh
+    from neural_rom.core.physics.fem import Material
 
     X, T = grid_tetmesh((0.4, 0.08, 0.08), (8, 2, 2))
     spec = bk.BakeSpec(
@@ -51,7 +51,7 @@ def bake(out: Path) -> list[Path]:
 
 def free_vibration(sim, frames: int = 120) -> dict:
     """Poke the tip hard for 6 frames, then ``frames`` free frames: energies and counts."""
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     rng = np.random.default_rng(3)
     tip = np.flatnonzero(sim.X[:, 0] > sim.X[:, 0].max() - 1e-9)
@@ -85,9 +85,9 @@ def measure(out: Path, bakes: list[Path]) -> dict:
 
     import torch
     from neural_rom.core import registry
+    from neural_rom.core.data.modelfile import load_model
     from neural_rom.core.methods import shen
-    from neural_rom.core.modelfile import load_model
-    from neural_rom.core.sim import SimSettings
+    from neural_rom.core.physics.sim import SimSettings
 
     torch.set_num_threads(int(os.environ["OPENBLAS_NUM_THREADS"]))
     free = SimSettings(dt=1 / 60, gravity=(0.0, 0.0, 0.0), damping_alpha=0.0, damping_beta=0.0)

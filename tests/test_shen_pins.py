@@ -40,8 +40,8 @@ def test_shen_replays_a_held_out_bake_with_animated_pins(swing):
     replayed 301.9 mm (247.9 on numpy 2.4). The bound: no worse than PCA at equal DOFs (an
     11% margin here; two other trainings, each on its own held-out bake, 54 and 362 mm)."""
     from neural_rom.core import registry
+    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.sim import FrameInputs
 
     settings = registry.get("shen").values(dict(
         k=10, n_p=3, latent_dim=2, hidden=[16] * 4, epochs=300, patience=300,

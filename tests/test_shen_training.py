@@ -10,12 +10,12 @@ import pytest
 import torch
 from neural_rom.core import bake as bk
 from neural_rom.core import registry
+from neural_rom.core.data.modelfile import load_model
 from neural_rom.core.errors import JobCancelled
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.modelfile import load_model
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics.fem import Material
+from neural_rom.core.physics.sim import FrameInputs
 from neural_rom.core.registry import load_simulator
-from neural_rom.core.sim import FrameInputs
 from neural_rom.training.nets import sin_mlp
 
 TINY = dict(
@@ -162,7 +162,7 @@ def test_numpy_export_equals_torch_with_omega_scale_and_filter():
     """to_numpy folds omega, the input/output scales and the filter's zero rows/columns:
     forward and Jacobian equal torch's (float64) to rounding, and the jet's H[dq, dq]
     equals torch's second derivative."""
-    from neural_rom.core.hocs import jet
+    from neural_rom.core.methods.shen.hocs import jet
     from neural_rom.training.shen import to_numpy
 
     torch.manual_seed(1)

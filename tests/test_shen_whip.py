@@ -27,8 +27,8 @@ bench_shen = load_bench("shen")
 def _replays(model, ds, va, eps):
     """Positions (frames + 1, n, 3) of each held-out replay with the cubature weights
     scaled by 1 + eps, and the simulators."""
+    from neural_rom.core.data.modelfile import load_model
     from neural_rom.core.methods import shen
-    from neural_rom.core.modelfile import load_model
 
     base = load_model(model)
     w = base.arrays["cubature_weights"] * (1.0 + eps)

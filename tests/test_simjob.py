@@ -11,22 +11,24 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from neural_rom.core import bake as bk
-from neural_rom.core import comparejob, jobs, simjob
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.colliders import Collider
-from neural_rom.core.compare import replay_bake
-from neural_rom.core.cubature import Cubature
+from neural_rom.core import jobs
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.data.files import mesh_hash
+from neural_rom.core.data.meshfile import write_tetmesh
+from neural_rom.core.data.pc2 import read_pc2, write_pc2
+from neural_rom.core.engine.replay import replay_bake
 from neural_rom.core.errors import CacheError, JobCancelled
-from neural_rom.core.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.files import mesh_hash
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.meshfile import write_tetmesh
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.geometry.tetmesh import TetMesh
+from neural_rom.core.jobs import compare as comparejob
+from neural_rom.core.jobs import simulate as simjob
 from neural_rom.core.methods.linear import save as save_linear
-from neural_rom.core.pc2 import read_pc2, write_pc2
+from neural_rom.core.physics.colliders import Collider
+from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
+from neural_rom.core.physics.sim import FrameInputs, SimSettings
+from neural_rom.core.reduced.cubature import Cubature
+from neural_rom.core.reduced.subspace import modal_basis
 from neural_rom.core.registry import load_simulator
-from neural_rom.core.sim import FrameInputs, SimSettings
-from neural_rom.core.subspace import modal_basis
-from neural_rom.core.tetmesh import TetMesh
 
 PY = sys.executable
 MATERIAL = Material(youngs_modulus=1e5, poisson_ratio=0.4, density=1000.0)
@@ -170,9 +172,9 @@ def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
     turned, scaled unevenly and sheared, boxes off their origin, the owner's frame rigid, pins
     carried; centred boxes (a primitive's, the reader's own path) with signed zeros in the
     translations; and refuse a collider of zero size alike."""
-    from neural_rom.core.clothbake import rigid as rigid_part
-    from neural_rom.core.colliders import box_colliders
     from neural_rom.core.errors import NeuralRomError
+    from neural_rom.core.kinds.cloth.source import rigid as rigid_part
+    from neural_rom.core.physics.colliders import box_colliders
 
     rng = np.random.default_rng(seed)
     kinds = ["capsule", "sphere", "plane", "capsule"]

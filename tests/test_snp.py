@@ -20,14 +20,14 @@ torch = pytest.importorskip("torch")
 
 from neural_rom.core import bake as bk  # noqa: E402
 from neural_rom.core import registry  # noqa: E402
-from neural_rom.core.cache import BakeCache  # noqa: E402
-from neural_rom.core.colliders import Collider  # noqa: E402
-from neural_rom.core.compare import closest_shapes, replay_bake  # noqa: E402
+from neural_rom.core.data.cache import BakeCache  # noqa: E402
+from neural_rom.core.engine.replay import closest_shapes, replay_bake  # noqa: E402
 from neural_rom.core.errors import JobCancelled, SimulationError  # noqa: E402
-from neural_rom.core.fem import Material  # noqa: E402
-from neural_rom.core.grid import grid_tetmesh  # noqa: E402
+from neural_rom.core.geometry.grid import grid_tetmesh  # noqa: E402
 from neural_rom.core.methods.snp import METHOD, SNPBatch, SNPSimulation  # noqa: E402
-from neural_rom.core.sim import FrameInputs, SimSettings  # noqa: E402
+from neural_rom.core.physics.colliders import Collider  # noqa: E402
+from neural_rom.core.physics.fem import Material  # noqa: E402
+from neural_rom.core.physics.sim import FrameInputs, SimSettings  # noqa: E402
 from neural_rom.training.nets import build_mlp  # noqa: E402
 from neural_rom.training.snp import fit_initial_model, rollout, window_loss  # noqa: E402
 
@@ -449,8 +449,8 @@ def test_model_plays_without_torch_and_refuses_another_frame_rate(block, tmp_pat
         "import numpy as np\n"
         "from neural_rom.core.registry import load_simulator\n"
         "from neural_rom.core.bake import BakeSpec, setup_scenario\n"
-        "from neural_rom.core.cache import BakeCache\n"
-        "from neural_rom.core.compare import replay_bake\n"
+        "from neural_rom.core.data.cache import BakeCache\n"
+        "from neural_rom.core.engine.replay import replay_bake\n"
         f"c = BakeCache.open({str(cache.path)!r})\n"
         "_, d = setup_scenario(np.asarray(c.X), np.asarray(c.T), BakeSpec.from_dict(c.meta['spec']))\n"
         f"sim, _ = load_simulator({str(block.out)!r})\n"
@@ -550,7 +550,7 @@ def test_training_noise_follows_each_modes_spread_above_the_floor():
     bit for bit as before: ``noise`` times ``s``); 0 each mode its own spread's share; in
     between, the small modes get the floor's share of the first's. Automatic: 0.1 where the
     reference frame moves in a training sequence, else 1."""
-    from neural_rom.core.frame import IDENTITY, Pose
+    from neural_rom.core.reduced.pose import IDENTITY, Pose
     from neural_rom.training.snp import Sequence, noise_floor, noise_scales
 
     _, W = forced_oscillators(sequences=6, u=4)
@@ -650,8 +650,8 @@ def test_automatic_contact_features_and_learning_rate():
     cloth bakes (whatever their colliders do) and where no collider moves; "on" / "off" and
     a former bool setting's True / False choose. The automatic learning rate: 3e-3 up to 40
     PCA modes, 1e-3 above; a given one is kept."""
-    from neural_rom.core.clothbake import SOURCE
     from neural_rom.core.errors import NeuralRomError
+    from neural_rom.core.kinds.cloth.source import SOURCE
     from neural_rom.training.snp import LR_MODES, learning_rate, wants_contact
 
     def bake(moves, cloth=False, colliders=True):
@@ -692,8 +692,8 @@ def test_automatic_contact_features_and_learning_rate():
 def test_reference_frame_features_are_its_motion_in_the_frame():
     """Gravity, velocity, acceleration, angular velocity and angular acceleration of a moving
     reference frame, expressed in it (zero, and gravity as it is, for the world)."""
-    from neural_rom.core.frame import IDENTITY, Pose
     from neural_rom.core.methods.snp import frame_features
+    from neural_rom.core.reduced.pose import IDENTITY, Pose
     from scipy.spatial.transform import Rotation
 
     g = np.array([0.0, 0.0, -9.81])
@@ -786,7 +786,7 @@ def test_the_folded_step_is_eq3_with_per_mode_scales_and_matches_torch():
     (mode_scaling), one instance and a batch; and the torch rollout with the same per-mode
     scales over 200 frames."""
     from neural_rom.core.methods.snp import ExternalEncoder, SNPParameters
-    from neural_rom.core.nnet import MLP
+    from neural_rom.core.reduced.nnet import MLP
     from neural_rom.training.snp import latent_rollout
 
     rng = np.random.default_rng(5)
@@ -909,8 +909,8 @@ def test_the_sweep_of_the_collider_reaches_the_network(block):
     trainer reads the bake's frames: test_heldout_rollout_... replays it as measured). In the
     frame whose sweep goes deepest into the block, replacing the sweep by a sphere that did not
     move changes the contact features and the prediction."""
-    from neural_rom.core.frame import IDENTITY as IDENT
     from neural_rom.core.methods.snp import COLLIDER_FEATURES, FRAME_FEATURES
+    from neural_rom.core.reduced.pose import IDENTITY as IDENT
 
     sim, model = block.sim, block.model
     p = sim.p
@@ -1034,13 +1034,13 @@ def test_one_instances_features_are_the_trainers_and_a_batchs_bit_for_bit(block)
     into it, turning (the sampled sweep), one whose previous slot was empty (no sweep: where
     it is), one that goes (the far collider), and in a frame equal to the world but not its
     object."""
-    from neural_rom.core.frame import IDENTITY as IDENT
-    from neural_rom.core.frame import Pose
     from neural_rom.core.methods.snp import (
         CONTACT_FEATURES,
         _misses,
         external_features,
     )
+    from neural_rom.core.reduced.pose import IDENTITY as IDENT
+    from neural_rom.core.reduced.pose import Pose
 
     sim = block.sim
     p = sim.p

@@ -47,12 +47,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from neural_rom.core import jobs, registry
-from neural_rom.core.cache import BakeCache
-from neural_rom.core.colliders import Collider
+from neural_rom.core.data.cache import BakeCache
 from neural_rom.core.errors import SimulationError
-from neural_rom.core.frame import IDENTITY
 from neural_rom.core.methods.snp import SNPSimulation
-from neural_rom.core.sim import FrameInputs
+from neural_rom.core.physics.colliders import Collider
+from neural_rom.core.physics.sim import FrameInputs
+from neural_rom.core.reduced.pose import IDENTITY
 
 from .cloth_scenes import build_sheet, replay
 
@@ -314,7 +314,7 @@ def test_the_push_out_and_the_driven_frame_fast_paths_keep_their_bits(monkeypatc
 
 
 def test_recomputed_normals_of_a_sphere_are_radial():
-    from neural_rom.core.clothbake import triangulate
+    from neural_rom.core.kinds.cloth.source import triangulate
     from neural_rom.core.methods.snp import VertexNormals
 
     # a UV sphere: rings of quads, fanned into triangles
@@ -443,7 +443,7 @@ def test_normal_model_fit_is_the_least_squares_map_and_round_trips(tmp_path):
     """fit_normal_model equals a direct least-squares solve of the frames' normals on
     [1, z] (bake by bake accumulation is the same normal equations), and the model applies
     it: a batch's normals equal single simulators', through a saved and loaded file."""
-    from neural_rom.core.clothbake import triangulate
+    from neural_rom.core.kinds.cloth.source import triangulate
     from neural_rom.core.methods.snp import SNPBatch, VertexNormals, linear_normals
     from neural_rom.training.snp import fit_normal_model, mean_centred_pca
 

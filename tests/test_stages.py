@@ -32,7 +32,8 @@ def make_ball(bpy, name="Ball", location=(0.0, 0.0, 1.0), radius=0.5):
 def run_bake(obj, scene, **kw):
     """Bake the object's job in-process (what the worker does) and record it."""
     from neural_rom.addon.bakes import make_bake_job, on_bake_done
-    from neural_rom.core import bake, meshfile
+    from neural_rom.core import bake
+    from neural_rom.core.data import meshfile
 
     job = make_bake_job(obj, scene, **kw)
     tm = meshfile.read_tetmesh(job["mesh"])
@@ -268,7 +269,7 @@ def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_fil
     assert T[0, 2, 3] == pytest.approx(3.0) and T[-1, 2, 3] == pytest.approx(1.0)
     assert spec["dt"] == pytest.approx(1 / scene.render.fps)
     assert spec["gravity"] == pytest.approx([0, 0, -9.81])
-    from neural_rom.core import meshfile
+    from neural_rom.core.data import meshfile
 
     tm = meshfile.read_tetmesh(job["mesh"])  # world-space rest mesh at the start frame
     np.testing.assert_allclose(tm.X.mean(0), np.array(obj.matrix_world.translation), atol=0.05)
@@ -449,7 +450,7 @@ def test_stale_bake_refused_and_scene_unchanged(addon, blend_file):
 
 
 def test_export_pc2_wires_a_mesh_cache_modifier(addon, blend_file):
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
     from neural_rom.addon.bakes import find_bake, open_bake
@@ -520,7 +521,7 @@ def test_preview_and_cutaway(addon, blend_file):
 
 def test_animated_object_plays_back_in_place(addon, blend_file):
     """Bake positions are world space: playback and export use each frame's matrix_world."""
-    from neural_rom.core.pc2 import read_pc2
+    from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
     from neural_rom.addon.bakes import find_bake, open_bake, start_playback, stop_playback
@@ -576,7 +577,8 @@ def test_shape_keys_refuse_playback_but_export(addon, blend_file):
 def test_tetgen_never_runs_in_blenders_process(addon, blend_file, monkeypatch):
     """Tetrahedralize is a worker job: the meshers are out of reach here and it still works."""
     from neural_rom.addon.tets import JOB_STEM, load_tets, tetrahedralize_object
-    from neural_rom.core import cage, mesher, tetjob
+    from neural_rom.core.geometry import cage, mesher
+    from neural_rom.core.jobs import tetrahedralize as tetjob
 
     def refuse(*a, **k):
         raise AssertionError("TetGen ran in Blender's process")

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 import scipy.linalg as sla
-from neural_rom.core import fem
-from neural_rom.core import subspace as ss
 from neural_rom.core.errors import CacheError, MeshError, NeuralRomError
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.sim import SimSettings, Simulation
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics import fem
+from neural_rom.core.physics.sim import SimSettings, Simulation
+from neural_rom.core.reduced import subspace as ss
 
 RHO = 1000.0
 E_BAR = 5.0e6

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from neural_rom.core import jobs, tetjob
+from neural_rom.core import jobs
 from neural_rom.core.errors import MeshError
+from neural_rom.core.jobs import tetrahedralize as tetjob
 
 PY = sys.executable
 
@@ -215,7 +216,7 @@ def test_two_jobs_of_one_folder_get_their_own_job_folders_and_a_weeks_leftovers_
     """Two Blender processes tetrahedralizing one object write requests side by side (one
     fixed ``tets.job`` let the second delete the first's result: "left no result"); a folder
     a killed Blender left more than a week ago is swept, a fresh one kept."""
-    from neural_rom.core.files import STALE_JOB_FOLDER_S, job_folder
+    from neural_rom.core.data.files import STALE_JOB_FOLDER_S, job_folder
 
     V, F = box_surface()
     a, b = job_folder(tmp_path, "tets"), job_folder(tmp_path, "tets")

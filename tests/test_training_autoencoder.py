@@ -9,11 +9,11 @@ import pytest
 import torch
 from neural_rom.core import bake as bk
 from neural_rom.core import registry
+from neural_rom.core.data.modelfile import load_model
 from neural_rom.core.errors import JobCancelled, NeuralRomError
-from neural_rom.core.fem import Material
-from neural_rom.core.grid import grid_tetmesh
-from neural_rom.core.modelfile import load_model
-from neural_rom.core.nnet import MLP
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics.fem import Material
+from neural_rom.core.reduced.nnet import MLP
 from neural_rom.training.autoencoder import (
     pca_layers,
     plan_training,
@@ -151,7 +151,7 @@ def test_model_file_layout_and_reconstruction(bakes, reference):
     dec = MLP.from_arrays(m.arrays, meta["decoder"])
     assert enc.sizes == (6, 16, 16, 3) and dec.sizes == (3, 16, 16, 6)
     # psi(enc(U^T M (x - X))) = X + U phi(z) reproduces the reported training error
-    from neural_rom.core.cache import BakeCache
+    from neural_rom.core.data.cache import BakeCache
 
     U, X, mass = m.arrays["U"], m.arrays["X"], m.arrays["mass"]
     x = np.concatenate([BakeCache.open(bakes.paths[i]).channel("positions") for i in (0, 1)])
@@ -460,8 +460,8 @@ def test_a_network_worse_than_pca_falls_back_to_pca_with_a_warning(bakes, tmp_pa
     """Thirty epochs leave the network far less accurate than PCA with as many modes: the
     model holds PCA truncated to r instead, runs, and says so; without the fallback it keeps
     the network and says so too."""
+    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.sim import FrameInputs
 
     out = tmp_path / "f.nrmodel"
     res = registry.get("autoencoder").trainer_function()(
@@ -493,8 +493,8 @@ def test_a_network_worse_than_pca_falls_back_to_pca_with_a_warning(bakes, tmp_pa
 
 def test_train_job_through_the_worker_process(bakes, tmp_path):
     from neural_rom.core.jobs import Job
+    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
-    from neural_rom.core.sim import FrameInputs
 
     out = tmp_path / "job.nrmodel"
     job = Job.start(

@@ -61,9 +61,11 @@ def test_a_bake_made_again_under_its_name_never_resumes_an_old_checkpoint(tmp_pa
     path: a bake made again under the same name (``bake --restart``) is another run's data.
     (The key fell back to the path: after a re-bake, Compare Methods' linear training took
     the old bakes' basis from its checkpoint, 8 modes where the new bakes give 6.)"""
-    from neural_rom.core import bake, fem, grid
-    from neural_rom.core.cache import BakeDataset
-    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.core import bake
+    from neural_rom.core.data.cache import BakeDataset
+    from neural_rom.core.geometry import grid
+    from neural_rom.core.geometry.tetmesh import TetMesh
+    from neural_rom.core.physics import fem
     from neural_rom.training.run import Checkpoints
 
     X, T = grid.grid_tetmesh((0.2, 0.2, 0.2), (1, 1, 1))

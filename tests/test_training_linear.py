@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from neural_rom.core import bake as bk
 from neural_rom.core import registry
-from neural_rom.core.cache import BakeCache
+from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.data.files import mesh_hash
 from neural_rom.core.errors import CacheError, JobCancelled
-from neural_rom.core.fem import Material
-from neural_rom.core.files import mesh_hash
-from neural_rom.core.grid import grid_tetmesh
+from neural_rom.core.geometry.grid import grid_tetmesh
+from neural_rom.core.physics.fem import Material
 from neural_rom.core.registry import load_simulator
 
 
@@ -61,7 +61,7 @@ def test_registry_entry_point_returns_the_common_record(bakes, tmp_path):
     """``train`` (what the worker calls) takes the record's settings as a dict and returns
     the record every trainer returns; the model file carries the same metrics."""
     from neural_rom.core import registry
-    from neural_rom.core.modelfile import load_model
+    from neural_rom.core.data.modelfile import load_model
 
     train = registry.get("linear").trainer_function()
 
@@ -102,7 +102,7 @@ def test_model_runs_without_torch_and_matches(bakes, tmp_path):
         "import sys; sys.modules['torch'] = None\n"  # any torch import now fails
         "import numpy as np\n"
         "from neural_rom.core.registry import load_simulator\n"
-        "from neural_rom.core.sim import FrameInputs\n"
+        "from neural_rom.core.physics.sim import FrameInputs\n"
         f"sim, model = load_simulator({str(out)!r})\n"
         f"F = np.load({str(tmp_path / 'forces.npy')!r}, allow_pickle=False)\n"
         "for f in range(1, 10):\n"
@@ -111,7 +111,7 @@ def test_model_runs_without_torch_and_matches(bakes, tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     sim, model = load_simulator(out, expect_mesh_hash=mesh_hash(bakes.X, bakes.T))
     assert model.method == "linear"
@@ -154,7 +154,7 @@ def test_cancelled_training_resumes_from_checkpoint(bakes, tmp_path):
 def test_second_run_reuses_the_basis_and_cubature_checkpoints(bakes, tmp_path):
     """A run started again with the same bakes and settings reads both stages back (nothing
     is recomputed or rewritten) and writes the same model; other settings are another run."""
-    from neural_rom.core.modelfile import load_model
+    from neural_rom.core.data.modelfile import load_model
 
     ckpt, s = tmp_path / "ckpt", registry.get("linear").values(dict(k=6, max_cubature=40))
     first = registry.get("linear").trainer_function()(
@@ -243,7 +243,7 @@ def test_train_on_bakes_with_swinging_pins_and_follow_them(tmp_path):
     assert roll["max_error_rel"] < 0.1, roll
     # the model follows the pins exactly, far from where they started
     sim, _ = load_simulator(out)
-    from neural_rom.core.sim import FrameInputs
+    from neural_rom.core.physics.sim import FrameInputs
 
     for f in range(1, frames + 1):
         sim.step(FrameInputs(pin_targets=path[f]))

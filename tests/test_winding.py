@@ -5,10 +5,10 @@ plane setting up."""
 
 import numpy as np
 import pytest
-from neural_rom.core.cage import inside_render_mesh
-from neural_rom.core.face import face_rig
-from neural_rom.core.surface import icosphere
-from neural_rom.core.winding import AMBIGUOUS, inside_mesh, winding_numbers
+from neural_rom.core.geometry.cage import inside_render_mesh
+from neural_rom.core.geometry.surface import icosphere
+from neural_rom.core.geometry.winding import AMBIGUOUS, inside_mesh, winding_numbers
+from neural_rom.core.kinds.face.rig import face_rig
 
 
 def uv_sphere(radius=0.1, segments=32, rings=16, center=(0, 0, 0), scale=(1, 1, 1)):

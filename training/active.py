@@ -44,10 +44,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..core.data.files import ensure_writable_dir, write_npz
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.face import FaceRig, ShapeKeys, check_shape_keys, load_face
-from ..core.fem import TetFEM
-from ..core.files import ensure_writable_dir, write_npz
+from ..core.kinds.face.rig import FaceRig, ShapeKeys, check_shape_keys, load_face
 from ..core.methods.active import (
     ActiveFace,
     ActiveModel,
@@ -58,7 +57,8 @@ from ..core.methods.active import (
     jaw_lift,
     save,
 )
-from ..core.quasistatic import QuasistaticSolver, polar_actions
+from ..core.physics.fem import TetFEM
+from ..core.physics.quasistatic import QuasistaticSolver, polar_actions
 from .nets import build_mlp, to_numpy_mlp, torch_device, torch_threads
 from .run import TrainingRun
 

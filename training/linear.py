@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from ..core.files import ensure_writable_dir
+from ..core.data.files import ensure_writable_dir
 from ..core.methods.linear import save as save_linear_model
 from .run import TrainingRun
 from .stages import fit_cubature, pod_basis

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.data.files import atomic_path
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import atomic_path
-from ..core.nnet import MLP
+from ..core.reduced.nnet import MLP
 
 ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "softplus": nn.Softplus, "relu": nn.ReLU}
 

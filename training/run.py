@@ -58,18 +58,18 @@ from typing import Any
 
 import numpy as np
 
-from ..core import fem as _fem
 from ..core import registry
 from ..core.bake import BakeSpec
-from ..core.cache import BakeCache, BakeDataset
-from ..core.colliders import ContactPoints
-from ..core.compare import rollout_metrics, stiffening_hint
-from ..core.cubature import Cubature
+from ..core.data.cache import BakeCache, BakeDataset
+from ..core.data.files import ensure_writable_dir, temporary_path, write_npz
+from ..core.engine.replay import rollout_metrics, stiffening_hint
 from ..core.errors import JobCancelled, NeuralRomError
-from ..core.files import ensure_writable_dir, temporary_path, write_npz
-from ..core.frame import to_pin_frame
-from ..core.methods.common import surface_sample
-from ..core.sim import SimSettings
+from ..core.physics import fem as _fem
+from ..core.physics.colliders import ContactPoints
+from ..core.physics.sim import SimSettings
+from ..core.reduced.cubature import Cubature
+from ..core.reduced.model import surface_sample
+from ..core.reduced.pose import to_pin_frame
 
 #: ``progress(fraction, message)``: fraction of the whole job in [0, 1]
 Report = Callable[[float, str], None]

@@ -11,9 +11,9 @@ import json
 
 import numpy as np
 
-from ..core import fem as _fem
-from ..core.cubature import Cubature, optimized_cubature
-from ..core.subspace import Subspace, mass_weighted_pod
+from ..core.physics import fem as _fem
+from ..core.reduced.cubature import Cubature, optimized_cubature
+from ..core.reduced.subspace import Subspace, mass_weighted_pod
 from .run import TrainingRun, even_indices
 
 

@@ -61,7 +61,7 @@ def bake_inputs(bakes) -> frozenset[str]:
     """The frame inputs the bakes drive (:meth:`core.cache.BakeCache.driven_by`, over every
     bake); none when ``bakes`` are not FEM or cloth bakes the cache opens (a face file, a
     family's entries: their trainer checks them)."""
-    from ..core.cache import BakeDataset
+    from ..core.data.cache import BakeDataset
 
     paths = [bakes] if isinstance(bakes, (str, Path)) else bakes
     if not isinstance(paths, (list, tuple)) or not all(isinstance(b, (str, Path)) for b in paths):
@@ -114,6 +114,6 @@ def _threads() -> int:
     torch = sys.modules.get("torch")
     if torch is not None:
         return int(torch.get_num_threads())
-    from ..core.blas import get_blas_threads
+    from ..core.physics.blas import get_blas_threads
 
     return int(max(get_blas_threads() or [1]))

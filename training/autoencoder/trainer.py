@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from ...core import registry
+from ...core.data.files import temporary_path
 from ...core.errors import JobCancelled, NeuralRomError
-from ...core.files import temporary_path
 from ...core.methods.autoencoder import save as save_autoencoder_model
-from ...core.nnet import MLP
-from ...core.subspace import Subspace
+from ...core.reduced.nnet import MLP
+from ...core.reduced.subspace import Subspace
 from .. import nets
 from ..nets import build_mlp, check_export, copy64, to_numpy_mlp, torch_device, torch_threads
 from ..run import Checkpoints, TrainingRun, even_indices

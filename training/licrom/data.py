@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core import fem as _fem
-from ...core.cache import BAKE_SUFFIX, BakeCache, BakeDataset
+from ...core.data.cache import BAKE_SUFFIX, BakeCache, BakeDataset
 from ...core.errors import CacheError, NeuralRomError
-from ...core.frame import to_pin_frame
 from ...core.methods.licrom import (
     body_frames,
 )
+from ...core.physics import fem as _fem
+from ...core.reduced.pose import to_pin_frame
 from ..run import TrainingBakes, physics_of
 
 # ------------------------------------------------------------------------------------------

@@ -13,9 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...core.cubature import Cubature
+from ...core.data.files import ensure_writable_dir
 from ...core.errors import NeuralRomError
-from ...core.files import ensure_writable_dir
 from ...core.methods.licrom import (
     DERIVATIVES_AUTO_RATIO,
     FRAME_FLOATING,
@@ -30,7 +29,8 @@ from ...core.methods.licrom import (
     static_modes,
 )
 from ...core.methods.licrom import save as save_licrom_model
-from ...core.subspace import mass_weighted_pod
+from ...core.reduced.cubature import Cubature
+from ...core.reduced.subspace import mass_weighted_pod
 from ..nets import (
     build_mlp,
     load_torch_checkpoint,

@@ -96,8 +96,8 @@ import torch
 from scipy.optimize import nnls
 from torch import nn
 
-from ...core.cubature import optimized_cubature, reduced_element_forces, reduced_forces
-from ...core.methods.common import farthest_points
+from ...core.reduced.cubature import optimized_cubature, reduced_element_forces, reduced_forces
+from ...core.reduced.model import farthest_points
 from ..nets import Sin
 
 

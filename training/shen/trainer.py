@@ -11,11 +11,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...core import fem as _fem
 from ...core.errors import NeuralRomError
 from ...core.methods.shen import save as save_shen_model
-from ...core.nnet import MLP
-from ...core.subspace import mass_weighted_pod
+from ...core.physics import fem as _fem
+from ...core.reduced.nnet import MLP
+from ...core.reduced.subspace import mass_weighted_pod
 from .. import nets
 from ..nets import check_export, sin_mlp, torch_device, torch_threads
 from ..run import TrainingRun

@@ -11,11 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from ...core.bake import BakeSpec, setup_scenario
-from ...core.cache import BakeDataset
-from ...core.clothbake import is_cloth_bake, rigid, triangulate
+from ...core.data.cache import BakeDataset
 from ...core.errors import NeuralRomError
-from ...core.fem import Material
-from ...core.frame import IDENTITY, Pose
+from ...core.kinds.cloth.source import is_cloth_bake, rigid, triangulate
 from ...core.methods.snp import (
     CONSTANT_FEATURE,
     ExternalEncoder,
@@ -24,6 +22,8 @@ from ...core.methods.snp import (
     external_features,
     reference_pose,
 )
+from ...core.physics.fem import Material
+from ...core.reduced.pose import IDENTITY, Pose
 from ..run import TrainingBakes, TrainingRun, split
 
 # Singular values of a PCA below this fraction of the largest are round-off.

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from ...core.data.files import ensure_writable_dir
 from ...core.errors import NeuralRomError
-from ...core.files import ensure_writable_dir
 from ...core.methods.snp import (
     SNPParameters,
     SNPSimulation,

@@ -92,7 +92,7 @@ TINY = {
 
 
 def bar():
-    from neural_rom.core.grid import grid_tetmesh
+    from neural_rom.core.geometry.grid import grid_tetmesh
 
     X, T = grid_tetmesh((0.5, 0.1, 0.1), (16, 2, 2))
     return X, T
@@ -100,7 +100,7 @@ def bar():
 
 def bake_spec(X):
     from neural_rom.core import bake
-    from neural_rom.core.fem import Material
+    from neural_rom.core.physics.fem import Material
 
     return bake.BakeSpec(
         material=Material(youngs_modulus=1e6, poisson_ratio=0.35, density=1000.0).to_dict(),
@@ -127,8 +127,8 @@ def bake_spec(X):
 
 def make_bar(out: Path) -> list[Path]:
     from neural_rom.core import bake
-    from neural_rom.core.meshfile import write_tetmesh
-    from neural_rom.core.tetmesh import TetMesh
+    from neural_rom.core.data.meshfile import write_tetmesh
+    from neural_rom.core.geometry.tetmesh import TetMesh
 
     X, T = bar()
     (out / "bar").mkdir(parents=True)
@@ -139,10 +139,10 @@ def make_bar(out: Path) -> list[Path]:
 def fem_replay(model_path: Path, bake_path: Path, tets_path: Path) -> np.ndarray:
     """The (8, n, 3) replay of a bake by a model file, as Compare with Bake replays it."""
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.compare import replay_bake
-    from neural_rom.core.meshfile import read_tetmesh
-    from neural_rom.core.modelfile import read_method
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.data.meshfile import read_tetmesh
+    from neural_rom.core.data.modelfile import read_method
+    from neural_rom.core.engine.replay import replay_bake
     from neural_rom.core.registry import get, load_simulator
 
     tets = read_tetmesh(tets_path)
@@ -171,7 +171,7 @@ def face_replay(model_path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def make_face(out: Path):
-    from neural_rom.core.face import (
+    from neural_rom.core.kinds.face.rig import (
         demo_muscles,
         ellipsoid_mesh,
         face_rig,
@@ -223,8 +223,8 @@ def make_cloth(work: Path) -> list[Path]:
 
 
 def cloth_replay(model_path: Path, bake_path: Path) -> np.ndarray:
-    from neural_rom.core.cache import BakeCache
-    from neural_rom.core.clothbake import replay_cloth_bake
+    from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.kinds.cloth.source import replay_cloth_bake
     from neural_rom.core.registry import load_simulator
 
     sim, _ = load_simulator(model_path)

@@ -1,0 +1,1 @@
+"""What each data kind (fem, cloth, face) brings to core."""

@@ -1,0 +1,1 @@
+"""Cloth: a Blender cloth bake read as training data."""

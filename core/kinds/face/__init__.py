@@ -1,0 +1,1 @@
+"""Active faces: the rig (muscles, jaw, markers) and its inputs."""

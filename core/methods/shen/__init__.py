@@ -1,0 +1,1213 @@
+"""Nonlinear subspace dynamics with a high-order differentiable autoencoder: the runtime of
+the ``shen`` method (Shen et al. 2021).
+
+Positions are ``x = X + V c(r)`` with ``V`` (3n, k) the M-orthonormal PCA basis of the bakes
+(zero on pinned DOFs), ``r = [p; z]`` the generalized coordinates (``n_p`` linear, ``n_z``
+nonlinear; the paper's ``[p; q]``) and
+
+.. math::  c(r) = E_p p + \\hat D(z), \\qquad E_p = [I_{n_p}; 0],
+
+``\\hat D = F D``: the decoder MLP ``D`` (n_z -> k PCA coordinates) followed by the filter
+``F = I - E_p E_p^T``, folded into its last layer (:func:`core.hocs.filtered_decoder`), so the
+nonlinear part lives in the PCA modes ``n_p + 1 .. k`` and is M-orthogonal to the linear part
+``U = V E_p`` (``U^T M V F = 0``: the paper's ``I - U U^T`` filter of sec. 3.5 for our mass
+inner product, :class:`core.hocs.PcaFilter`). The encoder reads the filtered coordinates too.
+With ``decoder_sees_p`` (the trainer's default) the decoder reads ``p`` too,
+``c(r) = E_p p + \\hat D(p, z)`` (u = U p + D(p, z)): the shapes a large bend brings with it
+(the shortening and the higher modes of a bar bent 90 degrees) follow ``p`` instead of
+having to be told apart by a few latent coordinates. Everything below holds with ``z``
+replaced by all of ``r`` in the decoder's terms (``J~ = [E_p | 0] + J^``, ``Delta r`` in
+``H^[., .]`` and ``S^``, ``g^T H^`` on the whole ``n x n`` block; the code's ``r[d0:]``,
+``d0 = 0`` instead of ``n_p``), and the closest shape fits ``p`` and ``z`` together.
+Measured on the swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs, whole bakes held
+out): closest shapes 11.5 mm against PCA-4's 28.0 (``D(z)``: 22.3 mm), replay 176.9 against
+451.0 mm (``D(z)``: 297); the whip of ``bench/shen.py`` (3 + 2, 3,000 epochs) 2.1 / 42.2 mm
+against PCA-5's 12.4 / 473.3 (``D(z)``: 5.2 / 291). The fictitious force then hardly
+matters: whip 42.2 mm with it, 41.4 without; swung arm 3 + 1 under 0.1 mm apart (with
+``D(z)`` it was what made the whip beat PCA in motion). The swung arm at 3 + 2
+(``bench/shen.py``, 3,000 epochs): closest shapes 6.1 mm against PCA-5's 18.1 (0.34x;
+Fulton at 5 DOFs: 7.7); the eq. (10) replay was 267.3 mm against PCA-5's 215.4, from one
+held-out bake (the other 136.2) with 4 Newton stalls taken by the variational fallback.
+Why (measured on that bake, frame by frame against the variational step on the same
+manifold): the decoder's Jacobian in ``z`` is small (singular values 0.02 and 0.017 against
+1 for ``p``), so ``z`` moves 0.2-0.7 in one step of the large swing while the shape hardly
+moves, and eq. (10)'s inertia ``J~ a + H^[Delta r, Delta r]``, an expansion of
+``c(r) - c_n - h c'_n`` truncated after second order, is poor over such a step: Newton then
+crawls along a valley of ``|phi|^2`` (Armijo steps of 1/256 to 1/32 of the Newton step for
+40 iterations, ``|phi|^2`` 2.0e-3 to 1.9e-3) toward a root that is there (the variational
+minimizer has ``|phi|`` 4e-5). Neither the merit nor the damping is the fault: Newton on
+eq. (10) from the variational minimizer (its root) replays worse, 331 mm, and after the
+fallbacks ``z`` drifts out of the training range (to -24, -34), while two eq. (10) steps of
+``h / 2`` (``substeps`` 2 everywhere: 78.0 mm, no stall) follow the variational step's
+motion. So a stalled step is halved first (``split_stalls``, the default where the decoder
+reads ``p``; once, kept when both halves converge without a fallback): that bake 27.8 mm,
+no fallback, 2 halved steps, 6.2 Newton iterations a step; the replay over both held-out
+bakes 136.2 mm, 0.63x PCA-5's. The stall is found late (about 40 crawling iterations); calling
+three line-search steps under 1/16 (or 1/64, 1/256) of Newton's a stall cut that bake's
+iterations to 5.1 a step but the halves then crawled too: 2 fallbacks (25.4 mm), not taken.
+A crawl is also where the step's root depends on rounding: given its 30 iterations, Newton
+at the whip's release (frame 10 of ``bench/shen.py``'s held-out bake) either stalled (then
+halved: 42.1 mm) or converged in its 29th iteration on a root 15 mm away with ``z`` farther
+out (-1.05, 1.17 against -0.20, 0.43), after which ``z`` stayed there and the replay went
+to 280 mm, whichever the last bits decided: cubature weights x (1 - 1e-9), or two BLAS
+threads, took the far root (42 / 42 / 280 mm at x 1, 1 + 1e-9, 1 - 1e-9; 221-302 mm with
+two threads). So where a step may still be halved, Newton gets ``_CRAWL_ITERS`` (12)
+iterations, not ``max_newton_iters``: a step that needs more (quadratic convergence takes
+3-7 here) is halved, whatever root the crawl would have reached. The whip then replays
+42.1 mm at every perturbation tried (x 1 +- 1e-12 ... 1e-6, one or two threads; the same for
+limits of 6-20 iterations), the swung arm at 3 + 2 its stalling bake 25.4 mm with 0 um
+between the perturbed replays (27.4-28.3 mm, 0.5 mm apart, before), and both take fewer
+Newton iterations a step (whip 3.51 -> 3.38, swung arm 4.82 -> 4.04: the crawl is cut
+short). Left: poor models still meet steps whose outcome rounding decides. Of 19 small
+whips (120 tets, 300 epochs, seeds 0-7 and 1-5, one or two BLAS threads) the replays under
+x (1 +- 1e-9) spread more than 1 mm for 6 before (16-1,130 mm) and for 3 now (62-706 mm),
+all three models that replay 140-700 mm off a 300 mm swing (``z`` leaves its training
+range); one of them was 0.013 mm before (a step that converged in 8 iterations at x 1 and
+crawled at x (1 - 1e-9)). ``tests/test_shen_whip.py`` replays one that was 15.9 mm.
+With ``D(z)`` the stalls are minima of ``|phi|^2`` that are
+not roots (below) and halving leads ``z`` astray (the convergence test's random decoder), so
+there the fallback stays the step (``D(z)`` at 3 + 2:
+220 mm, PCA-5 215). Cost (``--speed``, 21,504 tets, 10 + 5):
+4.78 ms per step against 4.44 for ``D(z)`` (183x / 197x full space's 874 ms, one run on the
+shared machine), decoder work 228 against 197 us per Newton iteration (0.73 ms per step).
+The tables below are ``D(z)``'s.
+In the basis coordinates the mass matrix is ``M~ = V^T M V`` (the identity for our basis)
+and every force is reduced by ``V^T``; cubature, contact and Rayleigh damping are the other
+subspace runtimes' (:mod:`.common`) on ``V``.
+
+The time step (Shen 2021 eq. 10-12, re-derived in :mod:`core.hocs`)
+--------------------------------------------------------------------
+Implicit Euler on Lagrange's equations in ``r``, with the fictitious force of the curved
+subspace, is ``phi(r) = 0`` with
+
+.. math::
+
+    \\phi(r) = \\tilde J^T g, \\qquad g = \\tilde M (\\tilde J a + \\hat H[\\Delta z, \\Delta z])
+        + h^2 (f_{int}(c) + f_c(c) + \\tilde D (c - c_n)/h - f),
+
+``a = r - r_n - h r'_n``, ``Delta z = z - z_n``, ``J~ = dc/dr = [E_p | J^]`` (k, n_p + n_z),
+``f_int = V^T df/du`` by cubature, ``f_c`` the collider penalty, ``D~ = alpha M~ + beta K~(c_n)``
+Rayleigh damping frozen over the step, ``f = V^T (f_ext + M g)`` (pokes and gravity). Its
+exact Jacobian (checked against finite differences of ``phi`` in ``tests/test_shen.py``) is
+
+.. math::
+
+    \\frac{\\partial\\phi}{\\partial r} = \\tilde J^T (\\tilde M + h^2 K) \\tilde J
+        + \\tilde J^T \\tilde M [0 \\mid \\hat H[\\cdot, v] + \\hat S[\\cdot, \\Delta z, \\Delta z]]
+        + \\operatorname{diag}(0, g^T \\hat H), \\qquad v = a_z + 2 \\Delta z,
+
+``K = df_int/dc + df_c/dc + D~/h`` (exact element Hessians, not PSD-projected). The decoder's
+``J^``, ``H^[dz, dz]``, ``H^[., v]``, ``S^[., dz, dz]`` come from one multidual pass and
+``g^T H^`` from one reverse pass (:func:`core.hocs.jet`), exact to rounding. Without the
+fictitious force (``fictitious=False``, the comparison the issue asks for; Fulton 2019's
+equations) the ``H^[dz, dz]`` term goes and ``v = a_z``, no ``S``.
+
+Newton. The matrix is not symmetric and ``phi`` is not the gradient of an energy, so the step
+solves it by LU and judges a step by the merit ``m = |phi|^2 / 2``, whose slope along the
+exact Newton direction is ``-|phi|^2`` (Armijo on ``m``, halving). When that line search
+fails or the LU is singular, a Levenberg-Marquardt step on ``m``
+(``(A^T A + lam diag(A^T A)) d = -A^T phi``, ``lam`` raised until ``m`` falls) is taken, which
+always descends. Newton has stalled when it needs three of those in a row (or runs out of
+iterations): ``m`` has a minimum there that is not a root (the decoder's tangent space nearly
+singular, or no root near), and the step falls back to :meth:`_variational_step`, the
+position-based implicit Euler potential on the same manifold, which has a minimizer
+(``fallbacks`` counts these steps). Measured on the stalls of a whip model trained with
+the paper's pose weighting (2 fallbacks in 73 held-out frames): ``|phi|`` falls linearly to
+a plateau (1.4e-1 ... 3.5e-3, 3.44e-3, 3.41e-3, 3.41e-3; and 1.5e-2 ... 6.0e-3) and stays:
+a minimum of the merit that is not a root, where no line search or damping helps, so the
+fallback is the right step there (with ``D(p, z)`` a stall is first halved, see above).
+Models trained without the weighting and with the linear
+warm-up (``training/shen.py``) took no fallback on the held-out replays of either scene. ``third=False`` drops ``S`` from the matrix (an inexact
+Newton: linear instead of quadratic convergence; the tests measure both). Warm start:
+``r_n + h r'_n``. The step stops when the displacement of the Newton step on the cubature
+sub-mesh is below ``newton_tol`` times the bounding-box diagonal, as the linear runtime's.
+The full Newton step's system is evaluated with its matrix, which the next iteration needs
+when the step is taken (nearly always): one decoder pass per iteration.
+
+Measured (``bench/shen.py``, one core of a shared 2-core machine, whole bakes held out)
+--------------------------------------------------------------------------------------
+Whip (960 tets, tip pulled hard for 8 frames and released, up to 530 mm), 3 + 2 DOFs:
+
+=================================  =========  ==========  =======  =====
+model                              replay mm  closest mm  ms/step  iters
+=================================  =========  ==========  =======  =====
+Shen                                   441.7         8.5    18.5   3.36
+Shen without the fictitious force      547.0         8.5    16.7   3.52
+same manifold, variational step        564.2         8.5    21.6   3.35
+PCA, 5 modes                           473.3        12.4     7.8   3.71
+Fulton, latent 5 on 30 PCA modes       469.7         4.5    15.6  11.9
+=================================  =========  ==========  =======  =====
+
+So on the whip the fictitious force is what makes the nonlinear subspace beat PCA in motion
+(0.93x PCA's replay error with it, 1.16x without), and Shen's closest shapes are 0.69x PCA's.
+On a smaller whip (120 tets) the variational step was the better one (163 against 340 mm on
+one held-out bake): neither discretization wins everywhere, so both stay. On the heavily
+damped swung arm (``tests/test_shen_accuracy.py``, 3 + 1 DOFs) the replay is 0.66x PCA's
+(1.47x that without the fictitious force), the closest shapes 0.80x; at 3 + 2 Shen is level
+with PCA-5 (220 / 18.0 mm against 215 / 18.0). These are trained without the paper's pose
+weighting and with 100 epochs of linear warm-up (``training/shen.py``; whip 3 + 2 at 1,000
+epochs: 6.4 / 400 mm, with the weighting 8.3 / 663). The whip table above was measured with
+the weighting. Step
+time on the 21,504-tet bar at 10 + 5 DOFs: 14.3 ms against 1,324 ms for full space (93x;
+random weights of the trained sizes, ``--speed``; 166x in a run where other jobs slowed full
+space more), 3.2 Newton iterations per step; the decoder work of one iteration (jet with S,
+then ``g^T H``) takes 205-223 us at best, 0.7 ms per step (in-step means under the shared
+machine's load: 1.5-5.7 ms).
+
+In contact. A step where the collider penalty acts (at the start or at the warm start) takes
+:meth:`_variational_step` instead (``contact_variational``, the default): Newton on ``phi``
+with the ``|phi|^2`` merit squares the stiff penalty and cycles between contact sets (on the
+demo's dropped ball, ``scripts/demo.py``: 1,609 system evaluations in 30 steps, 10 iterations
+a step, 45 at most, 2 fallbacks, replay 104 mm on the tet nodes), while the potential of the
+variational step has a minimizer and Armijo on it copes with the penalty as the linear
+runtime's does (5.2 iterations a step, 11 at most, no fallback, replay 22 mm against the
+linear model's 31 mm at the same 7 DOFs). Its Newton matrix is the exact Hessian where that
+is positive definite, else the Gauss-Newton one with PSD-projected element Hessians (a ridge
+on the exact one took 8.3 iterations a step, 26 at most, on the ball). Steps without contact
+(the whip, the swung arm) are Shen's eq. (10) as above.
+
+Cubature. The default target is 0.01, not the linear method's 0.05: the curved subspace's
+replays were far more sensitive to the cubature's force error. Measured on held-out bakes of
+animated pinned bodies built with Blender primitives (CLI, defaults otherwise): a keyed
+cylinder bar, 3 + 3 DOFs, 67.6 mm at 0.05 (40 elements), 6.2 mm at 0.01 (66), 1.8 mm with
+every element (closest shapes 0.43 mm; the linear model at its default 6 DOFs 16.3 mm, at
+0.01 9.9 mm); a cone tentacle, 2 + 2, 5.3 mm (20 elements), 4.5 mm (36), 4.4 mm with every
+element (the linear model at 4 DOFs: 9.4 mm, at 0.01 15.3 mm).
+
+Energy. ``phi`` has several roots where the decoder curves, and Newton (or its crawl) may end
+on a far one: on the random decoders of ``tests/test_shen.py`` a converged root raised the
+energy of undamped free vibration from 0.24 to 1.23 J in one step and to 2.64 J in four
+(AMD EPYC, numpy 1.26; on numpy 2.4 the energy rose 26x and Newton then took 11.4
+iterations a step instead of 2.3, the "3x the iterations on numpy 2" of issue 27). Which
+root a step meets depends on the last bits: traced on this machine, the first difference
+between numpy 1.26 and 2.4 is the reduced force ``U_elem^T g_e`` (a transposed
+matrix-vector product), whose OpenBLAS kernel sums in another order in the OpenBLAS each
+wheel bundles (0.3.23 and 0.3.31; ``sin``, the decoder's jets and the element terms agree
+to the bit), as OpenBLAS picks other kernels on other CPUs. Implicit Euler dissipates, so a root is accepted
+only if the step's energy ``E = |qdot|^2_{M~} / 2 + V(c) + C(c) - f.c`` (``f`` the step's
+constant forces: pokes, gravity, the pins' frame) does not rise beyond rounding (1e-12 of
+its terms); a root that gains is treated as a stall (halved where the decoder reads ``p``,
+else the variational step). The variational step starts from ``r_n`` where the warm start's
+potential is higher, so its minimizer's potential is at most the step's start energy, and
+where its end still gains (a curved or non-convex potential allows it) the velocity is
+scaled down to the start's energy (``energy_clamps``; ``energy_rejections`` counts the
+rejected roots). Measured on the random decoders: one rejected root, then 200 undamped
+steps each losing energy (largest change -2.4e-4 of the start), 2.2-2.3 Newton iterations
+a step on numpy 1 and 2 alike; on tiny trained models with omega 4
+(``tests/test_shen_energy.py``, 3 seeds x 1 or 2 threads, weights as trained and x
+(1 + 1e-9)): 3-13 rejected roots and 0-4 scaled velocities in 126 steps, no rise beyond
+1e-13 of the start, where without the guard the energy grew 1e7-1e29-fold.
+
+Animated pins. The pins' moving frame (:mod:`core.frame`) changes a step only through its
+inertial target ``q~`` (for ``c_n + h qdot_n``), the mass damping's target ``q_d`` (for
+``c_n``), gravity and the colliders taken into the frame: the first two are constant over
+the step, so they enter eq. (10) and the variational step as the constant force
+``M~ (q~ - c_n - h qdot_n) / h^2 + alpha M~ (q_d - c_n) / h`` (exact for the flat part; on
+the curved part it is the frame's force on the same inertia). With a linear decoder this is
+the linear runtime's frame to 8e-10 m (``tests/test_shen.py``). A halved step turns the
+frame halfway for its first half. But eq. (10)'s inertia is a second-order expansion about
+``r_n`` with ``r``'s own velocity, and the frame's target ``q~`` is the exact one of the
+flat coordinates, so on the curved part the two disagree by the frame's motion over the
+step; the variational step's inertia ``|c(r) - q~|^2_{M~}`` takes the frame exactly. So
+where the frame moves the variational step is taken (``frame_variational``, the default).
+Measured on held-out bakes of animated pinned bodies built with Blender primitives (defaults,
+the CLI): a cone tentacle (873 tets, 2 + 2 DOFs) 5.3 mm with it against 41.8 mm with eq. (10)
+(4 rejected roots, 2 fallbacks; 262 mm with neither the guard nor it); a keyed cylinder bar
+(3 + 3) 67.6 against 188.7 mm; the test's small swung bar (3 + 2, three trainings) 299 /
+54 / 362 mm against 302 / 70 / 348. Colliders, pokes, gravity and damping are as in the
+other subspace runtimes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg as sla
+
+from ...data.modelfile import save_model
+from ...errors import SimulationError
+from ...physics import fem as _fem
+from ...physics.colliders import Collider, ContactPoints
+from ...physics.sim import FrameInputs, SimSettings, StepReport
+from ...reduced.cubature import Cubature
+from ...reduced.model import (
+    SUBSPACE_INPUTS,
+    SUBSPACE_SETTING,
+    SUBSPACE_SETTINGS,
+    TRAINER_SETTING,
+    SubspaceModel,
+    onnx_decoder_graph,
+    run_frame,
+    subspace_arguments,
+    subspace_payload,
+)
+from ...reduced.nnet import MLP
+from ...reduced.pose import interpolate
+from ...reduced.subspace import Subspace
+from ...registry import Method, Setting
+from .hocs import jet
+
+NAME = "shen"
+
+#: Armijo constant of the merit line search.
+_ARMIJO = 1e-4
+_MAX_BACKTRACKS = 30
+#: Levenberg-Marquardt tries (lam x10 each) of the fallback.
+_LM_TRIES = 12
+#: Times a stalled step is halved (two eq. (10) steps of h / 2) before the variational step.
+_MAX_SPLITS = 1
+#: Newton iterations after which a step that may still be halved is judged stalled: a crawl
+#: ends on whichever root rounding picks (module docstring, "Newton"); 6-20 measured alike.
+_CRAWL_ITERS = 12
+
+
+class ShenSimulation(SubspaceModel):
+    """Implicit Euler in ``r = [p; z]`` on a PCA + filtered-decoder subspace (Shen 2021).
+
+    Parameters
+    ----------
+    X : (n, 3) float array
+        Rest positions, metres.
+    T : (m, 4) int array
+    material : fem.Material
+    U : (3n, k) float array
+        The PCA basis ``V`` (M-orthonormal, zero on pinned DOFs); its first ``n_p`` columns
+        are the linear part.
+    n_p : int
+        Linear coordinates.
+    decoder : MLP or None
+        ``D``: (n_z,) -> (k,) PCA coordinates, smooth activations; filtered here (its first
+        ``n_p`` outputs are dropped). None: no nonlinear coordinates (a linear model).
+    encoder : MLP or None
+        (k,) -> (n_z,), the initial guess of :meth:`encode_q` (filtered here).
+    settings, pinned, cubature, contact, colliders : as :class:`.linear.ReducedSimulation`
+    fictitious : bool
+        Keep the fictitious force ``M~ H^[dz, dz]`` (False: Fulton 2019's equations).
+    third : bool
+        Put the third-order term ``S^`` in the Newton matrix (False: inexact Newton).
+    variational : bool
+        Step every frame with the position-based incremental potential of
+        :meth:`_variational_step` (the stall fallback) instead of eq. (10): the comparison
+        of ``bench/shen.py`` (module docstring, "Measured").
+    contact_variational : bool
+        Take the variational step in the steps where the collider penalty acts (module
+        docstring, "In contact").
+    decoder_sees_p : bool
+        The decoder reads ``[p; z]`` ((n_p + n_z,) -> (k,)): ``c = E_p p + D^(p, z)``, and
+        the encoder reads ``p`` too (not filtered at its input).
+    frame_variational : bool
+        Take the variational step in the steps where the pins' frame moves (module
+        docstring, "Animated pins").
+
+    Attributes
+    ----------
+    r, rdot : (n_p + n_z,) generalized coordinates and velocity; q, qdot : (k,) the basis
+        coordinates ``c(r)`` and ``J~ rdot`` (the other subspace runtimes' ``q``)
+    evaluations : decoder jets so far (each is one Newton iteration's derivative work)
+    fallbacks : steps Newton on ``phi`` stalled in and the variational step was taken
+    split_stalls : halve a step Newton stalls in (two eq. (10) steps of ``h / 2``) before
+        taking the variational step; the default where the decoder reads ``p`` (module
+        docstring, "Newton")
+    splits : stalled steps taken as two half steps
+    variational_steps : steps taken by the variational step from the start (in contact, or
+        every step with ``variational``)
+    """
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        T: np.ndarray,
+        material: _fem.Material,
+        U: np.ndarray,
+        n_p: int,
+        decoder: MLP | None,
+        settings: SimSettings | None = None,
+        *,
+        pinned=(),
+        cubature: tuple[np.ndarray, np.ndarray] | None = None,
+        contact: ContactPoints | tuple[np.ndarray, np.ndarray] | None = None,
+        colliders: list[Collider] | None = None,
+        encoder: MLP | None = None,
+        fictitious: bool = True,
+        third: bool = True,
+        variational: bool = False,
+        contact_variational: bool = True,
+        decoder_sees_p: bool = False,
+        frame_variational: bool = True,
+    ) -> None:
+        self._setup(X, T, material, U, settings, pinned, cubature, contact, colliders)
+        k = self.k
+        n_p = int(n_p)
+        if not 0 <= n_p <= k:
+            raise SimulationError(f"n_p = {n_p} linear coordinates but the basis has {k} columns.")
+        self.n_p = n_p
+        sees_p = bool(decoder_sees_p) and decoder is not None
+        if sees_p and decoder.in_dim <= n_p:
+            raise SimulationError(
+                f"The decoder reads {decoder.in_dim} coordinates, not n_p = {n_p} linear ones "
+                "and at least one latent one; the model file is inconsistent: retrain the model."
+            )
+        #: the decoder reads ``r[d0:]``: all of ``r`` (``D(p, z)``) or ``z`` (``D(z)``)
+        self._d0 = 0 if sees_p else n_p
+        self.decoder_sees_p = sees_p
+        if decoder is not None:
+            if decoder.out_dim != k:
+                raise SimulationError(
+                    f"The decoder outputs {decoder.out_dim} PCA coordinates but the basis has "
+                    f"{k} columns; the model file is inconsistent: retrain the model."
+                )
+            W, b = list(decoder.W), list(decoder.b)
+            W[-1], b[-1] = W[-1].copy(), b[-1].copy()
+            W[-1][:n_p], b[-1][:n_p] = 0.0, 0.0  # the filter F = I - E_p E_p^T
+            decoder = MLP(W, b, decoder.activations)
+            jet(decoder, np.zeros(decoder.in_dim))  # refuses activations without S
+        if encoder is not None:
+            if (
+                decoder is None
+                or encoder.in_dim != k
+                or encoder.out_dim != decoder.in_dim - (n_p if sees_p else 0)
+            ):
+                raise SimulationError(
+                    "The encoder does not match the decoder and the basis; the model file is "
+                    "inconsistent: retrain the model."
+                )
+            if not sees_p:  # the filter at the encoder's input (D(p, z)'s encoder reads p)
+                W = list(encoder.W)
+                W[0] = W[0].copy()
+                W[0][:, :n_p] = 0.0
+                encoder = MLP(W, encoder.b, encoder.activations)
+        self.decoder, self.encoder = decoder, encoder
+        self.n_z = 0 if decoder is None else decoder.in_dim - (n_p if sees_p else 0)
+        self.n = n_p + self.n_z
+        self.fictitious, self.third = bool(fictitious), bool(third)
+        self.variational = bool(variational)
+        self.contact_variational = bool(contact_variational)
+        self.frame_variational = bool(frame_variational)
+        self.variational_steps = 0
+        self.evaluations = 0
+        self.fallbacks = 0
+        self.splits = 0
+        self.energy_rejections = 0
+        self.energy_clamps = 0
+        # a stalled step is halved (two eq. (10) steps of h / 2) where the decoder reads p
+        self.split_stalls = bool(self.n_z) and self._d0 == 0
+        self.z_rest = self.encode_q(np.zeros(k))[n_p:]
+        self.reset()
+
+    # ------------------------------------------------------------------ the map c(r)
+    def coordinates(self, r: np.ndarray) -> np.ndarray:
+        """``c(r) = E_p p + D^(z)`` or ``E_p p + D^(p, z)`` (k,), the PCA coordinates of
+        generalized ``r``."""
+        c = np.zeros(self.k)
+        c[: self.n_p] = r[: self.n_p]
+        if self.n_z:
+            c += self.decoder.forward(r[self._d0 :])
+        return c
+
+    def tangent(self, r: np.ndarray) -> np.ndarray:
+        """``J~ = dc/dr`` (k, n)."""
+        Jt = np.zeros((self.k, self.n))
+        Jt[: self.n_p, : self.n_p] = np.eye(self.n_p)
+        if self.n_z:
+            Jt[:, self._d0 :] += self.decoder.jacobian(r[self._d0 :])
+        return Jt
+
+    # ---------------------------------------------------------------------- state
+    def reset(
+        self,
+        r: np.ndarray | None = None,
+        *,
+        q: np.ndarray | None = None,
+        qdot: np.ndarray | None = None,
+        rdot: np.ndarray | None = None,
+    ) -> None:
+        """Start at a pose (default: rest) with a velocity (default: zero).
+
+        Give at most one of ``r`` (generalized) or ``q`` (PCA coordinates, encoded onto the
+        subspace by :meth:`encode_q`), and at most one of ``rdot`` or ``qdot`` (PCA
+        velocities, the least-squares ``J~^+ qdot`` in the ``M~`` metric).
+        """
+        if r is not None and q is not None:
+            raise SimulationError("Give the initial pose once: as r or as q.")
+        if rdot is not None and qdot is not None:
+            raise SimulationError("Give the initial velocity once: as rdot or as qdot.")
+        if q is not None:
+            r = self.encode_q(q)
+        if r is None:
+            r = np.concatenate([np.zeros(self.n_p), self.z_rest])
+        self.r = np.array(r, dtype=float).reshape(self.n)
+        self.q = self.coordinates(self.r)
+        Jt = self.tangent(self.r)
+        if qdot is not None:
+            qdot = np.asarray(qdot, dtype=float).reshape(self.k)
+            A = Jt.T @ self.M_red
+            rdot = np.linalg.lstsq(A @ Jt, A @ qdot, rcond=None)[0]
+        self.rdot = np.zeros(self.n) if rdot is None else np.array(rdot, dtype=float)
+        self.qdot = Jt @ self.rdot
+        self.frame = 0
+        self.f_ext = np.zeros(self.k)
+        self._reset_frame()
+
+    def get_state(self) -> dict:
+        return {"r": self.r.copy(), "rdot": self.rdot.copy(), **super().get_state()}
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        self.r = np.array(state["r"], dtype=float)
+        self.rdot = np.array(state["rdot"], dtype=float)
+
+    def positions(self) -> np.ndarray:
+        """(n, 3) world positions ``X + V c(r)``, metres."""
+        return self.world(self.X + (self.U @ self.q).reshape(-1, 3))
+
+    def energy(self) -> float:
+        """Kinetic + elastic (cubature) + gravity potential of the current state, J (no
+        contact): what undamped free motion must not gain."""
+        e_el = self._elastic(self.q, 0)[0]
+        return 0.5 * self.qdot @ self.M_red @ self.qdot + e_el - self.f_gravity @ self.q
+
+    # ------------------------------------------------------------------- encoding
+    def encode_q(self, q: np.ndarray, refine: bool = True) -> np.ndarray:
+        """Generalized ``r`` (n,) whose ``c(r)`` is closest to PCA coordinates ``q`` (k,) in
+        the ``M~`` metric: ``p`` is read off (the linear part is M-orthogonal to the rest),
+        ``z`` starts at the encoder's output and is polished by Levenberg-Marquardt (with
+        ``D(p, z)`` on ``p`` and ``z`` together: ``p`` then moves the decoder's part too)."""
+        q = np.asarray(q, dtype=float).reshape(self.k)
+        p = q[: self.n_p]
+        if not self.n_z:
+            return p.copy()
+        z = (
+            self.encoder.forward(q)
+            if self.encoder is not None
+            else (getattr(self, "z_rest", np.zeros(self.n_z)).copy())
+        )
+        r = np.concatenate([p, z])
+        if refine or self.encoder is None:
+            r = self._fit(q, r)
+        return r
+
+    def closest_q(self, y: np.ndarray) -> np.ndarray:
+        """PCA coordinates of the subspace's closest shape to ``y`` (n, 3) (pins' frame)."""
+        return self.coordinates(self.encode_q(super().closest_q(y)))
+
+    def _fit(self, q: np.ndarray, r: np.ndarray, iters: int = 30) -> np.ndarray:
+        """Levenberg-Marquardt on ``1/2 |c(r) - q|^2_{M~}`` over ``r[d0:]`` (``z``, or all of
+        ``r`` with ``D(p, z)``) from ``r``."""
+        d0, Mr = self._d0, self.M_red
+        r = r.copy()
+
+        def cost(x):
+            rr = np.concatenate([r[:d0], x])
+            d = self.coordinates(rr) - q
+            return 0.5 * d @ Mr @ d, d
+
+        x = r[d0:]
+        c, d = cost(x)
+        lam = 1e-8
+        for _ in range(iters):
+            J = self.tangent(np.concatenate([r[:d0], x]))[:, d0:]
+            A, b = J.T @ Mr @ J, J.T @ (Mr @ d)
+            if c <= 0 or not np.any(b):
+                break
+            for _ in range(20):
+                Ad = A + lam * (np.diag(np.diag(A)) + 1e-12 * np.trace(A) * np.eye(len(x)))
+                dx = -np.linalg.lstsq(Ad, b, rcond=None)[0]
+                ct, dt = cost(x + dx)
+                if np.isfinite(ct) and ct < c:
+                    break
+                lam *= 10
+            else:
+                break
+            rel = (c - ct) / max(c, 1e-300)
+            x, c, d = x + dx, ct, dt
+            lam = max(lam / 10, 1e-12)
+            if rel < 1e-12:
+                break
+        return np.concatenate([r[:d0], x])
+
+    # --------------------------------------------------------------------- forces
+    def _elastic(self, q: np.ndarray, order: int, project: bool = False):
+        """Cubature elastic energy (J), reduced force ``V^T df/du`` (k,) and, with ``order``
+        2, the reduced stiffness (k, k): exact by default (the Newton matrix of ``phi`` is
+        LU-solved, indefinite is fine), from PSD-projected element Hessians with
+        ``project`` (the variational step's minimization)."""
+        x_sub = self._X_sub + (self._U_sub_flat @ q).reshape(-1, 3)
+        e, ge, He = self.sub_fem.element_terms(x_sub, self.weights, order >= 2, project)
+        if order < 1:
+            return e, None, None
+        g = self._U_elem_flat.T @ ge.reshape(-1)
+        if order < 2:
+            return e, g, None
+        K = self._U_elem_flat.T @ (He @ self.U_elem).reshape(-1, self.k)
+        return e, g, K
+
+    def residual_function(
+        self,
+        h: float | None = None,
+        f_ext: np.ndarray | None = None,
+        colliders: list[Collider] | None = None,
+    ):
+        """``r -> (phi (n,), dphi/dr (n, n))`` of one step of ``h`` s from the current state
+        (the tests' handle on the Newton system)."""
+        s = self.settings
+        h = s.dt / int(s.substeps) if h is None else float(h)
+        f_ext = self.f_ext if f_ext is None else np.asarray(f_ext, dtype=float)
+        system = self._system(
+            h, f_ext + self.f_gravity, self.colliders if colliders is None else list(colliders)
+        )
+        return lambda r: system(np.asarray(r, dtype=float), True)[:2]
+
+    def _damping(self) -> np.ndarray:
+        """``D~ = alpha M~ + beta K~+(c_n)`` (k, k): Rayleigh damping frozen over the step,
+        with the PSD-projected stiffness at the step's start (as the linear runtime's)."""
+        s = self.settings
+        D = s.damping_alpha * self.M_red
+        if s.damping_beta > 0:
+            x_sub = self._X_sub + (self._U_sub_flat @ self.q).reshape(-1, 3)
+            He = self.sub_fem.element_terms(x_sub, self.weights, True, True)[2]
+            D = D + s.damping_beta * self._U_elem_flat.T @ (He @ self.U_elem).reshape(-1, self.k)
+        return D
+
+    def _system(self, h: float, f: np.ndarray, cols, D: np.ndarray | None = None):
+        """``(r, jacobian) -> (phi, A or None, c, timings)`` of a step of ``h`` with reduced
+        external force ``f`` (gravity and the pins' frame included) and damping ``D``
+        (default :meth:`_damping`)."""
+        r_n, rdot_n, c_n = self.r, self.rdot, self.q
+        n_p, n, Mr = self.n_p, self.n, self.M_red
+        D = self._damping() if D is None else D
+        fict, third, dec, d0 = self.fictitious, self.third, self.decoder, self._d0
+
+        def system(r: np.ndarray, jacobian: bool):
+            t0 = time.perf_counter()
+            a = r - r_n - h * rdot_n
+            dz = (r - r_n)[d0:]
+            Jt = np.zeros((self.k, n))
+            Jt[:n_p, :n_p] = np.eye(n_p)
+            c = np.zeros(self.k)
+            c[:n_p] = r[:n_p]
+            Hdd = None
+            if self.n_z:
+                z = r[d0:]
+                v = a[d0:] + (2.0 * dz if fict else 0.0)
+                jt = jet(
+                    dec,
+                    z,
+                    dz if fict else None,
+                    v if jacobian else None,
+                    third=third and fict and jacobian,
+                )
+                self.evaluations += 1
+                c += jt.y
+                Jt[:, d0:] += jt.J
+                Hdd = jt.Hdd if fict else None
+            t_der = time.perf_counter() - t0
+            e_el, f_int, K = self._elastic(c, 2 if jacobian else 1)
+            _, g_c, H_c = self._contact(c, cols, hessian=jacobian)
+            F = f_int - f + D @ (c - c_n) / h
+            if g_c is not None:
+                F = F + g_c
+            acc = Jt @ a if Hdd is None else Jt @ a + Hdd
+            g = Mr @ acc + h * h * F
+            phi = Jt.T @ g
+            if not jacobian:
+                return phi, None, c, t_der
+            Kt = K + D / h
+            if H_c is not None:
+                Kt = Kt + H_c
+            A = Jt.T @ (Mr + h * h * Kt) @ Jt
+            if self.n_z:
+                t1 = time.perf_counter()
+                curv = jt.Hv if jt.Sdd is None else jt.Hv + jt.Sdd
+                A[:, d0:] += Jt.T @ (Mr @ curv)
+                A[d0:, d0:] += jt.left_hessian(g)
+                t_der += time.perf_counter() - t1
+            return phi, A, c, t_der
+
+        return system
+
+    # ----------------------------------------------------------------------- step
+    def step(self, inputs: FrameInputs | None = None) -> StepReport:
+        """Advance one frame (``settings.substeps`` implicit Euler steps in ``r``).
+
+        ``inputs.forces`` are projected onto ``V``; colliders move as in full space; pin
+        targets move the pins' frame (module docstring, "Animated pins").
+        """
+        return run_frame(self, inputs, self._implicit_euler, "Shen")
+
+    def _implicit_euler(
+        self, h: float, f_ext: np.ndarray, colliders, pose=None, depth: int = 0
+    ) -> StepReport:
+        """One implicit Euler step into the pins' frame ``pose`` (None: it stays): Newton on
+        ``phi`` with the merit line search and the Levenberg-Marquardt step where Newton's
+        fails; a step Newton stalls in, or whose root would gain energy, is halved or taken
+        by the variational step, and no step gains energy (module docstring, "Energy");
+        updates the state."""
+        s = self.settings
+        rep = StepReport(substeps=1)
+        # the pins' frame: its inertial and mass-damping targets differ from c_n + h qdot_n
+        # and c_n by forces constant over the step (frame.py's q~, q_d), folded into f
+        # (stiffness damping acts on c - c_n in the frame, as the linear runtime's)
+        q_tilde, q_damp, f_grav, cols = self.step_terms(h, pose, colliders)
+        f = (
+            f_ext
+            + f_grav
+            + self.M_red @ (q_tilde - self.q - h * self.qdot) / (h * h)
+            + (s.damping_alpha / h) * (self.M_red @ (q_damp - self.q))
+        )
+        D = self._damping()
+        e0, e_scale = self._step_energy(self.q, self.qdot, f, cols)
+        tol = s.newton_tol * self.length_scale
+        new = self.pose if pose is None else pose
+        moving = not (new.is_identity and self.pose.is_identity and self.pose_prev.is_identity)
+        if (
+            self.variational
+            or (self.frame_variational and moving)
+            or (self.contact_variational and self._touching(h, cols))
+        ):
+            self.variational_steps += 1
+            t0 = time.perf_counter()
+            r, c, conv, ok, rep.newton_iters, step = self._variational_step(h, f, cols, tol, D)
+            rep.timings["line_search"] += time.perf_counter() - t0
+            rep.converged, rep.line_search_ok = conv, ok
+            rep.residual = step / self.length_scale
+            if ok and np.all(np.isfinite(r)):
+                self._accept(r, c, h, pose, e0, e_scale, f, cols)
+            return rep
+        system = self._system(h, f, cols, D)
+        rep.timings["decoder"] = 0.0  # the decoder's derivatives (jet, left contraction)
+        rep.converged = False
+        can_split = self.split_stalls and depth < _MAX_SPLITS
+        iters = min(_CRAWL_ITERS, s.max_newton_iters) if can_split else s.max_newton_iters
+        r, c, step = self._newton(system, self.r + h * self.rdot, tol, rep, iters)  # warm start
+        if rep.converged and self._step_energy(c, (c - self.q) / h, f, cols)[0] > e0 + e_scale:
+            # a root that gains energy: a far root of phi (the decoder's curvature makes
+            # several), not implicit Euler's dissipative step
+            rep.converged = False
+            self.energy_rejections += 1
+        if not rep.converged and can_split:
+            # Newton stalled: the step moves r too far for eq. (10)'s expansion (see the
+            # module docstring). Two implicit Euler steps of h / 2 on eq. (10) instead, kept
+            # when both converge with no variational step anywhere in them
+            saved = (self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev)
+            counts = (self.fallbacks, self.splits, self.energy_clamps)
+            mid = None
+            if pose is not None:  # halfway along the frame's screw motion (as run_frame)
+                mid = interpolate(self.pose, pose, 0.5, self.pin_frame().rest_pins.mean(0))
+            split_ok = True
+            for half_pose in (mid, pose):
+                half = self._implicit_euler(h / 2, f_ext, colliders, half_pose, depth + 1)
+                rep.merge(half)
+                if not half.converged or self.fallbacks > counts[0]:
+                    split_ok = False
+                    break
+            if split_ok:
+                rep.converged = rep.line_search_ok = True
+                rep.substeps = 1
+                self.splits += 1
+                return rep
+            self.r, self.rdot, self.q, self.qdot, self.pose, self.pose_prev = saved
+            self.fallbacks, self.splits, self.energy_clamps = counts
+            rep.substeps = 1
+        if not rep.converged:
+            # Newton stalled at the smallest step: take the variational step instead
+            t0 = time.perf_counter()
+            r, c, conv, ok, iters, step = self._variational_step(h, f, cols, tol, D)
+            rep.timings["line_search"] += time.perf_counter() - t0
+            rep.newton_iters += iters
+            self.fallbacks += 1
+            rep.converged, rep.line_search_ok = conv, ok
+        rep.residual = step / self.length_scale
+        if np.all(np.isfinite(r)) and (rep.converged or rep.line_search_ok):
+            self._accept(r, c, h, pose, e0, e_scale, f, cols)
+        return rep
+
+    def _step_energy(self, c: np.ndarray, qdot: np.ndarray, f: np.ndarray, cols):
+        """``(E, rounding)``: the step's energy ``|qdot|^2_{M~} / 2 + V(c) + C(c) - f.c``, J
+        (elastic by cubature, collider penalty, constant reduced force ``f`` of the step),
+        and the rounding it may carry (1e-12 of its terms' magnitudes)."""
+        kinetic = 0.5 * qdot @ self.M_red @ qdot
+        e_el = self._elastic(c, 0)[0]
+        e_c = self._contact(c, cols, hessian=False)[0]
+        work = float(f @ c)
+        return kinetic + e_el + e_c - work, 1e-12 * (kinetic + abs(e_el) + e_c + abs(work))
+
+    def _accept(self, r, c, h: float, pose, e0: float, e_scale: float, f, cols) -> None:
+        """Take ``r`` (``c = c(r)``) as the step's end; where its energy exceeds the step's
+        start ``e0`` (a variational step on a curved or non-convex potential may), the
+        velocity is scaled down to ``e0``: the minimizer's potential is at most ``e0``
+        (:meth:`_variational_step` starts no higher than ``r_n``), so a scale in [0, 1]
+        always exists (``energy_clamps`` counts these steps)."""
+        rdot, qdot = (r - self.r) / h, (c - self.q) / h
+        e1 = self._step_energy(c, qdot, f, cols)[0]
+        if e1 > e0 + e_scale:
+            kinetic = 0.5 * qdot @ self.M_red @ qdot
+            scale = np.sqrt(max(e0 - (e1 - kinetic), 0.0) / kinetic) if kinetic > 0 else 0.0
+            rdot, qdot = scale * rdot, scale * qdot
+            self.energy_clamps += 1
+        self.r, self.rdot, self.q, self.qdot = r, rdot, c, qdot
+        self._advance_frame(pose)
+
+    def _newton(self, system, r: np.ndarray, tol: float, rep: StepReport, max_iters: int):
+        """Newton on ``phi`` from ``r`` (the merit line search, the Levenberg-Marquardt step
+        where Newton's fails); sets ``rep.converged``. Returns ``(r, c(r), last step (m))``:
+        not converged when Newton stalled (three Levenberg-Marquardt steps in a row) or ran
+        out of iterations."""
+        c = None
+        t0 = time.perf_counter()
+        phi, A, c, t_dec = system(r, True)
+        rep.timings["derivatives"] += time.perf_counter() - t0
+        rep.timings["decoder"] += t_dec
+        m = 0.5 * phi @ phi
+        step = np.inf
+        lm_run = 0  # consecutive Levenberg-Marquardt steps: Newton has stalled at 3
+        for _ in range(max(int(max_iters), 1)):
+            if not (np.isfinite(m) and np.all(np.isfinite(A))):
+                break
+            t0 = time.perf_counter()
+            try:
+                d = -sla.lu_solve(sla.lu_factor(A, check_finite=False), phi, check_finite=False)
+                ok_dir = bool(np.all(np.isfinite(d)))
+            except (np.linalg.LinAlgError, ValueError):
+                ok_dir = False
+            rep.timings["solve"] += time.perf_counter() - t0
+            rep.newton_iters += 1
+            t0 = time.perf_counter()
+            accepted, full_step = False, (None, None, None, 0.0)
+            if ok_dir:
+                step = self._displacement(r, d)
+                if step <= tol:
+                    r = r + d
+                    c = self.coordinates(r)
+                    rep.converged = True
+                    rep.timings["line_search"] += time.perf_counter() - t0
+                    break
+                t = 1.0
+                for _ in range(_MAX_BACKTRACKS):
+                    # the full step (nearly always taken) is evaluated with the matrix, which
+                    # the next iteration then needs: one decoder pass per iteration, not two
+                    full_step = system(r + t * d, t == 1.0)
+                    phi_t, t_dec = full_step[0], full_step[3]
+                    rep.timings["decoder"] += t_dec
+                    m_t = 0.5 * phi_t @ phi_t
+                    if np.isfinite(m_t) and m_t <= (1.0 - 2.0 * _ARMIJO * t) * m:
+                        accepted = True
+                        break
+                    t *= 0.5
+            reuse = accepted and t == 1.0  # full_step holds the system at the new iterate
+            lm_run = 0 if accepted else lm_run + 1
+            if not accepted:  # Levenberg-Marquardt on the merit: always a descent direction
+                G, b = A.T @ A, A.T @ phi
+                lam, t = 1e-6, 1.0
+                for _ in range(_LM_TRIES):
+                    d = -np.linalg.lstsq(G + lam * np.diag(np.diag(G)), b, rcond=None)[0]
+                    phi_t = system(r + d, False)[0]
+                    m_t = 0.5 * phi_t @ phi_t
+                    if np.isfinite(m_t) and m_t < m:
+                        accepted = True
+                        break
+                    lam *= 10
+            rep.timings["line_search"] += time.perf_counter() - t0
+            if not accepted or lm_run >= 3:
+                break  # stalled: the caller halves the step or takes the variational one
+            step = self._displacement(r, t * d)
+            r = r + t * d
+            if reuse:
+                phi, A, c = full_step[:3]
+            else:
+                t0 = time.perf_counter()
+                phi, A, c, t_dec = system(r, True)
+                rep.timings["derivatives"] += time.perf_counter() - t0
+                rep.timings["decoder"] += t_dec
+            m = 0.5 * phi @ phi
+            if step <= tol:
+                rep.converged = True
+                break
+        if c is None:
+            c = self.coordinates(r)
+        return r, c, step
+
+    def _touching(self, h: float, cols) -> bool:
+        """Whether the collider penalty acts now or at the warm start ``r + h rdot``: the
+        steps that take :meth:`_variational_step` (``contact_variational``)."""
+        if not cols:
+            return False
+        for c in (self.q, self.coordinates(self.r + h * self.rdot)):
+            if self._contact(c, cols, hessian=False)[0] > 0:
+                return True
+        return False
+
+    def _variational_step(self, h: float, f: np.ndarray, cols, tol: float, D: np.ndarray):
+        """The fallback and the contact step: minimize the implicit Euler incremental
+        potential over ``r``,
+
+        ``E(r) = |c(r) - c_n - h qdot_n|^2_{M~} / (2 h^2) + V(c) - f.c + C(c)
+        + (c - c_n)^T D~ (c - c_n) / (2h)``
+
+        (Fulton 2019's step, without the fictitious force), by Newton with the exact Hessian
+        ``J~^T (M~/h^2 + K) J~ + diag(0, g^T H^)`` (the Gauss-Newton matrix with
+        PSD-projected element Hessians where it is not positive definite:
+        :func:`_newton_direction`) and Armijo backtracking, at most three times
+        ``max_newton_iters`` iterations. E is bounded below, so this always makes progress:
+        a step that runs out of iterations with E lowered is usable (as the linear runtime's
+        Newton at its limit).
+
+        Returns ``(r, c(r), converged, usable, iterations, last step (m))``.
+        """
+        s = self.settings
+        c_tilde, c_n = self.q + h * self.qdot, self.q
+        Mr, n_p, dec = self.M_red, self.n_p, self.decoder
+
+        def energy(r, order):
+            c = self.coordinates(r)
+            e_el, g_el, K = self._elastic(c, order and 2)
+            e_c, g_c, H_c = self._contact(c, cols, hessian=order > 0)
+            dq, dn = c - c_tilde, c - c_n
+            e = 0.5 * dq @ Mr @ dq / h**2 + e_el - f @ c + e_c + 0.5 * dn @ D @ dn / h
+            if not order:
+                return e, None, None, c
+            g = Mr @ dq / h**2 + g_el - f + D @ dn / h + (0.0 if g_c is None else g_c)
+            Jt = np.zeros((self.k, self.n))
+            Jt[:n_p, :n_p] = np.eye(n_p)
+            rest = Mr / h**2 + D / h + (0.0 if H_c is None else H_c)
+            if self.n_z:
+                jt = jet(dec, r[self._d0 :])
+                Jt[:, self._d0 :] += jt.J
+            H = Jt.T @ (rest + K) @ Jt
+            if self.n_z:
+                H[self._d0 :, self._d0 :] += jt.left_hessian(g)  # the manifold's curvature
+
+            def gauss_newton():  # J~^T (M~/h^2 + K+ + D~/h + H_c) J~, K+ PSD-projected
+                Kp = self._elastic(c, 2, project=True)[2]
+                return Jt.T @ (rest + Kp) @ Jt
+
+            return e, Jt.T @ g, (0.5 * (H + H.T), gauss_newton), c
+
+        # from the warm start, or from r_n where that is lower: E(r_n) is the step's energy
+        # at its start, so the minimizer's potential never exceeds it (what the energy
+        # guard of _implicit_euler relies on)
+        r = self.r + h * self.rdot
+        if energy(self.r, 0)[0] < energy(r, 0)[0]:
+            r = self.r.copy()
+        e, g, H, c = energy(r, 1)
+        e0 = e
+        step, iters = np.inf, 0
+        for iters in range(1, 3 * max(int(s.max_newton_iters), 1) + 1):
+            if not (np.isfinite(e) and np.all(np.isfinite(g))):
+                return r, c, False, False, iters, step
+            d = _newton_direction(*H, g)
+            step = self._displacement(r, d)
+            if step <= tol:
+                r = r + d
+                return r, self.coordinates(r), True, True, iters, step
+            slope, t = float(g @ d), 1.0
+            for _ in range(_MAX_BACKTRACKS):
+                # the full step (nearly always taken) is evaluated with its derivatives
+                trial = energy(r + t * d, 1 if t == 1.0 else 0)
+                if np.isfinite(trial[0]) and trial[0] <= e + _ARMIJO * t * slope:
+                    break
+                t *= 0.5
+            else:  # no decrease E can measure: converged to rounding
+                return r, c, True, True, iters, step
+            r = r + t * d
+            e, g, H, c = trial if t == 1.0 else energy(r, 1)
+            if t * step <= tol:
+                return r, c, True, True, iters, t * step
+        return r, c, False, bool(e < e0), iters, step
+
+    def _displacement(self, r: np.ndarray, d: np.ndarray) -> float:
+        """Largest vertex move (m) on the cubature sub-mesh of the step ``d`` from ``r``, to
+        first order (``V J~ d``)."""
+        dc = np.zeros(self.k)
+        dc[: self.n_p] = d[: self.n_p]
+        if self.n_z:
+            dc += self.decoder.jvp(r[self._d0 :], d[self._d0 :])[1]
+        return float(np.abs(self._U_sub_flat @ dc).max())
+
+
+def _newton_direction(H: np.ndarray, gauss_newton, g: np.ndarray) -> np.ndarray:
+    """``-H^{-1} g`` with the exact Hessian ``H`` where it is positive definite, else with
+    the Gauss-Newton matrix ``gauss_newton()`` (positive definite: PSD-projected element
+    Hessians, no curvature term; a ridge only if rounding breaks that): a descent direction.
+    A ridge on ``H`` instead (before) took 8.3 iterations a step, 26 at most, on a ball's
+    contact with the floor; this 6.3 and 11."""
+    try:
+        return -sla.cho_solve(sla.cho_factor(H), g)
+    except np.linalg.LinAlgError:
+        pass
+    H_gn = gauss_newton()
+    ridge, scale = 0.0, max(float(np.trace(H_gn)) / len(g), 1e-300)
+    while True:
+        try:
+            return -sla.cho_solve(sla.cho_factor(H_gn + ridge * np.eye(len(g))), g)
+        except np.linalg.LinAlgError:
+            ridge = 1e-12 * scale if ridge == 0 else 10 * ridge
+
+
+# ------------------------------------------------------------------------------------------
+# Model file and registry record
+# ------------------------------------------------------------------------------------------
+
+
+def save(
+    path: str | Path,
+    *,
+    mesh_hash: str,
+    T: np.ndarray,
+    subspace: Subspace,
+    n_p: int,
+    cubature: Cubature,
+    contact,
+    material: _fem.Material,
+    settings: SimSettings,
+    decoder: MLP,
+    encoder: MLP | None,
+    metadata: dict | None = None,
+    decoder_sees_p: bool = False,
+) -> Path:
+    """Write a Shen 2021 model file.
+
+    Parameters
+    ----------
+    subspace : the PCA basis ``V`` (3n, k), M-orthonormal; its first ``n_p`` columns are the
+        linear part
+    decoder : ``D``: (n_z,) -> (k,), or (n_p + n_z,) -> (k,) with ``decoder_sees_p`` (stored
+        with prefix ``dec_``; filtered when loaded)
+    encoder : (k,) -> (n_z,) or None (prefix ``enc_``)
+    The rest as :func:`.autoencoder.save`.
+    """
+    if decoder.out_dim != subspace.k or not 0 <= n_p < subspace.k:
+        raise ValueError(
+            f"decoder outputs {decoder.out_dim} coordinates, n_p = {n_p}; the basis has "
+            f"{subspace.k}"
+        )
+    arrays, meta = subspace_payload(T, subspace, cubature, contact, material, settings)
+    dec_arrays, dec_meta = decoder.to_arrays(prefix="dec_")
+    arrays.update(dec_arrays)
+    enc_meta = None
+    if encoder is not None:
+        enc_arrays, enc_meta = encoder.to_arrays(prefix="enc_")
+        arrays.update(enc_arrays)
+    meta.update(
+        {
+            "decoder": dec_meta,
+            "encoder": enc_meta,
+            "n_p": int(n_p),
+            "n_z": int(decoder.in_dim - (n_p if decoder_sees_p else 0)),
+            "decoder_sees_p": bool(decoder_sees_p),
+            "k": int(subspace.k),
+            **(metadata or {}),
+        }
+    )
+    return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
+
+
+def load(model, *, settings: SimSettings | None = None, colliders=None) -> ShenSimulation:
+    """The runtime of an opened Shen model file."""
+    a, meta = model.arrays, model.metadata
+    decoder = MLP.from_arrays(a, meta["decoder"])
+    encoder = MLP.from_arrays(a, meta["encoder"]) if meta.get("encoder") else None
+    args = subspace_arguments(model, settings, colliders)
+    return ShenSimulation(
+        args.pop("X"),
+        args.pop("T"),
+        args.pop("material"),
+        args.pop("U"),
+        int(meta["n_p"]),
+        decoder,
+        args.pop("settings"),
+        encoder=encoder,
+        fictitious=bool(meta.get("fictitious", True)),
+        decoder_sees_p=bool(meta.get("decoder_sees_p", False)),
+        **args,
+    )
+
+
+SETTINGS = SUBSPACE_SETTINGS[:3] + (
+    Setting(
+        "n_p",
+        "int",
+        None,
+        "Linear Coordinates",
+        "PCA modes simulated as they are (the "
+        "paper's n_p); 0: with Modes 0, the fewest PCA modes within twice Tolerance (a free "
+        "body's rigid and near-rigid motion), else 10 or half the Modes when fewer than 20",
+        minimum=1,
+        maximum=1000,
+        soft_maximum=64,
+        auto=True,
+    ),
+    Setting(
+        "latent_dim",
+        "int",
+        None,
+        "Latent Size",
+        "Nonlinear coordinates n_q of the "
+        "decoder in the PCA complement; 0 searches the smallest that meets Latent "
+        "Tolerance, or without one and with Modes 0 takes the linear model's DOFs less n_p",
+        minimum=1,
+        maximum=1000,
+        soft_maximum=64,
+        auto=True,
+    ),
+    Setting(
+        "latent_tolerance",
+        "float",
+        None,
+        "Latent Tolerance",
+        "Largest vertex error "
+        "the model may leave on held-out bakes when Latent Size is 0; 0: with Modes 0 no "
+        "search (see Latent Size), else twice the PCA basis's error",
+        unit="m",
+        minimum=0.0,
+        soft_maximum=0.1,
+        auto=True,
+    ),
+    Setting(
+        "max_latent_dim",
+        "int",
+        None,
+        "Max Latent Size",
+        "Largest latent size the search tries; 0: with Modes 0 the modes the linear "
+        "model would take beyond n_p (no more DOFs than it), else the PCA modes beyond n_p",
+        minimum=1,
+        maximum=1000,
+        auto=True,
+        advanced=True,
+    ),
+    Setting(
+        "hidden",
+        "int_list",
+        [32] * 6,
+        "Hidden Layers",
+        "Widths of the hidden sin "
+        "layers of the decoder (the encoder mirrors them); the paper uses 6-10 layers",
+        minimum=1,
+        maximum=4096,
+    ),
+    Setting(
+        "omega",
+        "float",
+        1.0,
+        "Sin Frequency",
+        "omega of the sin activations, "
+        "folded into the weights: larger fits wilder poses but wiggles between them "
+        "(the paper's Fig. 2)",
+        minimum=0.01,
+        maximum=30.0,
+        advanced=True,
+    ),
+    Setting(
+        "pose_weighting",
+        "bool",
+        False,
+        "Pose Weighting",
+        "Weight each training "
+        "pose's loss by the inverse of its elastic energy (Shen 2021 sec. 6.1): poses "
+        "near rest are fitted best, the largest poses worst (off: every pose alike, "
+        "the more accurate model on held-out bakes)",
+        advanced=True,
+    ),
+    Setting(
+        "linear_warmup",
+        "int",
+        100,
+        "Linear Warm-up",
+        "Epochs fitting the network to "
+        "PCA at equal DOFs before the training proper, so it starts from the linear "
+        "subspace (0: none)",
+        minimum=0,
+        maximum=1_000_000,
+        advanced=True,
+    ),
+    Setting(
+        "decoder_sees_p",
+        "bool",
+        True,
+        "Decoder Reads p",
+        "The nonlinear part depends on the linear coordinates too, u = U p + D(p, z) "
+        "(the shapes a large bend brings with it follow p); off: the paper's D(z)",
+        advanced=True,
+    ),
+    Setting(
+        "epochs",
+        "int",
+        2000,
+        "Epochs",
+        "Most passes over the training frames (early "
+        "stopping or the time budget may end it sooner)",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=20000,
+    ),
+    Setting(
+        "patience",
+        "int",
+        300,
+        "Patience",
+        "Early stopping: stop after this many "
+        "passes without a lower error on held-out bakes, keeping the best weights",
+        minimum=1,
+        maximum=1_000_000,
+        soft_maximum=5000,
+        advanced=True,
+    ),
+    Setting(
+        "time_budget",
+        "float",
+        300.0,
+        "Time Budget",
+        "Most seconds the network training may take",
+        unit="s",
+        minimum=1.0,
+        maximum=1e7,
+        soft_maximum=7200.0,
+    ),
+    TRAINER_SETTING["batch_size"],
+    Setting(
+        "learning_rate",
+        "float",
+        1e-3,
+        "Learning Rate",
+        "Adam step size (the paper: 1e-3, cut by 20% after 300 and 3,000 epochs)",
+        minimum=1e-7,
+        maximum=1.0,
+    ),
+    TRAINER_SETTING["checkpoint_every"],
+    # a finer cubature than the linear method's: the module docstring, "Cubature"
+    dataclasses.replace(SUBSPACE_SETTING["cubature_target"], default=0.01),
+    *SUBSPACE_SETTINGS[4:],
+    TRAINER_SETTING["rollout"],
+)
+
+
+def onnx_graph(model, g) -> str:
+    """The decoder of an opened model file as an ONNX graph (:mod:`core.onnxgraph`,
+    :func:`.common.onnx_decoder_graph`); the latent dynamics stay in the runtime."""
+    onnx_decoder_graph(
+        model,
+        g,
+        "r",
+        "r = (p, z): the linear PCA coordinates p (m) then the latent z (generalized coordinates)",
+        int(model.metadata["n_p"]),
+    )
+    return "High-order autoencoder (Shen 2021) decoder: r = (p, z) -> q = [p, 0] + D(z) -> positions = X + U q."
+
+
+METHOD = Method(
+    name=NAME,
+    label="High-order Autoencoder (Shen 2021)",
+    description="PCA modes plus a deep sin autoencoder in their complement; the true "
+    "equations of motion on that curved subspace (fictitious forces included), Newton with "
+    "exact third derivatives. Trains with PyTorch.",
+    settings=SETTINGS,
+    load=load,
+    trainer="training.shen:train",
+    needs_torch=True,
+    inputs=SUBSPACE_INPUTS,
+    onnx=onnx_graph,
+    order=15,
+    setup_cost=3.5,  # measured 3.2-4.6x linear on a board and a tail (Compare Methods)
+)

@@ -1,0 +1,2 @@
+"""Full-space physics: FEM energies, time integration, colliders, linear solvers, the BLAS thread
+cap, quasistatics, pokes."""

@@ -1,0 +1,2 @@
+"""What the reduced (subspace) methods share: subspaces, cubature, numpy networks, the floating
+pose, the subspace model."""
