@@ -345,7 +345,7 @@ class SubspaceModel(FrameMixin, SimulatorBase):
     colliders and the pins' frame (:class:`.frame.FrameMixin`).
 
     Subclasses call :meth:`_setup` with the constructor arguments documented on
-    :class:`ReducedSimulation`.
+    :class:`.integrator.SubspaceSimulation`.
     """
 
     def get_state(self) -> dict:

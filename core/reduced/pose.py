@@ -303,7 +303,7 @@ def to_pin_frame(x: np.ndarray, X: np.ndarray, pinned) -> np.ndarray:
 
 
 class FrameMixin:
-    """The moving pin frame of a subspace simulator (``ReducedSimulation``,
+    """The moving pin frame of a subspace simulator (``SubspaceSimulation``,
     ``LatentSimulation``): state, per-step targets and world positions.
 
     Needs ``X``, ``U``, ``mass``, ``pinned``, ``M_red``, ``f_gravity``, ``settings``.

@@ -10,8 +10,8 @@ subspace model: backward Euler (eq. 5, 8)::
 
     q_{n+1} = argmin_q  1/(2h^2) |q - q_n - h qdot_n|^2_{M~} + V~(q) - q . U^T f_ext + C~(q)
 
-solved by :class:`.linear.ReducedSimulation` (exact reduced Hessian, Newton with a line
-search; it takes a non-orthonormal basis). Where we depart from the paper:
+solved by :class:`core.reduced.integrator.SubspaceSimulation` (exact reduced Hessian, Newton
+with a line search; it takes a non-orthonormal basis). Where we depart from the paper:
 
 * **Newton by default.** The paper minimizes (5) with a few gradient-descent steps per frame
   (sec. 5, eq. 9-10) and lists Newton on the reduced Hessian as future work. A converged
@@ -173,11 +173,11 @@ from ...physics import fem as _fem
 from ...physics.colliders import Collider
 from ...physics.sim import FrameInputs, SimSettings, StepReport
 from ...reduced.cubature import Cubature, optimized_cubature
+from ...reduced.integrator import SubspaceSimulation
 from ...reduced.model import SUBSPACE_SETTING, TRAINER_SETTING, run_frame
 from ...reduced.nnet import MLP
 from ...reduced.pose import Pose
 from ...registry import Method, Setting
-from ..linear import ReducedSimulation
 
 NAME = "licrom"
 
@@ -897,7 +897,7 @@ class SwapReport:
     cubature: dict = dataclasses.field(default_factory=dict)
 
 
-class LicromSimulation(ReducedSimulation):
+class LicromSimulation(SubspaceSimulation):
     """Backward Euler in the span of a neural field evaluated on a mesh.
 
     Parameters
@@ -1146,7 +1146,7 @@ class LicromSimulation(ReducedSimulation):
         self._held_forces = None
 
     def set_state(self, state: dict) -> None:
-        """:meth:`ReducedSimulation.set_state`; the pins' targets of a state saved on another
+        """:meth:`SubspaceSimulation.set_state`; the pins' targets of a state saved on another
         mesh of the object (another pinned count) are those of this mesh's pinned nodes in
         the state's frame."""
         super().set_state(state)
@@ -1158,7 +1158,7 @@ class LicromSimulation(ReducedSimulation):
             self._held_forces = tuple(np.array(a, dtype=a_t) for a, a_t in zip(held, HELD_TYPES))
 
     def get_state(self) -> dict:
-        """:meth:`ReducedSimulation.get_state`, with a floating frame's held forces."""
+        """:meth:`SubspaceSimulation.get_state`, with a floating frame's held forces."""
         state = super().get_state()
         if getattr(self, "_held_forces", None) is not None:
             state["held_forces"] = [np.array(a).tolist() for a in self._held_forces]
@@ -1426,7 +1426,7 @@ class LicromSimulation(ReducedSimulation):
         return rep
 
     def _elastic(self, q: np.ndarray, order: int, project: bool = True):
-        """:meth:`.linear.ReducedSimulation._elastic`; with a floating frame, at ``S q``
+        """:meth:`SubspaceSimulation._elastic`; with a floating frame, at ``S q``
         (:meth:`_rotation_invariance`), so the energy does not change along the subspace's
         best image of an infinitesimal rotation of the body's shape at the substep's start."""
         S = self._invariance if self.floating else None

@@ -283,7 +283,8 @@ class ShenSimulation(SubspaceModel):
         ``n_p`` outputs are dropped). None: no nonlinear coordinates (a linear model).
     encoder : MLP or None
         (k,) -> (n_z,), the initial guess of :meth:`encode_q` (filtered here).
-    settings, pinned, cubature, contact, colliders : as :class:`.linear.ReducedSimulation`
+    settings, pinned, cubature, contact, colliders
+        As :class:`core.reduced.integrator.SubspaceSimulation`.
     fictitious : bool
         Keep the fictitious force ``M~ H^[dz, dz]`` (False: Fulton 2019's equations).
     third : bool
