@@ -88,21 +88,8 @@ class SubspaceSimulation(SubspaceModel):
 
     # --------------------------------------------------------------------- energy
     def _elastic(self, q: np.ndarray, order: int, project: bool = True):
-        """Cubature elastic energy (J); with ``order`` >= 1 its reduced gradient (k,), with
-        ``order`` 2 its reduced Hessian (k, k) too (element Hessians PSD-projected with
-        ``project``), from one pass of the constitutive kernel."""
-        x_sub = self._X_sub + (self._U_sub_flat @ q).reshape(-1, 3)
-        # one kernel pass gives the energy, the element gradients and (w-scaled) Hessians
-        e, ge, He = self.sub_fem.element_terms(x_sub, self.weights, order >= 2, project)
-        if order < 1:
-            return e, None, None
-        g_red = self._U_elem_flat.T @ ge.reshape(-1)
-        if order < 2:
-            return e, g_red, None
-        # sum_e U_e^T (w_e H_e) U_e as two batched matmuls (einsum's naive loops are far slower)
-        HU = He @ self.U_elem  # (c, 12, k)
-        H_red = self._U_elem_flat.T @ HU.reshape(-1, self.k)
-        return e, g_red, H_red
+        """:meth:`elastic_terms`, element Hessians PSD-projected unless ``project`` is False."""
+        return self.elastic_terms(q, order, project)
 
     # ----------------------------------------------------------------------- step
     def step(self, inputs: FrameInputs | None = None) -> StepReport:

@@ -534,16 +534,8 @@ class ShenSimulation(SubspaceModel):
         """Cubature elastic energy (J), reduced force ``V^T df/du`` (k,) and, with ``order``
         2, the reduced stiffness (k, k): exact by default (the Newton matrix of ``phi`` is
         LU-solved, indefinite is fine), from PSD-projected element Hessians with
-        ``project`` (the variational step's minimization)."""
-        x_sub = self._X_sub + (self._U_sub_flat @ q).reshape(-1, 3)
-        e, ge, He = self.sub_fem.element_terms(x_sub, self.weights, order >= 2, project)
-        if order < 1:
-            return e, None, None
-        g = self._U_elem_flat.T @ ge.reshape(-1)
-        if order < 2:
-            return e, g, None
-        K = self._U_elem_flat.T @ (He @ self.U_elem).reshape(-1, self.k)
-        return e, g, K
+        ``project`` (the variational step's minimization); :meth:`elastic_terms`."""
+        return self.elastic_terms(q, order, project)
 
     def residual_function(
         self,
