@@ -30,6 +30,7 @@ from neural_rom.core.methods import autoencoder, linear, shen, snp  # noqa: E402
 from neural_rom.core.physics.sim import FrameInputs, SimSettings, boundary_vertices  # noqa: E402
 from neural_rom.core.reduced.cubature import Cubature  # noqa: E402
 from neural_rom.core.reduced.nnet import MLP  # noqa: E402
+from neural_rom.core.reduced.pose import IDENTITY  # noqa: E402
 from neural_rom.core.reduced.subspace import Subspace  # noqa: E402
 
 from .bench_modules import load_bench  # noqa: E402
@@ -158,7 +159,7 @@ def test_snp_normals_output_is_the_linear_normal_model(block, tmp_path):
             "features": f.astype(np.float32),
         },
     )
-    ref = snp.linear_normals(p2.normal_mean, p2.normal_basis, zo, [snp.IDENTITY] * 8)
+    ref = snp.linear_normals(p2.normal_mean, p2.normal_basis, zo, [IDENTITY] * 8)
     np.testing.assert_allclose(np.linalg.norm(No, axis=-1), 1.0, atol=1e-6)
     assert np.abs(No - ref).max() < 1e-5
 

@@ -762,7 +762,7 @@ def test_a_scene_whose_external_state_never_changes_trains_and_plays(tmp_path):
 def test_rotation_log_matches_scipy_from_zero_to_a_half_turn():
     """The closed-form log map of the frame features against scipy's conversion, over random
     axes at angles from 1e-12 rad to just under pi (the scipy branch past 170 degrees)."""
-    from neural_rom.core.methods.snp import _rotvec
+    from neural_rom.core.methods.snp.features import _rotvec
     from scipy.spatial.transform import Rotation
 
     rng = np.random.default_rng(4)
@@ -1034,11 +1034,8 @@ def test_one_instances_features_are_the_trainers_and_a_batchs_bit_for_bit(block)
     into it, turning (the sampled sweep), one whose previous slot was empty (no sweep: where
     it is), one that goes (the far collider), and in a frame equal to the world but not its
     object."""
-    from neural_rom.core.methods.snp import (
-        CONTACT_FEATURES,
-        _misses,
-        external_features,
-    )
+    from neural_rom.core.methods.snp import CONTACT_FEATURES, external_features
+    from neural_rom.core.methods.snp.sweep import _misses
     from neural_rom.core.reduced.pose import IDENTITY as IDENT
     from neural_rom.core.reduced.pose import Pose
 

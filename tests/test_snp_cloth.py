@@ -256,7 +256,7 @@ def test_the_push_out_and_the_driven_frame_fast_paths_keep_their_bits(monkeypatc
     it, over turned, unevenly scaled colliders, margins 0 and 1 cm and points that straddle
     the surfaces; and one driver matrix's frame on Python floats against the array path a
     batch takes (scaled, sheared, Blender's float32 matrices)."""
-    from neural_rom.core.methods import snp
+    from neural_rom.core.methods.snp import sweep as snp
     from scipy.spatial.transform import Rotation
 
     rng = np.random.default_rng(4)
