@@ -535,7 +535,7 @@ def run(args) -> dict:
         sim_pca.settings,
         pinned=sim_pca.pinned,
         cubature=(sim_pca.elements, sim_pca.weights),
-        contact=(sim_pca.contact_vertices, sim_pca.contact_mass),
+        contact=sim_pca.contact,
         lbfgs_window=sim_ae.lbfgs_window,
         lbfgs_tol=sim_ae.lbfgs_tol,
         max_iters=sim_ae.max_iters,
