@@ -117,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     nr = importlib.import_module(PACKAGE)
     cli = nr.addon.cli
     # the flat module names of before issue #29's nesting, under bl_ext: the same objects
-    moved = importlib.import_module(f"{PACKAGE}.core._moved").MOVED
+    moved = {
+        f"core.{old}": f"core.{new}"
+        for old, new in importlib.import_module(f"{PACKAGE}.core._moved").MOVED.items()
+    }
+    moved.update(importlib.import_module(f"{PACKAGE}.ui._moved").MOVED)
     report["old_paths_same"] = all(
-        importlib.import_module(f"{PACKAGE}.core.{old}")
-        is importlib.import_module(f"{PACKAGE}.core.{new}")
+        importlib.import_module(f"{PACKAGE}.{old}") is importlib.import_module(f"{PACKAGE}.{new}")
         for old, new in moved.items()
     )
     report["old_paths"] = len(moved)

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--picture", type=Path)
     args = ap.parse_args(argv)
     import bpy
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ def cli_surface() -> dict:
     raw help string."""
     import argparse as ap
 
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     parser = cli.build_parser()
 

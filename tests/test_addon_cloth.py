@@ -90,7 +90,7 @@ def scene(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(scene):
     """The sheet's snp model, trained by the headless ``train`` from its cloth bakes."""
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     t0 = time.perf_counter()
     code = cli.main(["train", "--object", "Sheet", "--method", "snp", *TRAIN_ARGS])
@@ -240,8 +240,9 @@ def test_cloth_bake_takes_the_number_of_processes(scene, monkeypatch):
 
 
 def test_refusals_change_nothing(scene, capsys):
-    from neural_rom.addon import cli, clothbake, training
+    from neural_rom.addon import clothbake, training
     from neural_rom.core.errors import NeuralRomError
+    from neural_rom.ui import cli
 
     bpy, sheet = scene.bpy, scene.sheet
     before = sheet.neural_rom.pending_train
@@ -282,7 +283,7 @@ def test_train_from_cloth_bakes_headless(trained):
 def test_info_prints_what_applies_to_a_cloth(trained, capsys):
     """``info`` on a cloth object: its cloth bake settings, bakes and model, none of the FEM
     pipeline's settings (material, tets, scenario) nor a collider's."""
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     assert cli.main(["info", "--object", "Sheet"]) == cli.EXIT_OK
     out = capsys.readouterr().out
@@ -368,8 +369,9 @@ def test_an_edited_collider_is_a_new_collider_on_the_next_frame(trained):
 
 def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import cli, export
+    from neural_rom.addon import export
     from neural_rom.core.data.pc2 import read_pc2
+    from neural_rom.ui import cli
 
     bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
     want = _by_hand(trained, list(range(1, SIM_END + 1)))
@@ -544,7 +546,8 @@ def test_export_onnx_button_writes_the_step_with_its_linear_normals(trained):
 
 
 def test_compare_with_a_held_out_cloth_bake(trained):
-    from neural_rom.addon import cli, cloth, compare
+    from neural_rom.addon import cloth, compare
+    from neural_rom.ui import cli
 
     bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
     s = sheet.neural_rom
@@ -600,9 +603,9 @@ def test_compare_methods_on_a_cloth_compares_what_trains_on_cloth(trained):
     """Compare Methods on the sheet (issue 25): snp, the method that trains on cloth bakes,
     trained and replayed on the held-out cloth bake; every other method listed with the
     reason; ``--use none`` leaves the object's model as it was."""
-    from neural_rom.addon import cli
     from neural_rom.addon.paths import load_path
     from neural_rom.core import registry
+    from neural_rom.ui import cli
 
     sheet, tmp = trained.sheet, trained.tmp
     before = sheet.neural_rom.model.path
@@ -660,8 +663,9 @@ def test_a_saved_file_and_a_disabled_add_on_give_the_cloth_back(trained):
 
 
 def test_a_changed_mesh_refuses_its_bakes_and_model(trained):
-    from neural_rom.addon import cli, simulate, training
+    from neural_rom.addon import simulate, training
     from neural_rom.core.errors import CacheError
+    from neural_rom.ui import cli
 
     bpy, sheet = trained.bpy, trained.sheet
     co = sheet.data.vertices[5].co.copy()

@@ -157,7 +157,7 @@ def test_demo_head_set_up_and_the_train_menu(env, capsys):
     assert not shown & {"NEURAL_ROM_PT_tets", "NEURAL_ROM_PT_bake", "NEURAL_ROM_PT_scenario"}
     assert f"{f.tets} tets" in texts(log) and "Latent 4" in texts(log)
     # and ``info`` says what the panel shows: the face, none of the FEM pipeline's settings
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     assert cli.main(["info", "--object", "Face"]) == cli.EXIT_OK
     out = capsys.readouterr().out
@@ -199,7 +199,7 @@ def test_set_up_refusals_change_nothing(env):
     assert (f.path, f.tets, f.mesh_hash) == before
     # the command line: a skull that is not a mesh of the file is refused, changing nothing;
     # the same set-up as the panel's otherwise
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     args = ["face-setup", "--object", "Face", "--jaw", "Face Jaw"]  # the object's spacing
     assert cli.main([*args, "--skull", "Nope"]) == 2 and f.skull == skull
@@ -216,7 +216,7 @@ def test_a_refused_command_line_set_up_saves_nothing(env, tmp_path, capsys):
     """The issue's user: ``face-setup --skull --jaw --save`` refused (the skull pokes through
     the skin) kept the skull and jaw picks and a pending record in the saved file."""
     bpy, skin = _open(env)
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     def face_data(f):
         return {p.identifier: str(getattr(f, p.identifier)) for p in f.bl_rna.properties}
@@ -352,8 +352,9 @@ def test_fit_sliders_to_a_held_out_key(env):
 
 def test_markers_at_a_training_key_recover_it(env, capsys):
     from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import cli, face
+    from neural_rom.addon import face
     from neural_rom.core.kinds.face import inputs as fi
+    from neural_rom.ui import cli
 
     bpy, skin = _open(env)
     scene = bpy.context.scene
@@ -450,9 +451,10 @@ def test_markers_at_a_training_key_recover_it(env, capsys):
 
 
 def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):
-    from neural_rom.addon import cli, face
+    from neural_rom.addon import face
     from neural_rom.core.data.pc2 import read_pc2
     from neural_rom.core.methods.active import play
+    from neural_rom.ui import cli
 
     bpy, skin = _open(env)
     scene = bpy.context.scene

@@ -30,7 +30,7 @@ NO_UNDO = {
 
 
 def test_only_operators_that_change_blender_data_push_undo_steps(addon):
-    from neural_rom import operators
+    from neural_rom.ui import operators
 
     idnames = {cls.bl_idname for cls in operators.CLASSES}
     assert NO_UNDO <= idnames

@@ -374,7 +374,7 @@ def test_poke_operator_refuses_without_model_or_3d_view(addon, blend_file):
     assert not bpy.ops.neural_rom.poke.poll()  # no model: greyed out
     obj.neural_rom.model.path = "//nowhere.nrmodel"
     assert bpy.ops.neural_rom.poke.poll()
-    from neural_rom.operators.poke import NEURAL_ROM_OT_poke
+    from neural_rom.ui.operators.poke import NEURAL_ROM_OT_poke
 
     class Op:  # the invoke guard itself, past poll
         reports = []
@@ -550,7 +550,7 @@ def test_poke_drag_pulls_the_object_with_simulated_events(addon, blend_file):
     from types import SimpleNamespace
 
     from neural_rom.addon import simulate
-    from neural_rom.operators.poke import NEURAL_ROM_OT_poke
+    from neural_rom.ui.operators.poke import NEURAL_ROM_OT_poke
 
     bpy = addon.bpy
     scene = bpy.context.scene

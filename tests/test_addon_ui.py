@@ -98,8 +98,8 @@ def _check(name: str, a: dict, log: list):
 
 def draw_all(bpy, obj) -> list:
     """Poll and draw every sidebar panel (and the bake list) for ``obj``; returns the calls."""
-    from neural_rom import panels
-    from neural_rom.panels import sidebar
+    from neural_rom.ui import panels
+    from neural_rom.ui.panels import sidebar
 
     ctx = SimpleNamespace(
         object=obj,
@@ -153,7 +153,7 @@ def select_only(bpy, *objs):
 
 
 def test_operators_are_named_and_undoable(addon):
-    from neural_rom import operators
+    from neural_rom.ui import operators
 
     bpy = addon.bpy
     assert len(operators.CLASSES) >= 9
@@ -505,7 +505,7 @@ def test_the_dynamics_hint_names_only_the_levers_a_method_has(addon):
     """A replay over 3x the closest shapes warns with the method's own levers: the linear
     model's modes and cubature, never cubature for Subspace Neural Physics (it has none)."""
     from neural_rom.core import registry
-    from neural_rom.panels.sidebar import dynamics_hint
+    from neural_rom.ui.panels.sidebar import dynamics_hint
 
     linear, snp = dynamics_hint(registry.get("linear")), dynamics_hint(registry.get("snp"))
     assert linear == "Dynamics limit accuracy: try more modes, a lower cubature target"

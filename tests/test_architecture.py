@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_DIRS = ["core", "training", "addon", "operators", "panels"]
+PACKAGE_DIRS = ["core", "training", "addon", "ui"]
 #: the layers, bottom up: a layer imports only the layers below it (DESIGN.md)
-LAYERS = ["core", "training", "addon", "operators", "panels", "ui"]
+LAYERS = ["core", "training", "addon", "ui"]
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:
@@ -57,7 +57,7 @@ def test_only_blender_layers_import_bpy():
     for f in package_files():
         rel = f.relative_to(ROOT)
         layer = rel.parts[0] if len(rel.parts) > 1 else rel.name
-        if layer in {"addon", "operators", "panels"}:
+        if layer in {"addon", "ui"}:
             continue
         for mod, level in imports_of(f):
             if level == 0 and top(mod) == "bpy":
@@ -234,8 +234,6 @@ def layer_violations() -> list[str]:
         if layer not in LAYERS:
             continue
         above = set(LAYERS[LAYERS.index(layer) + 1 :])
-        if layer == "addon":  # addon/ and the Blender UI (operators, panels) import each other
-            above = {"ui"}  # until WP E puts the UI in ui/ (R2 finds the cycle meanwhile)
         for mod, line in resolved_imports(f):
             if top(mod) in above:
                 bad.append(f"{rel}:{line}: imports {mod}")
@@ -261,7 +259,7 @@ def test_r1_each_layer_imports_only_the_layers_below():
 def package_dirs() -> list[Path]:
     """Every folder of the package holding an ``__init__.py`` (the root included)."""
     dirs = [ROOT]
-    for d in PACKAGE_DIRS + ["ui"]:
+    for d in PACKAGE_DIRS:
         dirs += sorted(
             p.parent for p in (ROOT / d).rglob("__init__.py") if "__pycache__" not in p.parts
         )
@@ -291,8 +289,9 @@ def test_r11_every_top_level_package_ships():
 
 
 def test_old_module_paths_give_the_same_module_objects():
-    # The flat names of before nest by concept (core/_moved.py): each old name imports as
-    # the very module object of its new one, in a fresh interpreter, whichever comes first.
+    # The flat names of before nest by concept (core/_moved.py) and the UI moved to ui/
+    # (ui/_moved.py): each old name imports as the very module object of its new one, in a
+    # fresh interpreter, whichever comes first.
     code = (
         "import importlib, sys\n"
         "from neural_rom.core import _moved\n"
@@ -309,6 +308,13 @@ def test_old_module_paths_give_the_same_module_objects():
         "assert simulator.SimulatorBase.__module__ == 'neural_rom.core.engine.protocol'\n"
         "import neural_rom.core as c\n"
         "assert c.fem is fem and c.onnxgraph is sys.modules['neural_rom.core.data.onnx']\n"
+        "from neural_rom.ui import _moved as ui_moved\n"
+        "for old, new in ui_moved.MOVED.items():\n"
+        "    a = importlib.import_module('neural_rom.' + old)\n"
+        "    assert a is importlib.import_module('neural_rom.' + new), old\n"
+        "import neural_rom, neural_rom.operators.bake as ob\n"
+        "assert ob is sys.modules['neural_rom.ui.operators.bake']\n"
+        "assert neural_rom.addon.cli.main is neural_rom.ui.cli.main\n"
         "mods = {id(m): m for n, m in sys.modules.items() if n.startswith('neural_rom.')}\n"
         "files = [getattr(m, '__file__', None) for m in mods.values()]\n"
         "assert len(files) == len(set(files)), 'a module ran twice'\n"
@@ -324,7 +330,7 @@ def test_an_old_module_name_monkeypatched_is_the_new_one(monkeypatch):
     assert old is new and new.PRESETS == {"x": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="WP-E: panels/sidebar.py <-> panels/cloth.py")
+@pytest.mark.xfail(strict=True, reason="WP-E: ui/panels/sidebar.py <-> ui/panels/cloth.py")
 def test_r2_no_import_cycle_in_any_package():
     # R2: the sibling rule of addon/ above, for every package folder.
     cycles = []

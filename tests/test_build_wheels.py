@@ -26,7 +26,7 @@ from neural_rom.core import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 # What runs in Blender and in the job worker: all that ships besides the manifest and wheels.
-RUNTIME_FOLDERS = ("addon", "core", "operators", "panels", "training")
+RUNTIME_FOLDERS = ("addon", "core", "training", "ui")
 RUNTIME_FILES = ("__init__.py", "worker.py")
 
 
@@ -289,7 +289,7 @@ def test_each_platform_zip_holds_exactly_its_wheels_and_the_runtime_files(
     bx, source, platform_zips, manifest
 ):
     shipped = runtime_files(source)
-    assert "core/jobs/__init__.py" in shipped and "addon/registration.py" in shipped
+    assert "core/jobs/__init__.py" in shipped and "ui/registration.py" in shipped
     for platform, path in platform_zips.items():
         assert path.name == f"neural_rom-{manifest['version']}-{platform.replace('-', '_')}.zip"
         wheels = bx.platform_wheels(manifest, platform)

@@ -17,7 +17,7 @@ from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
 
 
 def cli():
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     return cli
 

@@ -18,7 +18,7 @@ from .blender_fixtures import addon  # noqa: F401 (pytest fixture)
 
 
 def cli():
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     return cli
 

@@ -279,8 +279,8 @@ def test_cancelled_cloth_bake_keeps_a_valid_prefix(sheet, tmp_path):
 
 def test_cli_cloth_bake(sheet, tmp_path):
     import bpy
-    from neural_rom.addon import cli
     from neural_rom.addon import jobs as addon_jobs
+    from neural_rom.ui import cli
 
     out = tmp_path / "cli"
     argv = [

@@ -23,7 +23,7 @@ QUICK = ["--epochs", "4", "--search-epochs", "2", "--max-frames", "40"]
 
 
 def _cli(*argv) -> int:
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     return cli.main(list(argv))
 
@@ -63,7 +63,7 @@ def compared(tmp_path_factory):
 
 def _plan(obj, **kw):
     from neural_rom.addon import methodcompare
-    from neural_rom.addon.cli import build_parser, given_settings
+    from neural_rom.ui.cli import build_parser, given_settings
 
     args = build_parser().parse_args(["compare-methods", *QUICK])
     return methodcompare.make_compare_methods_job(
@@ -240,7 +240,7 @@ def test_the_panel_button_runs_the_comparison_and_shows_the_table(compared):
     """Compare Methods from the panel (blocking in the background), linear only: kept from
     the last comparison; the table's lines land on the object for the Reduced Model panel,
     which draws them."""
-    from neural_rom.panels import sidebar
+    from neural_rom.ui.panels import sidebar
 
     bpy, obj = compared["bpy"], compared["obj"]
     for o in bpy.context.view_layer.objects:

@@ -306,7 +306,7 @@ def test_bake_motion_refusals_and_the_default_scenario(addon):
 
 
 def test_bake_help_says_what_the_variants_are(addon, capsys):
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     assert cli.main(["bake", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -79,7 +79,7 @@ def run_flamenco_tasks(tasks: list[dict]) -> None:
     """Each task's command as a worker runs it: ``{blender} {blenderArgs} <blend> --command
     neural_rom ARGS`` is, with the PyPI bpy, ``cli.main(ARGS + --file <blend>)`` (the tasks
     in the order compiled, which is an order their dependencies allow)."""
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     done: set[str] = set()
     for task in tasks:

@@ -216,7 +216,7 @@ def toy(addon):
 
 
 def cli():
-    from neural_rom.addon import cli
+    from neural_rom.ui import cli
 
     return cli
 

@@ -11,8 +11,8 @@ from .blender_fixtures import ROOT, addon_module, fresh_file
 
 
 def _parts():
-    from neural_rom import operators, panels
-    from neural_rom.addon import jobs, playback, prefs, props, registration
+    from neural_rom.addon import jobs, playback, prefs, props
+    from neural_rom.ui import operators, panels, registration
 
     classes = (*prefs.CLASSES, *props.CLASSES, *operators.CLASSES, *panels.CLASSES, *jobs.CLASSES)
     return classes, jobs, playback, registration

@@ -5,9 +5,9 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from ..addon import bakes, export
-from ..addon.prefs import REL_PATH
-from ..core.errors import NeuralRomError
+from ...addon import bakes, export
+from ...addon.prefs import REL_PATH
+from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, run_toggle, toggle_items
 
 

@@ -7,9 +7,9 @@ import bpy
 import numpy as np
 from bpy.props import FloatProperty
 
-from ..addon import simulate
-from ..core.errors import NeuralRomError
-from ..core.physics.poke import poke_weights
+from ...addon import simulate
+from ...core.errors import NeuralRomError
+from ...core.physics.poke import poke_weights
 from ._common import active_deformable, fail
 
 

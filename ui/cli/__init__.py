@@ -29,7 +29,7 @@ from pathlib import Path
 
 import bpy
 
-from ..core.errors import JobCancelled, NeuralRomError
+from ...core.errors import JobCancelled, NeuralRomError
 
 EXIT_OK, EXIT_CRASH, EXIT_USER_ERROR, EXIT_CANCELLED = 0, 1, 2, 3
 
@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the graph's float type; default float32, what the engines run",
     )
 
-    from ..core import registry
+    from ...core import registry
 
     train = sub.add_parser(
         "train",
@@ -467,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the object's Head From Markers setting)",
     )
 
-    from . import face_cli
+    from .kinds import face as face_cli
 
     face_cli.add_parsers(sub, common, command)
 
@@ -586,7 +586,7 @@ def _add_device_option(parser: argparse.ArgumentParser) -> None:
 def _scenarios_epilog() -> str:
     """The scenarios with their default parameters, units and automatic sizes (from
     :func:`core.scenarios.defaults_help`, so the help says what the code does)."""
-    from ..core.bake.scenarios import defaults_help
+    from ...core.bake.scenarios import defaults_help
 
     return "scenarios (parameter = default unit: meaning):\n\n" + textwrap.indent(
         defaults_help(), "  "
@@ -607,7 +607,7 @@ def setting_option(name: str) -> str:
 
 def _settings_union() -> dict:
     """Setting name -> [(method, setting), ...] over every registered method, in menu order."""
-    from ..core import registry
+    from ...core import registry
 
     union: dict[str, list] = {}
     for method in registry.methods():
@@ -632,7 +632,7 @@ def _add_setting_options(parser: argparse.ArgumentParser) -> None:
     """One option per setting of any registered method (``--k``, ``--hidden 100,100``, ...):
     the help is the setting's, with its unit and range, and the methods it belongs to when
     not every method has it."""
-    from ..core import registry
+    from ...core import registry
 
     n_methods = len(registry.methods())
     group = parser.add_argument_group(
@@ -664,7 +664,7 @@ def _add_setting_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _methods_epilog() -> str:
-    from ..core import registry
+    from ...core import registry
 
     lines = ["methods (--method NAME; default: the one the object's panel says):"]
     for method in registry.methods():
@@ -856,7 +856,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_tetrahedralize(args) -> int:
-    from . import tets
+    from ...addon import tets
 
     settings = {}
     if args.tet_size is not None:
@@ -879,8 +879,8 @@ def cmd_tetrahedralize(args) -> int:
 
 
 def cmd_bake(args) -> int:
-    from . import bakes, jobs
-    from .paths import cache_dir, load_path
+    from ...addon import bakes, jobs
+    from ...addon.paths import cache_dir, load_path
 
     scene = bpy.context.scene
     for obj in select_objects(args.objects):
@@ -926,7 +926,7 @@ def cmd_bake(args) -> int:
 
 
 def cmd_cloth_bake(args) -> int:
-    from . import cloth, clothbake, jobs
+    from ...addon import cloth, clothbake, jobs
 
     scene = bpy.context.scene
     objects = select_objects(args.objects)
@@ -969,7 +969,7 @@ def cmd_cloth_bake(args) -> int:
 
 
 def cmd_export_pc2(args) -> int:
-    from . import export
+    from ...addon import export
 
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
@@ -989,7 +989,7 @@ def cmd_export_pc2(args) -> int:
 
 
 def cmd_export_onnx(args) -> int:
-    from . import export
+    from ...addon import export
 
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
@@ -1015,8 +1015,8 @@ def cmd_export_onnx(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from ..core import registry
-    from . import jobs, training
+    from ...addon import jobs, training
+    from ...core import registry
 
     given = given_settings(args)
     objects = select_objects(args.objects)
@@ -1034,7 +1034,7 @@ def cmd_train(args) -> int:
         training.training_settings(obj, method, given)
     for obj in objects:
         if others:
-            from .family import make_family_train_job
+            from ...addon.family import make_family_train_job
 
             spec = make_family_train_job(
                 obj,
@@ -1065,7 +1065,7 @@ def cmd_train(args) -> int:
         target = bpy.data.objects[name]
         m = target.neural_rom.model
         if m.kind == "face":  # fitted to shape keys: what the held-out keys measured
-            from .face import fit_lines
+            from ...addon.face import fit_lines
 
             fit = "; ".join(line[0].lower() + line[1:] for line in fit_lines(target))
         else:
@@ -1077,7 +1077,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from . import export
+    from ...addon import export
 
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
@@ -1087,7 +1087,7 @@ def cmd_simulate(args) -> int:
         )
     start, end = args.frames if args.frames else (None, None)
     if args.model or args.model_of:
-        from . import family
+        from ...addon import family
 
         source = select_objects([args.model_of])[0] if args.model_of else None
         for obj in objects:  # every object gets the model before any is simulated
@@ -1170,8 +1170,8 @@ def _error_line(row: dict, prefix: str) -> str:
 
 
 def cmd_compare(args) -> int:
-    from ..core.data.files import ensure_writable_dir, json_default, write_atomic
-    from . import compare, jobs
+    from ...addon import compare, jobs
+    from ...core.data.files import ensure_writable_dir, json_default, write_atomic
 
     scene = bpy.context.scene
     json_path = _abspath(args.json) if args.json else None
@@ -1217,9 +1217,9 @@ def cmd_compare(args) -> int:
 
 
 def cmd_compare_methods(args) -> int:
-    from ..core.data.files import ensure_writable_dir, json_default, write_atomic
-    from ..core.jobs.compare_methods import table_text
-    from . import jobs, methodcompare
+    from ...addon import jobs, methodcompare
+    from ...core.data.files import ensure_writable_dir, json_default, write_atomic
+    from ...core.jobs.compare_methods import table_text
 
     if not (args.budget > 0):
         raise UserError(f"--budget {args.budget}: give a positive number of seconds")
@@ -1283,7 +1283,7 @@ def cmd_compare_methods(args) -> int:
 def cmd_face(args) -> int:
     from types import SimpleNamespace
 
-    from . import face_cli
+    from .kinds import face as face_cli
 
     helpers = SimpleNamespace(select_objects=select_objects, say=_out, UserError=UserError)
     return face_cli.run(args, helpers)
@@ -1318,7 +1318,7 @@ def main(argv: list[str] | None = None) -> int:
         # Called from a plain script, not through Blender's ``--command``: register the
         # extension as a script would, through the package's public register() (the
         # registration module is the layer above this one).
-        from .. import register
+        from ... import register
 
         register()
     parser = build_parser()
@@ -1337,7 +1337,7 @@ def main(argv: list[str] | None = None) -> int:
     except NeuralRomError as exc:
         print(f"neural_rom: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
-    from .prefs import job_python_override
+    from ...addon.prefs import job_python_override
 
     with job_python_override(getattr(args, "python", None)):
         code = _run(args)

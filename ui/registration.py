@@ -59,8 +59,8 @@ def _step(name: str, do: Callable[[], None], undo: Callable[[], None]) -> None:
 def _steps():
     """The registration steps; modules are imported here so a fresh register() sees
     reloaded modules."""
-    from .. import operators, panels
-    from . import cli, cloth, jobs, playback, prefs, props
+    from ..addon import cloth, jobs, playback, prefs, props
+    from . import cli, operators, panels
 
     def register_cli() -> None:
         global cli_handle

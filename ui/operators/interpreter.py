@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bpy
 
-from ..addon import prefs
+from ...addon import prefs
 from ._common import fail
 
 
@@ -26,7 +26,7 @@ def describe_probe(info: dict) -> str:
     if not (info.get("numpy") and info.get("scipy")):
         lines.append("Bakes need numpy and scipy: install them in this Python or pick another.")
     elif not info.get("torch"):
-        from ..core import registry
+        from ...core import registry
 
         torch_free = [m.label for m in registry.methods() if not m.needs_torch]
         needing = [m.label for m in registry.methods() if m.needs_torch]
@@ -47,7 +47,7 @@ class NEURAL_ROM_OT_check_interpreter(bpy.types.Operator):
     bl_options = {"REGISTER"}  # reads the job Python; preferences are not undone
 
     def execute(self, context):
-        from ..core.jobs import probe_interpreter
+        from ...core.jobs import probe_interpreter
 
         python = prefs.job_python(context)
         info = probe_interpreter(python, check_torch=True)

@@ -8,7 +8,7 @@ import functools
 import bpy
 from bpy.props import IntProperty
 
-from ..addon import cloth, clothbake
+from ...addon import cloth, clothbake
 from ._common import active_deformable, launch_job
 
 

@@ -41,7 +41,7 @@ def run_toggle(op: bpy.types.Operator, context, is_running, start, stop) -> set[
     ``is_running(obj)`` says whether it is on; ``start(obj, scene)`` may raise a
     NeuralRomError, which becomes the operator's error report.
     """
-    from ..core.errors import NeuralRomError
+    from ...core.errors import NeuralRomError
 
     obj = active_deformable(context)
     if obj is None:
@@ -77,8 +77,8 @@ def launch_job(
     removes the job's own files once it ended or failed to start; ``summary(obj)`` is the
     report of a background (blocking) run.
     """
-    from ..addon import jobs
-    from ..core.errors import JobCancelled, NeuralRomError
+    from ...addon import jobs
+    from ...core.errors import JobCancelled, NeuralRomError
 
     obj = active_deformable(context)
     if obj is None:

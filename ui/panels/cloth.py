@@ -8,7 +8,7 @@ def draw_cloth_bake(layout, obj, context) -> None:
     """The Cloth Bake panel of a Deformable mesh with a Cloth modifier."""
     import bpy
 
-    from ..addon import cloth
+    from ...addon import cloth
 
     s = obj.neural_rom
     c = s.cloth

@@ -8,9 +8,9 @@ import functools
 import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from ..addon import export, simulate, training
-from ..addon.prefs import REL_PATH
-from ..core.errors import NeuralRomError
+from ...addon import export, simulate, training
+from ...addon.prefs import REL_PATH
+from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job, run_toggle, toggle_items
 
 

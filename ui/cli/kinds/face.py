@@ -33,7 +33,7 @@ def add_parsers(sub, common, command) -> None:
         metavar="M",
         help="lattice cell edge in metres (default: the object's; 0: the skin's tallest side / 12)",
     )
-    from ..core.kinds.face.inputs import MARKER_LAYOUTS
+    from ....core.kinds.face.inputs import MARKER_LAYOUTS
 
     mk = command(
         sub,
@@ -79,7 +79,7 @@ def _mesh(name: str, user_error):
 
 
 def cmd_face_setup(args, cli) -> int:
-    from . import face, jobs
+    from ....addon import face, jobs
 
     scene = bpy.context.scene
     for obj in cli.select_objects(args.objects):
@@ -116,7 +116,7 @@ def cmd_face_setup(args, cli) -> int:
 
 
 def cmd_face_demo(args, cli) -> int:
-    from . import face, jobs
+    from ....addon import face, jobs
 
     if bpy.data.objects.get(args.name) is not None:
         raise cli.UserError(f"an object named {args.name!r} exists: pass another --name")
@@ -141,8 +141,8 @@ def cmd_face_demo(args, cli) -> int:
 
 
 def cmd_add_markers(args, cli) -> int:
-    from ..core.errors import NeuralRomError
-    from . import face
+    from ....addon import face
+    from ....core.errors import NeuralRomError
 
     if args.count < 1:
         raise cli.UserError(f"--count must be at least 1, not {args.count}")

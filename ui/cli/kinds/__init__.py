@@ -1,0 +1,1 @@
+"""The command-line commands of the data kinds (face)."""
