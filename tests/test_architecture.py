@@ -330,7 +330,6 @@ def test_an_old_module_name_monkeypatched_is_the_new_one(monkeypatch):
     assert old is new and new.PRESETS == {"x": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="WP-E: ui/panels/sidebar.py <-> ui/panels/cloth.py")
 def test_r2_no_import_cycle_in_any_package():
     # R2: the sibling rule of addon/ above, for every package folder.
     cycles = []

@@ -180,6 +180,7 @@ def fit(run: TrainingRun) -> dict:
         raise NeuralRomError("The face file belongs to another tet mesh: re-export the face.")
     ensure_writable_dir(run.out.parent, "the model")
     dev = torch_device(run.device)
+    run.device = str(dev)
     ck = _Checkpoint(run.checkpoint_dir, rig, keys, s)
     train_idx = np.flatnonzero(~keys.held_out)
     T_skin = keys.positions[train_idx]

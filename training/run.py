@@ -314,7 +314,7 @@ class TrainingRun:
         out: str | Path,
         settings: Mapping | None = None,
         *,
-        device: str = "cpu",
+        device: str = "auto",
         expect_mesh_hash: str | None = None,
         checkpoint_dir: str | Path | None = None,
         progress: Report | None = None,

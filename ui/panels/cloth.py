@@ -26,7 +26,7 @@ def draw_cloth_bake(layout, obj, context) -> None:
             text=f"Starts at cache frame {pc.frame_start}, quality {mod.settings.quality}",
             icon="MOD_CLOTH",
         )
-    from .sidebar import draw_jobs
+    from .jobs import draw_jobs
 
     draw_jobs(layout, obj.name, "cloth_bake")
     layout.operator("neural_rom.cloth_bake", icon="MOD_CLOTH")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bpy
 
-from .sidebar import draw_jobs
+from .jobs import draw_jobs
 
 
 def _skin(context):

@@ -8,6 +8,7 @@ import bpy
 
 from ...addon.reference import runs_on_other_meshes
 from .family import draw_family_model, draw_family_simulate, draw_family_train
+from .jobs import draw_jobs
 
 
 def _active(context):
@@ -300,19 +301,6 @@ class NEURAL_ROM_PT_cloth_bake(_DeformableSub, bpy.types.Panel):
         from .cloth import draw_cloth_bake
 
         draw_cloth_bake(self.layout, _deformable(context), context)
-
-
-def draw_jobs(layout, owner: str, kind: str | None = None) -> None:
-    """Progress and a Cancel button for each running job of ``owner`` (of ``kind``)."""
-    from ...addon import jobs
-
-    for state in jobs.active_jobs(owner):
-        if kind is not None and state.kind != kind:
-            continue
-        box = layout.box()
-        row = box.row(align=True)
-        row.progress(factor=float(state.progress), type="BAR", text=jobs.format_state(state))
-        row.operator("neural_rom.cancel_job", text="", icon="CANCEL").job = state.id
 
 
 class NEURAL_ROM_PT_playback(_DeformableSub, bpy.types.Panel):
