@@ -699,7 +699,7 @@ def swap_times(model: Path, start, trials: int = 3, derivatives: bool | None = N
     for edge in SWAP_EDGES:
         fine = ring(RINGS["trained"][1], edge=edge)
         for _ in range(trials):
-            licrom._FITTED_CACHE.clear()
+            licrom.cubature._FITTED_CACHE.clear()
             sim = licrom.load_on_mesh(
                 model, start.X, start.T, pinned=start.pinned, static_derivatives=derivatives
             )

@@ -1186,7 +1186,7 @@ def test_static_modes_give_a_pinned_body_full_spaces_sag(trained):
 
 
 def test_static_modes_banded_solve_is_superlus_and_falls_back(monkeypatch):
-    """The static modes' solve (:func:`licrom._spd_factor`): LAPACK's banded Cholesky on the
+    """The static modes' solve (:func:`licrom.modes._spd_factor`): LAPACK's banded Cholesky on the
     band stored in its own order, in the nodes' RCM order, gives SuperLU's and a plain sparse
     solve's deflections to 1e-10 (relative, each mode), on a slender bar pinned at one end
     and on the same bar with both ends pinned; a block that is not positive definite (the
@@ -1200,7 +1200,7 @@ def test_static_modes_banded_solve_is_superlus_and_falls_back(monkeypatch):
         K = TetFEM(m.X, m.T, MATERIAL).hessian(m.X, project=False)
         banded = licrom.static_modes(m.X, m.T, MATERIAL, pinned, K=K)
         with monkeypatch.context() as patch:
-            patch.setattr(licrom, "BANDED_FLOPS", 0.0)  # every band too costly: SuperLU
+            patch.setattr(licrom.modes, "BANDED_FLOPS", 0.0)  # every band too costly: SuperLU
             lu = licrom.static_modes(m.X, m.T, MATERIAL, pinned, K=K)
         free = np.ones(3 * len(m.X), bool)
         free[(3 * pinned[:, None] + np.arange(3)).ravel()] = False
@@ -1215,7 +1215,7 @@ def test_static_modes_banded_solve_is_superlus_and_falls_back(monkeypatch):
     low = eigsh(Kf, k=1, sigma=0, which="LM", return_eigenvectors=False)[0]
     shifted = K - 1.5 * low * identity(K.shape[0])  # indefinite on the free dofs
     b = np.random.default_rng(0).standard_normal((len(idx), 2))
-    x = licrom._spd_factor(shifted, m.T, idx)(b)
+    x = licrom.modes._spd_factor(shifted, m.T, idx)(b)
     ref = spsolve(shifted.tocsc()[idx][:, idx], b)
     assert np.linalg.norm(x - ref) < 1e-9 * np.linalg.norm(ref)
 
@@ -1431,7 +1431,7 @@ def test_static_derivatives_auto_turns_them_on_for_a_swung_bar_off_for_a_stiff_o
     on, why = derivatives_choice("on", True, [free], [np.zeros((1, 1, 3))], None, {})
     assert not on and "pinned" in why
     # models trained before Auto: their recorded bool (or nothing: off)
-    of = licrom._derivatives_of
+    of = licrom.schema._derivatives_of
     assert of({"training": {"static_derivatives": True}})
     assert not of({"training": {"static_derivatives": False}}) and not of({"training": {}})
     assert of({"training": {"static_derivatives": "auto"}, "static_derivatives": True})
