@@ -392,7 +392,7 @@ def run_cloth_bake(spec: dict) -> dict:
     ``--background``, or a Python with the PyPI ``bpy``)."""
     errors = _sub("core.errors")
     try:
-        module = _sub("addon.clothbake")
+        module = _sub("addon.kinds.cloth.bake_job")
     except ModuleNotFoundError as exc:
         if exc.name != "bpy":
             raise

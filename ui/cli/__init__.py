@@ -856,7 +856,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_tetrahedralize(args) -> int:
-    from ...addon import tets
+    from ...addon.kinds.fem import tets
 
     settings = {}
     if args.tet_size is not None:
@@ -879,8 +879,9 @@ def cmd_tetrahedralize(args) -> int:
 
 
 def cmd_bake(args) -> int:
-    from ...addon import bakes, jobs
-    from ...addon.paths import cache_dir, load_path
+    from ...addon import jobs
+    from ...addon.io.paths import cache_dir, load_path
+    from ...addon.kinds.fem import bake as bakes
 
     scene = bpy.context.scene
     for obj in select_objects(args.objects):
@@ -926,7 +927,9 @@ def cmd_bake(args) -> int:
 
 
 def cmd_cloth_bake(args) -> int:
-    from ...addon import cloth, clothbake, jobs
+    from ...addon import jobs
+    from ...addon.kinds.cloth import bake_job as clothbake
+    from ...addon.kinds.cloth import model as cloth
 
     scene = bpy.context.scene
     objects = select_objects(args.objects)
@@ -969,7 +972,7 @@ def cmd_cloth_bake(args) -> int:
 
 
 def cmd_export_pc2(args) -> int:
-    from ...addon import export
+    from ...addon.io import export
 
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
@@ -989,7 +992,7 @@ def cmd_export_pc2(args) -> int:
 
 
 def cmd_export_onnx(args) -> int:
-    from ...addon import export
+    from ...addon.io import export
 
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
@@ -1034,7 +1037,7 @@ def cmd_train(args) -> int:
         training.training_settings(obj, method, given)
     for obj in objects:
         if others:
-            from ...addon.family import make_family_train_job
+            from ...addon.kinds.family.family import make_family_train_job
 
             spec = make_family_train_job(
                 obj,
@@ -1065,7 +1068,7 @@ def cmd_train(args) -> int:
         target = bpy.data.objects[name]
         m = target.neural_rom.model
         if m.kind == "face":  # fitted to shape keys: what the held-out keys measured
-            from ...addon.face import fit_lines
+            from ...addon.kinds.face.face import fit_lines
 
             fit = "; ".join(line[0].lower() + line[1:] for line in fit_lines(target))
         else:
@@ -1077,7 +1080,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from ...addon import export
+    from ...addon.io import export
 
     objects = select_objects(args.objects)
     out = _abspath(args.out) if args.out else None
@@ -1087,7 +1090,7 @@ def cmd_simulate(args) -> int:
         )
     start, end = args.frames if args.frames else (None, None)
     if args.model or args.model_of:
-        from ...addon import family
+        from ...addon.kinds.family import family
 
         source = select_objects([args.model_of])[0] if args.model_of else None
         for obj in objects:  # every object gets the model before any is simulated
@@ -1170,7 +1173,8 @@ def _error_line(row: dict, prefix: str) -> str:
 
 
 def cmd_compare(args) -> int:
-    from ...addon import compare, jobs
+    from ...addon import jobs
+    from ...addon.compare import bake as compare
     from ...core.data.files import ensure_writable_dir, json_default, write_atomic
 
     scene = bpy.context.scene
@@ -1217,7 +1221,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_compare_methods(args) -> int:
-    from ...addon import jobs, methodcompare
+    from ...addon import jobs
+    from ...addon.compare import methods as methodcompare
     from ...core.data.files import ensure_writable_dir, json_default, write_atomic
     from ...core.jobs.compare_methods import table_text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty
 
-from ...addon import preview, tets
+from ...addon.kinds.fem import preview, tets
 from ...core.errors import NeuralRomError
 from ._common import active_object, fail
 

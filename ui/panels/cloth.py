@@ -8,7 +8,7 @@ def draw_cloth_bake(layout, obj, context) -> None:
     """The Cloth Bake panel of a Deformable mesh with a Cloth modifier."""
     import bpy
 
-    from ...addon import cloth
+    from ...addon.kinds.cloth import model as cloth
 
     s = obj.neural_rom
     c = s.cloth

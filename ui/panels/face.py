@@ -17,7 +17,7 @@ def _skin(context):
 
 
 def draw_face(layout, obj, scene) -> None:
-    from ...addon import face
+    from ...addon.kinds.face import face
 
     f = obj.neural_rom.face
     draw_jobs(layout, obj.name)

@@ -15,7 +15,7 @@ def draw_family_train(layout, obj) -> None:
 
 def draw_family_model(box, obj) -> None:
     """Where the model comes from and where the mesh lies against its training domain."""
-    from ...addon import family
+    from ...addon.kinds.family import family
 
     m = obj.neural_rom.model
     if m.family:
@@ -31,7 +31,7 @@ def draw_family_model(box, obj) -> None:
 
 def draw_family_simulate(col, obj) -> None:
     """Apply Mesh Edit while a model that runs on other meshes simulates."""
-    from ...addon import family, reference
+    from ...addon.kinds.family import family, reference
 
     if not (obj.neural_rom.simulate and reference.runs_on_other_meshes(obj)):
         return

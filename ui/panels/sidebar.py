@@ -6,7 +6,7 @@ import textwrap
 
 import bpy
 
-from ...addon.reference import runs_on_other_meshes
+from ...addon.kinds.family.reference import runs_on_other_meshes
 from .family import draw_family_model, draw_family_simulate, draw_family_train
 from .jobs import draw_jobs
 
@@ -113,7 +113,7 @@ class NEURAL_ROM_PT_main(_Sidebar, bpy.types.Panel):
 
 
 def draw_collider(layout, obj) -> None:
-    from ...addon import blender_mesh as bm
+    from ...addon.io import mesh as bm
     from ...core.errors import NeuralRomError
 
     s = obj.neural_rom
@@ -196,7 +196,7 @@ class NEURAL_ROM_PT_simulation(_FemSub, bpy.types.Panel):
         col = self.layout.column()
         col.prop(s, "dt_from_scene")
         if s.dt_from_scene:
-            from ...addon.bakes import scene_dt
+            from ...addon.kinds.fem.bake import scene_dt
 
             col.label(text=f"dt = {scene_dt(context.scene):.4f} s (scene frame rate)")
         else:
@@ -292,7 +292,7 @@ class NEURAL_ROM_PT_cloth_bake(_DeformableSub, bpy.types.Panel):
 
     @classmethod
     def poll(cls, context):
-        from ...addon.cloth import cloth_modifier, is_cloth
+        from ...addon.kinds.cloth.model import cloth_modifier, is_cloth
 
         obj = _deformable(context)
         return super().poll(context) and is_cloth(obj) and cloth_modifier(obj) is not None
@@ -397,7 +397,7 @@ def draw_model_result(box, s) -> None:
 def draw_variants_picture(layout, obj) -> None:
     """The picture of the object's drawn variants (:func:`..addon.bakes.variants_picture`),
     when there is one: one row per variant, its turn (blue) and travel (orange) over time."""
-    from ...addon.bakes import variants_image_name
+    from ...addon.kinds.fem.bake import variants_image_name
 
     img = bpy.data.images.get(variants_image_name(obj))
     if img is None or img.preview is None:
@@ -410,7 +410,7 @@ def draw_methods_table(layout, obj) -> None:
     """The last Compare Methods' table, one method a line with a "use this row" button on
     each that has a model (the active model's ticked), and its recommendation (kept on the
     object by :func:`..addon.methodcompare.on_compare_methods_done`)."""
-    from ...addon.methodcompare import LINES_PROP, ROWS_PROP
+    from ...addon.compare.methods import LINES_PROP, ROWS_PROP
 
     lines = obj.get(LINES_PROP)
     if not lines:
@@ -467,7 +467,8 @@ class NEURAL_ROM_PT_simulate(_DeformableSub, bpy.types.Panel):
         return obj is not None and bool(obj.neural_rom.model.path)
 
     def draw(self, context):
-        from ...addon import bakes, simulate
+        from ...addon import simulate
+        from ...addon.kinds.fem import bake as bakes
 
         obj = _deformable(context)
         s = obj.neural_rom
@@ -509,7 +510,7 @@ class NEURAL_ROM_PT_compare(_DeformableSub, bpy.types.Panel):
 
 def draw_compare(layout, obj, scene) -> None:
     """The reduced model against the selected bake: run, summary, clear."""
-    from ...addon import compare
+    from ...addon.compare import bake as compare
 
     s = obj.neural_rom
     col = layout.column()
@@ -554,7 +555,7 @@ class NEURAL_ROM_PT_cache(_Sidebar, bpy.types.Panel):
     bl_options = {"DEFAULT_CLOSED"}
 
     def draw(self, context):
-        from ...addon.paths import cache_base
+        from ...addon.io.paths import cache_base
 
         col = self.layout.column()
         col.prop(context.scene.neural_rom_scene, "cache_dir")

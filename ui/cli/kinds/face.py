@@ -79,7 +79,8 @@ def _mesh(name: str, user_error):
 
 
 def cmd_face_setup(args, cli) -> int:
-    from ....addon import face, jobs
+    from ....addon import jobs
+    from ....addon.kinds.face import face
 
     scene = bpy.context.scene
     for obj in cli.select_objects(args.objects):
@@ -116,7 +117,8 @@ def cmd_face_setup(args, cli) -> int:
 
 
 def cmd_face_demo(args, cli) -> int:
-    from ....addon import face, jobs
+    from ....addon import jobs
+    from ....addon.kinds.face import face
 
     if bpy.data.objects.get(args.name) is not None:
         raise cli.UserError(f"an object named {args.name!r} exists: pass another --name")
@@ -141,7 +143,7 @@ def cmd_face_demo(args, cli) -> int:
 
 
 def cmd_add_markers(args, cli) -> int:
-    from ....addon import face
+    from ....addon.kinds.face import face
     from ....core.errors import NeuralRomError
 
     if args.count < 1:
