@@ -83,7 +83,7 @@ def run(spec: dict) -> int:
         flush=True,
     )
     try:
-        result = jobs.handler(kind)(spec)
+        result = jobs.handler(kind, spec)(spec)
     except errors.JobCancelled as exc:
         result = dict(getattr(exc, "result", None) or {})
         result["cancelled"] = True

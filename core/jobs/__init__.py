@@ -41,10 +41,11 @@ handler, which ``worker.py`` runs).
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..errors import NeuralRomError
+from ..registry.kinds import data_job_handler
+from ..registry.plugins import resolve
 from .events import (
     EXIT_CANCELLED,
     EXIT_CRASH,
@@ -102,7 +103,6 @@ __all__ = [
     "probe_interpreter",
     "request_cancel",
     "requirements",
-    "resolve",
     "usable_cores",
     "should_cancel",
     "worker_path",
@@ -129,26 +129,20 @@ JOBS: dict[str, str] = {
     "selftest": "core.jobs.selftest:run_selftest",
 }
 
-#: The package's root module name: ``neural_rom``, or ``bl_ext.<repository>.neural_rom``
-#: inside Blender.
-PACKAGE = __name__.rpartition(".core.")[0]
 
-
-def resolve(ref: str) -> Callable:
-    """The function ``"module:function"`` names, the module under the package root
-    (imported now, with what it imports)."""
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(f"{PACKAGE}.{module}"), name)
-
-
-def handler(kind: str) -> Callable[[dict], dict]:
-    """The handler of the job kind ``kind`` (:data:`JOBS`).
+def handler(kind: str, spec: Mapping | None = None) -> Callable[[dict], dict]:
+    """The handler of the job kind ``kind``: the one a data kind's record names, when
+    ``spec`` is its data job (``data_kind``, ``kind_origin``:
+    :func:`~..registry.data_job_handler`), else :data:`JOBS`'.
 
     Raises
     ------
     NeuralRomError
         No job kind of that name (the message lists the known ones).
     """
+    own = data_job_handler(spec) if spec is not None else None
+    if own is not None:
+        return own
     ref = JOBS.get(kind)
     if ref is None:
         known = ", ".join(sorted(JOBS))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..errors import NeuralRomError
-from . import resolve
+from ..registry.plugins import resolve
 
 
 def run_cloth_bake(spec: dict) -> dict:

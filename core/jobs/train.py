@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..errors import JobCancelled, NeuralRomError
-from . import PACKAGE, resolve
+from ..registry.plugins import PACKAGE, resolve
 from .events import emit, log, should_cancel
 from .runner import CANCELLED, DONE, ONE_THREAD_ENV, Job
 
