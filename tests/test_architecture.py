@@ -503,7 +503,6 @@ def test_r8_only_the_frame_module_touches_handlers_and_frame_set():
     assert not bad, bad
 
 
-@pytest.mark.xfail(strict=True, reason="WP-D1: Timeline.positions_at(between=...)")
 def test_r9_the_engine_never_calls_back():
     # R9: core never calls back into Blender: no public function or method of the frame
     # engine (core.engine, but the replay of a bake: a job's progress and cancel hooks) takes

@@ -295,17 +295,19 @@ def tune_threads(sim) -> int | None:
 
 def face_runtime(sim, model, name: str):
     """``sim``, checked to be a face runtime by the registry: its model's method trains on a
-    face (``Method.trains_on``). A face runtime (:class:`.methods.active.ActiveFace` and any
+    face (the face kind's record, ``DataKind.trained_by``). A face runtime (:class:`.methods.active.ActiveFace` and any
     method registered with ``trains_on={"face"}``) has ``skin_positions()``,
     ``fit_latent(...)``, ``mode`` ("reduced" or "full") and ``jaw_from_markers``.
 
     Raises NeuralRomError saying what to do for a model of another kind of data.
     """
     from .. import registry
+    from ..kinds.face import KIND
 
-    if "face" not in registry.get(model.method).trains_on:
+    method = registry.get(model.method)
+    if not KIND.trained_by(method):
         raise NeuralRomError(
-            f"The model of '{name}' is a {registry.get(model.method).label} model, not a face "
+            f"The model of '{name}' is a {method.label} model, not a face "
             "model: train it on the face (Set Up Face, then Train)."
         )
     return sim

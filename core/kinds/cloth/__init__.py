@@ -1,1 +1,9 @@
 """Cloth: a Blender cloth bake read as training data."""
+
+from __future__ import annotations
+
+from ...registry.kinds import DataKind
+
+#: its data job runs Blender's cloth solver in Blender ``--background`` (addon/clothbake.py)
+DESCRIPTION = "bakes of Blender's own cloth solver on a surface mesh (Cloth Bake)"
+KIND = DataKind("cloth", "Cloth", DESCRIPTION, data_job="cloth_bake", order=10)

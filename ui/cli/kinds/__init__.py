@@ -1,1 +1,1 @@
-"""The command-line commands of the data kinds (face)."""
+"""The command-line commands of the data kinds (cloth, face)."""

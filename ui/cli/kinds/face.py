@@ -1,6 +1,6 @@
-"""Headless commands of active faces (``face-setup``, ``face-demo``, ``add-markers``), added to
-:mod:`.cli`'s parser; ``train`` and ``simulate`` take a face as they take any object
-(``simulate --drive markers`` picks what drives it)."""
+"""Headless commands of active faces (``face-setup``, ``face-demo``, ``add-markers``);
+``train`` and ``simulate`` take a face as they take any object (``simulate --drive
+markers`` picks what drives it)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import argparse
 
 import bpy
 
+from ....addon import face, jobs
+from ....core.errors import NeuralRomError
+from ....core.kinds.face.inputs import MARKER_LAYOUTS
+from ..common import EXIT_OK, UserError, command, say, select_objects
 
-def add_parsers(sub, common, command) -> None:
-    """The face subcommands, on :mod:`.cli`'s subparsers (``common``: --file, --object,
-    --save; ``command``: :func:`.cli.command`, passed in so this module imports no cli)."""
+
+def add_parser(sub, common) -> None:
     setup = command(
         sub,
         common,
@@ -33,8 +36,6 @@ def add_parsers(sub, common, command) -> None:
         metavar="M",
         help="lattice cell edge in metres (default: the object's; 0: the skin's tallest side / 12)",
     )
-    from ....core.kinds.face.inputs import MARKER_LAYOUTS
-
     mk = command(
         sub,
         common,
@@ -71,22 +72,20 @@ def add_parsers(sub, common, command) -> None:
     demo.add_argument("--size", choices=("small", "bench"), default="small")
 
 
-def _mesh(name: str, user_error):
+def _mesh(name: str):
     obj = bpy.data.objects.get(name)
     if obj is None or obj.type != "MESH":
-        raise user_error(f"no mesh object named {name!r}")
+        raise UserError(f"no mesh object named {name!r}")
     return obj
 
 
-def cmd_face_setup(args, cli) -> int:
-    from ....addon import face, jobs
-
+def cmd_face_setup(args) -> int:
     scene = bpy.context.scene
-    for obj in cli.select_objects(args.objects):
+    for obj in select_objects(args.objects):
         f = obj.neural_rom.face
         old = (f.skull, f.jaw)
-        skull = _mesh(args.skull, cli.UserError) if args.skull else f.skull
-        jaw = _mesh(args.jaw, cli.UserError) if args.jaw else f.jaw
+        skull = _mesh(args.skull) if args.skull else f.skull
+        jaw = _mesh(args.jaw) if args.jaw else f.jaw
         f.skull, f.jaw = skull, jaw
         name = obj.name
         recorded = []
@@ -98,7 +97,7 @@ def cmd_face_setup(args, cli) -> int:
 
         try:
             spec = face.make_setup_job(obj, scene, spacing=args.spacing)
-            cli.say(f"setting up the face of {name}: {len(spec['key_names'])} shape keys")
+            say(f"setting up the face of {name}: {len(spec['key_names'])} shape keys")
             try:
                 jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
             finally:
@@ -108,18 +107,16 @@ def cmd_face_setup(args, cli) -> int:
                 f = bpy.data.objects[name].neural_rom.face
                 f.skull, f.jaw = old
         f = bpy.data.objects[name].neural_rom.face
-        cli.say(
+        say(
             f"{name}: {f.tets} tets ({f.used_spacing * 1000:.1f} mm), {f.skull_nodes} skull and "
             f"{f.jaw_nodes} jaw nodes, {f.keys} shape keys ({f.held_out} held out) -> {f.path}"
         )
-    return 0
+    return EXIT_OK
 
 
-def cmd_face_demo(args, cli) -> int:
-    from ....addon import face, jobs
-
+def cmd_face_demo(args) -> int:
     if bpy.data.objects.get(args.name) is not None:
-        raise cli.UserError(f"an object named {args.name!r} exists: pass another --name")
+        raise UserError(f"an object named {args.name!r} exists: pass another --name")
     scene = bpy.context.scene
     spec = face.make_demo_job(
         scene,
@@ -136,37 +133,32 @@ def cmd_face_demo(args, cli) -> int:
 
     jobs.start_job(bpy.context, spec, owner=args.name, on_done=on_done)
     f = bpy.data.objects[args.name].neural_rom.face
-    cli.say(f"{args.name}: demo head, {f.tets} tets, {f.keys} shape keys ({f.held_out} held out)")
-    return 0
+    say(f"{args.name}: demo head, {f.tets} tets, {f.keys} shape keys ({f.held_out} held out)")
+    return EXIT_OK
 
 
-def cmd_add_markers(args, cli) -> int:
-    from ....addon import face
-    from ....core.errors import NeuralRomError
-
+def cmd_add_markers(args) -> int:
     if args.count < 1:
-        raise cli.UserError(f"--count must be at least 1, not {args.count}")
+        raise UserError(f"--count must be at least 1, not {args.count}")
     scene = bpy.context.scene
-    objs = cli.select_objects(args.objects)
+    objs = select_objects(args.objects)
     for obj in objs:
         if not face.is_face(obj):
-            raise cli.UserError(f"'{obj.name}' is not a face: run face-setup on it first")
+            raise UserError(f"'{obj.name}' is not a face: run face-setup on it first")
     for obj in objs:
         try:
             made = face.add_markers(
                 obj, scene, count=args.count, seed=args.seed, layout=args.layout.upper()
             )
         except NeuralRomError as e:
-            raise cli.UserError(str(e)) from e
-        cli.say(f"{obj.name}: added {len(made)} markers ({args.layout} layout)")
-    return 0
+            raise UserError(str(e)) from e
+        say(f"{obj.name}: added {len(made)} markers ({args.layout} layout)")
+    return EXIT_OK
 
 
-def run(args, cli) -> int:
-    """Run a face subcommand; ``cli`` gives :mod:`.cli`'s ``select_objects``, ``say`` and
-    ``UserError`` (passed in: the command line is the layer above this one)."""
+def run(args) -> int:
     return {
         "face-setup": cmd_face_setup,
         "face-demo": cmd_face_demo,
         "add-markers": cmd_add_markers,
-    }[args.command](args, cli)
+    }[args.command](args)
