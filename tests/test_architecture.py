@@ -452,7 +452,6 @@ def defines(path: Path, name: str) -> bool:
     return False
 
 
-@pytest.mark.xfail(strict=True, reason="WP-A, WP-B (runtime/schema), WP-D1 (KIND)")
 def test_r5_methods_and_kinds_are_packages_of_their_own_parts():
     # R5: core/ holds packages only (and errors, _moved, __init__); each method package has
     # METHOD, runtime.py and schema.py; each data kind package has KIND.
