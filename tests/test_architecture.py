@@ -519,7 +519,6 @@ def test_r9_the_engine_never_calls_back():
     assert not bad, bad
 
 
-@pytest.mark.xfail(strict=True, reason="WP-F: the job logic leaves the worker's bootstrap")
 def test_r10_the_worker_is_a_bootstrap_and_every_job_resolves():
     # R10: worker.py at most 150 lines and no numpy; core.jobs.JOBS names each job's
     # "module:function", and each resolves.

@@ -28,6 +28,7 @@ from ..data.files import ensure_writable_dir
 from ..engine.render import read_render_map, render_local, to_local, to_local_shown, to_world
 from ..engine.track import FrameReader, Track, ground_plane, read_track, write_track
 from ..errors import CacheError, JobCancelled, NeuralRomError
+from .events import frames_job
 
 #: what moved to core.engine (track, render) and stays importable here
 __all__ = [
@@ -39,10 +40,12 @@ __all__ = [
     "read_render_map",
     "read_track",
     "render_local",
+    "run_simulate",
     "simulate_to_pc2",
     "to_local",
     "to_local_shown",
     "to_world",
+    "track_frames",
     "write_track",
 ]
 
@@ -124,14 +127,8 @@ def simulate_to_pc2(
     from ..data.pc2 import PC2Writer
 
     name = str(spec.get("name", "the object"))
-    track = read_track(spec["inputs"])
-    first, last = int(spec["frame_start"]), int(spec["frame_end"])
+    track, first, last = track_frames(spec)
     f0 = track.frame0
-    if not (f0 <= first <= last < f0 + len(track)):
-        raise NeuralRomError(
-            f"Frames {first}..{last} are not in the gathered inputs ({f0}..{f0 + len(track) - 1}); "
-            "run Bake Simulation again."
-        )
     out = Path(spec["out"])
     ensure_writable_dir(out.parent, "the point cache", "pick another path")
     sim, model = load_model_for(spec)
@@ -177,3 +174,36 @@ def simulate_to_pc2(
         "frame_start": first,
         "step_ms": 1000.0 * float(np.mean(seconds)) if seconds else 0.0,
     }
+
+
+def track_frames(spec: dict) -> tuple[Track, int, int]:
+    """The track of a job that plays frames (``spec["inputs"]``, :func:`write_track`) and its
+    scene frames ``frame_start`` .. ``frame_end``, checked to lie in the track.
+
+    Raises
+    ------
+    CacheError
+        The track cannot be read.
+    NeuralRomError
+        The frames are not all in the track.
+    """
+    track = read_track(spec["inputs"])
+    first, last = int(spec["frame_start"]), int(spec["frame_end"])
+    f0 = track.frame0
+    if not (f0 <= first <= last < f0 + len(track)):
+        raise NeuralRomError(
+            f"Frames {first}..{last} are not in the gathered inputs ({f0}..{f0 + len(track) - 1}); "
+            "run Bake Simulation again."
+        )
+    return track, first, last
+
+
+def run_simulate(spec: dict) -> dict:
+    """``kind: "simulate"``: Bake Simulation, a model stepped over the frames the add-on
+    gathered and written as a PC2 (:func:`simulate_to_pc2`). The PC2 is
+    renamed into place only once complete: a cancel or a crash leaves the previous one.
+
+    Spec keys: see :func:`simulate_to_pc2`. Result: ``path``, ``frames``,
+    ``frame_start``, ``step_ms``; cancelled: ``path`` and ``written`` False.
+    """
+    return frames_job(simulate_to_pc2, spec, "simulated")
