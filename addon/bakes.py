@@ -116,7 +116,7 @@ def make_bake_job(
     -------
     dict: ``kind`` "bake", ``mesh`` (abs path of the world tets .npz), ``spec``
     (``BakeSpec.to_dict()``), ``out_dir``, ``name``, ``shard`` [i, N], ``restart``,
-    ``overwrite``, ``processes`` (see ``worker.run_bake``), ``warnings`` (for the user,
+    ``overwrite``, ``processes`` (see ``core.jobs.bake.run_bake``), ``warnings`` (for the user,
     not the worker: objects with a Collision modifier the bake ignores).
     """
     from ..core import bake as core_bake

@@ -370,13 +370,13 @@ class Driver:
         if sample is not None:
             mats = sample(frame, frame)[0]
         now = self.inputs(obj, colliders, mats)
-        sample = sample or self._sampler(obj, scene, colliders)
-
-        def between(first: int, last: int) -> list[FrameInputs] | None:
-            mats = sample(first, last)
-            return None if mats is None else [self.inputs(obj, colliders, m) for m in mats]
-
-        return self.timeline.positions_at(frame, now, pokes=pokes, between=between)
+        # the frames stepped on the way are sampled first: core never calls back into Blender
+        need, earlier = self.timeline.missing(frame, now, pokes=pokes), None
+        if need:
+            sample = sample or self._sampler(obj, scene, colliders)
+            mats = sample(need.start, need.stop - 1)
+            earlier = None if mats is None else [self.inputs(obj, colliders, m) for m in mats]
+        return self.timeline.positions_at(frame, now, pokes=pokes, earlier=earlier)
 
     @staticmethod
     def _sampler(obj, scene, colliders: list) -> Callable[[int, int], np.ndarray | None]:

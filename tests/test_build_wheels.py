@@ -585,7 +585,7 @@ module = importlib.util.module_from_spec(spec)
 sys.modules["neural_rom"] = module
 spec.loader.exec_module(module)
 from neural_rom.core import jobs
-env = jobs._child_env(sys.executable)
+env = jobs.interpreters.child_env(sys.executable)
 code = "import json, nrfake_scipy, nrfake_mdurl; print(json.dumps([nrfake_scipy.__file__, nrfake_scipy.TAGS]))"
 import subprocess
 out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -671,10 +671,10 @@ def test_another_interpreter_gets_no_wheel_folder(tmp_path, monkeypatch):
     ext = tmp_path / "extensions"
     site = ext / ".local" / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
-    monkeypatch.setattr(jobs, "extension_wheel_dirs", lambda *a, **k: [str(site)])
+    monkeypatch.setattr(jobs.interpreters, "extension_wheel_dirs", lambda *a, **k: [str(site)])
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    assert str(site) in jobs._child_env(sys.executable)["PYTHONPATH"].split(os.pathsep)
+    assert str(site) in jobs.interpreters.child_env(sys.executable)["PYTHONPATH"].split(os.pathsep)
     other = tmp_path / "python3"
     other.write_text("#!/bin/sh\nexit 0\n")
     other.chmod(0o755)
-    assert "PYTHONPATH" not in jobs._child_env(str(other))
+    assert "PYTHONPATH" not in jobs.interpreters.child_env(str(other))

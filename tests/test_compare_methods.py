@@ -77,9 +77,9 @@ def _plan(obj, **kw):
 
 
 def _train_in_process(spec, progress=None):
-    from neural_rom import worker
+    from neural_rom.core.jobs.train import run_train
 
-    return worker.run_train(spec, progress)
+    return run_train(spec, progress)
 
 
 def _compare_in_process(spec):

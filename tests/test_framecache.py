@@ -54,6 +54,14 @@ def between_of(sim, lift: float = 0.0):
     return lambda first, last: [inputs_of(sim, f, lift) for f in range(first, last + 1)]
 
 
+def play(tl: Timeline, frame: int, inputs: FrameInputs, between, pokes=()) -> np.ndarray:
+    """The host's two calls: the frames the timeline will step on the way, sampled with
+    ``between(first, last)``, then the frame."""
+    need = tl.missing(frame, inputs, pokes=pokes)
+    earlier = between(need.start, need.stop - 1) if len(need) else None
+    return tl.positions_at(frame, inputs, pokes=pokes, earlier=earlier)
+
+
 def test_a_frame_played_forward_is_digested_when_compared():
     """A frame played forward keeps its inputs, undigested, until the timeline comes back to
     it; its digest then is the inputs' (:func:`frame_digest`), and the same inputs show the
@@ -78,7 +86,7 @@ def test_scrubbing_shows_the_straight_run_and_steps_each_frame_once():
     sim = make_sim()
     tl = Timeline(sim, START)
     for f in (10, 4, 10, 7, 1, 0, 10):
-        P = tl.positions_at(f, inputs_of(sim, f), between=between_of(sim))
+        P = play(tl, f, inputs_of(sim, f), between_of(sim))
         np.testing.assert_allclose(P, ref[max(f, START)], atol=1e-12)
     assert tl.cache.frames == list(range(1, 11))
     assert len(tl.step_seconds) == 9  # jumping back restored; nothing stepped twice
@@ -120,16 +128,38 @@ def test_playing_forward_restores_nothing_and_the_same_bits_come_out():
     assert restores == [8]
 
 
+def test_the_host_samples_the_frames_on_the_way_first_and_is_never_called_back():
+    """Two calls a frame (R9): ``missing`` names the frames the next ``positions_at`` steps
+    before the one shown, whose inputs the host samples; none when the frame is kept with
+    the same inputs, is the next after a kept one, or is at the start. Inputs that do not
+    match those frames are refused, and nothing changes."""
+    ref = straight(8)
+    sim = make_sim()
+    tl = Timeline(sim, START)
+    assert tl.missing(START, inputs_of(sim, START)) == range(START, START)
+    assert tl.missing(2, inputs_of(sim, 2)) == range(2, 2)
+    assert tl.missing(5, inputs_of(sim, 5)) == range(2, 5)
+    with pytest.raises(ValueError, match=r"2 earlier inputs for the 3 frames 2..4"):
+        tl.positions_at(5, inputs_of(sim, 5), earlier=[inputs_of(sim, 2), inputs_of(sim, 3)])
+    assert tl.cache.frames == [START] and tl.step_seconds == []
+    np.testing.assert_array_equal(play(tl, 5, inputs_of(sim, 5), between_of(sim)), ref[5])
+    assert tl.missing(5, inputs_of(sim, 5)) == range(5, 5)  # kept
+    assert tl.missing(3, inputs_of(sim, 3, lift=1.0)) == range(3, 3)  # stale, 2 kept
+    assert tl.missing(8, inputs_of(sim, 8)) == range(6, 8)
+    np.testing.assert_array_equal(play(tl, 8, inputs_of(sim, 8), between_of(sim)), ref[8])
+    assert len(tl.step_seconds) == 7
+
+
 def test_a_changed_input_resimulates_from_that_frame_and_forgets_later_ones():
     sim = make_sim()
     tl = Timeline(sim, START)
-    tl.positions_at(10, inputs_of(sim, 10), between=between_of(sim))
+    play(tl, 10, inputs_of(sim, 10), between_of(sim))
     # the pins are lifted from frame 6: showing frame 6 with its new input steps from 5
     P6 = tl.positions_at(6, inputs_of(sim, 6, lift=0.05))
     assert len(tl.step_seconds) == 10 and tl.cache.frames == list(range(1, 7))
     lifted = straight(10, lift=0.05)
     np.testing.assert_allclose(P6, lifted[6], atol=1e-12)
-    P10 = tl.positions_at(10, inputs_of(sim, 10, 0.05), between=between_of(sim, 0.05))
+    P10 = play(tl, 10, inputs_of(sim, 10, 0.05), between_of(sim, 0.05))
     np.testing.assert_allclose(P10, lifted[10], atol=1e-12)
     assert len(tl.step_seconds) == 14
     # without ``between`` the frames on the way take the target frame's inputs
@@ -149,7 +179,7 @@ def test_a_poke_acts_from_the_state_each_step_starts_at():
     poke = Poke(idx, w, X[-1] + [0.0, 0.3, 0.0], stiffness=50.0)
     ref = straight(8, poke=poke)
     tl = Timeline(sim, START)
-    P = tl.positions_at(8, inputs_of(sim, 8), pokes=[poke], between=between_of(sim))
+    P = play(tl, 8, inputs_of(sim, 8), between_of(sim), pokes=[poke])
     np.testing.assert_allclose(P, ref[8], atol=1e-12)
     assert np.abs(P - straight(8)[8])[:, 1].max() > 1e-3  # pulled along +y
     # letting go re-simulates the frame shown, from the kept frame before it

@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 from neural_rom.core import jobs
 from neural_rom.core.errors import JobCancelled, NeuralRomError
+from neural_rom.core.jobs import events as worker_side
+from neural_rom.core.jobs import interpreters
 
 from .blender_fixtures import ROOT, addon  # noqa: F401 (pytest fixture)
 
@@ -97,7 +99,7 @@ def test_emit_writes_one_json_line_per_event_with_numpy_values(capsys):
 
 def test_progress_eta_extrapolates_the_rate_measured_since_the_first_update(monkeypatch, capsys):
     clock = [100.0]
-    monkeypatch.setattr(jobs.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(worker_side.time, "monotonic", lambda: clock[0])
     meter = jobs.Progress(10)
     meter.update(1, "first")  # t0: start-up time before this is not counted
     clock[0] += 2.0
@@ -112,7 +114,7 @@ def test_progress_eta_extrapolates_the_rate_measured_since_the_first_update(monk
 
 def test_progress_min_interval_drops_updates_but_never_the_last(monkeypatch, capsys):
     clock = [0.0]
-    monkeypatch.setattr(jobs.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(worker_side.time, "monotonic", lambda: clock[0])
     meter = jobs.Progress(4, min_interval=10.0)
     for done in range(1, 5):
         clock[0] += 1.0
@@ -123,8 +125,8 @@ def test_progress_min_interval_drops_updates_but_never_the_last(monkeypatch, cap
 
 def test_should_cancel_polls_the_cancel_file(tmp_path, monkeypatch):
     flag = tmp_path / "job.cancel"
-    monkeypatch.setattr(jobs, "_cancel_file", str(flag))
-    monkeypatch.setattr(jobs, "_cancel_flag", False)
+    monkeypatch.setattr(worker_side, "_cancel_file", str(flag))
+    monkeypatch.setattr(worker_side, "_cancel_flag", False)
     assert not jobs.should_cancel()
     flag.touch()
     assert jobs.should_cancel()
@@ -148,7 +150,7 @@ def test_probe_reports_this_interpreters_packages_and_is_cached(monkeypatch):
     def no_subprocess(*a, **k):
         raise AssertionError("the probe should have been cached")
 
-    monkeypatch.setattr(jobs.subprocess, "run", no_subprocess)
+    monkeypatch.setattr(interpreters.subprocess, "run", no_subprocess)
     assert jobs.probe_interpreter(PY) == info
 
 
@@ -329,10 +331,8 @@ def test_a_user_error_is_reported_with_its_message(tmp_path):
 def test_unknown_kind_names_the_known_ones(tmp_path):
     job = jobs.Job.start({"kind": "nonsense"}, PY, tmp_path)
     assert job.wait(timeout=20) == jobs.FAILED
-    from neural_rom import worker
-
-    known = ", ".join(sorted(worker.HANDLERS))  # every kind the worker runs, by name
-    assert {"bake", "train", "simulate", "compare", "tetrahedralize"} <= set(worker.HANDLERS)
+    known = ", ".join(sorted(jobs.JOBS))  # every kind the worker runs, by name
+    assert {"bake", "train", "simulate", "compare", "tetrahedralize"} <= set(jobs.JOBS)
     assert f"unknown job kind 'nonsense' (known: {known})" in job.message
 
 
@@ -665,11 +665,11 @@ def test_child_env_passes_this_interpreters_paths_but_not_blenders_bpy_scripts(
     wheels.mkdir(parents=True)
     monkeypatch.setattr(sys, "path", [*sys.path, str(wheels), str(scripts)])
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    paths = jobs._child_env(PY)["PYTHONPATH"].split(os.pathsep)
+    paths = interpreters.child_env(PY)["PYTHONPATH"].split(os.pathsep)
     assert str(wheels) in paths and str(scripts) not in paths
     other = fake_python_without_numpy(tmp_path)  # another interpreter: nothing is passed
-    assert "PYTHONPATH" not in jobs._child_env(str(other))
-    assert jobs._child_env(PY)["PYTHONUNBUFFERED"] == "1"
+    assert "PYTHONPATH" not in interpreters.child_env(str(other))
+    assert interpreters.child_env(PY)["PYTHONUNBUFFERED"] == "1"
 
 
 def test_job_monitor_modal_esc_cancels_and_timer_reports_the_end(addon, tmp_path):

@@ -226,26 +226,25 @@ def test_the_trainings_progress_moves_the_comparisons_bar(tmp_path, lanes):
 
 
 def test_a_lanes_child_worker_returns_fails_and_cancels(tmp_path, monkeypatch):
-    """What :func:`worker._train_in_child` gives the lanes, on the worker's self-test job:
-    the child's result and its progress, passed on; its error as a NeuralRomError with its
+    """What :func:`core.jobs.train.train_in_child` gives the lanes, on the worker's self-test
+    job: the child's result and its progress, passed on; its error as a NeuralRomError with its
     message; and this worker's cancel forwarded to the child, which stops at its next safe
     point (long before its 1000 steps of 20 ms), as a JobCancelled."""
-    from neural_rom import worker
-    from neural_rom.core import jobs
+    from neural_rom.core.jobs import train
 
     parent = {"log_dir": str(tmp_path)}
     seen = []
-    got = worker._train_in_child(
+    got = train.train_in_child(
         {"kind": "selftest", "method": "ok", "steps": 2}, parent, lambda f, m: seen.append((f, m))
     )
     assert got == {"committed": 2, "steps": 2}
     assert seen == [(0.5, "step 1/2"), (1.0, "step 2/2")]
     with pytest.raises(NeuralRomError, match="simulated user error at step 1: change the input"):
-        worker._train_in_child({"kind": "selftest", "method": "bad", "error_at": 1}, parent)
-    monkeypatch.setattr(jobs, "should_cancel", lambda: True)
+        train.train_in_child({"kind": "selftest", "method": "bad", "error_at": 1}, parent)
+    monkeypatch.setattr(train, "should_cancel", lambda: True)
     spec = {"kind": "selftest", "method": "long", "steps": 1000, "sleep": 0.02}
     with pytest.raises(JobCancelled, match="long: training cancelled"):
-        worker._train_in_child(spec, parent)
+        train.train_in_child(spec, parent)
 
 
 def test_the_recommendation_takes_a_near_best_method_only_when_it_is_clearly_faster():

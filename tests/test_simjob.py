@@ -136,6 +136,45 @@ def test_the_job_writes_the_frames_of_the_model_stepped_by_hand(scene):
     np.testing.assert_allclose(frames[-1][sim.pinned], scene.X_local[sim.pinned], atol=1e-5)
 
 
+def test_the_engine_on_the_fem_adapter_shows_the_jobs_frames(scene):
+    """The frame engine, driven through the fem kind's adapter the way the viewport does
+    (asking which frames it steps on the way, reading them, then the frame), shows the
+    frames Bake Simulation writes, however the timeline is scrubbed; the rows go through a
+    track (TrackRow) or the colliders' FrameReader (Reading) alike."""
+    from neural_rom.core import registry
+    from neural_rom.core.engine.engine import Engine, Reading, TrackRow
+
+    simjob.simulate_to_pc2(scene.spec)
+    frames, _, _ = read_pc2(scene.spec["out"])  # scene frames 3..9
+    track = simjob.read_track(scene.spec["inputs"])
+    sim, model = load_simulator(scene.spec["model"])
+    render_map = simjob.read_render_map(scene.spec, len(sim.rest_positions()))
+    adapter = registry.get_kind("fem").adapter_class().for_model(sim, model, render_map)
+    engine = Engine(sim, adapter, track.frame0)
+    needed = []
+    for f in (5, 9, 3, 7, 4, 9):
+        now = TrackRow(track, f - track.frame0)
+        need = engine.frames_needed(f, now)
+        needed.append((need.start, need.stop))
+        earlier = [TrackRow(track, g - track.frame0) for g in need]
+        np.testing.assert_array_equal(engine.frame(f, now, earlier), frames[f - 3])
+    assert needed == [(2, 5), (6, 9), (3, 3), (7, 7), (4, 4), (9, 9)]
+    assert len(engine.step_seconds) == 8  # each frame stepped once
+    # the viewport's reading of each frame (the sphere's box, the matrices): the same frames
+    adapter.reader_for(["sphere"], ["Ball"])
+    box = (np.full(3, 0.08), np.zeros(3))
+
+    def reading(f: int) -> Reading:
+        k = f - track.frame0
+        return Reading(np.stack([scene.mats[k], scene.sphere[k]]), [box], [0.2])
+
+    engine.reset()
+    assert engine.frames_needed(5, reading(5)) == range(2, 5)
+    shown = engine.frame(5, reading(5), [reading(g) for g in range(2, 5)])
+    np.testing.assert_array_equal(shown, frames[2])
+    assert len(engine.step_seconds) == 8 + 4
+
+
 def test_the_gathered_inputs_round_trip_and_build_the_frame(tmp_path):
     n = 3
     track = simjob.Track(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import JobCancelled, SimulationError
-from ..physics.sim import FrameInputs
+from .protocol import FrameInputs
 
 
 def replay_bake(

@@ -13,7 +13,10 @@ start frame is the rest state. Every simulated frame is kept in a :class:`FrameC
 A step's inputs are the frame's :class:`~.sim.FrameInputs` and the running pokes
 (:class:`~.poke.Poke`), whose forces follow the body: they are computed from the positions
 the step starts from. The host (Blender's frame handler) gathers the inputs of a frame
-once and writes the positions it gets back; nothing here knows about Blender.
+once and writes the positions it gets back; nothing here knows about Blender. Going
+forward over frames not kept, the host asks first which frames will be stepped
+(:meth:`Timeline.missing`), samples their inputs, and hands them to
+:meth:`Timeline.positions_at` (``earlier``): the timeline never calls back into the host.
 
 A simulator that runs on other meshes (``swap_mesh``: LiCROM) can continue on an edited
 mesh mid-run (:meth:`Timeline.swap_mesh`). Every kept frame records the mesh it was
@@ -31,13 +34,13 @@ import dataclasses
 import hashlib
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..physics.poke import Poke
-from ..physics.sim import FrameInputs
+from .protocol import FrameInputs
 
 
 @dataclass
@@ -239,6 +242,7 @@ class Timeline:
         self.step_seconds: list[float] = []
         self.mesh = 0
         self._held: CachedFrame | None = None  # the kept frame whose state sim has now
+        self._asked: tuple | None = None  # (inputs, pokes, digest) of the last question
         self.reset()
 
     def forget_held(self) -> None:
@@ -299,13 +303,50 @@ class Timeline:
             hit = self._held = self.cache.get(frame)
         return hit
 
+    def missing(
+        self, frame: int, inputs: FrameInputs | None = None, *, pokes: Sequence[Poke] = ()
+    ) -> range:
+        """The frames :meth:`positions_at` of the same arguments steps on the way to
+        ``frame`` (after the newest kept frame before it, up to ``frame`` excluded), whose
+        inputs the host gathers before that call (``earlier``); empty when ``frame`` is
+        kept with these inputs, at or before the start frame, or next after a kept one.
+
+        The host samples its scene at these frames, then calls :meth:`positions_at` once:
+        the timeline never calls back into the host (Blender's ``scene.frame_set``)."""
+        frame = int(frame)
+        if frame <= self.frame_start or self._kept(frame, inputs, pokes):
+            return range(frame, frame)
+        return range(self.cache.latest_at_or_before(frame - 1) + 1, frame)
+
+    def _kept(self, frame: int, inputs: FrameInputs | None, pokes: Sequence[Poke]) -> bool:
+        """Whether frame ``frame`` is kept, driven by the same inputs and pokes."""
+        hit = self.cache.get(frame)
+        return hit is not None and hit.inputs == self._digest(inputs, pokes)
+
+    def _digest(self, inputs: FrameInputs | None, pokes: Sequence[Poke]) -> str:
+        """:func:`frame_digest`, remembered for the same objects' next question
+        (:meth:`missing`, then :meth:`positions_at`: one digest a frame)."""
+        inputs = FrameInputs() if inputs is None else inputs
+        pokes = tuple(pokes)
+        asked = self._asked
+        if (
+            asked is not None
+            and asked[0] is inputs
+            and len(asked[1]) == len(pokes)
+            and all(a is b for a, b in zip(asked[1], pokes, strict=True))
+        ):
+            return asked[2]
+        drove = frame_digest(inputs, pokes)
+        self._asked = (inputs, pokes, drove)
+        return drove
+
     def positions_at(
         self,
         frame: int,
         inputs: FrameInputs | None = None,
         *,
         pokes: Sequence[Poke] = (),
-        between: Callable[[int, int], Sequence[FrameInputs] | None] | None = None,
+        earlier: Sequence[FrameInputs] | None = None,
     ) -> np.ndarray:
         """(n, 3) positions at ``frame``, simulating what is missing or stale.
 
@@ -314,13 +355,15 @@ class Timeline:
         frame : the frame to show; at or before the start frame it is the rest state.
         inputs : the inputs of ``frame`` (default: none).
         pokes : pokes running now; they act on every frame this call steps.
-        between : ``between(first, last)`` gives the inputs of frames ``first..last``
-            stepped on the way to ``frame`` (a sequence, or None when they are
-            ``inputs``: a scene that does not move). Called only when frames are missing.
+        earlier : the inputs of the frames :meth:`missing` names, in order, stepped on the
+            way to ``frame``; None: they are ``inputs`` (a scene that does not move).
 
         The inputs and pokes are kept as given (not copied) until the timeline comes back to
         their frame and digests them (:attr:`CachedFrame.inputs`): the host builds each
         frame's anew and leaves them as they are (a simulator keeps a frame's colliders too).
+
+        Raises ValueError, changing nothing, when ``earlier`` is not one input per frame
+        :meth:`missing` names.
         """
         frame = int(frame)
         if frame <= self.frame_start:
@@ -328,17 +371,22 @@ class Timeline:
         inputs = FrameInputs() if inputs is None else inputs
         pokes = tuple(pokes)
         drove = (inputs, pokes)  # digested only when compared: a frame played forward is not
-        hit = self.cache.get(frame)
-        if hit is not None:
-            drove = frame_digest(inputs, pokes)
-            if hit.inputs == drove:
+        if frame in self.cache:
+            drove = self._digest(inputs, pokes)
+            if self.cache.get(frame).inputs == drove:
+                self._asked = None
                 hit = self._current(frame)
                 self._hold(hit)
                 return hit.positions
-        self.cache.invalidate(frame)  # inputs changed there: this frame and later are stale
+        self._asked = None
         first = self.cache.latest_at_or_before(frame - 1)
+        if earlier is not None and len(earlier) != frame - 1 - first:
+            raise ValueError(
+                f"frame {frame}: {len(earlier)} earlier inputs for the {frame - 1 - first} "
+                f"frames {first + 1}..{frame - 1} stepped on the way (Timeline.missing)"
+            )
+        self.cache.invalidate(frame)  # inputs changed there: this frame and later are stale
         self._hold(self.cache.get(first))
-        earlier = between(first + 1, frame - 1) if between and frame - 1 > first else None
         for f in range(first + 1, frame):
             fin = inputs if earlier is None else earlier[f - first - 1]
             self._step(f, fin, pokes, (fin, pokes))

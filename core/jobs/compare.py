@@ -28,6 +28,7 @@ from ..data.files import ensure_writable_dir, write_npz
 from ..errors import CacheError, JobCancelled, SimulationError
 from ..geometry.embedding import render_positions
 from ..kinds.cloth.source import is_cloth_bake, replay_cloth_bake
+from .events import frames_job
 from .simulate import load_model_for, read_render_map
 
 _STATS = ("max", "mean", "rms", "per_frame_max", "per_frame_mean", "per_frame_rms")
@@ -348,3 +349,15 @@ def read_result(path: str | Path) -> dict:
     stats["frames"] = len(out["errors"])
     out["stats"] = stats
     return out
+
+
+def run_compare(spec: dict) -> dict:
+    """``kind: "compare"``: Compare with Bake, a model replaying a bake and its errors
+    against it written to a result file (:func:`compare_with_bake`); a
+    cancel or a crash leaves the previous result.
+
+    Spec keys: see :func:`compare_with_bake`. Result: ``path``,
+    ``frames``, ``max``, ``mean``, ``rms``, ``step_ms``, ``diagonal``, ``closest_max``,
+    ``closest_mean``, ``closest_rms``; cancelled: ``written`` False.
+    """
+    return frames_job(compare_with_bake, spec, "replayed")

@@ -50,6 +50,9 @@ from pathlib import Path
 
 from ..data.files import json_default, write_atomic
 from ..errors import JobCancelled, NeuralRomError
+from .compare import compare_with_bake, step_times
+from .events import Progress, log, should_cancel
+from .train import run_train, train_in_child
 
 SCHEMA = 1
 STATE_FILE = "state.json"
@@ -720,3 +723,47 @@ def table_text(rows: list[dict], recommendation: dict) -> str:
     )
     text.append(f"use: {recommendation['reason']}")
     return "\n".join(text)
+
+
+def run_compare_methods(spec: dict) -> dict:
+    """``kind: "compare_methods"``: train every method of the add-on's plan and replay the
+    held-out bakes with each model (:func:`run_comparison`), through this
+    module's train and compare runners; finished methods are kept in the state file, so a
+    cancel keeps them and a re-run resumes after them. With ``lanes`` > 1 the plan's lanes
+    train at once, each training in a child worker with one thread (:func:`.train.train_in_child`);
+    with one lane they train one after another in this process. The trainings' progress is
+    the comparison's (a progress event at most every :data:`COMPARE_PROGRESS_S`)."""
+    meter = Progress(1000, min_interval=COMPARE_PROGRESS_S)
+    logged: set[str] = set()
+
+    def say(fraction: float, message: str) -> None:
+        meter.update(int(1000 * fraction), message)
+        stage = message.split(":")[0]  # the log has each stage once, not every epoch
+        if stage not in logged:
+            logged.add(stage)
+            log(message)
+
+    def compare(c: dict) -> dict:
+        return compare_with_bake(c, should_cancel=should_cancel)
+
+    def time_steps(specs: list[dict]) -> list[float]:
+        return step_times(specs, should_cancel=should_cancel)
+
+    train = run_train
+    if int(spec.get("lanes") or 1) > 1:
+
+        def train(child: dict, progress=None) -> dict:
+            return train_in_child(child, spec, progress)
+
+    return run_comparison(
+        spec,
+        train=train,
+        compare=compare,
+        say=say,
+        should_cancel=should_cancel,
+        time_steps=time_steps,
+    )
+
+
+#: Seconds between two of Compare Methods' progress events (its trainings report often).
+COMPARE_PROGRESS_S = 0.25

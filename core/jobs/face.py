@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import JobCancelled, MeshError, NeuralRomError
+from .events import Progress, frames_job
 
 INPUTS_FILE = "inputs.npz"
 FACE_FILE = "face.npz"
@@ -207,17 +208,11 @@ def simulate_face_to_pc2(
     its frames ran on, :func:`tune_threads`).
     """
     from ..data.pc2 import PC2Writer
-    from .simulate import load_model_for, read_track
+    from .simulate import load_model_for, track_frames
 
     name = str(spec.get("name", "the face"))
-    track = read_track(spec["inputs"])
-    first, last = int(spec["frame_start"]), int(spec["frame_end"])
+    track, first, last = track_frames(spec)
     f0 = track.frame0
-    if not (f0 <= first <= last < f0 + len(track)):
-        raise NeuralRomError(
-            f"Frames {first}..{last} are not in the gathered inputs ({f0}..{f0 + len(track) - 1}); "
-            "run Bake Simulation again."
-        )
     sim = configure_face(face_runtime(*load_model_for(spec), name), spec)
     threads = tune_threads(sim)
     out = Path(spec["out"])
@@ -341,3 +336,33 @@ def fit_key(spec: dict) -> dict:
         "max_error_m": float(d.max()),
         "iterations": int(it),
     }
+
+
+def _face_meter(steps: int):
+    meter = Progress(steps)
+    return lambda done, message: meter.update(done, message)
+
+
+def run_face_setup(spec: dict) -> dict:
+    """``kind: "face_setup"``: a face (flesh lattice between skin and skull, the jaw, the
+    shape keys) built from the meshes the add-on gathered and written as a face file
+    (:func:`setup_face`); a failure writes nothing."""
+    return setup_face(spec, progress=_face_meter(2))
+
+
+def run_face_demo(spec: dict) -> dict:
+    """``kind: "face_demo"``: the procedural demo head and its simulated expressions written
+    as a face file (:func:`demo_face`)."""
+    return demo_face(spec, progress=_face_meter(2))
+
+
+def run_face_simulate(spec: dict) -> dict:
+    """``kind: "face_simulate"``: Bake Simulation of a face, its skin written as a PC2
+    (:func:`simulate_face_to_pc2`); a cancel leaves the previous PC2."""
+    return frames_job(simulate_face_to_pc2, spec, "simulated")
+
+
+def run_face_fit_key(spec: dict) -> dict:
+    """``kind: "face_fit_key"``: a face model's latent code fitted to a sculpted key
+    (:func:`fit_key`); writes nothing."""
+    return fit_key(spec)

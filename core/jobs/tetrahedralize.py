@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ..data.files import write_atomic, write_npz
-from ..errors import MeshError, NeuralRomError
+from ..errors import JobCancelled, MeshError, NeuralRomError
+from .events import Progress, emit, should_cancel
 
 SURFACE_FILE = "surface.npz"
 TETS_FILE = "tets.npz"
@@ -237,3 +238,49 @@ def read_result(folder: Path) -> TetJobResult:
             f"The tetrahedralize job left no result in {folder} ({e}); run Tetrahedralize again."
         ) from e
     return TetJobResult(mesh, emb, dict(info.get("quality", {})), list(info.get("warnings", [])))
+
+
+def run_tetrahedralize(spec: dict) -> dict:
+    """``kind: "tetrahedralize"``: mesh an object's surface, or a cage around it, with
+    TetGen (:func:`mesh_surface`) and leave the tets in the job folder, where the
+    add-on stores them when the job ended well (``addon/tets.py``).
+
+    TetGen has no safe point: a cancel is seen before and after it, and a cancel during it
+    (or a hang) ends with the parent killing this worker (``cancel_timeout_s``). A crash, a
+    kill or a cancel leaves no ``result.json``, so the object keeps what it had.
+
+    Spec keys: ``folder`` (with ``surface.npz``), ``name``, ``embedded``,
+    ``target_edge_length`` (m), ``quality``, ``cage_resolution``.
+    """
+    folder = Path(spec["folder"])
+    name = str(spec["name"])
+    meter = Progress(3)
+    with np.load(folder / SURFACE_FILE, allow_pickle=False) as z:
+        V, F, M = z["V"], z["F"], z["M"]
+    what = "a cage around" if spec["embedded"] else "the surface of"
+    meter.update(1, f"meshing {what} {name} ({len(V)} vertices)")
+    if should_cancel():
+        raise JobCancelled(f"tetrahedralizing {name} cancelled: nothing stored")
+    result = mesh_surface(
+        V,
+        F,
+        M,
+        name=name,
+        embedded=bool(spec["embedded"]),
+        target_edge_length=float(spec["target_edge_length"]),
+        quality=float(spec["quality"]),
+        cage_resolution=int(spec["cage_resolution"]),
+    )
+    for message in result.warnings:
+        emit("warning", message=message)
+    if should_cancel():
+        raise JobCancelled(f"tetrahedralizing {name} cancelled: nothing stored")
+    meter.update(2, f"writing {len(result.mesh.T)} tets")
+    write_result(folder, result)
+    meter.update(3, f"{len(result.mesh.T)} tets")
+    return {
+        "n_tets": len(result.mesh.T),
+        "n_nodes": len(result.mesh.X),
+        "embedded": result.embedding is not None,
+        "quality": result.quality,
+    }

@@ -9,5 +9,7 @@ from __future__ import annotations
 
 from ..registry.kinds import DataKind
 
+#: a mesh object's frames: its colliders and pins read, its render mesh on the tets
+ADAPTER = "core.engine.engine:MeshAdapter"
 DESCRIPTION = "FEM bakes of several objects, one model for the family (Train with Others)"
-KIND = DataKind("family", "Family", DESCRIPTION, extends="fem", order=30)
+KIND = DataKind("family", "Family", DESCRIPTION, adapter=ADAPTER, extends="fem", order=30)

@@ -10,5 +10,7 @@ from __future__ import annotations
 
 from ..registry.kinds import DataKind
 
+#: a mesh object's frames: its colliders and pins read, its render mesh on the tets
+ADAPTER = "core.engine.engine:MeshAdapter"
 DESCRIPTION = "full-space FEM bakes of the object's tets (Bake)"
-KIND = DataKind("fem", "FEM", DESCRIPTION, data_job="bake", order=0)
+KIND = DataKind("fem", "FEM", DESCRIPTION, adapter=ADAPTER, data_job="bake", order=0)

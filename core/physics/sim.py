@@ -64,11 +64,14 @@ bad step never leaks NaNs into a bake.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
+# a frame's data live with the simulator protocol; core.sim.FrameInputs (the README's) and
+# core.sim.StepReport (plug-ins') are these
+from ..engine.protocol import FrameInputs, Markers, StepReport  # noqa: F401
 from ..errors import SimulationError
 from . import fem as _fem
 from .colliders import Collider, ContactPoints, penalty_stiffness
@@ -218,128 +221,6 @@ class SimSettings:
             raise SimulationError(
                 f"linear_rtol must lie in (0, 1) or be None, got {self.linear_rtol}."
             )
-
-
-@dataclass
-class FrameInputs:
-    """What drives one frame.
-
-    Attributes
-    ----------
-    forces : (n, 3) float array or None
-        External force per vertex at the end of the frame, newtons.
-    pin_targets : (k, 3) float array or None
-        Positions of the pinned vertices at the end of the frame, metres; None keeps them.
-    colliders : list of Collider or None
-        Colliders at the end of the frame; None keeps the previous ones.
-    sliders : (r,) float array or None
-        Latent slider values (methods with a latent space an artist drives directly).
-    markers : Markers or None
-        Marker targets for inverse control (positions and weights).
-    reference_frame : (4, 4) float array or None
-        The driving reference frame at the end of the frame (an object's or a bone's
-        world matrix, metres); methods that simulate relative to a moving frame take it.
-
-    A method ignores an input it does not take and refuses a frame that lacks one it needs
-    (its registry record lists both: :func:`core.registry.check_inputs`).
-    """
-
-    forces: np.ndarray | None = None
-    pin_targets: np.ndarray | None = None
-    colliders: list[Collider] | None = None
-    sliders: np.ndarray | None = None
-    markers: Markers | None = None
-    reference_frame: np.ndarray | None = None
-
-
-@dataclass
-class Markers:
-    """Marker targets of one frame: where chosen points of the body should be.
-
-    Attributes
-    ----------
-    vertices : (p,) int array
-        Vertices (of the simulated mesh) the markers are attached to.
-    positions : (p, 3) float array
-        Target world positions, metres.
-    weights : (p,) float array
-        Relative importance of each marker (>= 0).
-    """
-
-    vertices: np.ndarray
-    positions: np.ndarray
-    weights: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        self.vertices = np.asarray(self.vertices, dtype=np.int64).reshape(-1)
-        self.positions = np.asarray(self.positions, dtype=np.float64).reshape(-1, 3)
-        p = len(self.vertices)
-        self.weights = (
-            np.ones(p) if self.weights is None else np.asarray(self.weights, float).reshape(-1)
-        )
-        if len(self.positions) != p or len(self.weights) != p:
-            raise SimulationError(
-                f"Markers need one position and one weight per vertex; got {p} vertices, "
-                f"{len(self.positions)} positions and {len(self.weights)} weights."
-            )
-        if np.any(self.weights < 0) or not np.all(np.isfinite(self.positions)):
-            raise SimulationError("Marker weights must be >= 0 and positions finite.")
-
-
-@dataclass
-class StepReport:
-    """What a step did.
-
-    Attributes
-    ----------
-    newton_iters : int
-        Newton iterations (linear solves).
-    substeps : int
-        Backward Euler steps tried, failed ones included.
-    retries : int
-        Times a step was split because it failed.
-    converged, line_search_ok : bool
-    residual : float
-        Last Newton step, a fraction of the rest bounding-box diagonal (largest over the
-        substeps).
-    force_residual : float
-        Full space: the largest unbalanced force on a free vertex at the accepted positions,
-        a fraction of that vertex's weight ``m_i |gravity|`` (largest over the substeps).
-    cg_iterations, setups : int
-        Full space: CG iterations, and AMG hierarchies or factorizations built.
-    timings : dict
-        Seconds: ``derivatives`` (energy, gradient, Hessian), ``solve`` (linear solves, of
-        which ``setup`` builds preconditioners and ``cg`` iterates), ``line_search``.
-    wall_time : float
-        Seconds for the whole step.
-    """
-
-    newton_iters: int = 0
-    substeps: int = 0
-    retries: int = 0
-    converged: bool = True
-    residual: float = 0.0
-    force_residual: float = 0.0
-    line_search_ok: bool = True
-    cg_iterations: int = 0
-    setups: int = 0
-    timings: dict = field(
-        default_factory=lambda: {"derivatives": 0.0, "solve": 0.0, "line_search": 0.0}
-    )
-    wall_time: float = 0.0
-
-    def merge(self, other: StepReport) -> None:
-        self.newton_iters += other.newton_iters
-        self.substeps += other.substeps
-        self.retries += other.retries
-        self.cg_iterations += other.cg_iterations
-        self.setups += other.setups
-        self.converged &= other.converged
-        self.line_search_ok &= other.line_search_ok
-        self.residual = max(self.residual, other.residual)
-        self.force_residual = max(self.force_residual, other.force_residual)
-        for k, v in other.timings.items():
-            self.timings[k] = self.timings.get(k, 0.0) + v
 
 
 def boundary_vertices(T: np.ndarray) -> np.ndarray:

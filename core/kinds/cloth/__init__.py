@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...registry.kinds import DataKind
 
+ADAPTER = "core.kinds.cloth.adapter:ClothAdapter"
 #: its data job runs Blender's cloth solver in Blender ``--background`` (addon/clothbake.py)
 DESCRIPTION = "bakes of Blender's own cloth solver on a surface mesh (Cloth Bake)"
-KIND = DataKind("cloth", "Cloth", DESCRIPTION, data_job="cloth_bake", order=10)
+KIND = DataKind("cloth", "Cloth", DESCRIPTION, data_job="cloth_bake", adapter=ADAPTER, order=10)

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...engine.render import to_world
+from ...engine.track import Track
 from ...errors import MeshError, NeuralRomError
-from ...jobs.simulate import Track, to_world
 
 
 def check_rigid(S: np.ndarray, name: str) -> np.ndarray:
