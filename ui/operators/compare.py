@@ -5,7 +5,9 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from ...addon import compare
+from ...addon import compare, methodcompare
+from ...addon.methodcompare import ROWS_PROP
+from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job
 
 
@@ -140,8 +142,6 @@ class NEURAL_ROM_OT_compare_methods(bpy.types.Operator):
         return context.window_manager.invoke_props_dialog(self)
 
     def execute(self, context):
-        from ...addon import methodcompare
-
         made = {}
 
         def make_job(obj, scene) -> dict:
@@ -182,14 +182,9 @@ class NEURAL_ROM_OT_use_compared_method(bpy.types.Operator):
     @classmethod
     def poll(cls, context):
         obj = active_deformable(context)
-        from ...addon.methodcompare import ROWS_PROP
-
         return obj is not None and bool(obj.get(ROWS_PROP))
 
     def execute(self, context):
-        from ...addon import methodcompare
-        from ...core.errors import NeuralRomError
-
         obj = active_deformable(context)
         if obj is None:
             return fail(self, "The active object is not Deformable.")
