@@ -99,7 +99,7 @@ def _check(name: str, a: dict, log: list):
 def draw_all(bpy, obj) -> list:
     """Poll and draw every sidebar panel (and the bake list) for ``obj``; returns the calls."""
     from neural_rom.ui import panels
-    from neural_rom.ui.panels import sidebar
+    from neural_rom.ui.panels.bake import NEURAL_ROM_UL_bakes
 
     ctx = SimpleNamespace(
         object=obj,
@@ -116,7 +116,7 @@ def draw_all(bpy, obj) -> list:
             cls.draw(SimpleNamespace(layout=Recorder(log)), ctx)
     if obj is not None and obj.neural_rom.role == "DEFORMABLE":
         for i, item in enumerate(obj.neural_rom.bakes):
-            sidebar.NEURAL_ROM_UL_bakes.draw_item(
+            NEURAL_ROM_UL_bakes.draw_item(
                 None, ctx, Recorder(log), obj.neural_rom, item, 0, obj.neural_rom, "active_bake", i
             )
     return log
@@ -510,7 +510,7 @@ def test_the_dynamics_hint_names_only_the_levers_a_method_has(addon):
     """A replay over 3x the closest shapes warns with the method's own levers: the linear
     model's modes and cubature, never cubature for Subspace Neural Physics (it has none)."""
     from neural_rom.core import registry
-    from neural_rom.ui.panels.sidebar import dynamics_hint
+    from neural_rom.ui.panels.model import dynamics_hint
 
     linear, snp = dynamics_hint(registry.get("linear")), dynamics_hint(registry.get("snp"))
     assert linear == "Dynamics limit accuracy: try more modes, a lower cubature target"

@@ -240,7 +240,7 @@ def test_the_panel_button_runs_the_comparison_and_shows_the_table(compared):
     """Compare Methods from the panel (blocking in the background), linear only: kept from
     the last comparison; the table's lines land on the object for the Reduced Model panel,
     which draws them."""
-    from neural_rom.ui.panels import sidebar
+    from neural_rom.ui.panels.model import draw_methods_table
 
     bpy, obj = compared["bpy"], compared["obj"]
     for o in bpy.context.view_layer.objects:
@@ -270,7 +270,7 @@ def test_the_panel_button_runs_the_comparison_and_shows_the_table(compared):
 
     layout = Layout()
     layout.buttons_props = {}
-    sidebar.draw_methods_table(layout, obj)
+    draw_methods_table(layout, obj)
     assert layout.labels == lines
     # one "use this row" button on each row with a model, the active model's ticked
     done = [m for m in obj["neural_rom_methods_rows"] if m]

@@ -326,7 +326,7 @@ def test_a_stalled_step_is_two_half_steps_or_the_plain_fallback(setup, seed, mon
     fewer than a poke of 3 N takes from the warm start (4-9 measured), and the halves their
     50; with one iteration for the halves too, they stall as well. (Random decoders: seed 2's
     two plain halves themselves need the fallback at this state, so it proves nothing.)"""
-    from neural_rom.core.methods import shen
+    from neural_rom.core.methods.shen import runtime as shen
 
     f = pokes(setup[0], 1, seed=seed, scale=3.0)[0]
     dec = sin_decoder(7, setup[3].k, seed=seed)

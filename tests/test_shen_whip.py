@@ -58,7 +58,7 @@ def measure(out: Path) -> dict:
     rule and with the rule before (Newton given its 30 iterations before halving)."""
     import torch
     from neural_rom.core import registry
-    from neural_rom.core.methods import shen
+    from neural_rom.core.methods.shen import runtime as shen
 
     torch.set_num_threads(1)
     paths = bench_shen.bake_whip(out / "bakes", divisions=(20, 1, 1), variants=6, frames=48)

@@ -1,11 +1,13 @@
 """What the subspace runtimes share: the basis, masses, cubature sub-mesh, contact sample and
 pins' frame (:class:`SubspaceModel`), the frame loop with substeps and pin interpolation
-(:func:`run_frame`), the closest-shape and start-from-a-pose maps the comparison needs, the
-settings every subspace method has (:data:`SUBSPACE_SETTINGS`) and the arrays every subspace
-model file has (:func:`subspace_payload` / :func:`subspace_arrays`).
+(:func:`run_frame`), the closest-shape and start-from-a-pose maps the comparison needs, and
+the arrays every subspace model file has (:func:`subspace_payload` / :func:`subspace_arguments`).
 
-The per-method runtimes sit beside this module: :mod:`.linear` (POD + cubature, Newton) and
-:mod:`.autoencoder` (Fulton 2019, L-BFGS in latent space).
+The shared settings records are in :mod:`.settings`, the decoder's ONNX graph in :mod:`.onnx`;
+their names stay importable from here, as this module was ``core.methods.common``, which
+plug-ins import. The runtimes built on this module: :mod:`.integrator` (backward Euler in a
+linear subspace: the linear method, LiCROM), :mod:`core.methods.autoencoder` (Fulton 2019,
+L-BFGS in latent space) and :mod:`core.methods.shen`.
 """
 
 from __future__ import annotations
@@ -21,205 +23,18 @@ from ..errors import SimulationError
 from ..physics import fem as _fem
 from ..physics.colliders import Collider, ContactPoints, penalty_stiffness
 from ..physics.sim import FrameInputs, SimSettings, StepReport, boundary_vertices, lerp_colliders
-from ..registry import Setting
 from .cubature import Cubature
-from .nnet import MLP
+from .onnx import ONNX_POSITIONS as ONNX_POSITIONS
+from .onnx import onnx_decoder_graph as onnx_decoder_graph
 from .pose import IDENTITY, FrameMixin, interpolate
+from .settings import SUBSPACE_SETTING as SUBSPACE_SETTING
+from .settings import SUBSPACE_SETTINGS as SUBSPACE_SETTINGS
+from .settings import TRAINER_SETTING as TRAINER_SETTING
+from .settings import TRAINER_SETTINGS as TRAINER_SETTINGS
 from .subspace import Subspace
-
-#: Training settings of every method with a PCA/POD basis and cubature (one name per concept:
-#: ``k`` is the basis size wherever it appears).
-SUBSPACE_SETTINGS = (
-    Setting(
-        "k",
-        "int",
-        None,
-        "Modes",
-        "Size of the PCA/POD basis; 0 grows it until the "
-        "largest vertex error on the bakes is under Tolerance (Fulton 2019, sec. 4.3)",
-        minimum=1,
-        maximum=2000,
-        soft_maximum=200,
-        auto=True,
-    ),
-    Setting(
-        "tolerance",
-        "float",
-        None,
-        "Tolerance",
-        "Largest vertex error the basis may "
-        "leave on the bakes when Modes is 0; 0 uses 1% of the bounding-box diagonal",
-        unit="m",
-        minimum=0.0,
-        soft_maximum=0.1,
-        auto=True,
-    ),
-    Setting(
-        "max_k",
-        "int",
-        60,
-        "Max Modes",
-        "Upper bound on the basis size when it is chosen by Tolerance",
-        minimum=1,
-        maximum=2000,
-        soft_maximum=200,
-    ),
-    Setting(
-        "cubature_target",
-        "float",
-        0.05,
-        "Cubature Target",
-        "Relative reduced-force error the cubature may make on held-out poses (An et al. 2008)",
-        minimum=1e-4,
-        maximum=1.0,
-    ),
-    Setting(
-        "max_cubature",
-        "int",
-        500,
-        "Max Cubature",
-        "At most this many cubature elements",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=5000,
-    ),
-    Setting(
-        "cubature_poses",
-        "int",
-        200,
-        "Cubature Poses",
-        "Training poses the cubature is fitted on, evenly spaced over the training frames",
-        minimum=1,
-        maximum=100_000,
-        soft_maximum=2000,
-        advanced=True,
-    ),
-    Setting(
-        "cubature_validation",
-        "float",
-        0.2,
-        "Cubature Validation",
-        "Share of the training trajectories left out of the cubature fit to check it",
-        minimum=0.0,
-        maximum=0.9,
-        advanced=True,
-    ),
-    Setting(
-        "max_frames",
-        "int",
-        2000,
-        "Max Frames",
-        "Frames used for training (sampled evenly when the bakes have more)",
-        minimum=1,
-        maximum=10_000_000,
-        soft_maximum=20000,
-        advanced=True,
-    ),
-    Setting(
-        "validation_fraction",
-        "float",
-        0.2,
-        "Validation",
-        "Share of whole bakes held out to measure the model on data it never saw",
-        minimum=0.0,
-        maximum=0.9,
-    ),
-    Setting(
-        "seed",
-        "int",
-        0,
-        "Seed",
-        "Seed of every random choice of the training (the same seed gives the same model)",
-        minimum=0,
-        maximum=2**31 - 1,
-    ),
-)
-
-#: The settings of :data:`SUBSPACE_SETTINGS` by name, for a method that takes some of them.
-SUBSPACE_SETTING = {s.name: s for s in SUBSPACE_SETTINGS}
-
-#: Trainer settings that several learned methods share word for word (name, default, range,
-#: help); a method lists the ones it has (``TRAINER_SETTING["rollout"]``) in its own order.
-TRAINER_SETTINGS = (
-    Setting(
-        "batch_size",
-        "int",
-        256,
-        "Batch Size",
-        "Frames per Adam step",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=4096,
-    ),
-    Setting(
-        "learning_rate", "float", 1e-3, "Learning Rate", "Adam step size", minimum=1e-7, maximum=1.0
-    ),
-    Setting(
-        "checkpoint_every",
-        "int",
-        100,
-        "Checkpoint Every",
-        "Epochs between checkpoints (a cancelled or killed run resumes from the last)",
-        minimum=1,
-        maximum=1_000_000,
-        advanced=True,
-    ),
-    Setting(
-        "rollout",
-        "bool",
-        True,
-        "Held-out Rollout",
-        "Replay a held-out bake with the model after training and report its error",
-        advanced=True,
-    ),
-)
-TRAINER_SETTING = {s.name: s for s in TRAINER_SETTINGS}
 
 #: Frame inputs every subspace runtime takes.
 SUBSPACE_INPUTS = frozenset({"forces", "pin_targets", "colliders"})
-
-
-#: What the ``positions`` output of a subspace model's ONNX graph is (:mod:`core.onnxgraph`).
-ONNX_POSITIONS = (
-    "X + U q (m), vertex positions of the tet mesh in the pins' frame: world = R y + c with "
-    "the pins' rigid motion (the identity for an object whose pins do not move)"
-)
-
-
-def onnx_decoder_graph(model, g, latent: str, doc: str, split: int = 0) -> None:
-    """A decoder model's ONNX graph: ``latent`` (B, r) -> PCA coordinates ``q`` (B, k) ->
-    positions. ``split`` > 0 (Shen 2021) passes the first ``split`` latent coordinates
-    through as the first PCA coordinates (``q = [p, 0] + F D(r[d0:])``, ``d0`` 0 when the
-    decoder reads them, else ``split``); the decoder is the model file's ``decoder``."""
-    a, meta = model.arrays, model.metadata
-    U = np.asarray(a["U"])
-    k = U.shape[1]
-    net = MLP.from_arrays(a, meta["decoder"])
-    if split:  # the filter F = I - E_p E_p^T on its output, as ShenSimulation applies it
-        W, b = list(net.W), list(net.b)
-        W[-1], b[-1] = W[-1].copy(), b[-1].copy()
-        W[-1][:split], b[-1][:split] = 0.0, 0.0
-        net = MLP(W, b, net.activations)
-    d0 = 0 if (not split or meta.get("decoder_sees_p")) else split
-    r = g.input(latent, ["B", d0 + net.in_dim], doc)
-    x = (
-        r
-        if d0 == 0
-        else g.node(
-            "Slice",
-            r,
-            g.const([d0], "start", integer=True),
-            g.const([d0 + net.in_dim], "end", integer=True),
-            g.const([1], "axes", integer=True),
-        )
-    )
-    q = g.mlp(x, net, "decoder")
-    if split:
-        E = np.zeros((d0 + net.in_dim, k))
-        E[np.arange(split), np.arange(split)] = 1.0
-        q = g.node("Add", g.node("MatMul", r, g.const(E, "pass_through")), q)
-    g.output(q, "q", ["B", k], "q: PCA coordinates (m) of the shape")
-    g.affine_positions(q, np.asarray(a["X"]), U, "positions", ONNX_POSITIONS)
 
 
 def subspace_payload(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...reduced.model import SUBSPACE_SETTING
+from ...reduced.settings import SUBSPACE_SETTING
 from ...registry import Setting
 
 SETTINGS = (

@@ -4,78 +4,41 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...reduced.model import SUBSPACE_SETTING, TRAINER_SETTING
+from ...reduced.settings import SUBSPACE_SETTING, TRAINER_SETTING, network
 from ...registry import Setting
 from .cubature import CUBATURE_POSES, CUBATURE_TARGET
 from .modes import DERIVATIVES_AUTO_RATIO
 
-ACTIVATIONS = ("elu", "tanh", "softplus", "relu")
 SOLVERS = ("newton", "gradient")
 CUBATURES = ("fitted", "random")
 
 SETTINGS = (
-    Setting(
+    network(
         "latent_dim",
-        "int",
-        20,
-        "Latent Size",
         "Latent coordinates r: the number of displacement fields (Chang 2023 uses 20)",
-        minimum=1,
-        maximum=1000,
-        soft_maximum=64,
+        default=20,
+        auto=False,
     ),
-    Setting(
+    network(
         "hidden",
-        "int_list",
-        [60, 60, 60, 256],
-        "Hidden Layers",
         "Widths of the field "
         "network's hidden layers (the paper: 4 of width 60; the last is widened to 256 here, "
         "for the closed-form last layer picks the modes from its span)",
-        minimum=1,
-        maximum=4096,
+        default=[60, 60, 60, 256],
     ),
-    Setting(
-        "activation",
-        "enum",
-        "elu",
-        "Activation",
-        "Hidden activation of the field and the encoder (the paper: ELU)",
-        items=tuple((a, a.upper() if a != "softplus" else "Softplus", "") for a in ACTIVATIONS),
-        advanced=True,
-    ),
-    Setting(
+    network("activation", "Hidden activation of the field and the encoder (the paper: ELU)"),
+    network(
         "epochs",
-        "int",
-        1500,
-        "Epochs",
         "Passes over the training frames (the learning "
         "rate drops 5x after a third, 10x more after two thirds, as the paper)",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=20000,
+        default=1500,
     ),
-    Setting(
+    network(
         "time_budget",
-        "float",
-        600.0,
-        "Time Budget",
         "Most seconds the network training may take; the epochs are cut to fit, with a warning",
-        unit="s",
-        minimum=1.0,
-        maximum=1e7,
-        soft_maximum=7200.0,
+        default=600.0,
     ),
-    Setting(
-        "batch_size",
-        "int",
-        16,
-        "Batch Size",
-        "Frames per Adam step (the paper: 16)",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=4096,
-    ),
+    network("batch_size", "Frames per Adam step (the paper: 16)", default=16),
     TRAINER_SETTING["learning_rate"],
     Setting(
         "points_per_frame",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...reduced.model import SUBSPACE_SETTING, SUBSPACE_SETTINGS, TRAINER_SETTING
+from ...reduced.settings import SUBSPACE_SETTING, SUBSPACE_SETTINGS, TRAINER_SETTING, network
 from ...registry import Setting
 
 SETTINGS = SUBSPACE_SETTINGS[:3] + (
@@ -81,40 +81,26 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         advanced=True,
         auto=True,
     ),
-    Setting(
+    network(
         "epochs",
-        "int",
-        None,
-        "Epochs",
         "Passes over the training windows (the time budget may end them sooner); automatic: "
         "about 3,200 AMSGrad steps in all, at most 100 epochs",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=20000,
+        default=None,
         auto=True,
     ),
-    Setting(
+    network(
         "batch_size",
-        "int",
-        None,
-        "Batch Size",
         "Windows per AMSGrad step (the paper: 16); automatic: about 64 steps an epoch, "
         "batches of 8 to 32 windows",
-        minimum=1,
-        maximum=1_000_000,
-        soft_maximum=4096,
+        default=None,
         auto=True,
     ),
-    Setting(
+    network(
         "learning_rate",
-        "float",
-        None,
-        "Learning Rate",
         "AMSGrad step size (the paper: 1e-4 over ~100 epochs of 1e5-1e6 frames); automatic: "
         "3e-3 up to 40 PCA modes, 1e-3 above (many modes did not train at 3e-3: the cloth "
         "test's sheet at 60 modes 1.00x alpha/beta, at 1e-3 0.52x)",
-        minimum=1e-7,
-        maximum=1.0,
+        default=None,
         auto=True,
     ),
     Setting(
@@ -150,16 +136,10 @@ SETTINGS = SUBSPACE_SETTINGS[:3] + (
         maximum=10.0,
         advanced=True,
     ),
-    Setting(
+    network(
         "time_budget",
-        "float",
-        600.0,
-        "Time Budget",
         "Most seconds the network training may take; epochs past it are skipped, with a warning",
-        unit="s",
-        minimum=1.0,
-        maximum=1e7,
-        soft_maximum=7200.0,
+        default=600.0,
     ),
     Setting(
         "checkpoint_every",
