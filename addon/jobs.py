@@ -1,13 +1,13 @@
-"""Blender side of the job runner: a registry of running jobs, their monitor and cancel.
+"""Blender side of the job runner: a registry of running jobs, their polling and cancel.
 
 :func:`start_job` launches a :class:`~..core.jobs.Job` (a worker child process). Blender's
 process never blocks on it:
 
-- interactively it returns at once; the modal operator ``neural_rom.job_monitor`` polls
-  every job on a 0.1 s timer, calls each job's ``on_done`` in Blender's main thread,
-  reports each outcome once (info, warning or error), redraws the sidebar and the status
-  bar (where :func:`draw_status_progress` shows a bar per job with its ETA), and cancels
-  every job it monitors on Esc. A persistent ``bpy.app.timers`` tick polls while no
+- interactively it returns at once; the modal operator ``neural_rom.job_monitor``
+  (:mod:`..ui.operators.jobs`, with Cancel and the status bar's progress) polls every job
+  on a 0.1 s timer, calls each job's ``on_done`` in Blender's main thread, reports each
+  outcome once (info, warning or error), redraws the sidebar and the status bar, and
+  cancels every job it monitors on Esc. A persistent ``bpy.app.timers`` tick polls while no
   monitor runs (loading a file ends modal operators) and starts a new monitor;
 - with ``bpy.app.background`` (``blender --background``, the PyPI ``bpy``) it runs the
   same worker to completion in the foreground, printing progress lines to stdout.
@@ -42,7 +42,7 @@ RUNNING, DONE, FAILED, CANCELLED = (
     core_jobs.CANCELLED,
 )
 
-_TICK_S = 0.1
+TICK_S = 0.1
 _REDRAW_AREAS = {"VIEW_3D", "PROPERTIES", "STATUSBAR"}
 
 
@@ -280,7 +280,7 @@ def _finish(entry: _Entry) -> None:
     print(f"neural_rom: [{job.kind} {entry.owner}] {state.status}: {state.message}")
 
 
-def _format_eta(seconds: float | None) -> str:
+def format_eta(seconds: float | None) -> str:
     if seconds is None:
         return ""
     seconds = round(seconds)
@@ -291,7 +291,7 @@ def _format_eta(seconds: float | None) -> str:
 
 def format_state(state: JobState) -> str:
     """One line: ``bake Cube 42% ETA 0:12 frame 20/48``."""
-    eta = _format_eta(state.eta_s)
+    eta = format_eta(state.eta_s)
     text = f"{state.kind} {state.owner} {state.progress:.0%}"
     if eta and state.status == RUNNING:
         text += f" ETA {eta}"
@@ -317,7 +317,7 @@ class _Printer:
             if now - self.last < self.interval and not final:
                 return
             self.last = now
-            eta = _format_eta(event.get("eta_s"))
+            eta = format_eta(event.get("eta_s"))
             print(
                 f"{prefix} {100 * float(event.get('fraction') or 0):5.1f}% "
                 f"{event.get('message', '')}" + (f"  ETA {eta}" if eta else ""),
@@ -334,7 +334,7 @@ def _run_foreground(entry: _Entry) -> None:
     printer = _Printer(entry)
     print(f"neural_rom: [{job.kind} {entry.owner}] started (log: {job.log_path})", flush=True)
     try:
-        job.wait(interval=_TICK_S, on_event=printer)
+        job.wait(interval=TICK_S, on_event=printer)
     except KeyboardInterrupt:
         print(
             f"neural_rom: [{job.kind} {entry.owner}] cancelling at the next safe point "
@@ -343,10 +343,10 @@ def _run_foreground(entry: _Entry) -> None:
         )
         job.cancel()
         try:
-            job.wait(interval=_TICK_S, on_event=printer)
+            job.wait(interval=TICK_S, on_event=printer)
         except KeyboardInterrupt:
             job.cancel(force=True)
-            job.wait(interval=_TICK_S)
+            job.wait(interval=TICK_S)
     _finish(entry)
     entry.reported = True  # the exception (or the printed lines) tell the user
     if entry.note:
@@ -368,19 +368,31 @@ def _tick() -> float | None:
     try:
         if not _monitor_running:
             poll_jobs()
-            _redraw()
+            redraw()
         if not any_running():
             return None
         if not _monitor_running:
             _start_monitor(bpy.context)
     except Exception:  # noqa: BLE001 (a timer that raises is dropped by Blender: keep polling)
         traceback.print_exc()
-    return _TICK_S * 2.5
+    return TICK_S * 2.5
+
+
+def monitor_running() -> bool:
+    """Whether the modal monitor (``neural_rom.job_monitor``) is running."""
+    return _monitor_running
+
+
+def set_monitor_running(running: bool) -> None:
+    """Called by the monitor as it starts and stops: while it runs, the app timer leaves
+    the polling to it."""
+    global _monitor_running
+    _monitor_running = running
 
 
 def _ensure_polling(context) -> None:
     if not bpy.app.timers.is_registered(_tick):
-        bpy.app.timers.register(_tick, first_interval=_TICK_S, persistent=True)
+        bpy.app.timers.register(_tick, first_interval=TICK_S, persistent=True)
     _start_monitor(context)
 
 
@@ -401,7 +413,7 @@ def _start_monitor(context) -> bool:
     return _monitor_running
 
 
-def _redraw() -> None:
+def redraw() -> None:
     wm = getattr(bpy.context, "window_manager", None)
     if wm is None:
         return
@@ -421,170 +433,14 @@ def status_text() -> str:
         return ""
     parts = []
     for s in states:
-        eta = _format_eta(s.eta_s)
+        eta = format_eta(s.eta_s)
         parts.append(f"{s.kind} {s.owner} {s.progress:.0%}" + (f" (ETA {eta})" if eta else ""))
     return "Neural ROM: " + ", ".join(parts) + "  ·  Esc to cancel"
 
 
-def draw_status_progress(header, context) -> None:
-    """Appended to the status bar (every window and workspace): a progress bar per
-    running job and the Esc hint.
-
-    Not ``WorkSpace.status_text_set``: that text belongs to one workspace, goes stale
-    in a workspace the user leaves mid-job, and hides Blender's key hints for the
-    whole job.
-    """
-    states = active_jobs()
-    if not states:
-        return
-    layout = header.layout
-    layout.label(text="Neural ROM (Esc cancels):")
-    for s in states:
-        eta = _format_eta(s.eta_s)
-        layout.progress(
-            factor=s.progress,
-            type="BAR",
-            text=f"{s.kind} {s.owner} {s.progress:.0%}" + (f" · {eta}" if eta else ""),
-        )
-
-
-class NEURAL_ROM_OT_job_monitor(bpy.types.Operator):
-    """Watch running Neural ROM jobs: progress in the status bar, Esc cancels them"""
-
-    bl_idname = "neural_rom.job_monitor"
-    bl_label = "Neural ROM Job Monitor"
-    bl_options = {"INTERNAL"}
-
-    @classmethod
-    def poll(cls, context):
-        # Background Blender has no window: start_job runs jobs in the foreground there.
-        return not bpy.app.background and context.window is not None
-
-    def invoke(self, context, event):
-        global _monitor_running
-        if _monitor_running or bpy.app.background or context.window is None:
-            return {"CANCELLED"}
-        wm = context.window_manager
-        self._timer = wm.event_timer_add(_TICK_S, window=context.window)
-        wm.modal_handler_add(self)
-        _monitor_running = True
-        _redraw()
-        return {"RUNNING_MODAL"}
-
-    def modal(self, context, event):
-        if event.type == "ESC" and event.value == "PRESS" and any_running():
-            count = cancel_job("")
-            self.report(
-                {"WARNING"}, f"Neural ROM: cancelling {count} job(s) at the next safe point"
-            )
-            return {"RUNNING_MODAL"}
-        if event.type == "TIMER":
-            poll_jobs()
-            for state in take_unreported():
-                self._report(state)
-            _redraw()
-            if not any_running():
-                self._stop(context)
-                return {"FINISHED"}
-        return {"PASS_THROUGH"}
-
-    def cancel(self, context):
-        # Blender ends modal operators on file load and window close; jobs keep running
-        # and the app timer starts a new monitor.
-        self._stop(context)
-
-    def _report(self, state: JobState) -> None:
-        if state.status == FAILED:
-            self.report(
-                {"ERROR"}, f"Neural ROM {state.kind} of {state.owner} failed: {state.message}"
-            )
-        elif state.status == CANCELLED:
-            self.report({"WARNING"}, f"Neural ROM {state.kind} of {state.owner} {state.message}")
-        else:
-            self.report({"INFO"}, f"Neural ROM {state.kind} of {state.owner} {state.message}")
-
-    def _stop(self, context) -> None:
-        global _monitor_running
-        _monitor_running = False
-        timer = getattr(self, "_timer", None)
-        if timer is not None:
-            try:
-                context.window_manager.event_timer_remove(timer)
-            except (RuntimeError, ReferenceError):
-                pass
-            self._timer = None
-        _redraw()
-
-
-class NEURAL_ROM_OT_cancel_job(bpy.types.Operator):
-    """Stop the job at its next safe point; what it already committed stays valid"""
-
-    bl_idname = "neural_rom.cancel_job"
-    bl_label = "Cancel Job"
-    bl_options = {"INTERNAL"}
-
-    job: bpy.props.StringProperty(
-        name="Job",
-        description="Job id or owner (object name); empty cancels every running job",
-        default="",
-        options={"SKIP_SAVE"},
-    )
-
-    def execute(self, context):
-        count = cancel_job(self.job)
-        if count == 0:
-            what = f"for {self.job}" if self.job else ""
-            self.report({"WARNING"}, f"No running Neural ROM job {what}".strip())
-            return {"CANCELLED"}
-        self.report({"INFO"}, f"Cancelling {count} Neural ROM job(s) at the next safe point")
-        return {"FINISHED"}
-
-
-CLASSES = (NEURAL_ROM_OT_job_monitor, NEURAL_ROM_OT_cancel_job)
-
-
-# ---------------------------------------------------------------------------------------
-# Registration hooks (called by addon/registration.py)
-# ---------------------------------------------------------------------------------------
-
-
-def _statusbar_header():
-    try:
-        from bl_ui.space_statusbar import STATUSBAR_HT_header
-    except ImportError:
-        return None
-    return STATUSBAR_HT_header
-
-
-def _remove_status_draw(header) -> None:
-    # By module and name, so a draw function left by an earlier import (script reload)
-    # goes too.
-    funcs = getattr(header.draw, "_draw_funcs", None) or []
-    for fn in [f for f in funcs if _same_function(f, draw_status_progress)]:
-        header.remove(fn)
-
-
-def _same_function(a, b) -> bool:
-    return (
-        getattr(a, "__module__", None) == b.__module__
-        and getattr(a, "__name__", None) == b.__name__
-    )
-
-
-def register_ui() -> None:
-    """Add the status bar progress bars."""
-    header = _statusbar_header()
-    if header is not None:
-        _remove_status_draw(header)
-        header.append(draw_status_progress)
-
-
-def unregister_ui() -> None:
-    """Remove the status bar draw function and the app timer; cancel running jobs
-    (each stops at its next safe point, keeping what it committed)."""
-    header = _statusbar_header()
-    if header is not None:
-        _remove_status_draw(header)
+def stop_polling() -> None:
+    """Stop the app timer and cancel every running job (each stops at its next safe point,
+    keeping what it committed): the add-on is being unregistered."""
     if bpy.app.timers.is_registered(_tick):
         bpy.app.timers.unregister(_tick)
     cancel_job("")

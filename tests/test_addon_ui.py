@@ -99,7 +99,7 @@ def _check(name: str, a: dict, log: list):
 def draw_all(bpy, obj) -> list:
     """Poll and draw every sidebar panel (and the bake list) for ``obj``; returns the calls."""
     from neural_rom.ui import panels
-    from neural_rom.ui.panels import sidebar
+    from neural_rom.ui.panels.bake import NEURAL_ROM_UL_bakes
 
     ctx = SimpleNamespace(
         object=obj,
@@ -116,7 +116,7 @@ def draw_all(bpy, obj) -> list:
             cls.draw(SimpleNamespace(layout=Recorder(log)), ctx)
     if obj is not None and obj.neural_rom.role == "DEFORMABLE":
         for i, item in enumerate(obj.neural_rom.bakes):
-            sidebar.NEURAL_ROM_UL_bakes.draw_item(
+            NEURAL_ROM_UL_bakes.draw_item(
                 None, ctx, Recorder(log), obj.neural_rom, item, 0, obj.neural_rom, "active_bake", i
             )
     return log
@@ -274,7 +274,7 @@ def test_bake_play_export_clear_through_the_operators(addon, blend_file):
 
 
 def test_playback_operator_refuses_a_stale_bake(addon, blend_file):
-    from neural_rom.addon.bakes import make_bake_job, on_bake_done
+    from neural_rom.addon.kinds.fem.bake import make_bake_job, on_bake_done
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
 
@@ -409,8 +409,13 @@ def test_panels_draw_for_every_role(addon, blend_file):
 
     select_only(bpy, obj)
     bpy.ops.neural_rom.tetrahedralize()
-    from neural_rom.addon.bakes import make_bake_job, on_bake_done, start_playback, stop_playback
-    from neural_rom.addon.preview import build_preview
+    from neural_rom.addon.kinds.fem.bake import (
+        make_bake_job,
+        on_bake_done,
+        start_playback,
+        stop_playback,
+    )
+    from neural_rom.addon.kinds.fem.preview import build_preview
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
 
@@ -481,7 +486,7 @@ def test_a_collision_object_the_bake_ignores_is_named_in_a_warning(addon, blend_
     """A ground set up for Blender's own physics (a Collision modifier, role None) is not
     part of an FEM bake (its shape is unknown): Bake says so and still starts; once it is a
     Collider the bake uses it and the warning is gone."""
-    from neural_rom.addon.bakes import make_bake_job
+    from neural_rom.addon.kinds.fem.bake import make_bake_job
 
     bpy = addon.bpy
     obj = ball(bpy, frames=1)
@@ -505,7 +510,7 @@ def test_the_dynamics_hint_names_only_the_levers_a_method_has(addon):
     """A replay over 3x the closest shapes warns with the method's own levers: the linear
     model's modes and cubature, never cubature for Subspace Neural Physics (it has none)."""
     from neural_rom.core import registry
-    from neural_rom.ui.panels.sidebar import dynamics_hint
+    from neural_rom.ui.panels.model import dynamics_hint
 
     linear, snp = dynamics_hint(registry.get("linear")), dynamics_hint(registry.get("snp"))
     assert linear == "Dynamics limit accuracy: try more modes, a lower cubature target"

@@ -336,6 +336,20 @@ def test_unknown_kind_names_the_known_ones(tmp_path):
     assert f"unknown job kind 'nonsense' (known: {known})" in job.message
 
 
+def test_the_worker_keeps_its_old_names_of_the_handlers():
+    """Scripts that used the handlers where they were before they moved to core/jobs/<kind>.py
+    (``worker.run_bake``, ``worker.HANDLERS``) get the same functions; other names stay
+    missing."""
+    from neural_rom import worker
+    from neural_rom.core.jobs.bake import run_bake
+
+    assert worker.run_bake is run_bake
+    assert worker.HANDLERS.keys() == jobs.JOBS.keys()
+    assert worker.HANDLERS["bake"] is run_bake
+    with pytest.raises(AttributeError, match="has no attribute 'run_nonsense'"):
+        worker.run_nonsense  # noqa: B018 (the attribute access is the test)
+
+
 def test_a_hung_worker_is_killed_after_the_cancel_timeout(tmp_path):
     job = selftest(tmp_path, steps=5, hang_at=1)
     job.cancel_timeout_s = 0.5
@@ -548,6 +562,7 @@ def test_background_cancel_records_what_was_committed_then_raises(addon, tmp_pat
 def test_registry_polls_cancels_and_calls_on_done_in_the_polling_thread(addon, tmp_path):
     # The interactive path (what the modal monitor and the app timer run), driven by hand.
     from neural_rom.addon import jobs as addon_jobs
+    from neural_rom.ui.operators import jobs as job_ui
 
     results, threads = [], []
 
@@ -569,7 +584,7 @@ def test_registry_polls_cancels_and_calls_on_done_in_the_polling_thread(addon, t
     layout = SimpleNamespace(
         progress=lambda **kw: bars.append(kw), label=lambda **kw: labels.append(kw)
     )
-    addon_jobs.draw_status_progress(SimpleNamespace(layout=layout), addon.bpy.context)
+    job_ui.draw_status_progress(SimpleNamespace(layout=layout), addon.bpy.context)
     assert labels == [{"text": "Neural ROM (Esc cancels):"}]
     assert [b["type"] for b in bars] == ["BAR", "BAR"]
     assert bars[1]["text"].startswith("selftest Suzanne ") and 0 <= bars[1]["factor"] <= 1
@@ -676,6 +691,7 @@ def test_job_monitor_modal_esc_cancels_and_timer_reports_the_end(addon, tmp_path
     asks every running job to stop, timer ticks poll until the job ended, the outcome is
     reported once and the timer is removed; other events pass through."""
     from neural_rom.addon import jobs as addon_jobs
+    from neural_rom.ui.operators import jobs as job_ui
 
     job = jobs.Job.start({"kind": "selftest", "steps": 500, "sleep": 0.01}, PY, tmp_path)
     addon_jobs._track(job, "Cube", None)
@@ -684,7 +700,7 @@ def test_job_monitor_modal_esc_cancels_and_timer_reports_the_end(addon, tmp_path
     op = SimpleNamespace(_timer="timer")
     op.report = lambda kind, msg: reports.append((kind, msg))
     for name in ("modal", "_report", "_stop"):
-        setattr(op, name, getattr(addon_jobs.NEURAL_ROM_OT_job_monitor, name).__get__(op))
+        setattr(op, name, getattr(job_ui.NEURAL_ROM_OT_job_monitor, name).__get__(op))
 
     def event(kind, value="PRESS"):
         return SimpleNamespace(type=kind, value=value)

@@ -13,8 +13,9 @@ from .blender_fixtures import ROOT, addon_module, fresh_file
 def _parts():
     from neural_rom.addon import jobs, playback, prefs, props
     from neural_rom.ui import operators, panels, registration
+    from neural_rom.ui.operators import jobs as job_ui
 
-    classes = (*prefs.CLASSES, *props.CLASSES, *operators.CLASSES, *panels.CLASSES, *jobs.CLASSES)
+    classes = (*prefs.CLASSES, *props.CLASSES, *operators.CLASSES, *panels.CLASSES, *job_ui.CLASSES)
     return classes, jobs, playback, registration
 
 

@@ -59,8 +59,10 @@ def _step(name: str, do: Callable[[], None], undo: Callable[[], None]) -> None:
 def _steps():
     """The registration steps; modules are imported here so a fresh register() sees
     reloaded modules."""
-    from ..addon import cloth, jobs, playback, prefs, props
+    from ..addon import playback, prefs, props
+    from ..addon.kinds.cloth import model as cloth
     from . import cli, operators, panels
+    from .operators import jobs
 
     def register_cli() -> None:
         global cli_handle

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import bpy
 
+from ...addon import jobs
+from ...core.errors import JobCancelled, NeuralRomError
+
 
 def active_object(context) -> bpy.types.Object | None:
     """The active object (``context.object`` is missing in some headless contexts)."""
@@ -41,8 +44,6 @@ def run_toggle(op: bpy.types.Operator, context, is_running, start, stop) -> set[
     ``is_running(obj)`` says whether it is on; ``start(obj, scene)`` may raise a
     NeuralRomError, which becomes the operator's error report.
     """
-    from ...core.errors import NeuralRomError
-
     obj = active_deformable(context)
     if obj is None:
         return fail(op, "The active object is not Deformable.")
@@ -77,9 +78,6 @@ def launch_job(
     removes the job's own files once it ended or failed to start; ``summary(obj)`` is the
     report of a background (blocking) run.
     """
-    from ...addon import jobs
-    from ...core.errors import JobCancelled, NeuralRomError
-
     obj = active_deformable(context)
     if obj is None:
         return fail(op, "The active object is not Deformable; set its Neural ROM role first.")

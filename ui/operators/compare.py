@@ -5,7 +5,10 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from ...addon import compare
+from ...addon.compare import bake as compare
+from ...addon.compare import methods as methodcompare
+from ...addon.compare.methods import ROWS_PROP
+from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job
 
 
@@ -140,8 +143,6 @@ class NEURAL_ROM_OT_compare_methods(bpy.types.Operator):
         return context.window_manager.invoke_props_dialog(self)
 
     def execute(self, context):
-        from ...addon import methodcompare
-
         made = {}
 
         def make_job(obj, scene) -> dict:
@@ -182,14 +183,9 @@ class NEURAL_ROM_OT_use_compared_method(bpy.types.Operator):
     @classmethod
     def poll(cls, context):
         obj = active_deformable(context)
-        from ...addon.methodcompare import ROWS_PROP
-
         return obj is not None and bool(obj.get(ROWS_PROP))
 
     def execute(self, context):
-        from ...addon import methodcompare
-        from ...core.errors import NeuralRomError
-
         obj = active_deformable(context)
         if obj is None:
             return fail(self, "The active object is not Deformable.")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, IntProperty, StringProperty
 
-from ...addon import face
+from ...addon import jobs
+from ...addon.kinds.face import face
 from ...core.errors import NeuralRomError
 from ...core.kinds.face.inputs import MARKER_LAYOUTS
 from ._common import active_deformable, active_object, fail, launch_job
@@ -72,8 +73,6 @@ class NEURAL_ROM_OT_add_demo_head(bpy.types.Operator):
     )
 
     def execute(self, context):
-        from ...addon import jobs
-
         if bpy.data.objects.get(self.name) is not None:
             return fail(self, f"An object named '{self.name}' exists: pick another name.")
         try:

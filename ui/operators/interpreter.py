@@ -5,6 +5,8 @@ from __future__ import annotations
 import bpy
 
 from ...addon import prefs
+from ...core import registry
+from ...core.jobs import probe_interpreter
 from ._common import fail
 
 
@@ -26,8 +28,6 @@ def describe_probe(info: dict) -> str:
     if not (info.get("numpy") and info.get("scipy")):
         lines.append("Bakes need numpy and scipy: install them in this Python or pick another.")
     elif not info.get("torch"):
-        from ...core import registry
-
         torch_free = [m.label for m in registry.methods() if not m.needs_torch]
         needing = [m.label for m in registry.methods() if m.needs_torch]
         can = "Baking" + (f" and training {', '.join(torch_free)}" if torch_free else "")
@@ -47,8 +47,6 @@ class NEURAL_ROM_OT_check_interpreter(bpy.types.Operator):
     bl_options = {"REGISTER"}  # reads the job Python; preferences are not undone
 
     def execute(self, context):
-        from ...core.jobs import probe_interpreter
-
         python = prefs.job_python(context)
         info = probe_interpreter(python, check_torch=True)
         text = describe_probe(info)

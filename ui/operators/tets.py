@@ -5,8 +5,9 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty
 
-from ...addon import preview, tets
-from ...core.errors import NeuralRomError
+from ...addon import jobs
+from ...addon.kinds.fem import preview, tets
+from ...core.errors import JobCancelled, NeuralRomError
 from ._common import active_object, fail
 
 
@@ -31,9 +32,6 @@ class NEURAL_ROM_OT_tetrahedralize(bpy.types.Operator):
         return bool(_candidates(context))
 
     def execute(self, context):
-        from ...addon import jobs
-        from ...core.errors import JobCancelled
-
         objs = _candidates(context)
         if not objs:
             return fail(

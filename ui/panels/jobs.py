@@ -3,11 +3,11 @@ their own so that the sidebar and the kinds' boxes import it without importing e
 
 from __future__ import annotations
 
+from ...addon import jobs
+
 
 def draw_jobs(layout, owner: str, kind: str | None = None) -> None:
     """Progress and a Cancel button for each running job of ``owner`` (of ``kind``)."""
-    from ...addon import jobs
-
     for state in jobs.active_jobs(owner):
         if kind is not None and state.kind != kind:
             continue

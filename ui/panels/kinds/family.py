@@ -1,7 +1,9 @@
-"""Panel parts of models that run on other meshes (:mod:`..addon.family`), drawn by
-:mod:`.sidebar`'s Reduced Model and Simulate panels."""
+"""Panel parts of models that run on other meshes (:mod:`...addon.family`), drawn by the
+Reduced Model and Simulate panels."""
 
 from __future__ import annotations
+
+from ....addon.kinds.family import family, reference
 
 
 def draw_family_train(layout, obj) -> None:
@@ -15,8 +17,6 @@ def draw_family_train(layout, obj) -> None:
 
 def draw_family_model(box, obj) -> None:
     """Where the model comes from and where the mesh lies against its training domain."""
-    from ...addon import family
-
     m = obj.neural_rom.model
     if m.family:
         box.label(text=f"Trained with {m.family}")
@@ -31,8 +31,6 @@ def draw_family_model(box, obj) -> None:
 
 def draw_family_simulate(col, obj) -> None:
     """Apply Mesh Edit while a model that runs on other meshes simulates."""
-    from ...addon import family, reference
-
     if not (obj.neural_rom.simulate and reference.runs_on_other_meshes(obj)):
         return
     if family.edit_pending(obj):

@@ -1,15 +1,17 @@
-"""The Cloth Bake box of the sidebar (drawn by ``sidebar.NEURAL_ROM_PT_cloth_bake``): the
+"""The Cloth Bake panel of the sidebar (a Deformable mesh with a Cloth modifier): the
 settings of Blender's cloth bake, its button, its running job and the selected bake."""
 
 from __future__ import annotations
 
+import bpy
+
+from ....addon.kinds.cloth import model as cloth
+from ..common import DeformableSub, deformable
+from ..jobs import draw_jobs
+
 
 def draw_cloth_bake(layout, obj, context) -> None:
     """The Cloth Bake panel of a Deformable mesh with a Cloth modifier."""
-    import bpy
-
-    from ...addon import cloth
-
     s = obj.neural_rom
     c = s.cloth
     col = layout.column()
@@ -26,8 +28,6 @@ def draw_cloth_bake(layout, obj, context) -> None:
             text=f"Starts at cache frame {pc.frame_start}, quality {mod.settings.quality}",
             icon="MOD_CLOTH",
         )
-    from .jobs import draw_jobs
-
     draw_jobs(layout, obj.name, "cloth_bake")
     layout.operator("neural_rom.cloth_bake", icon="MOD_CLOTH")
     layout.template_list("NEURAL_ROM_UL_bakes", "", s, "bakes", s, "active_bake", rows=2)
@@ -52,3 +52,18 @@ def draw_cloth_bake(layout, obj, context) -> None:
     row = layout.row(align=True)
     row.operator("neural_rom.clear_bake", text="Clear", icon="TRASH").all_bakes = False
     row.operator("neural_rom.clear_bake", text="Clear All").all_bakes = True
+
+
+class NEURAL_ROM_PT_cloth_bake(DeformableSub, bpy.types.Panel):
+    bl_label = "Cloth Bake"
+    bl_idname = "NEURAL_ROM_PT_cloth_bake"
+
+    @classmethod
+    def shows(cls, obj) -> bool:
+        return super().shows(obj) and cloth.is_cloth(obj) and cloth.cloth_modifier(obj) is not None
+
+    def draw(self, context):
+        draw_cloth_bake(self.layout, deformable(context), context)
+
+
+CLASSES = (NEURAL_ROM_PT_cloth_bake,)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import bpy
 
-from .jobs import draw_jobs
+from ....addon.kinds.face import face
+from ..jobs import draw_jobs
 
 
 def _skin(context):
@@ -17,8 +18,6 @@ def _skin(context):
 
 
 def draw_face(layout, obj, scene) -> None:
-    from ...addon import face
-
     f = obj.neural_rom.face
     draw_jobs(layout, obj.name)
     col = layout.column()

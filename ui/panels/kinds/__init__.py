@@ -1,0 +1,1 @@
+"""The sidebar boxes of the data kinds (cloth, face) and of model families."""
