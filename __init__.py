@@ -8,14 +8,16 @@ so a script using the PyPI ``bpy`` can write ``import bpy, neural_rom`` and then
 
 import importlib
 
+from .addon._moved import MOVED as _ADDON_MOVED
 from .core._moved import install as _install_aliases
 from .ui._moved import MOVED as _UI_MOVED
 
 _SUBPACKAGES = ("addon", "core", "training", "ui")
 
-# the UI's old module names (neural_rom.operators, neural_rom.addon.cli, ...) as the same
-# module objects as the new ones (ui/_moved.py)
-_install_aliases(__name__, _UI_MOVED)
+# the UI's and the add-on's old module names (neural_rom.operators, neural_rom.addon.cli,
+# neural_rom.addon.blender_mesh, ...) as the same module objects as the new ones
+# (ui/_moved.py, addon/_moved.py)
+_install_aliases(__name__, {**_UI_MOVED, **_ADDON_MOVED})
 
 
 def __getattr__(name: str):

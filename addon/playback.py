@@ -14,7 +14,10 @@ from __future__ import annotations
 import bpy
 from bpy.app.handlers import persistent
 
-from . import bakes, cloth, compare, simulate
+from . import simulate
+from .compare import bake as compare
+from .kinds.cloth import model as cloth
+from .kinds.fem import bake as bakes
 
 
 @persistent

@@ -23,7 +23,7 @@ from bpy.props import (
     StringProperty,
 )
 
-from .face_props import NEURAL_ROM_PG_face
+from .kinds.face.props import NEURAL_ROM_PG_face
 from .prefs import REL_PATH
 
 ROLE_ITEMS = (
@@ -727,7 +727,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         cloth (:func:`.cloth.data_kind`), else "fem" (its bakes)."""
         if self.face.path:
             return "face"
-        from .cloth import data_kind  # "cloth": a mesh whose data is Blender's cloth
+        from .kinds.cloth.model import data_kind  # "cloth": a mesh whose data is Blender's cloth
 
         return data_kind(self.id_data)
 

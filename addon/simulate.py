@@ -39,9 +39,13 @@ from ..core.errors import CacheError, NeuralRomError
 from ..core.jobs.simulate import FrameReader, Track, render_local, to_local_shown
 from ..core.physics.poke import Poke
 from ..core.physics.sim import FrameInputs
-from . import bakes, cloth, paths, reference, tets
-from . import blender_mesh as bm
-from .reference import runs_on_other_meshes
+from .io import mesh as bm
+from .io import paths
+from .kinds.cloth import model as cloth
+from .kinds.family import reference
+from .kinds.family.reference import runs_on_other_meshes
+from .kinds.fem import bake as bakes
+from .kinds.fem import tets
 
 # Set while a driver samples other frames (scene.frame_set re-enters the handlers).
 _busy = False
@@ -481,7 +485,7 @@ def driver(obj: bpy.types.Object, scene: bpy.types.Scene, colliders: list | None
     if d is not None and d.key == driver_key(obj, scene, colliders, fresh=fresh):
         return d
     _let_go_of_stopped()
-    from . import face
+    from .kinds.face import face
 
     if face.is_face(obj):
         d = face.FaceDriver(
@@ -515,7 +519,7 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
 
     Validates the model first, then saves the rest shape and shows the current frame.
     """
-    from . import face
+    from .kinds.face import face
 
     scene = scene or paths.scene_of(obj)
     if obj.type != "MESH":
@@ -549,7 +553,7 @@ def stop_simulation(obj: bpy.types.Object) -> None:
     obj.neural_rom.simulate = False
     clear_poke(obj.name)
     _drivers.pop(obj.name, None)
-    from . import face
+    from .kinds.face import face
 
     if face.is_face(obj):
         face.hide_simulation(obj)

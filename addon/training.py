@@ -14,10 +14,10 @@ import bpy
 
 from ..core import registry
 from ..core.errors import NeuralRomError
-from .bakes import open_bake
-from .paths import cache_dir, load_path, store_path
+from .io.paths import cache_dir, load_path, store_path
+from .kinds.fem.bake import open_bake
+from .kinds.fem.tets import load_tets
 from .prefs import get_preferences
-from .tets import load_tets
 
 MODELS_DIR = "models"
 
@@ -85,14 +85,14 @@ def make_train_job(
     if device not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
     if kind == "face":  # missing, or the skin edited since Set Up Face: refused here
-        from .face import check_face
+        from .kinds.face.face import check_face
 
         paths, mesh_hash = [str(check_face(obj))], s.face.mesh_hash
     else:
         paths, mesh_hash = object_bakes(obj, scene, kind)
     bakes = paths
     if record.other_mesh and kind == "fem":  # a field over a space shared with other objects
-        from .reference import bake_entries
+        from .kinds.family.reference import bake_entries
 
         bakes = bake_entries(obj, scene, paths)
     folder = cache_dir(obj) / MODELS_DIR
@@ -191,7 +191,7 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     _forget_drivers(obj.name)
     record = next((r for r in registry.methods() if r.name == m.method), None)
     if record is not None and "sliders" in record.inputs:  # one keyable slider per latent
-        from .face import make_sliders
+        from .kinds.face.face import make_sliders
 
         make_sliders(obj, path, result)
     return True

@@ -65,7 +65,9 @@ def register_addon():
 
 def build(bpy, folder: Path, args) -> object:
     """The hanging sphere, tetrahedralized, baked and trained; returns the object."""
-    from neural_rom.addon import bakes, tets, training
+    from neural_rom.addon import training
+    from neural_rom.addon.kinds.fem import bake as bakes
+    from neural_rom.addon.kinds.fem import tets
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
     from neural_rom.training.worker import run
@@ -158,8 +160,9 @@ class Timers:
 def measure(bpy, obj, frames: int, rounds: int = 3) -> dict:
     """Step the timeline frame by frame with ``frame_set``, from rest, ``rounds`` times;
     mean ms per frame, by part, of the fastest round (the machine is shared)."""
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import simulate, tets
+    from neural_rom.addon import simulate
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.fem import tets
     from neural_rom.core.engine import timeline as framecache
 
     scene = bpy.context.scene

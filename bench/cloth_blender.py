@@ -158,8 +158,8 @@ PARTS = ("driver", "inputs", "step", "decode", "write", "blender")
 def measure_model(bpy, sheet, frames: int, rounds: int) -> dict:
     """ms per frame with Simulate on, by part (:data:`PARTS`), of the fastest round: wall
     clock and CPU time (``{"wall": {...}, "cpu": {...}}``, each with its ``total``)."""
-    from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate
+    from neural_rom.addon.io import mesh as bm
     from neural_rom.core.engine import timeline as framecache
 
     scene = bpy.context.scene

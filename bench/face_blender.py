@@ -42,7 +42,8 @@ from blender_frame import Timers, register_addon
 
 
 def build(bpy, folder: Path, args):
-    from neural_rom.addon import face, training
+    from neural_rom.addon import training
+    from neural_rom.addon.kinds.face import face
     from neural_rom.core.jobs.face import demo_face
     from neural_rom.training.worker import run
 
@@ -70,8 +71,8 @@ def build(bpy, folder: Path, args):
 def animate(bpy, skin, args) -> None:
     """Sliders and jaw keyed at the training keys, one every 4 frames; markers keyed to the
     keys' skin positions."""
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import face
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.face import face
     from neural_rom.core.kinds.face.rig import load_face
 
     codes, _, jaw = face.training_codes(skin)
@@ -93,7 +94,8 @@ def animate(bpy, skin, args) -> None:
 
 
 def measure(bpy, skin, frames: int, drive: str, rounds: int = 2) -> dict:
-    from neural_rom.addon import face, simulate
+    from neural_rom.addon import simulate
+    from neural_rom.addon.kinds.face import face
 
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, frames + 1

@@ -140,7 +140,9 @@ def main() -> None:
     ap.add_argument("--variants", type=int, default=2)
     args = ap.parse_args()
     bpy = register_addon()
-    from neural_rom.addon import bakes, family, simulate, training
+    from neural_rom.addon import simulate, training
+    from neural_rom.addon.kinds.family import family
+    from neural_rom.addon.kinds.fem import bake as bakes
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
     from neural_rom.training.worker import run

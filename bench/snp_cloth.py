@@ -328,7 +328,7 @@ def run(args, workdir: Path) -> dict:
     linear_normals_s = per_call(lambda t: sim.normals(), args.reps)
 
     import bpy
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     bpy.ops.wm.open_mainfile(filepath=str(blend), load_ui=False)
     mesh = bpy.data.objects[spec["object"]].data
@@ -440,7 +440,8 @@ def simulate_frame_seconds(
     from blender_frame import register_addon
 
     register_addon()
-    from neural_rom.addon import cloth, simulate, training
+    from neural_rom.addon import simulate, training
+    from neural_rom.addon.kinds.cloth import model as cloth
 
     bpy.ops.wm.open_mainfile(filepath=str(blend), load_ui=False)
     scene, obj = bpy.context.scene, bpy.data.objects[name]

@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         for old, new in importlib.import_module(f"{PACKAGE}.core._moved").MOVED.items()
     }
     moved.update(importlib.import_module(f"{PACKAGE}.ui._moved").MOVED)
+    moved.update(importlib.import_module(f"{PACKAGE}.addon._moved").MOVED)
     report["old_paths_same"] = all(
         importlib.import_module(f"{PACKAGE}.{old}") is importlib.import_module(f"{PACKAGE}.{new}")
         for old, new in moved.items()

@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         code = cli.main([argv_[0], "--file", str(blend), *argv_[1:]])
         if code:
             return code
-    from neural_rom.addon import methodcompare
+    from neural_rom.addon.compare import methods as methodcompare
 
     obj = bpy.data.objects["Tail"]
     table = methodcompare.read_table(obj)

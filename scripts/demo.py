@@ -76,7 +76,8 @@ def put_back(ball, fields: dict):
 
 def replay_ms(ball, scene, rec) -> float:
     """Milliseconds per reduced step replaying ``rec`` (the step alone: no mesh writes)."""
-    from neural_rom.addon import bakes, simulate
+    from neural_rom.addon import simulate
+    from neural_rom.addon.kinds.fem import bake as bakes
     from neural_rom.core.bake import replay_scenario
     from neural_rom.core.engine.replay import replay_bake
 
@@ -92,7 +93,7 @@ def picture(bpy, F, full, reduced, frames, dt, vmax, text, out: Path) -> Path:
     """Two rows at the same frames, orthographic from the front: the bake (top) and the
     reduced simulation coloured by each vertex's distance to it (bottom). Workbench,
     Attribute colours (labels included, see ``render_readme.label``)."""
-    from neural_rom.addon.compare import error_colors
+    from neural_rom.addon.compare.bake import error_colors
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     scene = bpy.context.scene
@@ -198,7 +199,7 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     import bpy
-    from neural_rom.addon import compare
+    from neural_rom.addon.compare import bake as compare
 
     t0 = time.perf_counter()
     ball = rr.build_scene(bpy, out, args.quick)
@@ -251,7 +252,7 @@ def main(argv=None) -> int:
     bpy.ops.wm.save_as_mainfile(filepath=str(out / "demo.blend"))
     print(f"saved {out / 'demo.blend'}")
 
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     F = bm.triangles(ball.data)
     frames = story_frames(c.full)

@@ -636,7 +636,7 @@ def refine(F: np.ndarray, n: int, levels: int):
 
 
 def error_part(P, F, err, vmax, smooth=False, subdivide=0) -> Part:
-    from neural_rom.addon.compare import error_colors
+    from neural_rom.addon.compare.bake import error_colors
 
     return Part(P, F, error_colors(err, vmax), smooth, subdivide)
 

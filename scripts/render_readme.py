@@ -67,7 +67,7 @@ def _material(bpy, name, color, roughness=0.5, coat=0.0, subsurface=0.0):
 
 def _backdrop(bpy, width=30.0, depth=16.0, height=8.0, radius=2.0, y_back=2.5):
     """A cyclorama: floor, a quarter-circle cove, a back wall (no horizon line)."""
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     prof = [(-depth, 0.0), (y_back - radius, 0.0)]
     for a in np.linspace(0, math.pi / 2, 12)[1:]:
@@ -117,7 +117,7 @@ def build_scene(bpy, tmp: Path, quick: bool):
     scene.frame_start, scene.frame_end = 1, 40
     scene.render.fps = 24
 
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
     from neural_rom.core.geometry import surface as core_surface
 
     V, F = core_surface.icosphere(0.5, 4 if not quick else 2)
@@ -193,8 +193,8 @@ def _smooth(obj) -> None:
 
 def filmstrip(bpy, ball, spacing=1.35) -> tuple[list, tuple, float]:
     """Copies of the ball at several bake frames, side by side along X; hides the original."""
-    from neural_rom.addon import bakes
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.fem import bake as bakes
 
     rm = bakes.render_map(ball)
     frames = pick_frames(rm, 5)
@@ -299,8 +299,8 @@ def _edges(bpy, source, name, color, thickness, replace=True):
 def tets_picture(bpy, hide, out: Path) -> None:
     """Left: a closed sphere's tets, cut in half. Right: Suzanne (open, non-manifold)
     inside the tetrahedralized cage that carries her."""
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import preview
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.fem import preview
     from neural_rom.core.geometry import surface as core_surface
 
     for o in hide:
@@ -358,7 +358,7 @@ def tets_picture(bpy, hide, out: Path) -> None:
 
 def colored_object(bpy, name, V, F, rgba, smooth=False):
     """A mesh object with a per-vertex colour attribute (Workbench's Attribute colour)."""
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     me = bm.mesh_from_arrays(name, V, F)
     me.shade_smooth() if smooth else me.shade_flat()
@@ -423,7 +423,7 @@ def ribbon(P: np.ndarray, width: float, y: float) -> tuple[np.ndarray, np.ndarra
 def error_legend(bpy, x0, x1, z, vmax, size, text, y=-0.2):
     """The error ramp from ``x0`` to ``x1`` (m) at height ``z``, "0" and ``vmax`` (m, shown in
     mm) at its ends and ``text`` under it, in text of ``size`` (m)."""
-    from neural_rom.addon.compare import error_colors
+    from neural_rom.addon.compare.bake import error_colors
 
     grey = (0.6, 0.6, 0.62, 1.0)
     s = np.linspace(0.0, 1.0, 65)
@@ -491,7 +491,7 @@ def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
     and the reduced ones are coloured by each vertex's distance to the full-space position
     (the blue -> red ramp of Compare with Bake). Workbench, Attribute colours.
     """
-    from neural_rom.addon.compare import error_colors
+    from neural_rom.addon.compare.bake import error_colors
     from neural_rom.core.geometry.tetmesh import TetMesh
 
     bpy.ops.wm.read_factory_settings(use_empty=True)

@@ -107,7 +107,7 @@ def _by_hand(scene, frames):
     """Local positions (F, n, 3) of the sheet's model stepped by hand from rest at frame 1
     over ``frames``: the ball as a sphere of its bounding box, the sheet's world matrix as
     the reference frame (its owner's motion), read from the scene frame by frame."""
-    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.io.paths import load_path
     from neural_rom.core.physics.colliders import Collider
     from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
@@ -136,7 +136,7 @@ def _by_hand(scene, frames):
 def _replay_errors(sheet, rec):
     """(F, n) distances of the model, stepped by hand from rest with a cloth bake's
     colliders and reference frame, from the bake's positions."""
-    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.io.paths import load_path
     from neural_rom.core.data.cache import BakeCache
     from neural_rom.core.physics.colliders import Collider
     from neural_rom.core.physics.sim import FrameInputs
@@ -162,8 +162,9 @@ def _replay_errors(sheet, rec):
 
 
 def test_cloth_bakes_are_the_objects_bakes(scene):
-    from neural_rom.addon import cloth, props
-    from neural_rom.addon.bakes import open_bake
+    from neural_rom.addon import props
+    from neural_rom.addon.kinds.cloth import model as cloth
+    from neural_rom.addon.kinds.fem.bake import open_bake
     from neural_rom.core import registry
 
     s = scene.sheet.neural_rom
@@ -198,9 +199,9 @@ def test_cloth_bakes_are_the_objects_bakes(scene):
 
 
 def test_play_bake_shows_a_cloth_bake_with_the_cloth_muted(scene):
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import cloth
-    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.io.paths import load_path
+    from neural_rom.addon.kinds.cloth import model as cloth
     from neural_rom.core.data.cache import BakeCache
 
     bpy, sheet, mod = scene.bpy, scene.sheet, _cloth(scene)
@@ -240,7 +241,8 @@ def test_cloth_bake_takes_the_number_of_processes(scene, monkeypatch):
 
 
 def test_refusals_change_nothing(scene, capsys):
-    from neural_rom.addon import clothbake, training
+    from neural_rom.addon import training
+    from neural_rom.addon.kinds.cloth import bake_job as clothbake
     from neural_rom.core.errors import NeuralRomError
     from neural_rom.ui import cli
 
@@ -296,8 +298,8 @@ def test_info_prints_what_applies_to_a_cloth(trained, capsys):
 
 
 def test_simulate_mutes_the_cloth_and_follows_the_runtime(trained):
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import cloth
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.cloth import model as cloth
 
     bpy, sheet, mod = trained.bpy, trained.sheet, _cloth(trained)
     frames = list(range(1, SIM_END + 1))
@@ -335,7 +337,7 @@ def test_an_edited_collider_is_a_new_collider_on_the_next_frame(trained):
     per bounding box; the recorded specs, per recording): a ball whose mesh is edited while
     the sheet simulates is the bigger ball from then on, as the runtime stepped by hand with
     the edited ball gives it, and the frames it touched are simulated again."""
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     bpy, sheet = trained.bpy, trained.sheet
     ball = bpy.data.objects["Ball"]
@@ -368,8 +370,8 @@ def test_an_edited_collider_is_a_new_collider_on_the_next_frame(trained):
 
 
 def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import export
+    from neural_rom.addon.io import export
+    from neural_rom.addon.io import mesh as bm
     from neural_rom.core.data.pc2 import read_pc2
     from neural_rom.ui import cli
 
@@ -425,8 +427,8 @@ def test_the_shown_frame_is_the_former_path_within_float32(trained):
     former path (decode, pins, push-out, inverse, cast: :func:`_former_mesh`) gives of the
     same state, and the world positions within 1e-12 m (the state's steps are untouched:
     the shown frame alone was fused)."""
-    from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate
+    from neural_rom.addon.io import mesh as bm
 
     bpy, sheet = trained.bpy, trained.sheet
     scene = bpy.context.scene
@@ -467,9 +469,9 @@ def test_a_model_file_written_over_while_simulating_drives_it_without_start(trai
     Start: mid-play once its stamp was read longer than STAMP_SECONDS ago (until then the
     frames are the kept model's: the file is not stat-ed every frame), and at once on the
     start frame; each time simulated from rest, as the runtime stepped by hand gives it."""
-    from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate
-    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.io.paths import load_path
     from neural_rom.core.data.modelfile import load_model, save_model
 
     bpy, sheet = trained.bpy, trained.sheet
@@ -520,7 +522,7 @@ def test_export_onnx_button_writes_the_step_with_its_linear_normals(trained):
     normal model): onnxruntime's step from rest gives the runtime's state, positions and
     normals (tests/test_onnx_export.py checks the rollout)."""
     ort = pytest.importorskip("onnxruntime", reason="the exported file is checked in onnxruntime")
-    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.io.paths import load_path
     from neural_rom.core.methods.snp import linear_normals
     from neural_rom.core.reduced.pose import IDENTITY
     from neural_rom.core.registry import load_simulator
@@ -546,7 +548,8 @@ def test_export_onnx_button_writes_the_step_with_its_linear_normals(trained):
 
 
 def test_compare_with_a_held_out_cloth_bake(trained):
-    from neural_rom.addon import cloth, compare
+    from neural_rom.addon.compare import bake as compare
+    from neural_rom.addon.kinds.cloth import model as cloth
     from neural_rom.ui import cli
 
     bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
@@ -603,7 +606,7 @@ def test_compare_methods_on_a_cloth_compares_what_trains_on_cloth(trained):
     """Compare Methods on the sheet (issue 25): snp, the method that trains on cloth bakes,
     trained and replayed on the held-out cloth bake; every other method listed with the
     reason; ``--use none`` leaves the object's model as it was."""
-    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.io.paths import load_path
     from neural_rom.core import registry
     from neural_rom.ui import cli
 
@@ -632,7 +635,7 @@ def test_compare_methods_on_a_cloth_compares_what_trains_on_cloth(trained):
 
 
 def test_a_saved_file_and_a_disabled_add_on_give_the_cloth_back(trained):
-    from neural_rom.addon import cloth
+    from neural_rom.addon.kinds.cloth import model as cloth
 
     bpy, sheet, tmp = trained.bpy, trained.sheet, trained.tmp
     mod = _cloth(trained)
@@ -656,7 +659,7 @@ def test_a_saved_file_and_a_disabled_add_on_give_the_cloth_back(trained):
     finally:
         trained.package.register()
     sheet.neural_rom.simulate = False
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     bm.restore_rest(sheet.data)
     mod.show_render = True
@@ -685,7 +688,8 @@ def test_a_changed_mesh_refuses_its_bakes_and_model(trained):
 def test_a_file_reopened_while_simulating_mutes_its_cloth_again(trained):
     """Last: it opens the copy saved mid-simulation (test_a_saved_file_...) in place of the
     module's file."""
-    from neural_rom.addon import cloth, simulate
+    from neural_rom.addon import simulate
+    from neural_rom.addon.kinds.cloth import model as cloth
 
     bpy = trained.bpy
     bpy.ops.wm.open_mainfile(filepath=str(trained.tmp / "saved_while_simulating.blend"))

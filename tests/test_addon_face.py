@@ -99,7 +99,7 @@ def _runtime(bpy, skin):
 
 
 def _key_sliders(skin, frame, code):
-    from neural_rom.addon import face
+    from neural_rom.addon.kinds.face import face
 
     for name, v in zip(face.slider_names(len(code)), code, strict=True):
         skin[name] = float(v)
@@ -108,7 +108,7 @@ def _key_sliders(skin, frame, code):
 
 def _jaw_matrix(skin):
     """The jaw's reference frame as the add-on computes it (skin-local, relative to rest)."""
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     f = skin.neural_rom.face
     rest = np.array(f.jaw_rest).reshape(4, 4)
@@ -275,7 +275,7 @@ def test_set_up_refuses_keys_of_another_vertex_count_and_slivers(tmp_path):
 
 
 def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
-    from neural_rom.addon import face
+    from neural_rom.addon.kinds.face import face
     from neural_rom.core.physics.sim import FrameInputs
 
     bpy, skin = _open(env)
@@ -320,7 +320,7 @@ def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
 
 
 def test_fit_sliders_to_a_held_out_key(env):
-    from neural_rom.addon import face
+    from neural_rom.addon.kinds.face import face
     from neural_rom.core.physics.sim import FrameInputs
 
     bpy, skin = _open(env)
@@ -351,8 +351,8 @@ def test_fit_sliders_to_a_held_out_key(env):
 
 
 def test_markers_at_a_training_key_recover_it(env, capsys):
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import face
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.face import face
     from neural_rom.core.kinds.face import inputs as fi
     from neural_rom.ui import cli
 
@@ -451,7 +451,7 @@ def test_markers_at_a_training_key_recover_it(env, capsys):
 
 
 def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):
-    from neural_rom.addon import face
+    from neural_rom.addon.kinds.face import face
     from neural_rom.core.data.pc2 import read_pc2
     from neural_rom.core.methods.active import play
     from neural_rom.ui import cli
@@ -508,7 +508,7 @@ def test_bake_simulation_and_headless_simulate_equal_the_runtime(env, tmp_path):
 
 
 def test_a_sphere_collider_pressed_into_the_cheek_pushes_the_skin(env):
-    from neural_rom.addon import face
+    from neural_rom.addon.kinds.face import face
 
     bpy, skin = _open(env)
     scene = bpy.context.scene

@@ -68,7 +68,7 @@ def start_playback(obj):
 
 
 def start_comparison(obj):
-    from neural_rom.addon import compare
+    from neural_rom.addon.compare import bake as compare
 
     bpy = compare.bpy
     ghost = bpy.data.objects.new(obj.name + compare.GHOST_SUFFIX, obj.data.copy())
@@ -85,7 +85,7 @@ MODES = {
 
 
 def is_on(obj, what: str) -> bool:
-    from neural_rom.addon import compare
+    from neural_rom.addon.compare import bake as compare
 
     return {
         "Simulation": obj.neural_rom.simulate,
@@ -96,7 +96,8 @@ def is_on(obj, what: str) -> bool:
 
 @pytest.mark.parametrize("what", list(MODES))
 def test_a_failing_frame_update_stops_the_mode_and_says_why(addon, status_bar, capsys, what):
-    from neural_rom.addon import compare, simulate
+    from neural_rom.addon import simulate
+    from neural_rom.addon.compare import bake as compare
 
     bpy = addon.bpy
     scene = bpy.context.scene

@@ -114,7 +114,7 @@ def test_train_with_other_objects_bakes(addon, store, tmp_path, capsys):
     with its family; the field's reference space is relative to each object's origin (the
     two bars, a metre apart, overlap there); the Train with Selected operator offers it and
     refuses a method that runs only on its own mesh."""
-    from neural_rom.addon import family
+    from neural_rom.addon.kinds.family import family
     from neural_rom.core.data.modelfile import load_model
     from neural_rom.core.errors import NeuralRomError
 
@@ -217,7 +217,7 @@ def test_refusals_and_the_out_of_domain_warning(addon, store, tmp_path, capsys):
     """A model that runs only on its own mesh is refused on another object (and Apply Mesh
     Edit with it); a bar twice the size is warned about (share and distance), from the
     operator and the CLI; a refusal changes nothing."""
-    from neural_rom.addon import family
+    from neural_rom.addon.kinds.family import family
 
     from .test_addon_train import select_only, train_in_process
 
@@ -289,8 +289,9 @@ def test_mesh_edit_during_simulate_continues_on_the_new_mesh(addon, store, tmp_p
     surface in the worker and swaps: the motion continues from frame 6 (no energy added),
     later frames run on the new mesh, scrubbing back shows the new mesh, the pinned end
     stays put, and Bake Simulation bakes the edited mesh's vertex count."""
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import family, simulate
+    from neural_rom.addon import simulate
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.family import family
 
     from .test_addon_train import select_only
 
@@ -306,7 +307,7 @@ def test_mesh_edit_during_simulate_continues_on_the_new_mesh(addon, store, tmp_p
     ke_before, q_before = d.sim.kinetic_energy(), d.sim.q.copy()
     n_before, nodes_before = len(a.data.vertices), d.n_nodes
     # what the saved .blend needs, and a Bake Simulation's Mesh Cache of the uncut bar
-    from neural_rom.addon.export import SIM_MODIFIER_NAME, wire_mesh_cache
+    from neural_rom.addon.io.export import SIM_MODIFIER_NAME, wire_mesh_cache
     from neural_rom.core.data.pc2 import write_pc2
 
     old_tets = bpy.path.abspath(a.neural_rom.tets_path)
@@ -370,8 +371,9 @@ def test_a_boolean_hole_applied_mid_simulate(addon, store, tmp_path):
     tenth of the hole's displacement: what is left is the bar's strain there).
     Against full space continued on the holed tets from frame 6 (its state carried over),
     the error is at most 2x the run's without the hole (the swap's time: bench/licrom.py)."""
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import family, simulate
+    from neural_rom.addon import simulate
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.family import family
     from neural_rom.core.geometry.embedding import embed_points
     from neural_rom.core.geometry.tetmesh import TetMesh
     from neural_rom.core.physics.sim import Simulation

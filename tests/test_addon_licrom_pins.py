@@ -84,7 +84,7 @@ def test_family_pinned_at_a_cap_tetgen_filled_trains_compares_and_simulates(
     """The cones' base caps carry TetGen nodes the bakes left free; the model pins exactly
     the pin group's nodes on each: the held-out rollout ran (no "skipped"), Compare with Bake
     replays both members' bakes (exit 0), and an unseen length simulates with its base held."""
-    from neural_rom.addon.tets import load_tets
+    from neural_rom.addon.kinds.fem.tets import load_tets
     from neural_rom.core.data.modelfile import load_model
     from neural_rom.core.data.pc2 import read_pc2
 

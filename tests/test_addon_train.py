@@ -47,7 +47,7 @@ def select_only(bpy, obj):
 
 
 def bake_in_process(obj, scene):
-    from neural_rom.addon.bakes import make_bake_job, on_bake_done
+    from neural_rom.addon.kinds.fem.bake import make_bake_job, on_bake_done
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
 
@@ -80,7 +80,7 @@ def trained_ball(bpy, **kw):
 
 
 def mesh_positions(obj):
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     return bm.get_positions(obj.data)
 
@@ -88,8 +88,8 @@ def mesh_positions(obj):
 def straight_run(bpy, obj, frames, colliders=None):
     """Local render positions of the reduced model stepped straight from rest, frame by
     frame, with core alone: the reference the scrubbed driver must reproduce."""
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon.tets import load_tets, render_world
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.fem.tets import load_tets, render_world
     from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
 
@@ -327,7 +327,7 @@ def test_bake_simulation_to_pc2(addon, blend_file, capsys):
     mod = obj.modifiers["Neural ROM Simulation"]
     assert mod.type == "MESH_CACHE" and bpy.path.abspath(mod.filepath) == str(out)
     assert mod.frame_start == 3.0
-    from neural_rom.addon.paths import cache_dir
+    from neural_rom.addon.io.paths import cache_dir
 
     assert (cache_dir(obj) / "logs").is_dir()  # the job's log, kept
     assert not list(cache_dir(obj).glob("simulate*.job"))  # its gathered inputs, removed
@@ -438,9 +438,9 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     pins with the object, the model learns in the pins' frame, and Simulate keeps the pinned
     vertices on the animated object (local rest positions) while the free end swings,
     identically when scrubbed and when stepped straight through with core."""
-    from neural_rom.addon import blender_mesh as bm
     from neural_rom.addon import simulate
-    from neural_rom.addon.tets import load_tets, render_world
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.fem.tets import load_tets, render_world
     from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
 
@@ -502,7 +502,7 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     simulate.stop_simulation(obj)
 
     # Bake Simulation's worker gets the animation as gathered matrices: the same frames
-    from neural_rom.addon.export import export_simulation_pc2
+    from neural_rom.addon.io.export import export_simulation_pc2
     from neural_rom.core.data.pc2 import read_pc2
 
     path, stats = export_simulation_pc2(obj, blend_file.parent / "arm.pc2", frame_start=9)
@@ -693,7 +693,7 @@ def test_a_kept_linear_model_is_named_after_its_method(addon, blend_file):
     (the file moved, nothing left under the autoencoder's name), its method linear. A kept
     autoencoder, and a file the job did not name after the method, keep their names."""
     from neural_rom.addon import training
-    from neural_rom.addon.paths import cache_dir
+    from neural_rom.addon.io.paths import cache_dir
 
     bpy = addon.bpy
     obj = ball(bpy)

@@ -274,7 +274,7 @@ def test_bake_play_export_clear_through_the_operators(addon, blend_file):
 
 
 def test_playback_operator_refuses_a_stale_bake(addon, blend_file):
-    from neural_rom.addon.bakes import make_bake_job, on_bake_done
+    from neural_rom.addon.kinds.fem.bake import make_bake_job, on_bake_done
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
 
@@ -409,8 +409,13 @@ def test_panels_draw_for_every_role(addon, blend_file):
 
     select_only(bpy, obj)
     bpy.ops.neural_rom.tetrahedralize()
-    from neural_rom.addon.bakes import make_bake_job, on_bake_done, start_playback, stop_playback
-    from neural_rom.addon.preview import build_preview
+    from neural_rom.addon.kinds.fem.bake import (
+        make_bake_job,
+        on_bake_done,
+        start_playback,
+        stop_playback,
+    )
+    from neural_rom.addon.kinds.fem.preview import build_preview
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
 
@@ -481,7 +486,7 @@ def test_a_collision_object_the_bake_ignores_is_named_in_a_warning(addon, blend_
     """A ground set up for Blender's own physics (a Collision modifier, role None) is not
     part of an FEM bake (its shape is unknown): Bake says so and still starts; once it is a
     Collider the bake uses it and the warning is gone."""
-    from neural_rom.addon.bakes import make_bake_job
+    from neural_rom.addon.kinds.fem.bake import make_bake_job
 
     bpy = addon.bpy
     obj = ball(bpy, frames=1)

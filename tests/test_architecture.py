@@ -117,12 +117,40 @@ def test_import_cycles_are_seen():
     assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
+def nested_imports(folder: Path) -> dict[str, set[str]]:
+    """Which modules of ``folder`` (its subpackages included, as dotted names relative to it:
+    ``kinds.fem.bake``) each of its modules imports, at module level or inside a function."""
+    mods = {}
+    for p in folder.rglob("*.py"):
+        parts = list(p.relative_to(folder).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    graph = {}
+    for name, p in mods.items():
+        pkg = name.split(".") if p.name == "__init__.py" else name.split(".")[:-1]
+        pkg = [x for x in pkg if x]
+        found = set()
+        for node in ast.walk(ast.parse(p.read_text(), filename=str(p))):
+            if not isinstance(node, ast.ImportFrom) or node.level == 0:
+                continue
+            if node.level - 1 > len(pkg):
+                continue  # leaves the folder
+            base = pkg[: len(pkg) - (node.level - 1)] + (
+                node.module.split(".") if node.module else []
+            )
+            for a in node.names:
+                sub = ".".join(base + [a.name])
+                found.add(sub if sub in mods else ".".join(base))
+        graph[name] = (found & set(mods)) - {name, ""}
+    return graph
+
+
 def test_addon_modules_import_each_other_without_cycles():
     # A cycle hides which module is the lower layer (and a function-level import that
     # breaks one at import time still ties the two together): the add-on reads bottom up,
-    # paths -> tets -> bakes -> simulate -> export, compare -> playback (the frame handler).
-    graph = sibling_imports(ROOT / "addon")
-    assert {"paths", "tets", "bakes", "simulate"} <= set(graph)  # the walk sees the layout
+    # io.paths -> kinds.fem.tets -> kinds.fem.bake -> simulate -> io.export, compare ->
+    # playback (the frame handler).
+    graph = nested_imports(ROOT / "addon")
+    assert {"io.paths", "kinds.fem.tets", "kinds.fem.bake", "simulate"} <= set(graph)
     assert not import_cycles(graph), "import cycles in addon/: " + "; ".join(
         " -> ".join(c) for c in import_cycles(graph)
     )
@@ -312,6 +340,12 @@ def test_old_module_paths_give_the_same_module_objects():
         "for old, new in ui_moved.MOVED.items():\n"
         "    a = importlib.import_module('neural_rom.' + old)\n"
         "    assert a is importlib.import_module('neural_rom.' + new), old\n"
+        "from neural_rom.addon import _moved as addon_moved\n"
+        "for old, new in addon_moved.MOVED.items():\n"
+        "    a = importlib.import_module('neural_rom.' + old)\n"
+        "    assert a is importlib.import_module('neural_rom.' + new), old\n"
+        "import neural_rom.addon.compare as cmp, neural_rom.addon.compare.bake as cb\n"
+        "assert cmp.error_colors is cb.error_colors and cmp.methods.__name__.endswith('methods')\n"
         "import neural_rom, neural_rom.operators.bake as ob\n"
         "assert ob is sys.modules['neural_rom.ui.operators.bake']\n"
         "assert neural_rom.addon.cli.main is neural_rom.ui.cli.main\n"
@@ -328,6 +362,14 @@ def test_an_old_module_name_monkeypatched_is_the_new_one(monkeypatch):
 
     monkeypatch.setattr("neural_rom.core.fem.PRESETS", {"x": 1})  # move29: keep
     assert old is new and new.PRESETS == {"x": 1}
+
+
+def test_an_old_addon_module_name_monkeypatched_is_the_new_one(monkeypatch):
+    from neural_rom.addon import bakes as old  # move29: keep
+    from neural_rom.addon.kinds.fem import bake as new
+
+    monkeypatch.setattr("neural_rom.addon.bakes.forget", len)  # move29: keep
+    assert old is new and new.forget is len
 
 
 def test_r2_no_import_cycle_in_any_package():
@@ -350,7 +392,7 @@ R3_ALLOWED = {
     ("core/jobs/compare_methods.py", "pca"): "Compare Methods' resumable state.json stores "
     "the baseline under the key 'pca' (and its model as BASELINE_FILE 'pca.nrmodel'); files "
     "on disk keep it",
-    ("addon/methodcompare.py", "pca"): "the same stored state key, handed to the job's spec",
+    ("addon/compare/methods.py", "pca"): "the same stored state key, handed to the job's spec",
     ("training/autoencoder/trainer.py", "pca"): "the autoencoder's own PCA-layer fallback "
     "(PCA-r in its network's place), stored as the model's 'fallback' metadata",
     ("core/methods/active/settings.py", "linear"): "the stored enum value of active faces' "
@@ -498,15 +540,15 @@ def test_r6_no_ui_module_over_800_lines():
 #: R7: the function-local imports of package modules that stay, by "file:imported name",
 #: each with its reason (Blender's start-up time, an optional dependency, a layer above)
 LOCAL_IMPORTS = {
-    "ui/registration.py:addon.cloth": "Blender start-up: the modules load at register(), not "
+    "ui/registration.py:addon.kinds.cloth.model": "Blender start-up: the modules load at register(), not "
     "when Blender lists the extension, and a register() after a reload sees reloaded ones",
-    "ui/registration.py:addon.playback": "as addon.cloth",
-    "ui/registration.py:addon.prefs": "as addon.cloth",
-    "ui/registration.py:addon.props": "as addon.cloth",
-    "ui/registration.py:ui.cli": "as addon.cloth",
-    "ui/registration.py:ui.operators": "as addon.cloth",
-    "ui/registration.py:ui.panels": "as addon.cloth",
-    "ui/registration.py:ui.operators.jobs": "as addon.cloth",
+    "ui/registration.py:addon.playback": "as addon.kinds.cloth.model",
+    "ui/registration.py:addon.prefs": "as addon.kinds.cloth.model",
+    "ui/registration.py:addon.props": "as addon.kinds.cloth.model",
+    "ui/registration.py:ui.cli": "as addon.kinds.cloth.model",
+    "ui/registration.py:ui.operators": "as addon.kinds.cloth.model",
+    "ui/registration.py:ui.panels": "as addon.kinds.cloth.model",
+    "ui/registration.py:ui.operators.jobs": "as addon.kinds.cloth.model",
     "ui/cli/main.py:register": "the layer above: a plain script's first command registers the "
     "extension through the package root, whose registration imports the command line",
 }

@@ -220,8 +220,8 @@ def test_replay_refuses_a_model_that_does_not_fit(tmp_path):
 
 def _by_hand(bpy, obj, rec):
     """Reduced and full render positions (world) of every bake frame, stepped by hand."""
-    from neural_rom.addon.bakes import RenderMap
-    from neural_rom.addon.tets import load_tets, render_world
+    from neural_rom.addon.kinds.fem.bake import RenderMap
+    from neural_rom.addon.kinds.fem.tets import load_tets, render_world
     from neural_rom.core.registry import load_simulator
 
     rm = RenderMap(obj, rec)
@@ -247,8 +247,9 @@ def _attr(obj, name):
 def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
     import os
 
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon import compare, jobs, simulate
+    from neural_rom.addon import jobs, simulate
+    from neural_rom.addon.compare import bake as compare
+    from neural_rom.addon.io import mesh as bm
 
     from .test_addon_ui import draw_all, panels, texts
 
@@ -273,7 +274,7 @@ def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
     assert info["mean_error"] == pytest.approx(err.mean(), rel=1e-9)
     assert info["frames"] == rec.frames == len(err)
     # the closest shapes (the model's PCA projection of each bake frame), on the render mesh
-    from neural_rom.addon.tets import load_tets, render_world
+    from neural_rom.addon.kinds.fem.tets import load_tets, render_world
     from neural_rom.core.registry import load_simulator
 
     sim, _ = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
@@ -363,7 +364,8 @@ def test_compare_bake_ghost_errors_clear_and_reload(addon, blend_file):
 
 
 def test_compare_refuses_foreign_model_stale_bake_and_a_taken_name(addon, blend_file):
-    from neural_rom.addon import compare, jobs
+    from neural_rom.addon import jobs
+    from neural_rom.addon.compare import bake as compare
 
     bpy = addon.bpy
     scene = bpy.context.scene

@@ -62,7 +62,7 @@ def compared(tmp_path_factory):
 
 
 def _plan(obj, **kw):
-    from neural_rom.addon import methodcompare
+    from neural_rom.addon.compare import methods as methodcompare
     from neural_rom.ui.cli import build_parser, given_settings
 
     args = build_parser().parse_args(["compare-methods", *QUICK])
@@ -135,7 +135,7 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
 def test_the_bake_drew_its_variants_picture(compared):
     """The bar's 3 drawn variants: their picture in the cache, one 40-pixel row each, and the
     image the Bake panel shows holds it."""
-    from neural_rom.addon import bakes
+    from neural_rom.addon.kinds.fem import bake as bakes
 
     obj = compared["obj"]
     path = compared["folder"] / "neural_rom" / "Bar" / bakes.VARIANTS_PICTURE
@@ -147,7 +147,7 @@ def test_the_bake_drew_its_variants_picture(compared):
 def test_table_numbers_are_each_methods_own_compare(compared):
     """A re-run keeps both methods (nothing trains again); each one's model, recorded on the
     object, replayed by the ``compare`` command gives the table's numbers to 1e-9."""
-    from neural_rom.addon import methodcompare
+    from neural_rom.addon.compare import methods as methodcompare
 
     obj = compared["obj"]
     job = _plan(obj)
@@ -223,7 +223,7 @@ def _count(calls):
 
 
 def test_refusals_change_nothing(compared):
-    from neural_rom.addon import methodcompare
+    from neural_rom.addon.compare import methods as methodcompare
     from neural_rom.core.errors import NeuralRomError
 
     obj = compared["obj"]
@@ -287,7 +287,7 @@ def test_use_makes_a_rows_model_the_objects(compared):
     """``--use <method>`` and the panel's "use this row" button make that row's model the
     object's (the comparison kept, nothing trained again); a row without a model is refused
     saying why, and changes nothing."""
-    from neural_rom.addon import methodcompare
+    from neural_rom.addon.compare import methods as methodcompare
     from neural_rom.core.errors import NeuralRomError
 
     bpy, obj = compared["bpy"], compared["obj"]
@@ -336,6 +336,6 @@ def test_the_users_shot_is_replayed_never_trained_on(compared):
 
 
 def _abs(path: str) -> str:
-    from neural_rom.addon.paths import load_path
+    from neural_rom.addon.io.paths import load_path
 
     return str(load_path(path))

@@ -257,7 +257,7 @@ def _key_swing(target, path, frames=((1, 0.0), (12, 0.5), (24, -0.4), (36, 0.0))
 def test_bake_draws_from_the_objects_keys_and_from_a_bones(addon):
     """The source is the object's world frame over its animation: its own keys, or the pose
     of the armature bone it hangs from; the scene's frame is kept."""
-    from neural_rom.addon import bakes
+    from neural_rom.addon.kinds.fem import bake as bakes
 
     bpy = addon.bpy
     scene = bpy.context.scene
@@ -287,7 +287,7 @@ def test_bake_draws_from_the_objects_keys_and_from_a_bones(addon):
 
 
 def test_bake_motion_refusals_and_the_default_scenario(addon):
-    from neural_rom.addon import bakes
+    from neural_rom.addon.kinds.fem import bake as bakes
 
     bpy = addon.bpy
     scene = bpy.context.scene

@@ -308,7 +308,7 @@ def test_toy_method_is_found_trains_in_the_worker_and_plays(
     s.simulate = False
 
     # Bake Simulation plays it in a worker, which finds it through method_origin too
-    from neural_rom.addon import export
+    from neural_rom.addon.io import export
     from neural_rom.core.data.pc2 import read_pc2
 
     job = export.make_simulation_job(obj, scene)

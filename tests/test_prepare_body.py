@@ -107,9 +107,9 @@ def test_the_add_on_bake_job_prepares_the_body_through_core(addon, blend_file):
     and its triangles, to the bit: a closed render mesh (per-tet material) and an open one
     (Suzanne: the cage's material, the render surface's contact points)."""
     bpy = addon.bpy
-    from neural_rom.addon import blender_mesh as bm
-    from neural_rom.addon.bakes import make_bake_job
-    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds.fem.bake import make_bake_job
+    from neural_rom.addon.kinds.fem.tets import load_tets, tetrahedralize_object
     from neural_rom.core.data import meshfile
 
     bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.5, location=(0.3, -0.2, 1.5))

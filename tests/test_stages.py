@@ -15,7 +15,7 @@ from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)
 
 
 def _bm():
-    from neural_rom.addon import blender_mesh
+    from neural_rom.addon.io import mesh as blender_mesh
 
     return blender_mesh
 
@@ -31,7 +31,7 @@ def make_ball(bpy, name="Ball", location=(0.0, 0.0, 1.0), radius=0.5):
 
 def run_bake(obj, scene, **kw):
     """Bake the object's job in-process (what the worker does) and record it."""
-    from neural_rom.addon.bakes import make_bake_job, on_bake_done
+    from neural_rom.addon.kinds.fem.bake import make_bake_job, on_bake_done
     from neural_rom.core import bake
     from neural_rom.core.data import meshfile
 
@@ -47,7 +47,7 @@ def run_bake(obj, scene, **kw):
 
 
 def test_cache_dir_needs_a_saved_file_when_relative(addon):
-    from neural_rom.addon.paths import cache_dir
+    from neural_rom.addon.io.paths import cache_dir
 
     bpy = addon.bpy
     obj = make_ball(bpy)
@@ -56,7 +56,7 @@ def test_cache_dir_needs_a_saved_file_when_relative(addon):
 
 
 def test_cache_dir_relative_to_blend_and_stored_relative(addon, blend_file):
-    from neural_rom.addon.paths import cache_dir, store_path
+    from neural_rom.addon.io.paths import cache_dir, store_path
 
     bpy = addon.bpy
     obj = make_ball(bpy, name="My Ball")
@@ -67,7 +67,7 @@ def test_cache_dir_relative_to_blend_and_stored_relative(addon, blend_file):
 
 
 def test_cache_dir_unwritable_is_a_clear_error(addon, tmp_path):
-    from neural_rom.addon.paths import cache_dir
+    from neural_rom.addon.io.paths import cache_dir
 
     bpy = addon.bpy
     blocker = tmp_path / "not_a_dir"
@@ -79,7 +79,7 @@ def test_cache_dir_unwritable_is_a_clear_error(addon, tmp_path):
 
 
 def test_cache_dir_from_preferences(addon, tmp_path):
-    from neural_rom.addon.paths import cache_dir
+    from neural_rom.addon.io.paths import cache_dir
 
     addon.prefs.cache_dir = str(tmp_path / "prefcache")
     obj = make_ball(addon.bpy)
@@ -161,7 +161,7 @@ def test_collider_shapes_from_empties_and_meshes(addon):
 
 def test_tetrahedralize_cube_keeps_surface_and_stores_relative(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+    from neural_rom.addon.kinds.fem.tets import load_tets, tetrahedralize_object
 
     bpy.ops.mesh.primitive_cube_add(size=1.0, location=(0.0, 0.0, 2.0))
     cube = bpy.context.object
@@ -180,7 +180,7 @@ def test_tetrahedralize_cube_keeps_surface_and_stores_relative(addon, blend_file
 
 def test_monkey_goes_through_the_cage(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+    from neural_rom.addon.kinds.fem.tets import load_tets, tetrahedralize_object
 
     bpy.ops.mesh.primitive_monkey_add()
     monkey = bpy.context.object
@@ -203,9 +203,9 @@ def test_monkey_goes_through_the_cage(addon, blend_file):
 
 def test_settings_survive_save_reload_and_a_moved_folder(addon, blend_file, tmp_path):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import find_bake, open_bake
-    from neural_rom.addon.paths import load_path
-    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+    from neural_rom.addon.io.paths import load_path
+    from neural_rom.addon.kinds.fem.bake import find_bake, open_bake
+    from neural_rom.addon.kinds.fem.tets import load_tets, tetrahedralize_object
 
     obj = make_ball(bpy)
     obj.neural_rom.material_preset = "jelly"
@@ -234,8 +234,8 @@ def test_settings_survive_save_reload_and_a_moved_folder(addon, blend_file, tmp_
 
 def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import make_bake_job
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.kinds.fem.bake import make_bake_job
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     scene = bpy.context.scene
     obj = make_ball(bpy)
@@ -278,8 +278,8 @@ def test_bake_job_samples_collider_animation_and_restores_frame(addon, blend_fil
 
 def test_pins_animated_with_the_object(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import make_bake_job
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.kinds.fem.bake import make_bake_job
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     scene = bpy.context.scene
     bpy.ops.mesh.primitive_cube_add(size=1.0)
@@ -313,8 +313,8 @@ def test_pins_animated_with_the_object(addon, blend_file):
 
 def test_pin_errors_name_the_group(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import make_bake_job
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.kinds.fem.bake import make_bake_job
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     obj = make_ball(bpy)
     tetrahedralize_object(obj)
@@ -335,8 +335,8 @@ def test_pin_errors_name_the_group(addon, blend_file):
 
 def test_bake_job_refuses_an_edited_mesh(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import make_bake_job
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.kinds.fem.bake import make_bake_job
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     obj = make_ball(bpy)
     tetrahedralize_object(obj)
@@ -361,7 +361,7 @@ def _transformed_ball(bpy):
 
 
 def _expected_local(obj, cache, k, embedding=None, n_surface=None):
-    from neural_rom.addon import blender_mesh as bm
+    from neural_rom.addon.io import mesh as bm
 
     P = np.asarray(cache.channel("positions")[k])
     R = embedding.apply(P) if embedding is not None else P[:n_surface]
@@ -370,8 +370,8 @@ def _expected_local(obj, cache, k, embedding=None, n_surface=None):
 
 def test_playback_writes_cached_frames_in_local_space(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import find_bake, open_bake
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.kinds.fem.bake import find_bake, open_bake
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     scene = bpy.context.scene
     obj = _transformed_ball(bpy)
@@ -402,8 +402,8 @@ def test_playback_writes_cached_frames_in_local_space(addon, blend_file):
 
 def test_playback_through_the_embedding(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import find_bake, open_bake, start_playback, stop_playback
-    from neural_rom.addon.tets import load_tets, tetrahedralize_object
+    from neural_rom.addon.kinds.fem.bake import find_bake, open_bake, start_playback, stop_playback
+    from neural_rom.addon.kinds.fem.tets import load_tets, tetrahedralize_object
 
     scene = bpy.context.scene
     obj = _transformed_ball(bpy)
@@ -424,9 +424,9 @@ def test_playback_through_the_embedding(addon, blend_file):
 
 def test_stale_bake_refused_and_scene_unchanged(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import start_playback
-    from neural_rom.addon.export import export_pc2
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.io.export import export_pc2
+    from neural_rom.addon.kinds.fem.bake import start_playback
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     scene = bpy.context.scene
     obj = make_ball(bpy)
@@ -453,9 +453,9 @@ def test_export_pc2_wires_a_mesh_cache_modifier(addon, blend_file):
     from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
-    from neural_rom.addon.bakes import find_bake, open_bake
-    from neural_rom.addon.export import export_pc2
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.io.export import export_pc2
+    from neural_rom.addon.kinds.fem.bake import find_bake, open_bake
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     scene = bpy.context.scene
     obj = _transformed_ball(bpy)
@@ -485,8 +485,8 @@ def test_export_pc2_wires_a_mesh_cache_modifier(addon, blend_file):
 
 def test_clear_bakes_deletes_only_bakes(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import clear_bakes
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.kinds.fem.bake import clear_bakes
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     obj = make_ball(bpy)
     obj.neural_rom.frames = 1
@@ -505,8 +505,8 @@ def test_clear_bakes_deletes_only_bakes(addon, blend_file):
 
 def test_preview_and_cutaway(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.preview import build_preview, remove_preview
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.kinds.fem.preview import build_preview, remove_preview
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     obj = make_ball(bpy)
     tetrahedralize_object(obj)
@@ -524,9 +524,9 @@ def test_animated_object_plays_back_in_place(addon, blend_file):
     from neural_rom.core.data.pc2 import read_pc2
 
     bpy = addon.bpy
-    from neural_rom.addon.bakes import find_bake, open_bake, start_playback, stop_playback
-    from neural_rom.addon.export import export_pc2
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.io.export import export_pc2
+    from neural_rom.addon.kinds.fem.bake import find_bake, open_bake, start_playback, stop_playback
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     bm = _bm()
     scene = bpy.context.scene
@@ -557,9 +557,9 @@ def test_animated_object_plays_back_in_place(addon, blend_file):
 
 def test_shape_keys_refuse_playback_but_export(addon, blend_file):
     bpy = addon.bpy
-    from neural_rom.addon.bakes import start_playback
-    from neural_rom.addon.export import export_pc2
-    from neural_rom.addon.tets import tetrahedralize_object
+    from neural_rom.addon.io.export import export_pc2
+    from neural_rom.addon.kinds.fem.bake import start_playback
+    from neural_rom.addon.kinds.fem.tets import tetrahedralize_object
 
     obj = make_ball(bpy)
     obj.neural_rom.frames = 1
@@ -576,7 +576,7 @@ def test_shape_keys_refuse_playback_but_export(addon, blend_file):
 
 def test_tetgen_never_runs_in_blenders_process(addon, blend_file, monkeypatch):
     """Tetrahedralize is a worker job: the meshers are out of reach here and it still works."""
-    from neural_rom.addon.tets import JOB_STEM, load_tets, tetrahedralize_object
+    from neural_rom.addon.kinds.fem.tets import JOB_STEM, load_tets, tetrahedralize_object
     from neural_rom.core.geometry import cage, mesher
     from neural_rom.core.jobs import tetrahedralize as tetjob
 
@@ -600,7 +600,7 @@ def test_a_crashing_tetrahedralize_leaves_the_object_as_it_was(addon, blend_file
     import stat
     import sys
 
-    from neural_rom.addon.tets import JOB_STEM, load_tets, tetrahedralize_object
+    from neural_rom.addon.kinds.fem.tets import JOB_STEM, load_tets, tetrahedralize_object
     from neural_rom.core.jobs import JobError
 
     bpy = addon.bpy

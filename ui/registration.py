@@ -59,7 +59,8 @@ def _step(name: str, do: Callable[[], None], undo: Callable[[], None]) -> None:
 def _steps():
     """The registration steps; modules are imported here so a fresh register() sees
     reloaded modules."""
-    from ..addon import cloth, playback, prefs, props
+    from ..addon import playback, prefs, props
+    from ..addon.kinds.cloth import model as cloth
     from . import cli, operators, panels
     from .operators import jobs
 

@@ -12,7 +12,7 @@ def run_cloth_bake(spec: dict) -> dict:
     (``addon.clothbake.run``); this process must have ``bpy`` (Blender itself in
     ``--background``, or a Python with the PyPI ``bpy``)."""
     try:
-        run = resolve("addon.clothbake:run")
+        run = resolve("addon.kinds.cloth.bake_job:run")
     except ModuleNotFoundError as exc:
         if exc.name != "bpy":
             raise

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import bpy
 
-from ...addon import bakes, jobs
-from ...addon.paths import cache_dir, load_path
+from ...addon import jobs
+from ...addon.io.paths import cache_dir, load_path
+from ...addon.kinds.fem import bake as bakes
 from ...core.bake.scenarios import defaults_help
 from .common import (
     EXIT_OK,

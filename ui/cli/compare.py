@@ -9,7 +9,9 @@ import json
 
 import bpy
 
-from ...addon import compare, jobs, methodcompare
+from ...addon import jobs
+from ...addon.compare import bake as compare
+from ...addon.compare import methods as methodcompare
 from ...core import registry
 from ...core.data.files import ensure_writable_dir, json_default, write_atomic
 from ...core.jobs.compare_methods import table_text

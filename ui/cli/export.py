@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bpy
 
-from ...addon import export
+from ...addon.io import export
 from .common import EXIT_OK, abspath, out_paths, say, select_objects, target_parser
 
 

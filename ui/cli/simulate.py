@@ -7,7 +7,8 @@ import sys
 
 import bpy
 
-from ...addon import export, family
+from ...addon.io import export
+from ...addon.kinds.family import family
 from .common import EXIT_OK, UserError, abspath, out_paths, parse_frames, say, select_objects
 
 

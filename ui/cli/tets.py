@@ -3,7 +3,7 @@ panel's Tetrahedralize does."""
 
 from __future__ import annotations
 
-from ...addon import tets
+from ...addon.kinds.fem import tets
 from .common import EXIT_OK, options_given, positive_int, say, select_objects
 
 #: option dest -> the object's setting it overrides

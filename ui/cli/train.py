@@ -9,8 +9,8 @@ import textwrap
 import bpy
 
 from ...addon import jobs, training
-from ...addon.face import fit_lines
-from ...addon.family import make_family_train_job
+from ...addon.kinds.face.face import fit_lines
+from ...addon.kinds.family.family import make_family_train_job
 from ...core import registry
 from .common import (
     EXIT_OK,

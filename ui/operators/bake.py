@@ -7,7 +7,8 @@ import functools
 import bpy
 from bpy.props import BoolProperty, IntProperty
 
-from ...addon import bakes, props
+from ...addon import props
+from ...addon.kinds.fem import bake as bakes
 from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from ...addon import compare, methodcompare
-from ...addon.methodcompare import ROWS_PROP
+from ...addon.compare import bake as compare
+from ...addon.compare import methods as methodcompare
+from ...addon.compare.methods import ROWS_PROP
 from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job
 

@@ -8,7 +8,8 @@ import functools
 import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from ...addon import export, simulate, training
+from ...addon import simulate, training
+from ...addon.io import export
 from ...addon.prefs import REL_PATH
 from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, launch_job, run_toggle, toggle_items

@@ -5,7 +5,8 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from ...addon import bakes, export
+from ...addon.io import export
+from ...addon.kinds.fem import bake as bakes
 from ...addon.prefs import REL_PATH
 from ...core.errors import NeuralRomError
 from ._common import active_deformable, fail, run_toggle, toggle_items

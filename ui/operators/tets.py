@@ -5,7 +5,8 @@ from __future__ import annotations
 import bpy
 from bpy.props import BoolProperty
 
-from ...addon import jobs, preview, tets
+from ...addon import jobs
+from ...addon.kinds.fem import preview, tets
 from ...core.errors import JobCancelled, NeuralRomError
 from ._common import active_object, fail
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bpy
 
-from ...addon.bakes import variants_image_name
+from ...addon.kinds.fem.bake import variants_image_name
 from ...core.bake.scenarios import describe
 from .common import DeformableSub, FemSub, deformable, format_bytes
 from .jobs import draw_jobs

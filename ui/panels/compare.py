@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bpy
 
-from ...addon import compare
+from ...addon.compare import bake as compare
 from .common import DeformableSub, deformable
 from .jobs import draw_jobs
 

@@ -7,8 +7,8 @@ import textwrap
 
 import bpy
 
-from ...addon import blender_mesh as bm
-from ...addon.paths import cache_base
+from ...addon.io import mesh as bm
+from ...addon.io.paths import cache_base
 from ...core.errors import NeuralRomError
 from .common import Sidebar, active
 

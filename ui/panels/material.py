@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bpy
 
-from ...addon.bakes import scene_dt
+from ...addon.kinds.fem.bake import scene_dt
 from .common import FemSub, deformable
 
 

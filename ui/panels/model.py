@@ -6,8 +6,8 @@ from __future__ import annotations
 import bpy
 
 from ...addon import training
-from ...addon.methodcompare import LINES_PROP, ROWS_PROP
-from ...addon.reference import runs_on_other_meshes
+from ...addon.compare.methods import LINES_PROP, ROWS_PROP
+from ...addon.kinds.family.reference import runs_on_other_meshes
 from ...core import registry
 from .common import DeformableSub, deformable
 from .jobs import draw_jobs

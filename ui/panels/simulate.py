@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import bpy
 
-from ...addon import bakes, simulate
+from ...addon import simulate
+from ...addon.kinds.fem import bake as bakes
 from .common import DeformableSub, deformable
 from .jobs import draw_jobs
 from .kinds.family import draw_family_simulate

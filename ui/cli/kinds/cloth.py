@@ -7,7 +7,9 @@ from pathlib import Path
 
 import bpy
 
-from ....addon import cloth, clothbake, jobs
+from ....addon import jobs
+from ....addon.kinds.cloth import bake_job as clothbake
+from ....addon.kinds.cloth import model as cloth
 from ..common import (
     EXIT_OK,
     UserError,

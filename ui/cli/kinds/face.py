@@ -8,7 +8,8 @@ import argparse
 
 import bpy
 
-from ....addon import face, jobs
+from ....addon import jobs
+from ....addon.kinds.face import face
 from ....core.errors import NeuralRomError
 from ....core.kinds.face.inputs import MARKER_LAYOUTS
 from ..common import EXIT_OK, UserError, command, say, select_objects

@@ -8,7 +8,8 @@ import functools
 import bpy
 from bpy.props import IntProperty
 
-from ....addon import cloth, clothbake
+from ....addon.kinds.cloth import bake_job as clothbake
+from ....addon.kinds.cloth import model as cloth
 from .._common import active_deformable, launch_job
 
 

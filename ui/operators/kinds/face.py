@@ -6,7 +6,8 @@ from __future__ import annotations
 import bpy
 from bpy.props import EnumProperty, IntProperty, StringProperty
 
-from ....addon import face, jobs
+from ....addon import jobs
+from ....addon.kinds.face import face
 from ....core.errors import NeuralRomError
 from ....core.kinds.face.inputs import MARKER_LAYOUTS
 from .._common import active_deformable, active_object, fail, launch_job

@@ -9,7 +9,8 @@ import functools
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from ....addon import family, reference, training
+from ....addon import training
+from ....addon.kinds.family import family, reference
 from ....core.errors import NeuralRomError
 from .._common import active_deformable, fail, launch_job
 

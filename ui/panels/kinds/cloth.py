@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bpy
 
-from ....addon import cloth
+from ....addon.kinds.cloth import model as cloth
 from ..common import DeformableSub, deformable
 from ..jobs import draw_jobs
 

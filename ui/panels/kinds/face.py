@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bpy
 
-from ....addon import face
+from ....addon.kinds.face import face
 from ..jobs import draw_jobs
 
 

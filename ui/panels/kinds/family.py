@@ -3,7 +3,7 @@ Reduced Model and Simulate panels."""
 
 from __future__ import annotations
 
-from ....addon import family, reference
+from ....addon.kinds.family import family, reference
 
 
 def draw_family_train(layout, obj) -> None:

@@ -18,11 +18,11 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core.data.files import job_folder
-from ..core.errors import NeuralRomError
-from . import blender_mesh as bm
-from . import simulate
-from .bakes import RenderMap, find_bake, stop_playback
+from ...core.data.files import job_folder
+from ...core.errors import NeuralRomError
+from .. import simulate
+from ..kinds.fem.bake import RenderMap, find_bake, stop_playback
+from . import mesh as bm
 from .paths import cache_dir, scene_of, store_path
 
 MODIFIER_NAME = "Neural ROM Cache"
@@ -62,7 +62,7 @@ def export_onnx(
     mesh). Returns the graph's description (inputs, outputs, metadata). Runs here, not in a
     worker: it takes a fraction of a second, and needs the ``onnx`` package in this Python
     (the message says so when it is missing)."""
-    from ..core.data.onnx import export_onnx as write_onnx
+    from ...core.data.onnx import export_onnx as write_onnx
 
     model, mesh_hash, _ = simulate.check_model(obj, scene)
     if path is None:
@@ -87,7 +87,7 @@ def export_pc2(
     plays back in place under an animated transform. Playback, if on, is stopped: the
     modifier now shows the bake.
     """
-    from ..core.data.pc2 import write_pc2
+    from ...core.data.pc2 import write_pc2
 
     rec = find_bake(obj, bake_path)
     rm = RenderMap(obj, rec)
@@ -162,8 +162,8 @@ def make_simulation_job(
     dict: ``kind`` "simulate", the spec of :func:`..core.simjob.simulate_to_pc2`,
     ``folder`` (the job folder) and ``log_dir``.
     """
-    from ..core.jobs.simulate import TRACK_FILE, write_track
-    from . import face
+    from ...core.jobs.simulate import TRACK_FILE, write_track
+    from ..kinds.face import face
 
     scene = scene or scene_of(obj)
     start = int(scene.frame_start if frame_start is None else frame_start)
@@ -200,7 +200,7 @@ def make_simulation_job(
         )
     folder = job_folder(cache_dir(obj), SIM_JOB_STEM)
     if obj.neural_rom.model.kind == "cloth":  # its colliders as baked, its own reference frame
-        from .cloth import track
+        from ..kinds.cloth.model import track
 
         inputs = write_track(folder / TRACK_FILE, track(obj, cols, mats, f0))
     else:
@@ -236,7 +236,7 @@ def on_simulation_done(obj: bpy.types.Object, result: dict) -> dict | None:
     if obj.neural_rom.playback:
         stop_playback(obj)
     wire_mesh_cache(obj, Path(result["path"]), int(result["frame_start"]), SIM_MODIFIER_NAME)
-    from .cloth import place_after_cloth
+    from ..kinds.cloth.model import place_after_cloth
 
     place_after_cloth(obj, SIM_MODIFIER_NAME)  # a cloth's frames show over its Cloth modifier
     return result
@@ -260,7 +260,7 @@ def export_simulation_pc2(
     with the previous PC2 intact) and stats has ``frames`` and ``step_ms`` (mean reduced
     step, ms). Interactively the job runs on in the background and stats is None.
     """
-    from . import jobs
+    from .. import jobs
 
     if jobs.active_jobs(obj.name):
         raise NeuralRomError(f"'{obj.name}' already has a job running; wait for it or cancel it.")

@@ -38,13 +38,13 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core.data.files import job_folder
-from ..core.errors import CacheError, MeshError, NeuralRomError
-from ..core.jobs import face as facejob
-from ..core.jobs.simulate import Track
-from ..core.kinds.face import inputs as fi
-from . import blender_mesh as bm
-from .paths import cache_dir, load_path, store_path
+from ....core.data.files import job_folder
+from ....core.errors import CacheError, MeshError, NeuralRomError
+from ....core.jobs import face as facejob
+from ....core.jobs.simulate import Track
+from ....core.kinds.face import inputs as fi
+from ...io import mesh as bm
+from ...io.paths import cache_dir, load_path, store_path
 
 SLIDER_PREFIX = "nrom_latent_"
 #: Custom properties of a marker empty: the skin object it drives, the skin vertex, a weight.
@@ -124,7 +124,7 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
     pivot, axis = fi.jaw_hinge(J)
     folder = job_folder(cache_dir(obj), JOB_STEM)
     folder.mkdir(parents=True, exist_ok=True)
-    from ..core.data.files import write_npz
+    from ....core.data.files import write_npz
 
     inputs = folder / facejob.INPUTS_FILE
     write_npz(
@@ -230,7 +230,7 @@ def make_demo_job(
 ) -> dict:
     """The worker job that builds the procedural demo head with ``keys`` simulated
     expressions into ``<cache dir>/<name>/face.npz``."""
-    from .paths import cache_base
+    from ...io.paths import cache_base
 
     base = cache_base(scene)
     if base.startswith("//") and not bpy.data.filepath:
@@ -261,7 +261,7 @@ def build_demo_objects(scene: bpy.types.Scene, name: str, result: dict) -> bpy.t
     """The skin (with its shape keys), skull and jaw of a demo face file, the face recorded
     on the skin; returns the skin. The jaw's origin is the hinge (rotate it about its X axis
     to open the mouth)."""
-    from ..core.kinds.face.rig import load_face
+    from ....core.kinds.face.rig import load_face
 
     rig, keys = load_face(result["path"])
     coll = bpy.data.collections.new(name)
@@ -303,7 +303,7 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
     ``model_path`` on ``obj`` (``nrom_latent_1`` ...), their soft range the spread of the
     training keys' codes; an existing slider keeps its value and keys, a slider beyond the
     latent size is removed. Returns the names."""
-    from ..core.data.modelfile import load_model
+    from ....core.data.modelfile import load_model
 
     codes = np.asarray(load_model(model_path).arrays["codes"], float)
     names = slider_names(codes.shape[1])
@@ -372,8 +372,8 @@ def slider_values(obj: bpy.types.Object, count: int) -> np.ndarray:
 def training_codes(obj: bpy.types.Object) -> tuple[np.ndarray, list[str], np.ndarray]:
     """The latent codes of the training keys (N, d), their names and jaw angles (rad): the
     face file's keys not held out, in order."""
-    from ..core.data.modelfile import load_model
-    from ..core.kinds.face.rig import load_face
+    from ....core.data.modelfile import load_model
+    from ....core.kinds.face.rig import load_face
 
     codes = np.asarray(load_model(load_path(obj.neural_rom.model.path)).arrays["codes"], float)
     _, keys = load_face(check_face(obj))
@@ -416,8 +416,8 @@ def pose_from_key(obj: bpy.types.Object, index: int) -> str:
 def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -> dict:
     """The worker job that fits the sliders to a shape key (default: the active one), held
     out of training or not (:func:`..core.facejob.fit_key`); the object is not changed."""
-    from ..core import registry
-    from ..core.data.files import write_npz
+    from ....core import registry
+    from ....core.data.files import write_npz
 
     s = obj.neural_rom
     model = check_face_model(obj)
@@ -586,7 +586,7 @@ def gather_track(
     (:func:`.simulate.collider_inputs` and :func:`.simulate.handlers_paused`: the layer
     above passes them in).
     """
-    from . import bakes
+    from ..fem import bake as bakes
 
     colliders = bakes.scene_colliders(obj, scene)
     f = obj.neural_rom.face
@@ -665,7 +665,7 @@ class FaceDriver:
     ground_z = None
 
     def __init__(self, obj: bpy.types.Object, scene: bpy.types.Scene, *, key, read_colliders):
-        from ..core.registry import load_simulator
+        from ....core.registry import load_simulator
 
         self.name = obj.name
         path = check_face_model(obj)
@@ -796,9 +796,9 @@ def make_face_simulation_job(
     a PC2 at ``path``, its gathered inputs in ``folder``: the Bake Simulation job of
     :func:`.export.make_simulation_job` for a face (``read_colliders``, ``paused``: see
     :func:`gather_track`)."""
-    from ..core import registry
-    from ..core.data.modelfile import load_model
-    from ..core.jobs.simulate import TRACK_FILE, write_track
+    from ....core import registry
+    from ....core.data.modelfile import load_model
+    from ....core.jobs.simulate import TRACK_FILE, write_track
 
     s = obj.neural_rom
     model = check_face_model(obj)

@@ -18,7 +18,7 @@ from bpy.props import (
     StringProperty,
 )
 
-from .prefs import REL_PATH
+from ...prefs import REL_PATH
 
 DRIVE_ITEMS = (
     (

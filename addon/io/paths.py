@@ -12,8 +12,8 @@ from pathlib import Path
 
 import bpy
 
-from ..core.errors import NeuralRomError
-from .prefs import DEFAULT_CACHE_DIR, get_preferences
+from ...core.errors import NeuralRomError
+from ..prefs import DEFAULT_CACHE_DIR, get_preferences
 
 
 def scene_of(obj: bpy.types.Object) -> bpy.types.Scene:

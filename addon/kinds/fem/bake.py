@@ -20,12 +20,12 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core.data.meshfile import write_tetmesh
-from ..core.errors import CacheError, NeuralRomError
-from ..core.geometry.embedding import render_positions
-from ..core.geometry.tetmesh import TetMesh
-from . import blender_mesh as bm
-from .paths import cache_dir, load_path, scene_of, store_path
+from ....core.data.meshfile import write_tetmesh
+from ....core.errors import CacheError, NeuralRomError
+from ....core.geometry.embedding import render_positions
+from ....core.geometry.tetmesh import TetMesh
+from ...io import mesh as bm
+from ...io.paths import cache_dir, load_path, scene_of, store_path
 from .tets import load_tets, pinned_nodes
 
 BAKES_DIR = "bakes"
@@ -119,11 +119,11 @@ def make_bake_job(
     ``overwrite``, ``processes`` (see ``core.jobs.bake.run_bake``), ``warnings`` (for the user,
     not the worker: objects with a Collision modifier the bake ignores).
     """
-    from ..core import bake as core_bake
-    from ..core.bake.prepare import prepare_body
-    from ..core.bake.scenarios import validate_scenario
-    from ..core.data.files import mesh_hash as cache_mesh_hash
-    from ..core.physics import fem
+    from ....core import bake as core_bake
+    from ....core.bake.prepare import prepare_body
+    from ....core.bake.scenarios import validate_scenario
+    from ....core.data.files import mesh_hash as cache_mesh_hash
+    from ....core.physics import fem
 
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -255,8 +255,8 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
     Raises NeuralRomError (nothing changed) for an unknown mode, or for "animation" on an
     object without pins or without animation.
     """
-    from ..core.bake.motion import Perturbation, name_salt
-    from .animation import owner_animation
+    from ....core.bake.motion import Perturbation, name_salt
+    from ...io.animation import owner_animation
 
     if mode not in MOTIONS:
         raise NeuralRomError(f"Unknown bake motion {mode!r}: use {', '.join(MOTIONS)}.")
@@ -302,7 +302,7 @@ def on_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
     bakes of the pending job are found on disk. Every bake with committed frames is
     recorded, a cancelled bake's prefix included. Returns the recorded paths.
     """
-    from ..core.data.cache import BakeCache
+    from ....core.data.cache import BakeCache
 
     s = obj.neural_rom
     pending = json.loads(s.pending_bake) if s.pending_bake else {}
@@ -356,8 +356,8 @@ def variants_picture(obj: bpy.types.Object) -> Path | None:
     (:func:`core.motion.plot_variants`: one row per variant, in the bake list's order) to
     ``<cache dir>/<object>/variants.png`` and into an image the Bake panel shows; None (and
     no picture) when no bake of it draws its motion."""
-    from ..core.bake.motion import plot_variants
-    from ..core.data.cache import BakeCache
+    from ....core.bake.motion import plot_variants
+    from ....core.data.cache import BakeCache
 
     tracks = []
     for rec in obj.neural_rom.bakes:
@@ -392,7 +392,7 @@ def variants_picture(obj: bpy.types.Object) -> Path | None:
 
 def motion_text(record: dict | None) -> str:
     """What a variant's drawn motion was (:func:`core.motion.describe_draws`), "" for none."""
-    from ..core.bake.motion import describe_draws
+    from ....core.bake.motion import describe_draws
 
     if not record or "speed" not in record:
         return ""
@@ -418,10 +418,10 @@ def find_bake(obj: bpy.types.Object, bake_path: str | os.PathLike | None = None)
 
 def open_bake(obj: bpy.types.Object, rec):
     """Open a recorded bake, refusing with "re-bake" when it no longer fits the mesh."""
-    from ..core.data.cache import open_for_training
+    from ....core.data.cache import open_for_training
 
     if rec.kind == "cloth":  # a bake of the mesh itself, by Blender's cloth: no tets
-        from .cloth import open_cloth_bake
+        from ..cloth.model import open_cloth_bake
 
         return open_cloth_bake(obj, rec)
     s = obj.neural_rom
@@ -555,7 +555,7 @@ def start_playback(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) 
     obj.neural_rom.simulate = False
     bm.store_rest(obj.data)
     obj.neural_rom.playback = True
-    from . import cloth  # (imports the simulation, which imports bakes)
+    from ..cloth import model as cloth  # (imports the simulation, which imports bakes)
 
     cloth.hold(obj)  # a cloth object's Cloth modifier is muted while the bake drives it
     apply_frame(obj, scene.frame_current, rm)
@@ -566,7 +566,7 @@ def stop_playback(obj: bpy.types.Object) -> None:
     obj.neural_rom.playback = False
     if obj.type == "MESH":
         bm.restore_rest(obj.data)
-    from . import cloth
+    from ..cloth import model as cloth
 
     cloth.release(obj)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import bpy
 import numpy as np
 
-from ..core.kinds.cloth.source import rigid
-from . import blender_mesh as bm
+from ...core.kinds.cloth.source import rigid
+from . import mesh as bm
 
 
 def owner_frame(owner, bone: str) -> np.ndarray:

@@ -40,13 +40,13 @@ import bpy
 import numpy as np
 from mathutils import Matrix
 
-from ..core import jobs
-from ..core.bake import motion as mo
-from ..core.data.cache import BakeCache, BakeWriter
-from ..core.errors import CacheError, JobCancelled, NeuralRomError
-from ..core.kinds.cloth import source as cb
-from . import blender_mesh as bm
-from .animation import owner_animation, owner_frame, sample_frames
+from ....core import jobs
+from ....core.bake import motion as mo
+from ....core.data.cache import BakeCache, BakeWriter
+from ....core.errors import CacheError, JobCancelled, NeuralRomError
+from ....core.kinds.cloth import source as cb
+from ...io import mesh as bm
+from ...io.animation import owner_animation, owner_frame, sample_frames
 
 _REFERENCE_CHANNEL = "reference_frame"
 
@@ -605,8 +605,8 @@ def make_cloth_bake_job(
     modifier, or one in Edit Mode. ``extra`` are further
     :class:`core.clothbake.ClothBakeSpec` fields (``collider_box``, ``durable``, ...).
     """
-    from . import cloth  # Blender's side only: the job process needs none of these
-    from .paths import cache_dir
+    from ...io.paths import cache_dir
+    from . import model as cloth  # Blender's side only: the job process needs none of these
 
     if obj.type != "MESH" or cloth.cloth_modifier(obj) is None:
         raise NeuralRomError(
@@ -658,9 +658,9 @@ def on_cloth_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
     """Record the cloth bakes a finished (or cancelled) job left on disk on ``obj``, like
     :func:`.bakes.on_bake_done` records FEM bakes (a cancelled bake's committed prefix
     included). Returns the recorded paths."""
-    from . import cloth
-    from .bakes import forget
-    from .paths import load_path, scene_of, store_path
+    from ...io.paths import load_path, scene_of, store_path
+    from ..fem.bake import forget
+    from . import model as cloth
 
     s = obj.neural_rom
     pending = json.loads(s.pending_bake) if s.pending_bake else {}

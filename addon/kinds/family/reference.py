@@ -20,10 +20,10 @@ from __future__ import annotations
 import bpy
 import numpy as np
 
-from ..core import registry
-from ..core.errors import NeuralRomError
-from . import blender_mesh as bm
-from .tets import load_tets, pinned_nodes, start_matrix
+from ....core import registry
+from ....core.errors import NeuralRomError
+from ...io import mesh as bm
+from ..fem.tets import load_tets, pinned_nodes, start_matrix
 
 
 def reference_origin(obj: bpy.types.Object, scene: bpy.types.Scene) -> np.ndarray:

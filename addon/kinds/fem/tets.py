@@ -22,15 +22,15 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core.data.files import atomic_path, job_folder, mesh_hash
-from ..core.data.meshfile import read_tetmesh, write_tetmesh
-from ..core.errors import CacheError, MeshError, NeuralRomError
-from ..core.geometry.embedding import Embedding, render_positions
-from ..core.geometry.surface import check_surface
-from ..core.geometry.tetmesh import TetMesh
-from ..core.jobs.tetrahedralize import read_result, write_request
-from . import blender_mesh as bm
-from .paths import cache_dir, load_path, store_path
+from ....core.data.files import atomic_path, job_folder, mesh_hash
+from ....core.data.meshfile import read_tetmesh, write_tetmesh
+from ....core.errors import CacheError, MeshError, NeuralRomError
+from ....core.geometry.embedding import Embedding, render_positions
+from ....core.geometry.surface import check_surface
+from ....core.geometry.tetmesh import TetMesh
+from ....core.jobs.tetrahedralize import read_result, write_request
+from ...io import mesh as bm
+from ...io.paths import cache_dir, load_path, store_path
 
 TETS_FILE = "tets.npz"
 EMBEDDING_FILE = "embedding.npz"
@@ -213,7 +213,7 @@ def tetrahedralize_object(obj: bpy.types.Object, *, settings=None, context=None)
     ``n_nodes``, ``embedded``, ``quality``, ``warnings``. Interactively the job runs in the
     background and None is returned; the tets are stored when it ends.
     """
-    from . import jobs
+    from ... import jobs
 
     job = make_tet_job(obj, settings=settings)
     name, info = obj.name, {}

@@ -23,17 +23,17 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core import registry
-from ..core.errors import CacheError, NeuralRomError
-from . import blender_mesh as bm
-from .paths import load_path, scene_of, store_path
+from ....core import registry
+from ....core.errors import CacheError, NeuralRomError
+from ...io import mesh as bm
+from ...io.paths import load_path, scene_of, store_path
+from ..fem.tets import load_tets, pins_name, world_mesh_hash
 from .reference import (
     bake_entries,
     mesh_edit_pending,
     model_record,
     world_mesh,
 )
-from .tets import load_tets, pins_name, world_mesh_hash
 
 # ------------------------------------------------------------------------------------------
 # Training on several objects
@@ -66,7 +66,7 @@ def make_family_train_job(
     ``obj`` (:func:`.training.on_train_done`), its family listed. Returns the job spec of
     :func:`.training.make_train_job` with the others' bakes added.
     """
-    from . import training
+    from ... import training
 
     record = registry.get(method) if method else obj.neural_rom.method()
     others = [o for o in others if o is not obj]
@@ -126,8 +126,8 @@ def apply_model(
     dict: ``path``, ``method``, ``share_outside`` and ``max_distance_m`` (None for a method
     that reports no domain), ``warning`` (the message past the threshold, else "").
     """
-    from .simulate import stop_simulation
-    from .training import clear_model_record
+    from ...simulate import stop_simulation
+    from ...training import clear_model_record
 
     if source is not None:
         path = model_of(source)
@@ -224,8 +224,8 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
     In ``--background`` the job runs to its end first: :func:`swap_to_tets`' dict.
     Interactively the job runs in the background and None is returned.
     """
-    from . import jobs, simulate
-    from .tets import discard_tet_job, make_tet_job, on_tet_done
+    from ... import jobs, simulate
+    from ..fem.tets import discard_tet_job, make_tet_job, on_tet_done
 
     s = obj.neural_rom
     if not s.simulate:
@@ -293,7 +293,7 @@ def edited_rest(obj: bpy.types.Object, scene: bpy.types.Scene, driver) -> np.nda
     the mesh's size keeps it exactly; the others (a Boolean's vertices from its cutter,
     which come with none: the origin) take the pulled-back one.
     """
-    from ..core.geometry.embedding import pull_back
+    from ....core.geometry.embedding import pull_back
 
     frame = int(getattr(driver, "shown", scene.frame_current))
     P = driver.positions_at(frame, obj, scene)
@@ -313,7 +313,7 @@ def mute_stale_caches(obj: bpy.types.Object) -> list[str]:
     """Turn off ``obj``'s Mesh Cache modifiers that play a PC2 of another vertex count than
     its (edited) mesh (Bake Simulation's, left from before the edit: Blender would print
     "Vertex count mismatch" every frame). Returns their names."""
-    from ..core.data.pc2 import read_pc2
+    from ....core.data.pc2 import read_pc2
 
     n, muted = len(obj.data.vertices), []
     for mod in obj.modifiers:
@@ -338,7 +338,7 @@ def swap_to_tets(obj: bpy.types.Object, scene: bpy.types.Scene, frame: int) -> d
     ``kinetic_before`` and ``kinetic_after`` (J), ``share_outside``, ``max_distance_m``,
     ``pin_warning`` ("" when the edited mesh's pin group matches the model's family).
     """
-    from . import simulate
+    from ... import simulate
 
     d = simulate._drivers.get(obj.name)
     if d is None or not obj.neural_rom.simulate:
@@ -398,6 +398,6 @@ def swap_text(name: str, info: dict) -> str:
 def edit_pending(obj: bpy.types.Object) -> bool:
     """Whether ``obj``'s running simulation waits for :func:`apply_mesh_edit`
     (:func:`.reference.mesh_edit_pending`)."""
-    from . import simulate
+    from ... import simulate
 
     return mesh_edit_pending(obj, simulate._drivers.get(obj.name))

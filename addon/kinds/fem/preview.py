@@ -6,8 +6,8 @@ from __future__ import annotations
 import bpy
 import numpy as np
 
-from ..core.errors import NeuralRomError
-from . import blender_mesh as bm
+from ....core.errors import NeuralRomError
+from ...io import mesh as bm
 from .tets import load_tets
 
 PREVIEW_SUFFIX = "_tets"

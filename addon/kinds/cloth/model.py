@@ -42,11 +42,11 @@ import bpy
 import numpy as np
 from bpy.app.handlers import persistent
 
-from ..core.errors import CacheError, NeuralRomError
-from ..core.jobs.simulate import Track
-from ..core.kinds.cloth import source as cb
-from . import blender_mesh as bm
-from .paths import load_path
+from ....core.errors import CacheError, NeuralRomError
+from ....core.jobs.simulate import Track
+from ....core.kinds.cloth import source as cb
+from ...io import mesh as bm
+from ...io.paths import load_path
 
 KIND = "cloth"
 BAKES_DIR = "cloth_bakes"
@@ -104,7 +104,7 @@ def open_cloth_bake(obj: bpy.types.Object, rec):
     """Open a recorded cloth bake, refusing with "cloth-bake it again" one whose mesh is
     not the object's any more (:func:`surface_hash`), or that is missing or empty
     (:func:`..core.cache.open_for_training`)."""
-    from ..core.data.cache import open_for_training
+    from ....core.data.cache import open_for_training
 
     if is_stale(obj, rec):
         raise CacheError(

@@ -1,0 +1,1 @@
+"""The Blender half of each data kind: fem (tets, bake, preview), cloth, face, family."""

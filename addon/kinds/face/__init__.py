@@ -1,0 +1,1 @@
+"""Active faces in Blender: set-up, sliders and markers, their properties."""

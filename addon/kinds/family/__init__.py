@@ -1,0 +1,1 @@
+"""Shape families in Blender: variants of one body and the reference (rest) mesh."""

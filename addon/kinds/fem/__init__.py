@@ -1,0 +1,1 @@
+"""FEM bodies in Blender: tetrahedralize, bake (and bake playback), the tet preview."""
