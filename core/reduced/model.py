@@ -26,7 +26,7 @@ from ..physics.sim import FrameInputs, SimSettings, StepReport, boundary_vertice
 from .cubature import Cubature
 from .onnx import ONNX_POSITIONS as ONNX_POSITIONS
 from .onnx import onnx_decoder_graph as onnx_decoder_graph
-from .pose import IDENTITY, FrameMixin, interpolate
+from .pose import IDENTITY, PoseMixin, interpolate
 from .settings import SUBSPACE_SETTING as SUBSPACE_SETTING
 from .settings import SUBSPACE_SETTINGS as SUBSPACE_SETTINGS
 from .settings import TRAINER_SETTING as TRAINER_SETTING
@@ -154,10 +154,10 @@ def farthest_points(P: np.ndarray, count: int, seed: int = 0) -> np.ndarray:
     return np.array(chosen)
 
 
-class SubspaceModel(FrameMixin, SimulatorBase):
+class SubspaceModel(PoseMixin, SimulatorBase):
     """What every subspace runtime shares: the basis ``U`` (3n, k), lumped masses, the
     reduced mass matrix and gravity, the cubature sub-mesh, the contact sample, the
-    colliders and the pins' frame (:class:`.frame.FrameMixin`).
+    colliders and the pins' frame (:class:`core.reduced.pose.PoseMixin`).
 
     Subclasses call :meth:`_setup` with the constructor arguments documented on
     :class:`.integrator.SubspaceSimulation`.
@@ -297,7 +297,7 @@ class SubspaceModel(FrameMixin, SimulatorBase):
     def _in_pin_frame(self, x: np.ndarray, v: np.ndarray | None = None):
         """World positions (and velocities) in the pins' frame fitted to ``x``, and the frame
         (None when the pins are at rest)."""
-        pose = self.frame_of(x)
+        pose = self.pose_of(x)
         if pose is None or pose.is_identity:
             return x, v, None
         return (x - pose.c) @ pose.R, (None if v is None else v @ pose.R), pose

@@ -15,7 +15,12 @@ from ...reduced.model import subspace_arguments, subspace_payload
 from ...reduced.nnet import MLP
 from ...reduced.onnx import onnx_decoder_graph
 from ...reduced.subspace import Subspace
-from .runtime import DEFAULT_LBFGS_TOL, DEFAULT_LBFGS_WINDOW, DEFAULT_MAX_ITERS, LatentSimulation
+from .runtime import (
+    DEFAULT_LBFGS_TOL,
+    DEFAULT_LBFGS_WINDOW,
+    DEFAULT_MAX_ITERS,
+    AutoencoderSimulation,
+)
 
 NAME = "autoencoder"
 
@@ -81,14 +86,14 @@ def save(
     return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
 
 
-def load(model, *, settings: SimSettings | None = None, colliders=None) -> LatentSimulation:
+def load(model, *, settings: SimSettings | None = None, colliders=None) -> AutoencoderSimulation:
     """The runtime of an opened autoencoder model file."""
     a, meta = model.arrays, model.metadata
     decoder = MLP.from_arrays(a, meta["decoder"])
     encoder = MLP.from_arrays(a, meta["encoder"]) if meta.get("encoder") else None
     lb = meta.get("lbfgs") or {}
     args = subspace_arguments(model, settings, colliders)
-    return LatentSimulation(
+    return AutoencoderSimulation(
         args.pop("X"),
         args.pop("T"),
         args.pop("material"),
