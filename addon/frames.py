@@ -146,7 +146,7 @@ _HANDLERS = (
 
 #: where these handlers lived before issue #29 (relative to the package): a registration of
 #: an older version in the same Blender session is replaced, not doubled
-_OLD_MODULES = ("addon.playback", "addon.cloth")
+_OLD_MODULES = ("addon.playback", "addon.cloth")  # move29: keep
 _PACKAGE = __name__.rpartition(".addon.")[0]
 
 

@@ -13,7 +13,7 @@ the real call path by timing wrappers around:
 
 * ``driver``: finding the object's driver (:func:`simulate.driver_key`)
 * ``inputs``: the frame's inputs read from Blender (colliders, pins) and their digest
-* ``step``: :meth:`ReducedSimulation.step` (Newton on the cubature sub-mesh)
+* ``step``: :meth:`LinearSimulation.step` (Newton on the cubature sub-mesh)
 * ``decode``: ``X + U q`` of the tet nodes and the frame cache copy
 * ``embed``: tet nodes -> render vertices (:func:`tets.render_world`) and to local space
 * ``write``: :func:`blender_mesh.set_positions` (float32, the ``position`` attribute's

@@ -149,7 +149,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import latent  # noqa: E402
+import autoencoder  # noqa: E402
 import shen  # noqa: E402
 
 #: The bases (and steps) a case can be measured with (see the module docstring).
@@ -168,7 +168,7 @@ def open_case(paths) -> SimpleNamespace:
     from neural_rom.core.reduced.subspace import mass_weighted_pod
     from neural_rom.training.run import physics_of
 
-    ds, xt, xv, va = latent.split_frames(list(paths))
+    ds, xt, xv, va = autoencoder.split_frames(list(paths))
     material, spec = physics_of(ds)
     mat = fem.Material.from_dict(material)
     X, T = np.asarray(ds[0].X, float), np.asarray(ds[0].T, np.int64)
@@ -212,9 +212,9 @@ def basis(case, k: int, kind: str) -> np.ndarray:
 def simulator(case, U: np.ndarray, kind: str = "pca"):
     """A linear-method runtime on ``U`` with every element (no cubature); ``kind`` "petrov"
     steps it by :func:`petrov_galerkin`, "closure" adds :func:`closure`'s potential."""
-    from neural_rom.core.methods.linear import ReducedSimulation
+    from neural_rom.core.methods.linear import LinearSimulation
 
-    sim = ReducedSimulation(
+    sim = LinearSimulation(
         case.X, case.T, case.mat, U, dataclasses.replace(case.settings), pinned=case.pinned
     )
     if kind == "closure":
@@ -417,7 +417,7 @@ def one_step_error(make_sim, cache) -> float:
     h = sim.settings.dt
     x = np.asarray(cache.channel("positions"), dtype=float)
     _, driver = replay_scenario(cache)
-    poses = [sim.frame_of(xf) for xf in x]
+    poses = [sim.pose_of(xf) for xf in x]
     q = [sim.closest_q((xf - p.c) @ p.R) for xf, p in zip(x, poses, strict=True)]
     worst = 0.0
     for f in range(1, len(x) - 1):
@@ -450,7 +450,7 @@ def measure(case, ks, kinds) -> list[dict]:
                     "k": k,
                     "basis": kind,
                     "replay_m": max(
-                        latent.rollout(simulator(case, U, kind), c)["err"] for c in caches
+                        autoencoder.rollout(simulator(case, U, kind), c)["err"] for c in caches
                     ),
                     "closest_m": shen.closest_error(simulator(case, U), case.xv),
                     "one_step_m": max(

@@ -5,7 +5,7 @@ the decoder derivatives, held-out replay and closest-shape errors, speed ratio, 
 Scenes, each a set of bakes split into training and held-out bakes by whole trajectory
 (fraction 0.2, seed 0, as training splits them):
 
-* ``swing``: the swung arm of ``bench/latent.py`` (a clamped bar bent up to ~90 degrees in
+* ``swing``: the swung arm of ``bench/autoencoder.py`` (a clamped bar bent up to ~90 degrees in
   every direction by a turning body load; heavily damped, near its quasi-static shapes);
 * ``pins``: a bar whose clamp an animated object swings 0.2 m and turns 0.8 rad while pokes
   push it (:func:`bake_pins`, 240 tets, 5 bakes of 30 frames; the scene of
@@ -63,8 +63,8 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import autoencoder  # noqa: E402
 import common  # noqa: E402
-import latent  # noqa: E402
 
 WHIP_SIZE = (1.0, 0.04, 0.04)
 WHIP_YOUNG, WHIP_POISSON, WHIP_DENSITY = 3.0e6, 0.45, 1000.0
@@ -117,7 +117,7 @@ def bake_whip(
             seed=v,
         )
         paths.append(
-            bake(latent._Mesh(X, T), spec, out_dir / f"whip_v{v:03d}.nrbake", overwrite=True)
+            bake(autoencoder._Mesh(X, T), spec, out_dir / f"whip_v{v:03d}.nrbake", overwrite=True)
         )
     return paths
 
@@ -162,7 +162,7 @@ def bake_pins(out_dir, *, divisions=(10, 2, 2), variants: int = 5, frames: int =
 
 def heldout(paths):
     """(dataset, held-out trajectory indices, held-out positions (G, n, 3))."""
-    ds, _, xv, va = latent.split_frames(paths)
+    ds, _, xv, va = autoencoder.split_frames(paths)
     return ds, va, xv
 
 
@@ -176,10 +176,10 @@ def closest_error(sim, xv: np.ndarray, every: int = 1) -> float:
 
 
 def replay(make_sim, ds, va) -> dict:
-    """:func:`latent.rollout` of every held-out bake with a fresh simulator: the largest error,
+    """:func:`autoencoder.rollout` of every held-out bake with a fresh simulator: the largest error,
     and per step the mean ms, Newton iterations, ms evaluating the Newton system (decoder and
     forces, ``derivatives``) and of that in the decoder's derivatives (``decoder``)."""
-    rolls = [latent.rollout(make_sim(), ds[int(i)]) for i in va]
+    rolls = [autoencoder.rollout(make_sim(), ds[int(i)]) for i in va]
     return {
         "err": max(r["err"] for r in rolls),
         "step_ms": float(np.mean([r["step_ms"] for r in rolls])),
@@ -277,7 +277,7 @@ def compare(
     out["pca"] = replay(lambda: load_simulator(pca_path)[0], ds, va)
     if fulton:
         t0 = time.perf_counter()
-        ae = latent.train_ae(
+        ae = autoencoder.train_ae(
             paths,
             work / "ae.nrmodel",
             dofs,
@@ -362,23 +362,23 @@ def speed(
     with random weights: the cost of a step depends on these sizes, not on what was learnt
     (the accuracy is measured by :func:`compare` on smaller meshes). The load is the scene's
     turning body load; ms per step are means over ``frames`` frames after the first."""
-    from neural_rom.core.methods.autoencoder import LatentSimulation
-    from neural_rom.core.methods.linear import ReducedSimulation
+    from neural_rom.core.methods.autoencoder import AutoencoderSimulation
+    from neural_rom.core.methods.linear import LinearSimulation
     from neural_rom.core.methods.shen import ShenSimulation
     from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
     from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
     from neural_rom.core.reduced.subspace import modal_basis
 
-    X, T, pins = latent.bar(divisions)
-    mat = Material(latent.YOUNG, latent.POISSON, latent.DENSITY)
+    X, T, pins = autoencoder.bar(divisions)
+    mat = Material(autoencoder.YOUNG, autoencoder.POISSON, autoencoder.DENSITY)
     st = SimSettings(
-        dt=latent.DT,
+        dt=autoencoder.DT,
         gravity=(0.0, 0.0, 0.0),
-        damping_alpha=latent.DAMPING[0],
-        damping_beta=latent.DAMPING[1],
+        damping_alpha=autoencoder.DAMPING[0],
+        damping_beta=autoencoder.DAMPING[1],
     )
-    mass = mass_matrix(X, T, latent.DENSITY)
-    load = latent.swing_load(mass, frames, seed=7, keys=1)
+    mass = mass_matrix(X, T, autoencoder.DENSITY)
+    load = autoencoder.swing_load(mass, frames, seed=7, keys=1)
     out: dict = {"tets": len(T), "vertices": len(X), "dofs": n_p + n_z, "k": k}
 
     def timed(sim, label):
@@ -412,10 +412,10 @@ def speed(
     cub = (els, np.full(cubature, len(T) / cubature))
     dofs = n_p + n_z
     out["pca"] = timed(
-        ReducedSimulation(X, T, mat, sub.U[:, :dofs], st, pinned=pins, cubature=cub), f"PCA {dofs}"
+        LinearSimulation(X, T, mat, sub.U[:, :dofs], st, pinned=pins, cubature=cub), f"PCA {dofs}"
     )
     out["fulton"] = timed(
-        LatentSimulation(
+        AutoencoderSimulation(
             X,
             T,
             mat,
@@ -525,7 +525,7 @@ def cubature_table(
 
     xt, gt = frames(tr)
     xh, _ = frames(va)
-    fem = TetFEM(sim.X, np.asarray(ds[0].T), latent._material(ds[0]))
+    fem = TetFEM(sim.X, np.asarray(ds[0].T), autoencoder._material(ds[0]))
     rows = compare_cubatures(
         fem, sim.U, sim.mass, xt, gt, xh, counts, epochs=epochs, add=add, spread=spread
     )
@@ -699,7 +699,7 @@ def main(argv=None) -> int:
         if kept:  # a previous run's bakes in --out DIR: reused
             paths = kept
         elif scene == "swing":
-            paths = latent.bake_scene(
+            paths = autoencoder.bake_scene(
                 d / "bakes",
                 divisions=args.divisions,
                 variants=args.variants,
@@ -723,7 +723,7 @@ def main(argv=None) -> int:
         ds, va, _ = heldout(paths)
         r["tets"] = len(ds[0].T)
         if args.full:
-            f = latent.full_rollout(ds[int(va[0])])
+            f = autoencoder.full_rollout(ds[int(va[0])])
             r["full"] = {
                 "err": 0.0,
                 "step_ms": f["step_ms"],

@@ -248,7 +248,7 @@ def walk_data(work: Path, quick: bool) -> dict:
 def shen_data(work: Path, quick: bool) -> dict:
     """bench/shen.py's whip: its bakes, :func:`shen.compare` (Shen 3 + 2 DOFs, PCA-5, Fulton
     with latent 5 on the same data), then one held-out bake replayed by each model."""
-    import latent
+    import autoencoder
     import shen as bench_shen
     from neural_rom.core.geometry.tetmesh import TetMesh
     from neural_rom.core.registry import load_simulator
@@ -281,7 +281,7 @@ def shen_data(work: Path, quick: bool) -> dict:
     traj = {"full": full}
     for name, file in (("pca", "pca.nrmodel"), ("fulton", "ae.nrmodel"), ("shen", "shen.nrmodel")):
         rec: list = []
-        latent.rollout(load_simulator(work / file)[0], held, rec)
+        autoencoder.rollout(load_simulator(work / file)[0], held, rec)
         traj[name] = np.stack(rec)
     X = np.asarray(held.X)
     # the frame shown: the largest bend after the release

@@ -14,7 +14,7 @@ operators (the bake runs in a worker process, as in Blender), then renders:
 
 ``--latent DIR/rollout.npz`` renders only ``latent_pca_ae_full.png`` (:func:`latent_picture`):
 full space, autoencoder and PCA at one frame of the held-out replay written by
-``bench/latent.py --out DIR``, the reduced bars coloured by their distance to full space.
+``bench/autoencoder.py --out DIR``, the reduced bars coloured by their distance to full space.
 
 Nothing here is physics: the frames are exactly what viewport playback shows.
 """
@@ -485,7 +485,7 @@ def latent_frame(full: np.ndarray, X: np.ndarray) -> int:
 def latent_picture(bpy, npz: Path, out: Path, frame: int | None = None) -> Path:
     """Full space, autoencoder and PCA at one frame of a held-out rollout, side by side.
 
-    Reads the ``.npz`` of ``bench/latent.py --out DIR`` (``DIR/rollout.npz``: rest ``X``,
+    Reads the ``.npz`` of ``bench/autoencoder.py --out DIR`` (``DIR/rollout.npz``: rest ``X``,
     tets ``T``, ``pinned``, per-frame positions ``full``, ``ae``, ``pca``, and ``r``, ``k``).
     The three bars are turned about the clamp axis so that the full-space bend points down,
     and the reduced ones are coloured by each vertex's distance to the full-space position
@@ -587,7 +587,7 @@ def main(argv=None) -> int:
         "--latent",
         metavar="NPZ",
         default="",
-        help="render only latent_pca_ae_full.png from bench/latent.py --out DIR's rollout.npz",
+        help="render only latent_pca_ae_full.png from bench/autoencoder.py --out DIR's rollout.npz",
     )
     ap.add_argument("--latent-frame", type=int, default=None, help="frame (default: largest bend)")
     args = ap.parse_args(argv)

@@ -602,6 +602,89 @@ def test_r7_function_local_imports_have_a_reason(layer):
     assert not stale, f"LOCAL_IMPORTS entries that no longer import locally: {stale}"
 
 
+#: R4: calls and attributes that test an object's data kind
+KIND_PREDICATES = {"is_face", "is_cloth", "cloth_modifier", "training_data_kind", "other_mesh"}
+
+
+def kind_branches(path: Path, kind_names: set[str]) -> list[str]:
+    """The places of a file that branch on a data kind: a comparison with a kind's name (or a
+    ``KIND`` constant) as an operand, and a kind predicate in a condition (``if``, ``elif``,
+    a conditional expression, ``while``, a comprehension's ``if``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+
+    def names_kind(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in kind_names
+        return getattr(node, "id", getattr(node, "attr", None)) == "KIND"
+
+    def predicate(node) -> str | None:
+        for sub in ast.walk(node):
+            name = getattr(sub, "id", getattr(sub, "attr", None))
+            if name in KIND_PREDICATES:
+                return name
+        return None
+
+    out = {}  # line -> what, the first found on that line
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+            names_kind(x) for x in [node.left, *node.comparators]
+        ):
+            out.setdefault(node.lineno, ast.unparse(node))
+        tests = []
+        if isinstance(node, ast.If | ast.IfExp | ast.While):
+            tests = [node.test]
+        elif isinstance(node, ast.comprehension):
+            tests = node.ifs
+        for test in tests:
+            found = predicate(test)
+            if found:
+                out.setdefault(test.lineno, f"{found} in {ast.unparse(test)}")
+    return [f"{line}: {what}" for line, what in sorted(out.items())]
+
+
+def test_kind_branches_are_seen(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "if obj.kind == 'face':\n    pass\n"
+        "x = 1 if is_cloth(obj) else 2\n"
+        "y = [o for o in objs if o.neural_rom.method().other_mesh]\n"
+        "z = rec.kind == cloth.KIND\n"
+        "ok = setting.kind == 'int' and data_kind(obj)\n"
+    )
+    assert [b.split(":")[0] for b in kind_branches(f, {"fem", "face", "cloth"})] == [
+        "1", "3", "4", "5"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        pytest.param(
+            "addon", marks=pytest.mark.xfail(strict=True, reason="WP-D2: addon's kind branches")
+        ),
+        pytest.param(
+            "ui",
+            marks=pytest.mark.xfail(
+                strict=True, reason="WP-E.2: the ui's kind branches ask the kind records"
+            ),
+        ),
+    ],
+)
+def test_r4_only_a_kinds_own_modules_branch_on_it(layer):
+    # R4: code outside a data kind's own modules (addon/kinds/<k>/, ui/*/kinds/<k>.py) does
+    # not branch on the kind: it asks the kind's record.
+    from neural_rom.core import registry
+
+    kind_names = {k.name for k in registry.kinds()}
+    bad = [
+        f"{f.relative_to(ROOT).as_posix()}:{b}"
+        for f in sorted((ROOT / layer).rglob("*.py"))
+        if "kinds" not in f.relative_to(ROOT).parts
+        for b in kind_branches(f, kind_names)
+    ]
+    assert not bad, "kind branches outside the kinds' modules:\n" + "\n".join(bad)
+
+
 def test_r8_only_the_frame_module_touches_handlers_and_frame_set():
     # R8: only addon/frames.py touches bpy.app.handlers; scene.frame_set only where Blender
     # is sampled (the io sampler, the animation reader, the background cloth bake) and where

@@ -1,4 +1,4 @@
-"""bench/latent.py's helpers: the rollout .npz (written without pickled objects, read back
+"""bench/autoencoder.py's helpers: the rollout .npz (written without pickled objects, read back
 exactly, refused when the trajectories do not fit together) and the mesh-resolution option."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from .bench_modules import load_bench
 
-latent = load_bench("latent")
+latent = load_bench("autoencoder")
 
 
 def _scene(frames: int = 4):

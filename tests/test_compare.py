@@ -15,7 +15,7 @@ from neural_rom.core.data.cache import BakeCache
 from neural_rom.core.engine.replay import error_stats, replay_bake, vertex_errors
 from neural_rom.core.errors import JobCancelled, SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics import fem
 from neural_rom.core.physics.fem import Material
 from neural_rom.core.physics.sim import FrameInputs
@@ -60,7 +60,7 @@ def _full_basis(cache, pinned):
 
 
 def _reduced(cache, driver, U):
-    return ReducedSimulation(
+    return LinearSimulation(
         cache.X,
         cache.T,
         MATERIAL,
@@ -210,7 +210,7 @@ def test_replay_refuses_a_model_that_does_not_fit(tmp_path):
     with pytest.raises(JobCancelled):
         replay_bake(sim, cache, driver, cancel=lambda: True)
     X2, T2 = grid_tetmesh((0.4, 0.1, 0.1), (4, 2, 2))
-    other = ReducedSimulation(X2, T2, MATERIAL, np.zeros((3 * len(X2), 1)))
+    other = LinearSimulation(X2, T2, MATERIAL, np.zeros((3 * len(X2), 1)))
     with pytest.raises(SimulationError, match="vertices but the bake has"):
         replay_bake(other, cache, driver)
 
@@ -419,7 +419,7 @@ def test_closest_shapes_are_projections_and_the_stiffening_hint():
     shapes in the basis); the hint fires only when a rollout is far worse than them."""
     from neural_rom.core.engine.replay import closest_shapes, stiffening_hint
     from neural_rom.core.geometry.grid import grid_tetmesh
-    from neural_rom.core.methods.linear import ReducedSimulation
+    from neural_rom.core.methods.linear import LinearSimulation
     from neural_rom.core.physics.fem import Material, mass_matrix
 
     X, T = grid_tetmesh((0.4, 0.1, 0.1), (4, 1, 1))
@@ -428,7 +428,7 @@ def test_closest_shapes_are_projections_and_the_stiffening_hint():
     rng = np.random.default_rng(0)
     U = rng.normal(size=(3 * len(X), 5))
     U.reshape(len(X), 3, 5)[pinned] = 0.0
-    sim = ReducedSimulation(X, T, mat, U, pinned=pinned)
+    sim = LinearSimulation(X, T, mat, U, pinned=pinned)
     inside = X + (U @ rng.normal(size=(5,))).reshape(-1, 3) * 0.01
     np.testing.assert_allclose(closest_shapes(sim, inside[None])[0], inside, atol=1e-12)
     x = inside + 0.01 * rng.normal(size=X.shape) * (X[:, :1] > 0)  # pins stay put

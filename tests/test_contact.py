@@ -15,7 +15,7 @@ from neural_rom.core.geometry.cage import (
     tetrahedralize_embedded,
 )
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics import fem
 from neural_rom.core.physics.colliders import (
     Collider,
@@ -301,10 +301,10 @@ def test_model_files_keep_the_bakes_contact_stiffness():
     stored = SimSettings(contact_stiffness=5e5).to_dict()
     assert stored["contact_stiffness"] == 5e5
     assert "contact_stiffness" not in SimSettings().to_dict()  # models before it: rest rule
-    red = ReducedSimulation(X, T, FLESH, U, SimSettings(**stored))
+    red = LinearSimulation(X, T, FLESH, U, SimSettings(**stored))
     assert red.kappa == 5e5
     full = Simulation(X, T, FLESH)
-    red = ReducedSimulation(X, T, FLESH, U, SimSettings())
+    red = LinearSimulation(X, T, FLESH, U, SimSettings())
     assert red.kappa == full.kappa  # the rest rule, the same in both
 
 
@@ -349,7 +349,7 @@ def test_reduced_full_basis_with_render_contact_sample_reproduces_full_space():
     s = SimSettings(dt=1 / 24, newton_tol=1e-10, damping_beta=0.004)
     full = Simulation(mesh.X, mesh.T, FLESH, s, colliders=FLOOR, contact=pts)
     U = full_basis(mesh.X, mesh.T, FLESH, np.zeros(0, int))
-    red = ReducedSimulation(mesh.X, mesh.T, FLESH, U, s, contact=pts, colliders=FLOOR)
+    red = LinearSimulation(mesh.X, mesh.T, FLESH, U, s, contact=pts, colliders=FLOOR)
     np.testing.assert_allclose(red.contact_rest, emb.apply(mesh.X), atol=1e-12)
     lows = []
     for _ in range(14):
@@ -416,7 +416,7 @@ def test_reduced_step_inputs_keep_working_with_render_contact():
     """Colliders given per frame reach the render contact sample."""
     mesh, emb, pts, _ = _ball(cage=_box_cage(0.6), edge=0.8, height=0.0)
     U = full_basis(mesh.X, mesh.T, FLESH, np.zeros(0, int))
-    red = ReducedSimulation(mesh.X, mesh.T, FLESH, U, SimSettings(dt=1 / 24), contact=pts)
+    red = LinearSimulation(mesh.X, mesh.T, FLESH, U, SimSettings(dt=1 / 24), contact=pts)
     raised = np.eye(4)
     raised[2, 3] = 0.05  # the floor 5 cm up: render points start 5 cm inside it
     red.step(FrameInputs(colliders=[Collider("plane", transform=raised)]))
@@ -504,7 +504,7 @@ def test_reduced_contact_equals_the_straightforward_formula(embedded):
     U[2::3, 0] = 1.0  # a translation mode: q[0] lowers the body into the floor
     cols = _tilted_colliders(rng)
     s = SimSettings(contact_stiffness=2.0e3, contact_offset=0.005)
-    red = ReducedSimulation(X, T, FLESH, U, s, contact=points, colliders=cols)
+    red = LinearSimulation(X, T, FLESH, U, s, contact=points, colliders=cols)
     q = 0.3 * rng.normal(size=k)
     q[0] = -0.03
     x = X + (U @ q).reshape(-1, 3)

@@ -12,7 +12,7 @@ import pytest
 from neural_rom.core import bake as bk
 from neural_rom.core.data.cache import BakeCache
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider
 from neural_rom.core.physics.fem import Material
 from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
@@ -192,7 +192,7 @@ def test_full_basis_with_colliders_and_substeps_matches_full_space():
 
     full = Simulation(X, T, mat, s, colliders=ground(0))
     surf = full.surface
-    red = ReducedSimulation(
+    red = LinearSimulation(
         X,
         T,
         mat,

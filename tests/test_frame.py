@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.autoencoder import LatentSimulation
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.autoencoder import AutoencoderSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
@@ -109,7 +109,7 @@ def test_full_basis_follows_moving_pins_like_full_space(substeps):
     floor = [Collider("plane", transform=np.eye(4) @ np.diag([1, 1, 1, 1.0]))]
     floor[0].transform[2, 3] = -0.12
     full = Simulation(X, T, mat, s, pinned=pinned, colliders=floor)
-    red = ReducedSimulation(
+    red = LinearSimulation(
         X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned, colliders=floor
     )
     path = pin_path(X, pinned, 10)
@@ -128,7 +128,7 @@ def test_stiffness_damping_and_forces_with_translating_pins():
     X, T, mat, pinned = bar()
     s = SimSettings(dt=1 / 24, newton_tol=1e-11, damping_alpha=0.3, damping_beta=0.01)
     full = Simulation(X, T, mat, s, pinned=pinned)
-    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
+    red = LinearSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
     path = pin_path(X, pinned, 8, spin=0.0, shift=(0.0, 0.3, 0.2))
     f = np.zeros_like(X)
     f[-1] = (0.0, 0.0, 0.5)
@@ -143,7 +143,7 @@ def test_latent_identity_decoder_follows_moving_pins():
     s = SimSettings(dt=1 / 24, newton_tol=1e-11, damping_alpha=0.5)
     U = full_basis(X, T, mat, pinned)
     k = U.shape[1]
-    lat = LatentSimulation(
+    lat = AutoencoderSimulation(
         X,
         T,
         mat,
@@ -154,7 +154,7 @@ def test_latent_identity_decoder_follows_moving_pins():
         lbfgs_tol=1e-12,
         max_iters=2000,
     )
-    red = ReducedSimulation(X, T, mat, U, s, pinned=pinned)
+    red = LinearSimulation(X, T, mat, U, s, pinned=pinned)
     path = pin_path(X, pinned, 6)
     for f in range(1, 7):
         lat.step(FrameInputs(pin_targets=path[f]))
@@ -178,11 +178,11 @@ def test_pca_fallback_decoder_follows_moving_pins_as_the_linear_model_of_its_mod
     cub = (np.arange(0, len(T), 2), np.full(len(T[::2]), 2.0))
     decoder = MLP([np.eye(r, k).T.copy()], [np.zeros(k)], ["identity"])
     encoder = MLP([np.eye(r, k)], [np.zeros(r)], ["identity"])
-    lat = LatentSimulation(
+    lat = AutoencoderSimulation(
         X, T, mat, U, decoder, s, pinned=pinned, cubature=cub, encoder=encoder,
         lbfgs_tol=1e-12, max_iters=2000,
     )  # fmt: skip
-    red = ReducedSimulation(X, T, mat, U[:, :r], s, pinned=pinned, cubature=cub)
+    red = LinearSimulation(X, T, mat, U[:, :r], s, pinned=pinned, cubature=cub)
     path = pin_path(X, pinned, 8, spin=0.8, shift=(0.0, 0.2, 0.0))
     for f in range(1, 9):
         assert lat.step(FrameInputs(pin_targets=path[f])).converged
@@ -196,7 +196,7 @@ def test_pca_fallback_decoder_follows_moving_pins_as_the_linear_model_of_its_mod
 def test_state_round_trip_in_a_moving_frame_and_return_to_static():
     X, T, mat, pinned = bar()
     s = SimSettings(dt=1 / 24, damping_alpha=1.0)
-    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
+    red = LinearSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
     path = pin_path(X, pinned, 6)
     for f in range(1, 4):
         red.step(FrameInputs(pin_targets=path[f]))
@@ -218,7 +218,7 @@ def test_state_round_trip_in_a_moving_frame_and_return_to_static():
 
 def test_non_rigid_pin_targets_are_refused_and_change_nothing():
     X, T, mat, pinned = bar()
-    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), SimSettings(), pinned=pinned)
+    red = LinearSimulation(X, T, mat, full_basis(X, T, mat, pinned), SimSettings(), pinned=pinned)
     red.step()
     st = red.get_state()
     centre = X[pinned].mean(0)
@@ -265,7 +265,7 @@ def test_start_from_a_turned_state_takes_world_forces_into_the_pin_frame():
     full = Simulation(X, T, mat, s, pinned=pinned)
     full.reset(x0, np.zeros_like(X))
     full.forces = f0.copy()
-    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
+    red = LinearSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
     red.start_from(x0, np.zeros_like(X), f0)
     assert np.abs(red.pose.R - R).max() < 1e-7  # the fitted pin frame
     for _ in range(3):

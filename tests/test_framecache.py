@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from neural_rom.core.engine.timeline import FrameCache, Timeline, frame_digest, inputs_digest
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.fem import Material, mass_matrix
 from neural_rom.core.physics.poke import Poke, poke_weights
 from neural_rom.core.physics.sim import FrameInputs, SimSettings
@@ -27,7 +27,7 @@ def make_sim():
     cols = np.flatnonzero(free)
     U = np.zeros((3 * len(X), len(cols)))
     U[cols, np.arange(len(cols))] = 1.0 / np.sqrt(m3[cols])
-    return ReducedSimulation(X, T, mat, U, SimSettings(dt=1 / 24), pinned=pinned)
+    return LinearSimulation(X, T, mat, U, SimSettings(dt=1 / 24), pinned=pinned)
 
 
 def inputs_of(sim, frame: int, lift: float = 0.0) -> FrameInputs:
@@ -264,7 +264,7 @@ def _simulators():
     the linear subspace, the autoencoder's latent one, Shen's (random decoders: the state's
     ownership does not care how they were trained; LiCROM's state is the linear one's,
     SNP's is checked in tests/test_snp.py)."""
-    from neural_rom.core.methods.autoencoder import LatentSimulation
+    from neural_rom.core.methods.autoencoder import AutoencoderSimulation
     from neural_rom.core.methods.shen import ShenSimulation
 
     from .test_latent import MAT, beam, elu_decoder
@@ -274,7 +274,9 @@ def _simulators():
     s = SimSettings(dt=1 / 24)
     return {
         "linear": make_sim(),
-        "autoencoder": LatentSimulation(X, T, MAT, sub.U, elu_decoder(3, sub.k), s, pinned=pinned),
+        "autoencoder": AutoencoderSimulation(
+            X, T, MAT, sub.U, elu_decoder(3, sub.k), s, pinned=pinned
+        ),
         "shen": ShenSimulation(X, T, MAT, sub.U, 2, sin_decoder(3, sub.k), s, pinned=pinned),
     }
 

@@ -7,9 +7,9 @@ import pytest
 from neural_rom.core.data.files import mesh_hash
 from neural_rom.core.errors import CacheError, SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.autoencoder import LatentSimulation
+from neural_rom.core.methods.autoencoder import AutoencoderSimulation
 from neural_rom.core.methods.autoencoder import save as save_autoencoder_model
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.physics.sim import FrameInputs, SimSettings, boundary_vertices
@@ -61,8 +61,8 @@ def test_linear_decoder_step_equals_reduced_simulation():
     s = SimSettings(dt=1 / 24, substeps=2, newton_tol=1e-12, damping_alpha=0.5, damping_beta=0.002)
     els = np.arange(0, len(T), 2)
     cub = (els, np.full(len(els), 2.0))
-    red = ReducedSimulation(X, T, MAT, sub.U, s, pinned=pinned, cubature=cub)
-    lat = LatentSimulation(
+    red = LinearSimulation(X, T, MAT, sub.U, s, pinned=pinned, cubature=cub)
+    lat = AutoencoderSimulation(
         X, T, MAT, sub.U, linear_decoder(sub.k), s, pinned=pinned, cubature=cub, lbfgs_tol=1e-10
     )
     np.testing.assert_array_equal(lat.z_rest, np.zeros(sub.k))
@@ -84,8 +84,8 @@ def test_linear_decoder_contact_equals_reduced_simulation():
     contact = (surf, sub.mass[surf])
     s = SimSettings(dt=1 / 48, newton_tol=1e-12)
     ground = [Collider("plane")]
-    red = ReducedSimulation(X, T, MAT, sub.U, s, contact=contact, colliders=ground)
-    lat = LatentSimulation(
+    red = LinearSimulation(X, T, MAT, sub.U, s, contact=contact, colliders=ground)
+    lat = AutoencoderSimulation(
         X, T, MAT, sub.U, linear_decoder(sub.k), s, contact=contact, colliders=ground,
         lbfgs_tol=1e-10,
     )  # fmt: skip
@@ -110,7 +110,7 @@ def test_energy_gradient_matches_central_differences():
     floor = Collider("plane", transform=np.array(
         [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.005], [0, 0, 0, 1]], dtype=float
     ))  # fmt: skip
-    lat = LatentSimulation(X, T, MAT, sub.U, dec, s, pinned=pinned, colliders=[floor])
+    lat = AutoencoderSimulation(X, T, MAT, sub.U, dec, s, pinned=pinned, colliders=[floor])
     rng = np.random.default_rng(1)
     lat.reset(z=0.05 * rng.normal(size=4), qdot=0.1 * rng.normal(size=sub.k))
     fun = lat.time_step_objective(f_ext=lat.project_forces(pokes(X, 1, scale=2.0)[0]))
@@ -133,13 +133,13 @@ def test_preconditioner_is_spd_and_is_the_rest_hessian():
     X, T, pinned, sub = beam()
     s = SimSettings(dt=1 / 24, gravity=(0, 0, 0), damping_alpha=0.5, damping_beta=0.002)
     dec = elu_decoder(5, sub.k, seed=2)
-    lat = LatentSimulation(X, T, MAT, sub.U, dec, s, pinned=pinned)
+    lat = AutoencoderSimulation(X, T, MAT, sub.U, dec, s, pinned=pinned)
     rng = np.random.default_rng(0)
     for _ in range(3):
         H = lat.preconditioner_matrix(0.3 * rng.normal(size=5))
         np.testing.assert_array_equal(H, H.T)
         assert np.linalg.eigvalsh(H).min() > 1e-8 * np.linalg.eigvalsh(H).max() > 0
-    lin = LatentSimulation(X, T, MAT, sub.U, linear_decoder(sub.k), s, pinned=pinned)
+    lin = AutoencoderSimulation(X, T, MAT, sub.U, linear_decoder(sub.k), s, pinned=pinned)
     fun = lin.time_step_objective()
     eps = 1e-6
     H_fd = np.array([(fun(eps * d)[1] - fun(-eps * d)[1]) / (2 * eps) for d in np.eye(sub.k)])
@@ -152,7 +152,7 @@ def test_returns_to_rest_without_forces():
     X, T, pinned, sub = beam()
     dec = elu_decoder(4, sub.k, seed=5)
     s = SimSettings(dt=1 / 24, gravity=(0, 0, 0), damping_alpha=4.0)
-    lat = LatentSimulation(X, T, MAT, sub.U, dec, s, pinned=pinned)
+    lat = AutoencoderSimulation(X, T, MAT, sub.U, dec, s, pinned=pinned)
     np.testing.assert_allclose(lat.positions(), X, atol=1e-12)  # phi(0) = 0: rest is z = 0
     lat.reset(z=np.array([0.1, -0.08, 0.05, 0.1]))
     start = np.abs(lat.positions() - X).max()
@@ -164,7 +164,7 @@ def test_returns_to_rest_without_forces():
 
 def test_state_round_trip_reproduces_the_future():
     X, T, pinned, sub = beam()
-    lat = LatentSimulation(
+    lat = AutoencoderSimulation(
         X, T, MAT, sub.U, elu_decoder(4, sub.k, seed=1), SimSettings(), pinned=pinned
     )
     F = pokes(X, 4, seed=2)
@@ -185,7 +185,7 @@ def test_state_round_trip_reproduces_the_future():
 def test_encode_pose_and_reset_from_positions():
     X, T, pinned, sub = beam()
     dec = elu_decoder(4, sub.k, seed=4)
-    lat = LatentSimulation(X, T, MAT, sub.U, dec, SimSettings(), pinned=pinned)
+    lat = AutoencoderSimulation(X, T, MAT, sub.U, dec, SimSettings(), pinned=pinned)
     z_true = np.array([0.2, -0.1, 0.05, 0.15])
     x = X + (sub.U @ dec.forward(z_true)).reshape(-1, 3)
     # no encoder: Gauss-Newton fit of phi(z) to U^T M (x - X) from z_rest
@@ -197,7 +197,7 @@ def test_encode_pose_and_reset_from_positions():
     # an exact linear encoder/decoder pair: the encoder alone is the answer
     k = sub.k
     q = np.linspace(0.1, -0.1, k)
-    lin = LatentSimulation(
+    lin = AutoencoderSimulation(
         X, T, MAT, sub.U, linear_decoder(k), SimSettings(), pinned=pinned,
         encoder=linear_decoder(k),
     )  # fmt: skip
@@ -208,19 +208,19 @@ def test_encode_pose_and_reset_from_positions():
 
 def test_errors_say_what_to_do():
     X, T, pinned, sub = beam(div=(4, 1, 1), k=4)
-    lat = LatentSimulation(X, T, MAT, sub.U, linear_decoder(4), SimSettings(), pinned=pinned)
+    lat = AutoencoderSimulation(X, T, MAT, sub.U, linear_decoder(4), SimSettings(), pinned=pinned)
     with pytest.raises(SimulationError, match="only rigidly"):
         lat.step(FrameInputs(pin_targets=1.5 * X[pinned] + 0.1))
     lat.step(FrameInputs(pin_targets=X[pinned]))  # pins at rest are fine
     with pytest.raises(SimulationError, match="retrain"):
-        LatentSimulation(X, T, MAT, sub.U, linear_decoder(5), pinned=pinned)
+        AutoencoderSimulation(X, T, MAT, sub.U, linear_decoder(5), pinned=pinned)
     with pytest.raises(SimulationError, match="retrain"):
-        LatentSimulation(
+        AutoencoderSimulation(
             X, T, MAT, sub.U, linear_decoder(4), pinned=pinned, encoder=elu_decoder(4, 3)
         )
     U_free = beam(pinned=False, div=(4, 1, 1), k=4)[3].U
     with pytest.raises(SimulationError, match="pinned DOFs"):
-        LatentSimulation(X, T, MAT, U_free, linear_decoder(U_free.shape[1]), pinned=pinned)
+        AutoencoderSimulation(X, T, MAT, U_free, linear_decoder(U_free.shape[1]), pinned=pinned)
     bad = np.zeros_like(X)
     bad[-1] = np.nan
     with pytest.raises(SimulationError, match="not finite"):
@@ -245,12 +245,12 @@ def test_model_file_round_trip(tmp_path):
                   "lbfgs": {"window": 5, "tolerance": 1e-7, "max_iters": 50}},
     )  # fmt: skip
     sim, model = load_simulator(path, expect_mesh_hash=h)
-    assert isinstance(sim, LatentSimulation) and model.method == "autoencoder"
+    assert isinstance(sim, AutoencoderSimulation) and model.method == "autoencoder"
     meta = model.metadata
     assert (meta["latent_dim"], meta["k"], meta["training"]) == (r, sub.k, {"epochs": 1})
     assert (sim.lbfgs_window, sim.lbfgs_tol, sim.max_iters) == (5, 1e-7, 50)
     assert {"dec_W0", "enc_W2", "U", "cubature_weights"} <= set(model.arrays)
-    direct = LatentSimulation(
+    direct = AutoencoderSimulation(
         X, T, MAT, sub.U, dec, s, pinned=pinned, cubature=(els, cub.weights),
         contact=(surf, sub.mass[surf]), encoder=enc, lbfgs_window=5, lbfgs_tol=1e-7,
         max_iters=50,
@@ -277,7 +277,7 @@ def test_preconditioner_cuts_lbfgs_iterations():
     F = pokes(X, 10, seed=0, scale=1.0)
     iters, pos = {}, {}
     for pre in (True, False):
-        lat = LatentSimulation(
+        lat = AutoencoderSimulation(
             X, T, MAT, sub.U, dec, s, pinned=pinned, preconditioner=pre, max_iters=500
         )
         iters[pre] = [lat.step(FrameInputs(forces=f)).newton_iters for f in F]

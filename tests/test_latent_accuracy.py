@@ -1,6 +1,6 @@
 """Issue 5 acceptance: the autoencoder (Fulton 2019) reaches PCA's held-out max per-vertex
 error with at most 40% of PCA's degrees of freedom, on a small version of the swung-arm
-scene of bench/latent.py (a clamped bar bent up to ~90 degrees in every direction of the y-z
+scene of bench/autoencoder.py (a clamped bar bent up to ~90 degrees in every direction of the y-z
 plane by a turning body load: a 2-D nonlinear manifold, like the paper's catapult).
 Issue 10: the default settings find such a latent size within their time budget."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from .bench_modules import load_bench
 
-latent = load_bench("latent")
+latent = load_bench("autoencoder")
 
 
 @pytest.fixture(scope="module")

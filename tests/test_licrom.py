@@ -751,9 +751,9 @@ def test_free_body_continues_across_a_mesh_swap(shapes):
         for _ in range(6):
             run.step()
             ref.step()
-        pose = run.frame_of(run.positions())
+        pose = run.pose_of(run.positions())
         rep = run.swap_mesh(b.X, b.T)
-        jump = np.abs(run.frame_of(run.positions()).R - pose.R).max()
+        jump = np.abs(run.pose_of(run.positions()).R - pose.R).max()
         gaps = []
         for _ in range(6):
             run.step()

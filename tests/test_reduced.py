@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider, ContactPoints
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
 from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
@@ -35,7 +35,7 @@ def test_full_basis_without_cubature_reproduces_full_space_steps():
     X, T, mat, pinned = setup()
     s = SimSettings(dt=1 / 24, newton_tol=1e-10, damping_alpha=0.5, damping_beta=0.002)
     full = Simulation(X, T, mat, s, pinned=pinned)
-    red = ReducedSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
+    red = LinearSimulation(X, T, mat, full_basis(X, T, mat, pinned), s, pinned=pinned)
     rng = np.random.default_rng(0)
     for _frame in range(6):
         f = np.zeros_like(X)
@@ -53,7 +53,7 @@ def test_full_basis_contact_matches_full_space():
     ground = [Collider("plane")]
     full = Simulation(X, T, mat, s, colliders=ground)
     surf = full.surface
-    red = ReducedSimulation(
+    red = LinearSimulation(
         X,
         T,
         mat,
@@ -81,7 +81,7 @@ def test_truncated_basis_with_cubature_subset_runs_and_returns_to_rest():
     els = np.arange(0, len(T), 3)
     w = np.full(len(els), 3.0)
     s = SimSettings(dt=1 / 24, gravity=(0, 0, 0), damping_alpha=3.0)
-    red = ReducedSimulation(X, T, mat, Ub, s, pinned=pinned, cubature=(els, w))
+    red = LinearSimulation(X, T, mat, Ub, s, pinned=pinned, cubature=(els, w))
     red.reset(qdot=rng.normal(scale=0.5, size=12))
     for _ in range(80):
         red.step()
@@ -91,7 +91,7 @@ def test_truncated_basis_with_cubature_subset_runs_and_returns_to_rest():
 
 def test_protocol_state_round_trip_and_bad_pins():
     X, T, mat, pinned = setup()
-    red = ReducedSimulation(
+    red = LinearSimulation(
         X, T, mat, full_basis(X, T, mat, pinned), SimSettings(dt=0.03), pinned=pinned
     )
     red.step()
@@ -105,7 +105,7 @@ def test_protocol_state_round_trip_and_bad_pins():
         red.step(FrameInputs(pin_targets=1.5 * X[pinned] + 0.1))
     U = full_basis(X, T, mat, np.zeros(0, int))
     with pytest.raises(SimulationError, match="pinned DOFs"):
-        ReducedSimulation(X, T, mat, U, pinned=pinned)
+        LinearSimulation(X, T, mat, U, pinned=pinned)
 
 
 def test_surface_sample_carries_all_surface_mass():
@@ -136,7 +136,7 @@ def test_reduced_gradient_and_exact_hessian_match_finite_differences():
     X, T, mat, pinned = setup(div=(6, 2, 2))
     U = crude_subspace(X, T, mat, pinned, 8, seed=2)
     els = np.arange(1, len(T), 4)
-    red = ReducedSimulation(X, T, mat, U, pinned=pinned, cubature=(els, np.full(len(els), 4.0)))
+    red = LinearSimulation(X, T, mat, U, pinned=pinned, cubature=(els, np.full(len(els), 4.0)))
     q = np.random.default_rng(3).normal(scale=0.05, size=8)  # a large, non-linear pose
     e, g, H = red._elastic(q, 2, project=False)
     e1, g1, H1 = red._elastic(q, 1)
@@ -168,7 +168,7 @@ def test_indefinite_hessian_falls_back_to_projection_and_matches_full_space():
     x0 = X * np.array([0.4, 1.0, 1.0])
     full = Simulation(X, T, mat, s)
     full.x = x0.copy()
-    red = ReducedSimulation(X, T, mat, U, s)
+    red = LinearSimulation(X, T, mat, U, s)
     red.reset(q=np.sqrt(m3) * (x0 - X).ravel())
     projected = []
     elastic = red._elastic
@@ -201,7 +201,7 @@ def test_lazy_hessian_newton_stays_within_the_tolerance():
     runs = {}
     for tol in (1e-6, 1e-12):
         s = SimSettings(dt=1 / 24, newton_tol=tol)
-        red = ReducedSimulation(X, T, mat, U, s, pinned=pinned, cubature=cub)
+        red = LinearSimulation(X, T, mat, U, s, pinned=pinned, cubature=cub)
         hessians = []
         elastic = red._elastic
         red._elastic = lambda q, order, project=True, e=elastic, h=hessians: (

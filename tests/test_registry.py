@@ -9,7 +9,7 @@ from neural_rom.core.data.modelfile import save_model
 from neural_rom.core.engine.protocol import Simulator
 from neural_rom.core.errors import CacheError, NeuralRomError, SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.methods.linear import save as save_linear
 from neural_rom.core.physics.fem import Material
 from neural_rom.core.physics.sim import FrameInputs, Markers, SimSettings
@@ -161,10 +161,22 @@ def _linear_model(tmp_path):
     return path, X
 
 
+def test_the_runtimes_are_named_after_their_methods_and_keep_their_former_names():
+    # issue 29: one name per concept; scripts and plug-ins that import the former class names
+    # (core.methods.linear.ReducedSimulation, core.methods.autoencoder.LatentSimulation) and
+    # the pins' frame's (core.reduced.pose.PinFrame, FrameMixin) get the same classes
+    from neural_rom.core.methods import autoencoder, linear
+    from neural_rom.core.reduced import pose
+
+    assert linear.ReducedSimulation is linear.LinearSimulation
+    assert autoencoder.LatentSimulation is autoencoder.AutoencoderSimulation
+    assert pose.PinFrame is pose.PinPose and pose.FrameMixin is pose.PoseMixin
+
+
 def test_load_simulator_by_the_method_the_file_names(tmp_path):
     path, X = _linear_model(tmp_path)
     sim, model = registry.load_simulator(path, expect_mesh_hash="h")
-    assert model.method == "linear" and isinstance(sim, ReducedSimulation)
+    assert model.method == "linear" and isinstance(sim, LinearSimulation)
     assert isinstance(sim, Simulator)  # the protocol, checked structurally
     np.testing.assert_array_equal(sim.rest_positions(), X)
     # the closest shape of a shape in the basis is itself; of rest, rest

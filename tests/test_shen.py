@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from neural_rom.core.data.files import mesh_hash
 from neural_rom.core.geometry.grid import grid_tetmesh
-from neural_rom.core.methods.linear import ReducedSimulation
+from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.methods.shen import ShenSimulation
 from neural_rom.core.methods.shen import save as save_shen_model
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
@@ -206,7 +206,7 @@ def test_without_nonlinear_coordinates_it_is_the_linear_model(setup):
     E[4:7] = np.eye(3)
     cases = [(None, sub.U[:, :4]), (MLP([E], [np.zeros(sub.k)], ["identity"]), sub.U[:, :7])]
     for (dec, Ulin), variational in [(c, v) for c in cases for v in (False, True)]:
-        red = ReducedSimulation(X, T, MAT, Ulin, s, pinned=pinned, cubature=cub)
+        red = LinearSimulation(X, T, MAT, Ulin, s, pinned=pinned, cubature=cub)
         she = ShenSimulation(
             X, T, MAT, sub.U, 4, dec, s, pinned=pinned, cubature=cub, variational=variational
         )
@@ -288,7 +288,7 @@ def test_animated_pins_follow_the_pins_frame_as_the_linear_model(setup):
     lin = MLP([E], [np.zeros(sub.k)], ["identity"])
     targets = swing(X, pinned, 12)
     for variational in (False, True):
-        red = ReducedSimulation(X, T, MAT, sub.U[:, :7], s, pinned=pinned)
+        red = LinearSimulation(X, T, MAT, sub.U[:, :7], s, pinned=pinned)
         she = ShenSimulation(
             X, T, MAT, sub.U, 4, lin, s, pinned=pinned, variational=variational,
             frame_variational=variational,

@@ -1,4 +1,4 @@
-"""Issue 12 acceptance, small: on the swung arm of bench/latent.py (a clamped bar bent up to
+"""Issue 12 acceptance, small: on the swung arm of bench/autoencoder.py (a clamped bar bent up to
 ~90 degrees in every direction by a turning body load; whole bakes held out), Shen 2021 with
 n_p + n_z = 3 + 1 DOFs against PCA with 4 modes: held-out replay and closest-shape errors,
 and the effect of dropping the fictitious force. The whip and Fulton's model are in
@@ -10,7 +10,7 @@ import pytest
 
 from .bench_modules import load_bench
 
-latent = load_bench("latent")
+latent = load_bench("autoencoder")
 bench_shen = load_bench("shen")
 
 

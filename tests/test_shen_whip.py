@@ -20,7 +20,7 @@ import pytest
 
 from .bench_modules import load_bench
 
-latent = load_bench("latent")
+latent = load_bench("autoencoder")
 bench_shen = load_bench("shen")
 
 

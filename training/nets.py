@@ -223,7 +223,7 @@ def epoch_order(key: list[int], n: int, device) -> torch.Tensor:
 
 
 #: Epochs between measurements of the held-out loss (early stopping): each costs about a
-#: tenth of an epoch (0.43 against 3.8 ms on the swung bar of bench/latent.py).
+#: tenth of an epoch (0.43 against 3.8 ms on the swung bar of bench/autoencoder.py).
 CHECK_EVERY = 5
 #: A held-out loss is a new best when below the best by this fraction, so the float32 jitter
 #: of a loss that has stopped falling does not keep resetting the patience.

@@ -1,6 +1,6 @@
 """Trained-model files: torch-free, pickle-free, one file per model.
 
-Every reduced model (linear PCA subspace, autoencoders, LiCROM, ...) is exported by
+Every reduced model (linear, autoencoder, Shen, LiCROM, ...) is exported by
 ``training/`` to this format and played back by ``core`` with numpy alone.
 
 Format (schema 1)
@@ -11,7 +11,7 @@ A model is one uncompressed ``.npz`` archive (``np.savez``), by convention named
 - the model's arrays, each a numeric or boolean ``.npy`` member (never an object array);
 - ``__meta__``: a uint8 array holding UTF-8 JSON::
 
-    {"format": "neural_rom.model", "schema": 1, "method": "pca" | "autoencoder" | ...,
+    {"format": "neural_rom.model", "schema": 1, "method": "linear" | "autoencoder" | ...,
      "mesh_hash": <core.files.mesh_hash of the tet mesh>, "created": <ISO 8601 UTC>,
      "tool_version": <extension version>,
      "metadata": {<caller JSON: material, dt, training settings, metrics, network
@@ -87,7 +87,7 @@ class Model:
     path : Path
         The file it was read from.
     method : str
-        Which reduced model this is (``"pca"``, ``"autoencoder"``, ...).
+        Which method made it: its registered name (``"linear"``, ``"autoencoder"``, ...).
     mesh_hash : str
         Hash of the tet mesh it was trained for (:func:`.files.mesh_hash`).
     schema : int
@@ -132,7 +132,7 @@ def save_model(
         Destination. ``.nrmodel`` is appended when the name has no suffix. The
         directory must exist; an existing file is replaced (atomically).
     method : str
-        Model kind, e.g. ``"pca"``, ``"autoencoder"``, ``"hoda"``, ``"licrom"``.
+        The registered name of the method, e.g. ``"linear"``, ``"autoencoder"``, ``"shen"``, ``"licrom"``.
     mesh_hash : str
         :func:`.files.mesh_hash` (``TetMesh.hash()``) of the mesh the model belongs to.
     arrays : mapping of str to array

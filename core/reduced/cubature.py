@@ -435,7 +435,7 @@ def optimized_cubature(
     the module docstring) reaches ``target`` or ``max_elements`` elements are selected.
 
     **Validation stopping.** The training error alone says little about poses the fit never
-    saw: on the swung bar of ``bench/latent.py`` (k = 30) a rule that meets 0.05 on its training
+    saw: on the swung bar of ``bench/autoencoder.py`` (k = 30) a rule that meets 0.05 on its training
     poses errs 0.077 on held-out bakes. With ``validation_fraction > 0`` a seeded share of the
     training poses is left out of the fit (whole trajectories when ``groups`` says which pose
     belongs to which), the relative error of the current weights on them is tracked every

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ..data.modelfile import save_model
 from ..engine.protocol import SimulatorBase
 from ..errors import SimulationError
 from ..physics import fem as _fem
@@ -26,7 +28,7 @@ from ..physics.sim import FrameInputs, SimSettings, StepReport, boundary_vertice
 from .cubature import Cubature
 from .onnx import ONNX_POSITIONS as ONNX_POSITIONS
 from .onnx import onnx_decoder_graph as onnx_decoder_graph
-from .pose import IDENTITY, FrameMixin, interpolate
+from .pose import IDENTITY, PoseMixin, interpolate
 from .settings import SUBSPACE_SETTING as SUBSPACE_SETTING
 from .settings import SUBSPACE_SETTINGS as SUBSPACE_SETTINGS
 from .settings import TRAINER_SETTING as TRAINER_SETTING
@@ -75,6 +77,41 @@ def subspace_payload(
         "cubature": cubature.info,
     }
     return arrays, meta
+
+
+def save_subspace_model(
+    path: str | Path,
+    method: str,
+    *,
+    mesh_hash: str,
+    T: np.ndarray,
+    subspace: Subspace,
+    cubature: Cubature,
+    contact: ContactPoints | tuple[np.ndarray, np.ndarray],
+    material: _fem.Material,
+    settings: SimSettings,
+    arrays: dict | None = None,
+    metadata: dict | None = None,
+) -> Path:
+    """Write a subspace model file of ``method``: what every subspace model holds
+    (:func:`subspace_payload`), then the method's own ``arrays`` and ``metadata``.
+
+    Parameters
+    ----------
+    path : target ``.nrmodel`` file (written atomically)
+    method : the registered name the file records (the method that loads it)
+    mesh_hash : hash of the tet mesh (world space, as baked) the model belongs to
+    T : (m, 4) int array
+    subspace, cubature : the trained basis and cubature rule
+    contact : ContactPoints or (vertices (s,), masses (s,)): the contact sample
+    material, settings : the physics the model steps with
+    arrays : the method's own arrays (a decoder's weights)
+    metadata : JSON-able extras merged into the file's metadata (training settings, metrics)
+    """
+    payload, meta = subspace_payload(T, subspace, cubature, contact, material, settings)
+    payload.update(arrays or {})
+    meta.update(metadata or {})
+    return save_model(path, method=method, mesh_hash=mesh_hash, arrays=payload, metadata=meta)
 
 
 def subspace_arguments(model, settings: SimSettings | None, colliders) -> dict:
@@ -154,10 +191,10 @@ def farthest_points(P: np.ndarray, count: int, seed: int = 0) -> np.ndarray:
     return np.array(chosen)
 
 
-class SubspaceModel(FrameMixin, SimulatorBase):
+class SubspaceModel(PoseMixin, SimulatorBase):
     """What every subspace runtime shares: the basis ``U`` (3n, k), lumped masses, the
     reduced mass matrix and gravity, the cubature sub-mesh, the contact sample, the
-    colliders and the pins' frame (:class:`.frame.FrameMixin`).
+    colliders and the pins' frame (:class:`core.reduced.pose.PoseMixin`).
 
     Subclasses call :meth:`_setup` with the constructor arguments documented on
     :class:`.integrator.SubspaceSimulation`.
@@ -297,7 +334,7 @@ class SubspaceModel(FrameMixin, SimulatorBase):
     def _in_pin_frame(self, x: np.ndarray, v: np.ndarray | None = None):
         """World positions (and velocities) in the pins' frame fitted to ``x``, and the frame
         (None when the pins are at rest)."""
-        pose = self.frame_of(x)
+        pose = self.pose_of(x)
         if pose is None or pose.is_identity:
             return x, v, None
         return (x - pose.c) @ pose.R, (None if v is None else v @ pose.R), pose

@@ -171,7 +171,7 @@ def fit_pose(rest: np.ndarray, targets: np.ndarray, guess: Pose = IDENTITY) -> t
     return Pose(R, c), residual
 
 
-class PinFrame:
+class PinPose:
     """The reduced terms of the pins' moving frame for a basis ``U`` (see the module doc).
 
     Parameters
@@ -302,22 +302,22 @@ def to_pin_frame(x: np.ndarray, X: np.ndarray, pinned) -> np.ndarray:
     return out
 
 
-class FrameMixin:
+class PoseMixin:
     """The moving pin frame of a subspace simulator (``SubspaceSimulation``,
-    ``LatentSimulation``): state, per-step targets and world positions.
+    ``AutoencoderSimulation``): state, per-step targets and world positions.
 
     Needs ``X``, ``U``, ``mass``, ``pinned``, ``M_red``, ``f_gravity``, ``settings``.
     """
 
-    _pin_frame: PinFrame | None = None
+    _pin_frame: PinPose | None = None
 
     def _reset_frame(self) -> None:
         self.pose = self.pose_prev = IDENTITY
         self.pin_targets = self.X[self.pinned].copy()
 
-    def pin_frame(self) -> PinFrame:
+    def pin_frame(self) -> PinPose:
         if self._pin_frame is None:
-            self._pin_frame = PinFrame(self.X, self.U, self.mass, self.pinned, self.M_red)
+            self._pin_frame = PinPose(self.X, self.U, self.mass, self.pinned, self.M_red)
         return self._pin_frame
 
     def _frame_state(self) -> dict:
@@ -336,12 +336,16 @@ class FrameMixin:
             self.pose_prev = Pose.from_list(state["pose_prev"])
             self.pin_targets = np.array(state["pin_targets"], dtype=float).reshape(-1, 3)
 
-    def frame_of(self, x: np.ndarray) -> Pose:
-        """The pin frame of positions ``x`` (n, 3): the pose of their pinned vertices."""
+    def pose_of(self, x: np.ndarray) -> Pose:
+        """The pins' pose in positions ``x`` (n, 3): the pose of their pinned vertices."""
         x = np.asarray(x, dtype=float)
         if not self.pinned.size or np.array_equal(x[self.pinned], self.X[self.pinned]):
             return IDENTITY
         return self.pin_frame().fit(x[self.pinned], IDENTITY, 0)
+
+    def frame_of(self, x: np.ndarray) -> Pose:
+        """:meth:`pose_of`'s former name (scripts may call it)."""
+        return self.pose_of(x)
 
     def place_frame(self, pose: Pose) -> None:
         """Put the frame at ``pose``, at rest (after ``reset``): the pins at their rest
@@ -369,3 +373,8 @@ class FrameMixin:
         """After an accepted step into ``new``."""
         new = self.pose if new is None else new
         self.pose_prev, self.pose = self.pose, new
+
+
+#: Former names (issue 29: "frame" is a timeline frame; the pins' rigid motion is a pose).
+PinFrame = PinPose
+FrameMixin = PoseMixin

@@ -75,7 +75,7 @@ def plan_training(
     * ``search_epochs`` None (automatic): every search network gets ``epochs`` when that
       fits the budget; else the final network keeps ``epochs`` and the search networks
       share the rest, when that gives each at least a quarter of ``epochs`` (fewer rank the
-      sizes poorly: on the swung bar of ``bench/latent.py`` 300 of 2,000 epochs left
+      sizes poorly: on the swung bar of ``bench/autoencoder.py`` 300 of 2,000 epochs left
       r = 2 at 74 mm, against 25 mm fully trained); else both are scaled down to fit.
     * ``search_epochs`` given (at most ``epochs``): over the budget, both counts are scaled
       by ``time_budget / worst case``.

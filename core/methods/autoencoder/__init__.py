@@ -29,12 +29,18 @@ rest and SPD whenever ``J`` has full column rank (``M~`` is SPD, ``K~_0`` PSD). 
 
 A state is the latent ``z_n``, its decoded ``q_n = phi(z_n)`` and the PCA velocity
 ``qdot_n = (q_n - q_{n-1}) / h``; keeping ``qdot`` rather than ``q_{n-1}`` makes substeps
-and frame-rate changes behave as in :class:`.linear.ReducedSimulation`.
+and frame-rate changes behave as in :class:`core.methods.linear.LinearSimulation`.
 """
 
 from ...reduced.model import SUBSPACE_INPUTS
 from ...registry import Method
-from .runtime import DEFAULT_LBFGS_TOL, DEFAULT_LBFGS_WINDOW, DEFAULT_MAX_ITERS, LatentSimulation
+from .runtime import (
+    DEFAULT_LBFGS_TOL,
+    DEFAULT_LBFGS_WINDOW,
+    DEFAULT_MAX_ITERS,
+    AutoencoderSimulation,
+    LatentSimulation,
+)
 from .schema import NAME, load, onnx_graph, save
 from .settings import SETTINGS
 
@@ -61,6 +67,7 @@ __all__ = [
     "METHOD",
     "NAME",
     "SETTINGS",
+    "AutoencoderSimulation",
     "LatentSimulation",
     "load",
     "onnx_graph",

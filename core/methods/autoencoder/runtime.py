@@ -36,14 +36,14 @@ _MAX_BACKTRACKS = 40
 #: An accepted step that moves z by less than this fraction of max(|z|, 1) (a few hundred
 #: ulps) made no progress E can measure: the step has converged to rounding. Without this
 #: the line search kept accepting ~1e-9 steps by rounding luck and ran to max_iters
-#: (~3000 objective evaluations, 0.7 s for one frame, on the swung arm of bench/latent.py).
+#: (~3000 objective evaluations, 0.7 s for one frame, on the swung arm of bench/autoencoder.py).
 _STALL = 1e-13
 #: With colliders, the preconditioner is rebuilt at the current iterate every this many
 #: L-BFGS iterations (contacts made during a step change the curvature).
 _REFRESH = 10
 
 
-class LatentSimulation(SubspaceModel):
+class AutoencoderSimulation(SubspaceModel):
     """Implicit Euler in an autoencoder's latent space, with cubature (Fulton 2019).
 
     Follows :class:`.reduced.Simulator`. ``StepReport.newton_iters`` counts **L-BFGS
@@ -473,6 +473,10 @@ class LatentSimulation(SubspaceModel):
             self.z, self.q = z, q
             self._advance_frame(pose)
         return rep
+
+
+#: The autoencoder runtime's former name (scripts and plug-ins may use it).
+LatentSimulation = AutoencoderSimulation
 
 
 def _cholesky(H: np.ndarray):

@@ -83,7 +83,7 @@ with a line search; it takes a non-orthonormal basis). Where we depart from the 
      prediction ``2 x_n - x_{n-1}``, from the state's mass moments in O(k)
      (:meth:`~LicromSimulation._predict_frame`);
   2. solves backward Euler in that frame, the frame's motion entering exactly through
-     :class:`.frame.FrameMixin`'s inertial and damping targets (centrifugal, Coriolis and
+     :class:`core.reduced.pose.PoseMixin`'s inertial and damping targets (centrifugal, Coriolis and
      Euler terms included), gravity, forces (held in world axes: a poke keeps its direction
      while the body turns under it) and colliders taken into it; where the solution's
      rotation modes turn the frame by more than :data:`FRAME_TURN` (forces turned the body

@@ -418,7 +418,7 @@ class LicromSimulation(SubspaceSimulation):
         :attr:`rigid_centre`) into the frame: the new frame is ``pose`` followed by the rigid
         motion ``y -> R_w (y - o) + o + t``, ``q`` the projection of the solved positions in
         it and ``qdot = (q - q_n) / h``, so the frame's last two poses carry the rigid
-        velocity and :class:`.frame.FrameMixin` the exact inertial terms of its motion."""
+        velocity and :class:`core.reduced.pose.PoseMixin` the exact inertial terms of its motion."""
         now = self.pose
         new = self._turned(now, self.q)
         z = np.zeros_like(self.q)
@@ -427,11 +427,11 @@ class LicromSimulation(SubspaceSimulation):
         self.q = q
         self.pose_prev, self.pose = frame_n, new
 
-    def frame_of(self, x: np.ndarray) -> Pose:
+    def pose_of(self, x: np.ndarray) -> Pose:
         """The frame of world positions ``x`` (n, 3): with a floating frame the best rigid
         motion of the rest mesh onto them (:func:`body_frames`), else the pins' frame."""
         if not self.floating:
-            return super().frame_of(x)
+            return super().pose_of(x)
         R, c = body_frames(self.X, np.asarray(x, dtype=np.float64), self.mass)
         return Pose(R, c)
 

@@ -11,5 +11,5 @@ class LinearSimulation(SubspaceSimulation):
     cubature of a linear model file."""
 
 
-#: The linear runtime's former name (tests, benchmarks and scripts use it).
+#: The linear runtime's former name (scripts and plug-ins may use it).
 ReducedSimulation = LinearSimulation

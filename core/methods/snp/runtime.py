@@ -238,7 +238,7 @@ class SNPSimulation(SimulatorBase):
             self._normals = VertexNormals(p.triangles, len(p.X))
         return self._normals(self.positions() if x is None else x)
 
-    def _frame_of(self, x: np.ndarray) -> Pose:
+    def _pose_of(self, x: np.ndarray) -> Pose:
         if self._rest_inv is not None:  # driven: the frame is the driver's, not in x
             return self.poses[0]
         return reference_pose(
@@ -249,7 +249,7 @@ class SNPSimulation(SimulatorBase):
         """The model's closest shape (n, 3) to world positions ``x``: the PCA projection in
         the reference frame of ``x``."""
         x = np.asarray(x, dtype=np.float64)
-        pose = self._frame_of(x)
+        pose = self._pose_of(x)
         y = x if pose.is_identity else (x - pose.c) @ pose.R
         return pose.apply(self.decode(self.encode(y)))
 
@@ -259,7 +259,7 @@ class SNPSimulation(SimulatorBase):
         ``forces`` are not an input of this model."""
         self.reset()
         x = np.asarray(x, dtype=np.float64)
-        pose = self._frame_of(x)
+        pose = self._pose_of(x)
         prev = x - self.dt * np.asarray(v, dtype=np.float64)
         if not pose.is_identity:
             x, prev = (x - pose.c) @ pose.R, (prev - pose.c) @ pose.R

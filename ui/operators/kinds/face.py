@@ -1,16 +1,16 @@
 """Active faces: set up a face (worker), add the demo head (worker), add marker empties, pose
-the sliders from a training key. The stages are in :mod:`..addon.face`."""
+the sliders from a training key. The stages are in :mod:`...addon.face`."""
 
 from __future__ import annotations
 
 import bpy
 from bpy.props import EnumProperty, IntProperty, StringProperty
 
-from ...addon import jobs
-from ...addon.kinds.face import face
-from ...core.errors import NeuralRomError
-from ...core.kinds.face.inputs import MARKER_LAYOUTS
-from ._common import active_deformable, active_object, fail, launch_job
+from ....addon import jobs
+from ....addon.kinds.face import face
+from ....core.errors import NeuralRomError
+from ....core.kinds.face.inputs import MARKER_LAYOUTS
+from .._common import active_deformable, active_object, fail, launch_job
 
 
 def _face_skin(context):

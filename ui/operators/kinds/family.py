@@ -1,4 +1,4 @@
-"""Models that run on other meshes of an object family (:mod:`..addon.family`): train the
+"""Models that run on other meshes of an object family (:mod:`...addon.family`): train the
 active object with the other selected objects' bakes, use another object's model (or a model
 file) without retraining, and carry a running simulation across an edit of the mesh."""
 
@@ -9,10 +9,10 @@ import functools
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from ...addon import training
-from ...addon.kinds.family import family, reference
-from ...core.errors import NeuralRomError
-from ._common import active_deformable, fail, launch_job
+from ....addon import training
+from ....addon.kinds.family import family, reference
+from ....core.errors import NeuralRomError
+from .._common import active_deformable, fail, launch_job
 
 
 def _others(context, obj) -> list:

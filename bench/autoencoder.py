@@ -21,9 +21,9 @@ Reported, all on the held-out bakes:
 * for each ``r``, the smallest PCA ``k`` with an error at most the autoencoder's: ``r / k``
   is the acceptance number of the issue (<= 40%);
 * one held-out rollout each of full space (:class:`core.sim.Simulation`, Newton), the
-  autoencoder model (:class:`core.methods.autoencoder.LatentSimulation`, preconditioned L-BFGS), the PCA
-  model of the matched ``k`` (:class:`core.methods.linear.ReducedSimulation`, Newton) and the same
-  PCA model solved by L-BFGS (``LatentSimulation`` with an identity decoder over the PCA
+  autoencoder model (:class:`core.methods.autoencoder.AutoencoderSimulation`, preconditioned L-BFGS), the PCA
+  model of the matched ``k`` (:class:`core.methods.linear.LinearSimulation`, Newton) and the same
+  PCA model solved by L-BFGS (``AutoencoderSimulation`` with an identity decoder over the PCA
   basis, the paper's Fig. 9 comparison): ms per step, solver iterations per step, rollout
   error against the bake;
 * the ratio full-space step time / autoencoder step time (the issue's goal: >= 30x at ~20K
@@ -32,10 +32,10 @@ Reported, all on the held-out bakes:
 
 Usage::
 
-    python bench/latent.py [--variants 10] [--frames 96] [--keys 3] [--epochs 600]
+    python bench/autoencoder.py [--variants 10] [--frames 96] [--keys 3] [--epochs 600]
                            [--latents 1-8] [--divisions 16,2,2] [--out DIR] [--keep]
                            [--profile] [--bakes DIR] [--defaults]
-    python bench/latent.py --pins [--np 3] [--nz 2] [--epochs 600] [--out DIR]
+    python bench/autoencoder.py --pins [--np 3] [--nz 2] [--epochs 600] [--out DIR]
 
 ``--divisions 56,8,8`` meshes the bar with 21,504 tets (the issue's ~20K; a full-space
 step then takes a few seconds, so bake fewer variants: ``--variants 6 --frames 48 --keys 2``).
@@ -72,7 +72,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# One BLAS thread, set before numpy loads (fair timings; see bench/reduced.py).
+# One BLAS thread, set before numpy loads (fair timings; see bench/linear.py).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -450,7 +450,7 @@ def run(args) -> dict:
 
     torch.set_num_threads(1)
     from neural_rom.core import registry
-    from neural_rom.core.methods.autoencoder import LatentSimulation
+    from neural_rom.core.methods.autoencoder import AutoencoderSimulation
     from neural_rom.core.reduced.nnet import MLP
     from neural_rom.core.registry import load_simulator
 
@@ -526,7 +526,7 @@ def run(args) -> dict:
     res["pca_roll"] = rollout(sim_pca, held, rec["pca"])
     res["cubature"] = {"ae": len(sim_ae.elements), "pca": len(sim_pca.elements)}
     ident = MLP([np.eye(sim_pca.k)], [np.zeros(sim_pca.k)], ["identity"])
-    lbfgs = LatentSimulation(
+    lbfgs = AutoencoderSimulation(
         sim_pca.X,
         np.asarray(held.T),
         _material(held),

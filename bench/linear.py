@@ -4,7 +4,7 @@ Problem: the 4:1:1 bar of ``bench/fullspace.py`` (clamped at x = 0, stable Neo-H
 E = 1 MPa, nu = 0.45, rho = 1000 kg/m^3, h = 1/24 s) hit by a scripted poke at its free end.
 
 * ``full``: :class:`neural_rom.core.sim.Simulation` (Newton, AMG-CG solves).
-* ``reduced``: :class:`neural_rom.core.methods.linear.ReducedSimulation` with a ``--modes``-vector basis
+* ``reduced``: :class:`neural_rom.core.methods.linear.LinearSimulation` with a ``--modes``-vector basis
   of the 8 lowest linear vibration modes plus their modal derivatives (Barbic & James 2005,
   :func:`neural_rom.core.subspace.modal_derivatives`; linear modes alone lock under the large
   sag of this soft bar) and optimized cubature (An et al. 2008, at most ``--cubature``
@@ -19,8 +19,8 @@ with the clamp swinging and sliding (animated pins: the moving frame of :mod:`co
 
 Usage::
 
-    python bench/reduced.py [--sizes 20k,80k] [--modes 30] [--cubature 300] [--frames 6]
-    python bench/reduced.py --contact [MODEL,MODEL...] [--bake BAKE] [--runs 7]
+    python bench/linear.py [--sizes 20k,80k] [--modes 30] [--cubature 300] [--frames 6]
+    python bench/linear.py --contact [MODEL,MODEL...] [--bake BAKE] [--runs 7]
 
 ``--contact``: the cost of collider contact in the reduced step (:func:`contact`). Each model
 replays ``BAKE`` (a drop onto the floor) ``--runs`` times with its contact as it is
@@ -70,7 +70,7 @@ def poke_forces(X: np.ndarray, mass: np.ndarray, frames: int) -> np.ndarray:
 
 
 def run(n_tets: int, modes: int, max_cubature: int, frames: int) -> dict:
-    from neural_rom.core.methods.linear import ReducedSimulation
+    from neural_rom.core.methods.linear import LinearSimulation
     from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
     from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
     from neural_rom.core.reduced.cubature import optimized_cubature
@@ -101,7 +101,7 @@ def run(n_tets: int, modes: int, max_cubature: int, frames: int) -> dict:
     cub = optimized_cubature(fem, sub.U, poses, target=0.05, max_elements=max_cubature)
     t_cub = time.perf_counter() - t0
 
-    red = ReducedSimulation(X, T, mat, sub.U, s, pinned=pins, cubature=(cub.elements, cub.weights))
+    red = LinearSimulation(X, T, mat, sub.U, s, pinned=pins, cubature=(cub.elements, cub.weights))
     red_it, err = [], []
     for f in range(1, frames + 1):
         r = red.step(FrameInputs(forces=forces[f]))
@@ -116,7 +116,7 @@ def run(n_tets: int, modes: int, max_cubature: int, frames: int) -> dict:
     decode = common_time(lambda: red.positions(), 50)
     # the same steps with the clamp swinging (turning about z, sliding in y): the pins' moving
     # frame (core.frame) adds its inertial terms to every step
-    moving = ReducedSimulation(
+    moving = LinearSimulation(
         X, T, mat, sub.U, s, pinned=pins, cubature=(cub.elements, cub.weights)
     )
     centre = X[pins].mean(0)

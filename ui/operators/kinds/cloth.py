@@ -1,5 +1,5 @@
 """Cloth Bake: the active object's Cloth modifier baked by Blender's own cloth solver in a
-background Blender (:mod:`..addon.cloth`, :mod:`..addon.clothbake`)."""
+background Blender (:mod:`...addon.cloth`, :mod:`...addon.clothbake`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import functools
 import bpy
 from bpy.props import IntProperty
 
-from ...addon.kinds.cloth import bake_job as clothbake
-from ...addon.kinds.cloth import model as cloth
-from ._common import active_deformable, launch_job
+from ....addon.kinds.cloth import bake_job as clothbake
+from ....addon.kinds.cloth import model as cloth
+from .._common import active_deformable, launch_job
 
 
 class NEURAL_ROM_OT_cloth_bake(bpy.types.Operator):

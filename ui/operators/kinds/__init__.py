@@ -1,0 +1,1 @@
+"""The operators of the data kinds (cloth, face) and of model families."""
