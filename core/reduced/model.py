@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ..data.modelfile import save_model
 from ..engine.protocol import SimulatorBase
 from ..errors import SimulationError
 from ..physics import fem as _fem
@@ -75,6 +77,41 @@ def subspace_payload(
         "cubature": cubature.info,
     }
     return arrays, meta
+
+
+def save_subspace_model(
+    path: str | Path,
+    method: str,
+    *,
+    mesh_hash: str,
+    T: np.ndarray,
+    subspace: Subspace,
+    cubature: Cubature,
+    contact: ContactPoints | tuple[np.ndarray, np.ndarray],
+    material: _fem.Material,
+    settings: SimSettings,
+    arrays: dict | None = None,
+    metadata: dict | None = None,
+) -> Path:
+    """Write a subspace model file of ``method``: what every subspace model holds
+    (:func:`subspace_payload`), then the method's own ``arrays`` and ``metadata``.
+
+    Parameters
+    ----------
+    path : target ``.nrmodel`` file (written atomically)
+    method : the registered name the file records (the method that loads it)
+    mesh_hash : hash of the tet mesh (world space, as baked) the model belongs to
+    T : (m, 4) int array
+    subspace, cubature : the trained basis and cubature rule
+    contact : ContactPoints or (vertices (s,), masses (s,)): the contact sample
+    material, settings : the physics the model steps with
+    arrays : the method's own arrays (a decoder's weights)
+    metadata : JSON-able extras merged into the file's metadata (training settings, metrics)
+    """
+    payload, meta = subspace_payload(T, subspace, cubature, contact, material, settings)
+    payload.update(arrays or {})
+    meta.update(metadata or {})
+    return save_model(path, method=method, mesh_hash=mesh_hash, arrays=payload, metadata=meta)
 
 
 def subspace_arguments(model, settings: SimSettings | None, colliders) -> dict:

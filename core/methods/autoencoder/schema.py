@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from ...data.modelfile import save_model
-from ...physics import fem as _fem
 from ...physics.sim import SimSettings
-from ...reduced.cubature import Cubature
-from ...reduced.model import subspace_arguments, subspace_payload
+from ...reduced.model import save_subspace_model, subspace_arguments
 from ...reduced.nnet import MLP
 from ...reduced.onnx import onnx_decoder_graph
 from ...reduced.subspace import Subspace
@@ -28,33 +23,26 @@ NAME = "autoencoder"
 def save(
     path: str | Path,
     *,
-    mesh_hash: str,
-    T: np.ndarray,
     subspace: Subspace,
-    cubature: Cubature,
-    contact: tuple[np.ndarray, np.ndarray],
-    material: _fem.Material,
-    settings: SimSettings,
     decoder: MLP,
     encoder: MLP | None,
     metadata: dict | None = None,
+    **model,
 ) -> Path:
     """Write an autoencoder latent-space model file (Fulton 2019).
 
     Parameters
     ----------
     path : target ``.nrmodel`` file (written atomically)
-    mesh_hash : hash of the tet mesh (world space, as baked) the model belongs to
-    T : (m, 4) int array
     subspace : the PCA outer layer ``U`` (3n, k), M-orthonormal, zero on pinned DOFs
-    cubature : cubature rule fitted on ``U``
-    contact : (vertices (s,), masses (s,)) contact sample
-    material, settings : the physics the model steps with
     decoder : MLP ``phi``: latent (r,) -> PCA coordinates (k,); stored with prefix ``dec_``
     encoder : MLP (k,) -> (r,) or None; stored with prefix ``enc_``
     metadata : JSON-able extras merged into the file's metadata, typically ``training``
         (settings), ``metrics`` and ``lbfgs`` (``window``, ``tolerance``, ``max_iters``;
         this module's defaults when absent)
+    model : the rest of :func:`core.reduced.model.save_subspace_model`'s keywords
+        (``mesh_hash``, ``T``, ``cubature`` fitted on ``U``, ``contact``, ``material``,
+        ``settings``)
     """
     if decoder.out_dim != subspace.k:
         raise ValueError(
@@ -67,23 +55,20 @@ def save(
         )
     dec_arrays, dec_meta = decoder.to_arrays(prefix="dec_")
     enc_arrays, enc_meta = encoder.to_arrays(prefix="enc_") if encoder is not None else ({}, None)
-    arrays, meta = subspace_payload(T, subspace, cubature, contact, material, settings)
-    arrays.update(dec_arrays, **enc_arrays)
-    meta.update(
-        {
-            "decoder": dec_meta,
-            "encoder": enc_meta,
-            "latent_dim": int(decoder.in_dim),
-            "k": int(subspace.k),
-            "lbfgs": {
-                "window": DEFAULT_LBFGS_WINDOW,
-                "tolerance": DEFAULT_LBFGS_TOL,
-                "max_iters": DEFAULT_MAX_ITERS,
-            },
-            **(metadata or {}),
-        }
-    )
-    return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
+    meta = {
+        "decoder": dec_meta,
+        "encoder": enc_meta,
+        "latent_dim": int(decoder.in_dim),
+        "k": int(subspace.k),
+        "lbfgs": {
+            "window": DEFAULT_LBFGS_WINDOW,
+            "tolerance": DEFAULT_LBFGS_TOL,
+            "max_iters": DEFAULT_MAX_ITERS,
+        },
+        **(metadata or {}),
+    }
+    arrays = {**dec_arrays, **enc_arrays}
+    return save_subspace_model(path, NAME, subspace=subspace, arrays=arrays, metadata=meta, **model)
 
 
 def load(model, *, settings: SimSettings | None = None, colliders=None) -> AutoencoderSimulation:

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from ...data.modelfile import save_model
-from ...physics import fem as _fem
 from ...physics.sim import SimSettings
-from ...reduced.cubature import Cubature
-from ...reduced.model import subspace_arguments, subspace_payload
+from ...reduced.model import save_subspace_model, subspace_arguments
 from ...reduced.nnet import MLP
 from ...reduced.onnx import onnx_decoder_graph
 from ...reduced.subspace import Subspace
@@ -23,18 +18,13 @@ NAME = "shen"
 def save(
     path: str | Path,
     *,
-    mesh_hash: str,
-    T: np.ndarray,
     subspace: Subspace,
     n_p: int,
-    cubature: Cubature,
-    contact,
-    material: _fem.Material,
-    settings: SimSettings,
     decoder: MLP,
     encoder: MLP | None,
     metadata: dict | None = None,
     decoder_sees_p: bool = False,
+    **model,
 ) -> Path:
     """Write a Shen 2021 model file.
 
@@ -45,32 +35,29 @@ def save(
     decoder : ``D``: (n_z,) -> (k,), or (n_p + n_z,) -> (k,) with ``decoder_sees_p`` (stored
         with prefix ``dec_``; filtered when loaded)
     encoder : (k,) -> (n_z,) or None (prefix ``enc_``)
-    The rest as :func:`.autoencoder.save`.
+    The rest as :func:`core.methods.autoencoder.save`.
     """
     if decoder.out_dim != subspace.k or not 0 <= n_p < subspace.k:
         raise ValueError(
             f"decoder outputs {decoder.out_dim} coordinates, n_p = {n_p}; the basis has "
             f"{subspace.k}"
         )
-    arrays, meta = subspace_payload(T, subspace, cubature, contact, material, settings)
     dec_arrays, dec_meta = decoder.to_arrays(prefix="dec_")
-    arrays.update(dec_arrays)
+    arrays = dict(dec_arrays)
     enc_meta = None
     if encoder is not None:
         enc_arrays, enc_meta = encoder.to_arrays(prefix="enc_")
         arrays.update(enc_arrays)
-    meta.update(
-        {
-            "decoder": dec_meta,
-            "encoder": enc_meta,
-            "n_p": int(n_p),
-            "n_z": int(decoder.in_dim - (n_p if decoder_sees_p else 0)),
-            "decoder_sees_p": bool(decoder_sees_p),
-            "k": int(subspace.k),
-            **(metadata or {}),
-        }
-    )
-    return save_model(path, method=NAME, mesh_hash=mesh_hash, arrays=arrays, metadata=meta)
+    meta = {
+        "decoder": dec_meta,
+        "encoder": enc_meta,
+        "n_p": int(n_p),
+        "n_z": int(decoder.in_dim - (n_p if decoder_sees_p else 0)),
+        "decoder_sees_p": bool(decoder_sees_p),
+        "k": int(subspace.k),
+        **(metadata or {}),
+    }
+    return save_subspace_model(path, NAME, subspace=subspace, arrays=arrays, metadata=meta, **model)
 
 
 def load(model, *, settings: SimSettings | None = None, colliders=None) -> ShenSimulation:
