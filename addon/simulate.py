@@ -21,7 +21,7 @@ same inputs to the bit, so the viewport and the baked cache play the same frames
 markers and a driving reference frame are fields of the track; :func:`gather_inputs` is
 where they are gathered when a method takes them. A new model, material, tets, start frame,
 frame rate or set of colliders rebuilds the driver (:func:`driver_key`; a model file
-replaced outside Blender is noticed within :data:`STAMP_SECONDS` or on the start frame);
+replaced outside Blender is noticed on the start frame, on Start or on Reset);
 Reset forgets the frames. A model that
 stopped fitting its object turns that object's simulation off and says why
 (:func:`frame_failed`), rather than raising inside Blender's frame change.
@@ -30,7 +30,6 @@ stopped fitting its object turns that object's simulation off and says why
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 
 import bpy
@@ -188,29 +187,27 @@ def frame_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.t
     return bakes.scene_colliders(obj, scene)
 
 
-#: Seconds a model file's stamp (its modification time and size) is trusted while the timeline
-#: plays: a file replaced outside Blender (a training on the farm, a copy) drives the object
-#: from the next frame after at most this long, and at once on the start frame, on Start and
-#: on Reset; a training in Blender drops the driver itself (:func:`forget`). The stamp was
-#: a ``stat`` every frame: 15 us of the walking cape's 0.34 ms.
-STAMP_SECONDS = 0.5
-# model path -> (time.monotonic() of the stat, stamp)
+# model path -> its stamp (modification time and size) when last stat-ed: on Start, on Reset
+# and on the start frame (:func:`driver`), never on the other frames
 _stamps: dict = {}
 
 
 def model_stamp(path, *, fresh: bool = True):
     """``(mtime_ns, size)`` of the model file ``path`` (None: no such file), stat-ed again
-    when ``fresh`` or when the last reading is older than :data:`STAMP_SECONDS`."""
-    now = time.monotonic()
-    kept = _stamps.get(path)
-    if not fresh and kept is not None and now - kept[0] < STAMP_SECONDS:
-        return kept[1]
+    when ``fresh`` (Start, Reset, the start frame) or never read, else as last read. A model
+    trained in Blender drops its object's driver itself (:func:`forget`), so it drives the
+    object from the next frame; a file replaced outside Blender (a training on the farm, a
+    copy) from the start frame, Start or Reset on. The stamp was a ``stat`` every frame (15
+    us of the walking cape's 0.34 ms), then every 0.5 s."""
+    kept = _stamps.get(path, _stamps)
+    if not fresh and kept is not _stamps:
+        return kept
     try:
         st = os.stat(path)
         stamp = (st.st_mtime_ns, st.st_size)
     except OSError:
         stamp = None
-    _stamps[path] = (now, stamp)
+    _stamps[path] = stamp
     return stamp
 
 

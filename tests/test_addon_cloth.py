@@ -464,12 +464,15 @@ def test_the_shown_frame_is_the_former_path_within_float32(trained):
     assert mesh_err <= 1e-6 and world_err <= 1e-12 and moved > 1e-3
 
 
-def test_a_model_file_written_over_while_simulating_drives_it_without_start(trained, monkeypatch):
+def test_a_model_file_written_over_while_simulating_drives_it_without_start(trained):
     """A model file replaced outside Blender (a training elsewhere) drives the sheet without
-    Start: mid-play once its stamp was read longer than STAMP_SECONDS ago (until then the
-    frames are the kept model's: the file is not stat-ed every frame), and at once on the
-    start frame; each time simulated from rest, as the runtime stepped by hand gives it."""
-    from neural_rom.addon import simulate
+    Start from the start frame, or from Reset, on (until then the frames are the kept
+    model's: the file is not stat-ed on the other frames); a model trained in Blender from
+    the next frame (its training drops the driver). Each time simulated from rest, as the
+    runtime stepped by hand gives it."""
+    import json
+
+    from neural_rom.addon import simulate, training
     from neural_rom.addon.io import mesh as bm
     from neural_rom.addon.io.paths import load_path
     from neural_rom.core.data.modelfile import load_model, save_model
@@ -483,38 +486,59 @@ def test_a_model_file_written_over_while_simulating_drives_it_without_start(trai
     m = load_model(path)
     other = {**m.arrays, "alpha": 0.5 * m.arrays["alpha"]}  # another training of the sheet
 
-    def play(last):
-        for f in range(1, last + 1):
+    def play(first, last):
+        for f in range(first, last + 1):
             scene.frame_set(f)
         return bm.get_positions(sheet.data)
 
-    monkeypatch.setattr(simulate, "STAMP_SECONDS", 1e9)
+    def write_other():
+        save_model(path, method=m.method, mesh_hash=m.mesh_hash, arrays=other, metadata=m.metadata)
+
+    record = {}
     scene.frame_set(1)
     assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
     try:
-        play(6)
+        play(1, 6)
         d = simulate._drivers[sheet.name]
-        save_model(path, method=m.method, mesh_hash=m.mesh_hash, arrays=other, metadata=m.metadata)
+        write_other()
         with bm.frame_kept(scene):  # its frames by hand, the start frame among them
             new = _by_hand(trained, frames)
-        scene.frame_set(7)  # the stamp is kept: the frames are the kept model's
-        assert simulate._drivers[sheet.name] is d
-        assert np.abs(bm.get_positions(sheet.data) - old[6]).max() < 1e-5
-        monkeypatch.setattr(simulate, "STAMP_SECONDS", 0.0)  # read again on the next frame
-        scene.frame_set(8)
-        assert simulate._drivers[sheet.name] is not d
         moved = float(np.abs(new[7] - old[7]).max())
-        assert np.abs(bm.get_positions(sheet.data) - new[7]).max() < 1e-5 and moved > 1e-4
-        monkeypatch.setattr(simulate, "STAMP_SECONDS", 1e9)
+        assert moved > 1e-4
+        assert np.abs(play(7, 8) - old[7]).max() < 1e-5  # the kept model's frames
+        assert simulate._drivers[sheet.name] is d
+        # the start frame reads the file again: the new model, from rest
+        assert np.abs(play(1, 8) - new[7]).max() < 1e-5
+        assert simulate._drivers[sheet.name] is not d
         d = simulate._drivers[sheet.name]
-        path.write_bytes(original)  # back: picked up on the start frame
+        path.write_bytes(original)  # back: picked up on Reset, mid-play
         scene.frame_set(5)
         assert simulate._drivers[sheet.name] is d
-        assert np.abs(play(8) - old[7]).max() < 1e-5 and simulate._drivers[sheet.name] is not d
+        assert bpy.ops.neural_rom.reset_simulation() == {"FINISHED"}
+        assert simulate._drivers[sheet.name] is not d
+        assert np.abs(play(6, 8) - old[7]).max() < 1e-5
+        # trained in Blender: the job's end records the model and the next frame is its own
+        d = simulate._drivers[sheet.name]
+        s = sheet.neural_rom
+        record.update(
+            (p.identifier, getattr(s.model, p.identifier))
+            for p in s.model.bl_rna.properties
+            if p.identifier not in ("rna_type", "name")
+        )
+        write_other()
+        s.pending_train = json.dumps(
+            {"method": s.model.method, "kind": "cloth", "mesh_hash": s.model.mesh_hash}
+        )
+        assert training.on_train_done(sheet, {"model": str(path), "method": m.method})
+        scene.frame_set(4)
+        assert simulate._drivers[sheet.name] is not d
+        assert np.abs(play(5, 8) - new[7]).max() < 1e-5
         assert sheet.get("nrom_frame_error") is None
     finally:
         path.write_bytes(original)
         assert bpy.ops.neural_rom.simulate(action="STOP") == {"FINISHED"}
+        for name, value in record.items():  # the model as the fixture trained it
+            setattr(sheet.neural_rom.model, name, value)
 
 
 def test_export_onnx_button_writes_the_step_with_its_linear_normals(trained):
