@@ -16,9 +16,9 @@ back; the result is kept in memory (:data:`_results`) and read again from its fi
 missing (a reloaded file). A result whose model or bake changed since (a new model, a
 re-bake) is out of date: the comparison stops and says to compare again.
 
-Per frame (:func:`apply_frame`, called by the one frame handler,
-:func:`..frames.show_comparisons`): the reduced render positions go into the object, the bake's into the
-ghost, and the error into two point attributes of the object's mesh: ``nrom_error``
+Per frame (:func:`apply_frame`, called by the one frame handler's
+:func:`..frames.show_comparisons`): the reduced render positions go into the object, the
+bake's into the ghost, and the error into two point attributes of the object's mesh: ``nrom_error``
 (float, metres, for shaders) and ``nrom_error_color`` (a blue -> red ramp scaled to the
 largest error over all frames; Viewport Shading > Color > Attribute shows it).
 

@@ -13,9 +13,10 @@ command line call these functions):
    :func:`..core.registry.methods_for`). **Add Demo Head** (:func:`make_demo_job`) has a
    worker build the procedural head and its simulated expressions, then makes the three
    objects and records the face.
-2. **Drive** (:class:`FaceDriver`, the viewport; :func:`make_face_simulation_job`, Bake
-   Simulation): every frame's inputs are read from Blender into a
-   :class:`..core.simjob.Track` (:func:`gather_track`), in the skin's local space: the latent
+2. **Drive** (:class:`.engine.FaceEngine` under the one :class:`...driver.Driver`, the
+   viewport; :func:`make_face_simulation_job`, Bake Simulation): every frame's inputs are
+   read from Blender into a :class:`..core.simjob.Track` (:func:`gather_track`), in the
+   skin's local space: the latent
    sliders (keyable custom properties ``nrom_latent_1`` ... of the skin, made when a model
    that takes sliders is recorded, :func:`make_sliders`), or the markers (empties bound to
    skin vertices, :func:`add_markers`), the jaw's transform relative to its rest as the
@@ -643,83 +644,6 @@ def runtime_options(obj: bpy.types.Object) -> dict:
 
 # --------------------------------------------------------------------------------------
 # The viewport
-
-
-class FaceDriver:
-    """The face of one skin object on the timeline: each frame shown is the equilibrium of
-    that frame's inputs, solved from the previous solve (a quasistatic face has no history
-    to step through); a frame seen again with the same inputs is not solved again.
-
-    Raises (on construction) a :class:`NeuralRomError` saying what to do when the object
-    has no face or model, or the model belongs to another face.
-    """
-
-    ground_z = None
-
-    def __init__(self, obj: bpy.types.Object, scene: bpy.types.Scene, *, key, read_colliders):
-        from ....core.registry import load_simulator
-
-        self.name = obj.name
-        path = check_face_model(obj)
-        s = obj.neural_rom
-        try:
-            self.sim, self.model = load_simulator(path, expect_mesh_hash=s.face.mesh_hash)
-        except CacheError as e:
-            raise CacheError(
-                f"The model of '{obj.name}' is not of its face ({e}): it was trained before the "
-                "last Set Up Face; train again."
-            ) from e
-        facejob.face_runtime(self.sim, self.model, obj.name)
-        facejob.configure_face(self.sim, runtime_options(obj))
-        self.threads = facejob.tune_threads(self.sim)  # measured here, kept for every frame
-        self.n_sliders = int(np.asarray(self.model.arrays["codes"]).shape[1])
-        self.key = key  # what the frames depend on besides their inputs (simulate.driver_key)
-        self.read_colliders = read_colliders
-        self.cache: dict[int, tuple[bytes, np.ndarray]] = {}
-        self.step_seconds: list[float] = []
-
-    def reset(self) -> None:
-        self.cache.clear()
-        self.sim.reset()
-
-    def positions_at(
-        self, frame: int, obj, scene, sample=None, *, colliders=None, pokes=None, mats=None
-    ):
-        """(s, 3) skin positions (local) at scene ``frame``, with the scene's inputs now
-        (read here: ``mats``, the caller's reading of the matrices, is not needed)."""
-        import time
-
-        track = gather_track(
-            obj, scene, n_sliders=self.n_sliders, read_colliders=self.read_colliders
-        )
-        options = runtime_options(obj)
-        facejob.configure_face(self.sim, options)
-        solved = options["jaw"] == "markers"
-        if solved:  # the markers turn the jaw: the jaw object's pose is an output, not an input
-            track.reference_frame = None
-        sig = fi.track_signature(track) + repr(sorted(options.items())).encode()
-        hit = self.cache.get(int(frame))
-        if hit is not None and hit[0] == sig:
-            P, theta, head = hit[1], hit[2], hit[3]
-        else:
-            t0 = time.perf_counter()
-            self.sim.step(track.inputs(0))
-            self.step_seconds.append(time.perf_counter() - t0)
-            P, theta = self.sim.skin_positions(), float(self.sim.theta)
-            head = self.sim.head_transform() if options["head"] == "markers" else None
-            self.cache[int(frame)] = (sig, P, theta, head)
-        if solved:  # the jaw object turns to the angle the markers solved (moved with the head)
-            set_jaw_angle(obj, theta, head)
-        return P
-
-    def write(self, obj: bpy.types.Object, P: np.ndarray, matrix=None) -> None:
-        """Show the skin positions ``P`` (local) through :data:`MODIFIER` (``matrix``, the
-        object's, is not needed: they are local)."""
-        attr = obj.data.attributes.get(SIM_ATTRIBUTE)
-        if attr is None:
-            attr = obj.data.attributes.new(SIM_ATTRIBUTE, "FLOAT_VECTOR", "POINT")
-        attr.data.foreach_set("vector", np.ascontiguousarray(P, dtype=np.float32).ravel())
-        obj.data.update()
 
 
 def _node_group() -> bpy.types.NodeTree:

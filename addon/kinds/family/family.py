@@ -346,7 +346,7 @@ def swap_to_tets(obj: bpy.types.Object, scene: bpy.types.Scene, frame: int) -> d
     t = load_tets(obj)
     X, T, _, pinned = world_mesh(obj, scene, t)
     rep = d.timeline.swap_mesh(frame, X, T, pinned)
-    d.tets = t
+    d.use_tets(t)
     d.n_nodes = len(X)
     held = np.asarray(d.sim.pinned, dtype=np.int64)
     d.pins_local = np.asarray(t.mesh.X, dtype=np.float64)[held] if held.size else None
