@@ -26,4 +26,5 @@ MOVED = {
     "addon.family": "addon.kinds.family.family",
     "addon.reference": "addon.kinds.family.reference",
     "addon.methodcompare": "addon.compare.methods",
+    "addon.playback": "addon.frames",
 }

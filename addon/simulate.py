@@ -1,14 +1,17 @@
-"""Interactive reduced simulation: a ``frame_change_post`` handler drives every object
-whose Simulate is on from its trained model, with the scene's colliders, pins and pokes.
+"""Interactive reduced simulation: the one frame handler (:func:`.frames.on_frame_change`)
+drives every object whose Simulate is on from its trained model, with the scene's colliders,
+pins and pokes.
 
-The per-frame path reads straight through (:func:`on_frame_change` -> :func:`apply_frame`):
+The per-frame path reads straight through (:func:`.frames.simulate_objects` ->
+:func:`apply_frame`):
 
 1. Blender gathers the frame's inputs once (:func:`apply_frame` reads the world matrices of
    the object and its colliders, :meth:`Driver.inputs` their boxes, and the running poke,
    :func:`set_poke`);
 2. core steps: :class:`..core.framecache.Timeline` scrubs like Blender's point cache, in
    memory (going back restores a kept frame, going forward steps the frames in between,
-   a frame whose inputs changed is simulated again with every frame after it);
+   sampled from Blender first, a frame whose inputs changed is simulated again with every
+   frame after it);
 3. Blender writes the mesh once (:meth:`Driver.local`, one ``foreach_set``).
 
 Core turns what Blender read into :class:`..core.sim.FrameInputs`: for the frame shown by a
@@ -29,7 +32,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 
 import bpy
 import numpy as np
@@ -47,8 +49,6 @@ from .kinds.family.reference import runs_on_other_meshes
 from .kinds.fem import bake as bakes
 from .kinds.fem import tets
 
-# Set while a driver samples other frames (scene.frame_set re-enters the handlers).
-_busy = False
 # Running pokes, per object name (see operators/poke.py).
 _pokes: dict[str, Poke] = {}
 
@@ -68,29 +68,6 @@ def set_poke(name: str, idx, w, target, stiffness: float, max_force: float | Non
 
 def clear_poke(name: str) -> None:
     _pokes.pop(name, None)
-
-
-@contextmanager
-def handlers_paused():
-    """Keep the frame handlers out while the caller sets other frames (``scene.frame_set``
-    re-enters them)."""
-    global _busy
-    _busy, was = True, _busy
-    try:
-        yield
-    finally:
-        _busy = was
-
-
-def sample_matrices(scene: bpy.types.Scene, objs: list, frames: range) -> np.ndarray:
-    """:func:`.blender_mesh.sample_matrices` with the frame handlers told to stay out
-    (``scene.frame_set`` re-enters them)."""
-    global _busy
-    _busy, was = True, _busy
-    try:
-        return bm.sample_matrices(scene, objs, frames)
-    finally:
-        _busy = was
 
 
 def gather_inputs(colliders: list[bpy.types.Object], mats: np.ndarray, frame0: int = 0) -> Track:
@@ -359,7 +336,7 @@ class Driver:
         """(n, 3) world tet-node positions at scene ``frame``, simulating what is missing.
 
         Without ``sample``, the frame's colliders and pins are the scene's now, and the
-        frames stepped on the way are sampled with :func:`sample_matrices` when the object
+        frames stepped on the way are sampled (:func:`.io.mesh.sample_matrices`) when the object
         or a collider is animated. ``sample(first, last)`` instead gives the matrices of the
         object and its colliders for frames first..last ((count, 1 + colliders, 4, 4)).
         ``colliders`` are the scene's collider objects (default: looked up); ``pokes``
@@ -390,7 +367,7 @@ class Driver:
         def sample(first: int, last: int) -> np.ndarray | None:
             if not any(bm.is_animated(o) for o in objs):
                 return None  # every frame in between is the scene now
-            return sample_matrices(scene, objs, range(first, last + 1))
+            return bm.sample_matrices(scene, objs, range(first, last + 1))
 
         return sample
 
@@ -574,7 +551,7 @@ def reset_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
 
 
 # --------------------------------------------------------------------------------------
-# Frame change (called by playback.on_frame_change, the one frame handler)
+# A frame that failed (the modes of the one frame handler, addon/frames.py)
 
 # ID property on an object whose frame update failed: what went wrong and what to do.
 # Shown under Object Properties > Custom Properties; removed when the object updates again.
@@ -635,24 +612,3 @@ def frame_done(obj: bpy.types.Object, what: str) -> None:
     stays: a comparison shown again after a failed simulation must not hide why)."""
     if str(obj.get(FRAME_ERROR, "")).startswith(f"{what} of "):
         del obj[FRAME_ERROR]
-
-
-def on_frame_change(scene: bpy.types.Scene, objects=None) -> None:
-    """Drive every object whose Simulate is on to the scene's current frame (``objects``:
-    the scene's objects whose Simulate is on, found by the caller; None: looked up here)."""
-    if _busy:
-        return
-    if objects is None:
-        objects = [o for o in scene.objects if getattr(o, "neural_rom", None) is not None]
-    for obj in objects:
-        s = obj.neural_rom
-        if not s.simulate or obj.type != "MESH" or obj.mode == "EDIT":
-            continue
-        if reference.mesh_edit_pending(obj, _drivers.get(obj.name)):
-            continue  # an edited mesh waits for Apply Mesh Edit (addon/family.py)
-        try:
-            apply_frame(obj, scene)
-        except Exception as e:  # noqa: BLE001 (one object's failure must not stop the others)
-            frame_failed(obj, "Simulation", e, stop_simulation)
-        else:
-            frame_done(obj, "Simulation")

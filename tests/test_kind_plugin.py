@@ -116,6 +116,9 @@ def test_the_builtin_kinds_are_records_and_bake_kinds_a_view_of_them():
     assert built["family"].extends == "fem" and built["family"].stored == "fem"
     assert built["face"].stepping == "equilibrium" and built["fem"].stepping == "timeline"
     assert {k.data_job for k in built.values()} == {"bake", "cloth_bake", "face_setup", ""}
+    for k in built.values():  # a data job's handler is the job table's (the worker runs it)
+        if k.data_job:
+            assert k.handler_function() is jobs.handler(k.data_job), k.name
     stored = {k: v.description for k, v in built.items() if not v.extends}
     assert {k: registry.BAKE_KINDS[k] for k in stored} == stored
     assert "family" not in registry.BAKE_KINDS  # .blend files and bakes never store it

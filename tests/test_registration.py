@@ -11,7 +11,8 @@ from .blender_fixtures import ROOT, addon_module, fresh_file
 
 
 def _parts():
-    from neural_rom.addon import jobs, playback, prefs, props
+    from neural_rom.addon import frames as playback
+    from neural_rom.addon import jobs, prefs, props
     from neural_rom.ui import operators, panels, registration
     from neural_rom.ui.operators import jobs as job_ui
 
@@ -34,6 +35,8 @@ def _our_handlers(bpy):
         bpy.app.handlers.frame_change_post,
         bpy.app.handlers.frame_change_pre,
         bpy.app.handlers.load_post,
+        bpy.app.handlers.save_pre,
+        bpy.app.handlers.save_post,
     )
     return [
         h
@@ -92,6 +95,40 @@ def test_register_while_registered_replaces_the_registration():
         package.unregister()
     assert_unregistered(bpy)
     package.unregister()  # a second unregister is a no-op
+
+
+def test_registering_replaces_the_handlers_of_an_earlier_version(monkeypatch):
+    # Handler identity: the handlers are matched by module and name, so those an earlier
+    # import left (a reload) or an older version registered from the modules they lived in
+    # before addon/frames.py (addon/playback.py, addon/cloth.py) are replaced, not doubled.
+    bpy = fresh_file()
+    package = addon_module()
+    _, _, frames, _ = _parts()
+    old = []
+    for module, name, handlers in (
+        ("playback", "on_frame_change", bpy.app.handlers.frame_change_post),
+        ("playback", "on_load", bpy.app.handlers.load_post),
+        ("cloth", "on_save_pre", bpy.app.handlers.save_pre),
+        ("cloth", "on_save_post", bpy.app.handlers.save_post),
+        ("frames", "on_frame_change", bpy.app.handlers.frame_change_post),
+    ):
+
+        def handler(*_args):
+            pass
+
+        handler.__module__, handler.__name__ = f"neural_rom.addon.{module}", name
+        handlers.append(handler)
+        old.append(handler)
+    try:
+        package.register()
+        assert_registered(bpy)  # one of each: the earlier ones are gone
+        assert not any(h in hs for h in old for hs, _ in frames._HANDLERS)
+    finally:
+        package.unregister()
+        for hs, _ in frames._HANDLERS:
+            for h in [h for h in hs if h in old]:
+                hs.remove(h)
+    assert_unregistered(bpy)
 
 
 def test_a_failing_step_undoes_the_steps_before_it_and_is_raised(monkeypatch):

@@ -2,8 +2,9 @@
 
 Order: preferences, properties (classes, then the ``Object.neural_rom`` /
 ``Scene.neural_rom_scene`` pointers), operators, panels, the job runner (operators and
-status bar), the frame-change handlers, the cloth handlers (a muted Cloth modifier is given
-back on save, load and unregister), the ``neural_rom`` command-line command.
+status bar), the frame handlers (:mod:`..addon.frames`: frame change, load, save; a
+muted Cloth modifier is given back on save, load and unregister), the ``neural_rom``
+command-line command.
 :func:`unregister` undoes exactly what :func:`register` did, in reverse, so both can run
 any number of times. A failure while registering undoes the steps already done and is
 raised, never swallowed: a half-registered add-on is worse than a clear error.
@@ -59,8 +60,7 @@ def _step(name: str, do: Callable[[], None], undo: Callable[[], None]) -> None:
 def _steps():
     """The registration steps; modules are imported here so a fresh register() sees
     reloaded modules."""
-    from ..addon import playback, prefs, props
-    from ..addon.kinds.cloth import model as cloth
+    from ..addon import frames, prefs, props
     from . import cli, operators, panels
     from .operators import jobs
 
@@ -82,8 +82,7 @@ def _steps():
         ("panels", lambda: _register_classes("panels", panels.CLASSES), None),
         ("job runner", lambda: _register_classes("jobs", jobs.CLASSES), None),
         ("job status bar", jobs.register_ui, jobs.unregister_ui),
-        ("playback handlers", playback.register_handlers, playback.unregister_handlers),
-        ("cloth handlers", cloth.register_handlers, cloth.unregister_handlers),
+        ("frame handlers", frames.register_handlers, frames.unregister_handlers),
         ("command line", register_cli, unregister_cli),
     ]
 

@@ -16,8 +16,8 @@ back; the result is kept in memory (:data:`_results`) and read again from its fi
 missing (a reloaded file). A result whose model or bake changed since (a new model, a
 re-bake) is out of date: the comparison stops and says to compare again.
 
-Per frame (:func:`on_frame_change`, called by the one frame handler in
-:mod:`.playback`): the reduced render positions go into the object, the bake's into the
+Per frame (:func:`apply_frame`, called by the one frame handler,
+:func:`..frames.show_comparisons`): the reduced render positions go into the object, the bake's into the
 ghost, and the error into two point attributes of the object's mesh: ``nrom_error``
 (float, metres, for shaders) and ``nrom_error_color`` (a blue -> red ramp scaled to the
 largest error over all frames; Viewport Shading > Color > Attribute shows it).
@@ -519,26 +519,3 @@ def clear_comparison(obj: bpy.types.Object) -> bool:
 
     release(obj)
     return found
-
-
-def on_frame_change(scene: bpy.types.Scene, objects=None) -> None:
-    """Show the current frame of every comparison (playback and simulation, when turned on
-    again, own the object's vertices: its comparison waits). ``objects``: the scene's
-    objects with a comparison, listed by the caller; None: listed here."""
-    if simulate._busy:
-        return
-    # listed first: a failure removes its ghost from scene.objects (ghosts have no PROP)
-    if objects is None:
-        objects = [o for o in scene.objects if o.get(PROP) is not None]
-    for obj in objects:
-        if obj.get(PROP) is None or obj.type != "MESH" or obj.mode == "EDIT":
-            continue
-        s = obj.neural_rom
-        if s.playback or s.simulate:
-            continue
-        try:
-            apply_frame(obj, scene)
-        except Exception as e:  # noqa: BLE001 (one object's failure must not stop the others)
-            simulate.frame_failed(obj, "Comparison", e, clear_comparison)
-        else:
-            simulate.frame_done(obj, "Comparison")

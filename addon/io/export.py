@@ -188,12 +188,11 @@ def make_simulation_job(
             start=start,
             end=end,
             read_colliders=simulate.collider_inputs,
-            paused=simulate.handlers_paused,
         )
     cols = simulate.frame_colliders(obj, scene)
     f0 = int(scene.frame_start)
     if bm.is_animated(obj) or any(bm.is_animated(c) for c in cols):
-        mats = simulate.sample_matrices(scene, [obj, *cols], range(f0, end + 1))
+        mats = bm.sample_matrices(scene, [obj, *cols], range(f0, end + 1))
     else:
         mats = np.broadcast_to(
             np.stack([bm.matrix(o) for o in [obj, *cols]]), (end + 1 - f0, 1 + len(cols), 4, 4)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
+from contextlib import contextmanager
 from itertools import chain
 
 import bpy
@@ -301,14 +303,48 @@ def collider_frames(cols: list, kinds: list[str], mats: np.ndarray) -> tuple:
     return box_colliders(kinds, half, centre, mats[:, 1:], [col.name for col in cols])
 
 
+# how many samplings are setting the scene's frames now (frames.py's handlers stay out)
+_sampling = 0
+
+
+def sampling() -> bool:
+    """Whether the add-on is setting the scene's frames to read Blender (:func:`frame_kept`):
+    those frame changes are not the user's, and the frame handlers stay out of them."""
+    return _sampling > 0
+
+
+@contextmanager
+def frame_kept(scene: bpy.types.Scene):
+    """Set frames on ``scene`` inside (:func:`sample`, :mod:`.animation`): the frame handlers
+    stay out meanwhile (:func:`sampling`), and the current frame and subframe come back
+    afterwards, even when something fails."""
+    global _sampling
+    current, sub = scene.frame_current, scene.frame_subframe
+    _sampling += 1
+    try:
+        yield
+    finally:
+        try:
+            scene.frame_set(current, subframe=sub)
+        finally:
+            _sampling -= 1
+
+
+def sample(scene: bpy.types.Scene, frames, read: Callable[[], object]) -> list:
+    """``read()`` at each frame of ``frames``, set on the scene (so drivers, constraints and
+    parents are evaluated the way the viewport shows them), in :func:`frame_kept`."""
+    out = []
+    with frame_kept(scene):
+        for f in frames:
+            scene.frame_set(int(f))
+            out.append(read())
+    return out
+
+
 def sample_matrices(
     scene: bpy.types.Scene, objects: list[bpy.types.Object], frames: range
 ) -> np.ndarray:
-    """``matrix_world`` of every object at every frame of ``frames``.
-
-    Sets each frame on the scene (so drivers, constraints and parents are evaluated the
-    way the viewport shows them) and restores the current frame and subframe afterwards,
-    even when something fails.
+    """``matrix_world`` of every object at every frame of ``frames`` (:func:`sample`).
 
     Returns
     -------
@@ -316,15 +352,14 @@ def sample_matrices(
     """
     out = np.empty((len(frames), len(objects), 4, 4))
     names = [o.name for o in objects]
-    current, sub = scene.frame_current, scene.frame_subframe
-    try:
-        for i, f in enumerate(frames):
-            scene.frame_set(f)
-            # objects can be re-fetched after a frame change that rebuilds data; by name is safe
-            for j, name in enumerate(names):
-                out[i, j] = np.array(bpy.data.objects[name].matrix_world, dtype=np.float64)
-    finally:
-        scene.frame_set(current, subframe=sub)
+
+    def read() -> list:
+        # objects can be re-fetched after a frame change that rebuilds data; by name is safe
+        return [np.array(bpy.data.objects[name].matrix_world, dtype=np.float64) for name in names]
+
+    for i, row in enumerate(sample(scene, frames, read)):
+        for j, m in enumerate(row):
+            out[i, j] = m
     return out
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.files import ensure_writable_dir
+from ..engine.engine import MeshAdapter, TrackRow
 from ..engine.render import read_render_map, render_local, to_local, to_local_shown, to_world
 from ..engine.track import FrameReader, Track, ground_plane, read_track, write_track
 from ..errors import CacheError, JobCancelled, NeuralRomError
@@ -138,14 +139,11 @@ def simulate_to_pc2(
             f"The model of '{name}' has {len(sim.rest_positions())} nodes but its tets "
             f"{len(X_local)}; re-bake and re-train."
         )
-    pinned = np.asarray(getattr(sim, "pinned", ()), dtype=np.int64)
-    pins_local = X_local[pinned] if pinned.size and X_local is not None else None
-    g = model.metadata.get("ground_z")
-    ground_z = None if g is None else float(g)
+    adapter = MeshAdapter.for_model(sim, model, (X_local, n_surface, emb))
     n_render = int(emb.n_points) if emb is not None else n_surface
 
     def local(k: int) -> np.ndarray:
-        return render_local(sim.positions(), track.object_matrix[k], n_surface, emb)
+        return adapter.render(sim.positions(), TrackRow(track, k))
 
     total = last - f0
     seconds: list[float] = []
@@ -160,7 +158,7 @@ def simulate_to_pc2(
                     "changed"
                 )
             k = f - f0
-            inputs = track.inputs(k, pins_local=pins_local, ground_z=ground_z)
+            inputs = adapter.inputs(TrackRow(track, k))
             t0 = time.perf_counter()
             sim.step(inputs)
             seconds.append(time.perf_counter() - t0)

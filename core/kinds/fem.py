@@ -13,4 +13,7 @@ from ..registry.kinds import DataKind
 #: a mesh object's frames: its colliders and pins read, its render mesh on the tets
 ADAPTER = "core.engine.engine:MeshAdapter"
 DESCRIPTION = "full-space FEM bakes of the object's tets (Bake)"
-KIND = DataKind("fem", "FEM", DESCRIPTION, adapter=ADAPTER, data_job="bake", order=0)
+HANDLER = "core.jobs.bake:run_bake"
+KIND = DataKind(
+    "fem", "FEM", DESCRIPTION, adapter=ADAPTER, data_job="bake", handler=HANDLER, order=0
+)

@@ -43,10 +43,10 @@ class DataKind:
         "face_setup"; "" when it has none of its own)
     handler : the worker's handler of ``data_job``, ``handler(spec) -> dict``: a callable,
         or ``"module:function"`` (relative to the package for ``core``, ``training`` and
-        ``addon``: cloth's runs in Blender ``--background``), imported in the worker; None
-        for a job the worker's own table runs
-    adapter : the frame adapter (:mod:`core.engine`): a class or ``"module:Class"``; None:
-        the engine's default (a track row's inputs, the render mesh through the embedding)
+        ``addon``), imported in the worker; None: the job table's entry of ``data_job``
+        (``core.jobs.JOBS``, which names the built-in kinds' handlers too)
+    adapter : its frame adapter class (:class:`core.engine.engine.FrameAdapter`), or
+        ``"module:Class"``; None: none yet (a face's frames are the add-on's face driver's)
     stepping : "timeline" (a frame is stepped from the one before) or "equilibrium" (each
         frame is solved on its own; a frame's result depends only on its inputs)
     extends : the kind whose data it uses and stores ("fem" for "family"), or ""
@@ -89,7 +89,7 @@ class DataKind:
         return None if self.handler is None else resolve(self.handler)
 
     def adapter_class(self):
-        """The frame adapter class, imported now (None: the engine's default)."""
+        """The frame adapter class, imported now (None: none)."""
         return None if self.adapter is None else resolve(self.adapter)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bpy
 
+from . import kinds
 from .common import EXIT_OK, file_label, is_deformable, say, select_objects
 
 
@@ -60,21 +61,9 @@ def _describe(obj) -> list[str]:
         if value in ("", None):
             continue
         lines.append(f"{key}: {value}")
-    if settings.role != "COLLIDER" and settings.training_data_kind() == "cloth":
-        c = settings.cloth
-        lines.append(
-            f"cloth bake: {c.variants} variants of {c.frames} frames, seed {c.seed}, owner "
-            f"{c.owner or '(auto: its top-most parent, or itself)'}"
-        )
-    face = getattr(settings, "face", None)
-    if face is not None and face.path:
-        lines.append(
-            f"face: {face.path}, {face.tets} tets, skull {getattr(face.skull, 'name', '-')}, "
-            f"jaw {getattr(face.jaw, 'name', '-')}, {face.keys} shape keys ({face.held_out} held "
-            f"out), drive {face.drive.lower()} (the jaw by "
-            f"{'the markers' if face.jaw_drive == 'MARKERS' else 'its keys'}), solve "
-            f"{face.solve.lower()}"
-        )
+    describe_kind = kinds.hook(settings.training_data_kind(), "describe")
+    if describe_kind is not None:
+        lines += describe_kind(obj)
     if settings.role != "COLLIDER":
         method = settings.method()
         values = settings.method_values(method)

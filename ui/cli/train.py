@@ -9,9 +9,9 @@ import textwrap
 import bpy
 
 from ...addon import jobs, training
-from ...addon.kinds.face.face import fit_lines
 from ...addon.kinds.family.family import make_family_train_job
 from ...core import registry
+from . import kinds
 from .common import (
     EXIT_OK,
     UserError,
@@ -107,11 +107,8 @@ def run(args) -> int:
             spec = training.make_train_job(
                 obj, bpy.context.scene, method=args.method, settings=given, device=args.device
             )
-        if obj.neural_rom.training_data_kind() == "face":
-            f = obj.neural_rom.face
-            data = f"the face's {f.keys} shape keys ({f.held_out} held out)"
-        else:
-            data = f"{len(spec['bakes'])} bake(s)"
+        data_of_kind = kinds.hook(obj.neural_rom.training_data_kind(), "training_data")
+        data = data_of_kind(obj, spec) if data_of_kind else f"{len(spec['bakes'])} bake(s)"
         say(f"training {obj.name}: {spec['method']} on {data} -> {spec['out']}")
         name = obj.name
 
@@ -123,10 +120,8 @@ def run(args) -> int:
         jobs.start_job(bpy.context, spec, owner=name, on_done=on_done)
         target = bpy.data.objects[name]
         m = target.neural_rom.model
-        if m.kind == "face":  # fitted to shape keys: what the held-out keys measured
-            fit = "; ".join(line[0].lower() + line[1:] for line in fit_lines(target))
-        else:
-            fit = training.error_summary(m)
+        fit_of_kind = kinds.hook(m.kind, "fit_text")  # a face: its held-out keys' fit
+        fit = fit_of_kind(target) if fit_of_kind else training.error_summary(m)
         say(f"{name}: {training.model_size(m)}, {fit}, {m.train_seconds:.1f} s on {m.device}")
         if m.choice:
             say(f"{name}: {m.choice} Model file: {m.path}")

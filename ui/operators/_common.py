@@ -29,6 +29,22 @@ def fail(op: bpy.types.Operator, message: str) -> set[str]:
     return {"CANCELLED"}
 
 
+def browse_for_file(op: bpy.types.Operator, context, default_path, name: str) -> set[str]:
+    """Open the file browser on ``op.filepath``, first set, when empty, to the active
+    Deformable's default file (``default_path(obj)``; ``<object><name>`` when there is none
+    or it has none)."""
+    obj = active_deformable(context)
+    if not op.filepath and obj is not None:
+        op.filepath = bpy.path.clean_name(obj.name) + name
+        if default_path is not None:
+            try:
+                op.filepath = str(default_path(obj))
+            except NeuralRomError:
+                pass  # no cache folder yet (an unsaved file): the object's name
+    context.window_manager.fileselect_add(op)
+    return {"RUNNING_MODAL"}
+
+
 def toggle_items(running: str) -> tuple:
     """Items of the ``action`` property of a start/stop operator."""
     return (

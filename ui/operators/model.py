@@ -12,7 +12,7 @@ from ...addon import simulate, training
 from ...addon.io import export
 from ...addon.prefs import REL_PATH
 from ...core.errors import NeuralRomError
-from ._common import active_deformable, fail, launch_job, run_toggle, toggle_items
+from ._common import active_deformable, browse_for_file, fail, launch_job, run_toggle, toggle_items
 
 
 def _has_model(context) -> bool:
@@ -144,14 +144,7 @@ class NEURAL_ROM_OT_bake_simulation(bpy.types.Operator):
         return _has_model(context)
 
     def invoke(self, context, event):
-        obj = active_deformable(context)
-        if not self.filepath and obj is not None:
-            try:
-                self.filepath = str(export.default_sim_pc2_path(obj))
-            except NeuralRomError:
-                self.filepath = bpy.path.clean_name(obj.name) + "_reduced.pc2"
-        context.window_manager.fileselect_add(self)
-        return {"RUNNING_MODAL"}
+        return browse_for_file(self, context, export.default_sim_pc2_path, "_reduced.pc2")
 
     def execute(self, context):
         stats: dict = {}
@@ -200,11 +193,7 @@ class NEURAL_ROM_OT_export_onnx(bpy.types.Operator):
         return _has_model(context)
 
     def invoke(self, context, event):
-        obj = active_deformable(context)
-        if not self.filepath and obj is not None:
-            self.filepath = bpy.path.clean_name(obj.name) + ".onnx"
-        context.window_manager.fileselect_add(self)
-        return {"RUNNING_MODAL"}
+        return browse_for_file(self, context, None, ".onnx")
 
     def execute(self, context):
         obj = active_deformable(context)

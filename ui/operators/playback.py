@@ -9,7 +9,7 @@ from ...addon.io import export
 from ...addon.kinds.fem import bake as bakes
 from ...addon.prefs import REL_PATH
 from ...core.errors import NeuralRomError
-from ._common import active_deformable, fail, run_toggle, toggle_items
+from ._common import active_deformable, browse_for_file, fail, run_toggle, toggle_items
 
 
 class NEURAL_ROM_OT_playback(bpy.types.Operator):
@@ -51,14 +51,7 @@ class NEURAL_ROM_OT_export_pc2(bpy.types.Operator):
         return obj is not None and len(obj.neural_rom.bakes) > 0
 
     def invoke(self, context, event):
-        obj = active_deformable(context)
-        if not self.filepath and obj is not None:
-            try:
-                self.filepath = str(export.default_pc2_path(obj))
-            except NeuralRomError:
-                self.filepath = bpy.path.clean_name(obj.name) + ".pc2"
-        context.window_manager.fileselect_add(self)
-        return {"RUNNING_MODAL"}
+        return browse_for_file(self, context, export.default_pc2_path, ".pc2")
 
     def execute(self, context):
         obj = active_deformable(context)

@@ -7,7 +7,7 @@ import bpy
 import numpy as np
 from bpy.props import FloatProperty
 
-from ...addon import simulate
+from ...addon import frames, simulate
 from ...core.errors import NeuralRomError
 from ...core.physics.poke import poke_weights
 from ._common import active_deformable, fail
@@ -106,8 +106,7 @@ class NEURAL_ROM_OT_poke(bpy.types.Operator):
             )
             return {"RUNNING_MODAL"}
         if event.type == "TIMER":
-            scene = context.scene
-            scene.frame_set(scene.frame_current + 1)  # the frame handler steps the model
+            frames.advance(context.scene)  # the frame handler steps the model
             return {"RUNNING_MODAL"}
         return {"PASS_THROUGH"}
 

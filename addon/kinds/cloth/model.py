@@ -26,8 +26,8 @@ What differs from the FEM pipeline, and lives here:
   :func:`release`: the modifier's own viewport and render switches, recorded on the object
   in :data:`MUTED`). A saved file never has it muted by us (the save handlers restore it for
   the write and mute it again after); a file opened with nothing driving the object gets it
-  back (:func:`on_load`, called by the one load handler in :mod:`.playback`); disabling the
-  add-on restores every one (:func:`unregister_handlers`).
+  back (:func:`on_load`, called by the one load handler in :mod:`..frames`); disabling the
+  add-on restores every one (:func:`release_all`).
   Bake Simulation's Mesh Cache modifier goes right after the Cloth modifier, so the cached
   frames show over Blender's cloth without muting it.
 """
@@ -40,7 +40,6 @@ from pathlib import Path
 
 import bpy
 import numpy as np
-from bpy.app.handlers import persistent
 
 from ....core.errors import CacheError, NeuralRomError
 from ....core.jobs.simulate import Track
@@ -280,21 +279,21 @@ def _muted_objects() -> list:
     return [o for o in bpy.data.objects if MUTED in o.keys()]
 
 
-@persistent
-def on_save_pre(*_args) -> None:
-    # the file on disk never has a cloth muted by us (opened without the add-on, it is whole)
+def on_save_pre() -> None:
+    """Before a save (:func:`..frames.on_save_pre`): the file on disk never has a cloth muted
+    by us (opened without the add-on, it is whole)."""
     for obj in _muted_objects():
         _restore(obj, obj[MUTED])
 
 
-@persistent
-def on_save_post(*_args) -> None:
+def on_save_post() -> None:
+    """After a save (:func:`..frames.on_save_post`): muted again."""
     for obj in _muted_objects():
         _mute(obj)
 
 
 def on_load() -> None:
-    """After a file is opened (called by :func:`.playback.on_load`): a cloth saved while
+    """After a file is opened (called by :func:`..frames.on_load`): a cloth saved while
     driven is muted again while it still is; otherwise it is whole."""
     for obj in _muted_objects():
         if driven(obj):
@@ -303,30 +302,8 @@ def on_load() -> None:
             release(obj, force=True)
 
 
-_HANDLERS = (
-    (bpy.app.handlers.save_pre, on_save_pre),
-    (bpy.app.handlers.save_post, on_save_post),
-)
-
-
-def _same(h, fn) -> bool:
-    return (
-        getattr(h, "__module__", None) == fn.__module__
-        and getattr(h, "__name__", None) == fn.__name__
-    )
-
-
-def register_handlers() -> None:
-    unregister_handlers(restore=False)
-    for handlers, fn in _HANDLERS:
-        handlers.append(fn)
-
-
-def unregister_handlers(*, restore: bool = True) -> None:
-    """Remove the handlers and (disabling the add-on) give every muted cloth back."""
-    for handlers, fn in _HANDLERS:
-        for h in [h for h in handlers if _same(h, fn)]:
-            handlers.remove(h)
-    if restore:
-        for obj in _muted_objects():
-            release(obj, force=True)
+def release_all() -> None:
+    """Give every Cloth modifier muted by us back (disabling the add-on:
+    :func:`..frames.unregister_handlers`)."""
+    for obj in _muted_objects():
+        release(obj, force=True)

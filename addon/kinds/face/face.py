@@ -576,15 +576,14 @@ def _now(obj, colliders, markers, n_sliders: int, read_colliders) -> dict:
 
 
 def gather_track(
-    obj, scene, frames: range | None = None, *, n_sliders: int, read_colliders, paused=None
+    obj, scene, frames: range | None = None, *, n_sliders: int, read_colliders
 ) -> Track:
     """The inputs of ``frames`` (default: the current frame alone) as a
-    :class:`..core.simjob.Track` in the skin's local space; the current frame is restored.
+    :class:`..core.simjob.Track` in the skin's local space, sampled as
+    :func:`..io.mesh.sample` does (the current frame is restored).
 
-    ``read_colliders(objects)`` gives the core colliders of collider objects now (world);
-    ``paused()`` is the context that keeps the frame handlers out while frames are set
-    (:func:`.simulate.collider_inputs` and :func:`.simulate.handlers_paused`: the layer
-    above passes them in).
+    ``read_colliders(objects)`` gives the core colliders of collider objects now (world;
+    :func:`.simulate.collider_inputs`: the layer above passes it in).
     """
     from ..fem import bake as bakes
 
@@ -609,26 +608,19 @@ def gather_track(
         rows = [_now(obj, colliders, markers, n_sliders, read_colliders)]
         frame0 = scene.frame_current
     else:
-        rows = []
-        current, sub = scene.frame_current, scene.frame_subframe
         marker_names = [m.name for m in markers]
         col_names = [c.name for c in colliders]
-        with paused():
-            try:
-                for fr in frames:
-                    scene.frame_set(fr)
-                    o = bpy.data.objects[name]
-                    rows.append(
-                        _now(
-                            o,
-                            [bpy.data.objects[n] for n in col_names],
-                            [bpy.data.objects[n] for n in marker_names],
-                            n_sliders,
-                            read_colliders,
-                        )
-                    )
-            finally:
-                scene.frame_set(current, subframe=sub)
+
+        def read():
+            return _now(
+                bpy.data.objects[name],
+                [bpy.data.objects[n] for n in col_names],
+                [bpy.data.objects[n] for n in marker_names],
+                n_sliders,
+                read_colliders,
+            )
+
+        rows = bm.sample(scene, frames, read)
         frame0 = frames[0]
     return fi.face_track(
         frame0,
@@ -789,12 +781,12 @@ def shown_positions(obj: bpy.types.Object) -> np.ndarray:
 
 
 def make_face_simulation_job(
-    obj, scene, path: Path, folder: Path, *, start: int, end: int, read_colliders, paused
+    obj, scene, path: Path, folder: Path, *, start: int, end: int, read_colliders
 ) -> dict:
     """The worker job that plays the face over frames ``start..end`` (checked by
     :func:`.export.make_simulation_job`) from the scene's start frame and writes the skin (local) as
     a PC2 at ``path``, its gathered inputs in ``folder``: the Bake Simulation job of
-    :func:`.export.make_simulation_job` for a face (``read_colliders``, ``paused``: see
+    :func:`.export.make_simulation_job` for a face (``read_colliders``: see
     :func:`gather_track`)."""
     from ....core import registry
     from ....core.data.modelfile import load_model
@@ -810,7 +802,6 @@ def make_face_simulation_job(
         range(f0, end + 1),
         n_sliders=n_sliders,
         read_colliders=read_colliders,
-        paused=paused,
     )
     inputs = write_track(folder / TRACK_FILE, track)
     return {

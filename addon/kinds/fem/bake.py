@@ -271,11 +271,8 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
                 "Pin Group (the vertices that follow the animation) or bake with Motion Auto."
             )
         return None
-    frame = scene.frame_current
-    try:
+    with bm.frame_kept(scene):
         sources = owner_animation(scene, obj, "", start)
-    finally:
-        scene.frame_set(frame)
     if not sources:
         if mode == "animation":
             raise NeuralRomError(

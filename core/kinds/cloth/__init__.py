@@ -7,4 +7,7 @@ from ...registry.kinds import DataKind
 ADAPTER = "core.kinds.cloth.adapter:ClothAdapter"
 #: its data job runs Blender's cloth solver in Blender ``--background`` (addon/clothbake.py)
 DESCRIPTION = "bakes of Blender's own cloth solver on a surface mesh (Cloth Bake)"
-KIND = DataKind("cloth", "Cloth", DESCRIPTION, data_job="cloth_bake", adapter=ADAPTER, order=10)
+HANDLER = "core.jobs.cloth:run_cloth_bake"
+KIND = DataKind(
+    "cloth", "Cloth", DESCRIPTION, data_job="cloth_bake", handler=HANDLER, adapter=ADAPTER, order=10
+)

@@ -1,1 +1,30 @@
-"""The command-line commands of the data kinds (cloth, face)."""
+"""The command line's side of the data kinds: a kind with commands or words of its own has a
+module here, named after it (cloth: cloth-bake; face: face-setup, add-markers, face-demo).
+The stage commands ask it for what is the kind's (:func:`hook`): ``describe(obj)``, the
+lines ``info`` adds; ``training_data(obj, spec)``, what ``train`` says it trains on;
+``fit_text(obj)``, what ``train`` says the model measured. A kind without a module, or a
+module without the hook, gets the stage's own words."""
+
+from __future__ import annotations
+
+import importlib
+
+from ....core import registry
+
+
+def module(kind: str):
+    """This package's module of the registered data kind ``kind`` (imported), or None."""
+    if kind not in {k.name for k in registry.kinds()}:
+        return None
+    name = f"{__name__}.{kind}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        return None
+
+
+def hook(kind: str, name: str):
+    """The function ``name`` of the kind's module, or None when it has none."""
+    return getattr(module(kind), name, None)

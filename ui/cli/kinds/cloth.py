@@ -91,6 +91,18 @@ def add_parser(sub, common) -> None:
     )
 
 
+def describe(obj) -> list[str]:
+    """``info``'s lines of a cloth: its Cloth Bake settings (none for a collider)."""
+    s = obj.neural_rom
+    if s.role == "COLLIDER":
+        return []
+    c = s.cloth
+    return [
+        f"cloth bake: {c.variants} variants of {c.frames} frames, seed {c.seed}, owner "
+        f"{c.owner or '(auto: its top-most parent, or itself)'}"
+    ]
+
+
 def run(args) -> int:
     scene = bpy.context.scene
     objects = select_objects(args.objects)

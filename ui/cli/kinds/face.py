@@ -73,6 +73,29 @@ def add_parser(sub, common) -> None:
     demo.add_argument("--size", choices=("small", "bench"), default="small")
 
 
+def describe(obj) -> list[str]:
+    """``info``'s line of a face: its file, lattice, skull and jaw, keys and drive."""
+    face = obj.neural_rom.face
+    return [
+        f"face: {face.path}, {face.tets} tets, skull {getattr(face.skull, 'name', '-')}, "
+        f"jaw {getattr(face.jaw, 'name', '-')}, {face.keys} shape keys ({face.held_out} held "
+        f"out), drive {face.drive.lower()} (the jaw by "
+        f"{'the markers' if face.jaw_drive == 'MARKERS' else 'its keys'}), solve "
+        f"{face.solve.lower()}"
+    ]
+
+
+def training_data(obj, spec: dict) -> str:
+    """What ``train`` says a face trains on: its shape keys."""
+    f = obj.neural_rom.face
+    return f"the face's {f.keys} shape keys ({f.held_out} held out)"
+
+
+def fit_text(obj) -> str:
+    """What ``train`` says a face's model measured: its fit to the held-out keys."""
+    return "; ".join(line[0].lower() + line[1:] for line in face.fit_lines(obj))
+
+
 def _mesh(name: str):
     obj = bpy.data.objects.get(name)
     if obj is None or obj.type != "MESH":
