@@ -660,12 +660,7 @@ def test_kind_branches_are_seen(tmp_path):
         pytest.param(
             "addon", marks=pytest.mark.xfail(strict=True, reason="WP-D2: addon's kind branches")
         ),
-        pytest.param(
-            "ui",
-            marks=pytest.mark.xfail(
-                strict=True, reason="WP-E.2: the ui's kind branches ask the kind records"
-            ),
-        ),
+        "ui",
     ],
 )
 def test_r4_only_a_kinds_own_modules_branch_on_it(layer):

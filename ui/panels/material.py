@@ -5,12 +5,13 @@ from __future__ import annotations
 import bpy
 
 from ...addon.kinds.fem.bake import scene_dt
-from .common import FemSub, deformable
+from .common import DeformableSub, deformable
 
 
-class NEURAL_ROM_PT_material(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_material(DeformableSub, bpy.types.Panel):
     bl_label = "Material"
     bl_idname = "NEURAL_ROM_PT_material"
+    stage = "material"
 
     def draw(self, context):
         s = deformable(context).neural_rom
@@ -32,9 +33,10 @@ class NEURAL_ROM_PT_material(FemSub, bpy.types.Panel):
             box.label(text=f"Density {v['density']:.0f} kg/m³")
 
 
-class NEURAL_ROM_PT_simulation(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_simulation(DeformableSub, bpy.types.Panel):
     bl_label = "Simulation"
     bl_idname = "NEURAL_ROM_PT_simulation"
+    stage = "simulation"
 
     def draw(self, context):
         obj = deformable(context)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import bpy
 
-from .common import FemSub, deformable
+from .common import DeformableSub, deformable
 
 
-class NEURAL_ROM_PT_tets(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_tets(DeformableSub, bpy.types.Panel):
     bl_label = "Tetrahedralize"
     bl_idname = "NEURAL_ROM_PT_tets"
+    stage = "tets"
 
     def draw(self, context):
         obj = deformable(context)
