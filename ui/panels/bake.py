@@ -29,12 +29,12 @@ class NEURAL_ROM_PT_scenario(DeformableSub, bpy.types.Panel):
     def draw(self, context):
         s = deformable(context).neural_rom
         col = self.layout.column()
-        col.prop(s, "scenario")
+        col.prop(s.bake, "scenario")
         row = col.row(align=True)
-        row.prop(s, "frames")
-        row.prop(s, "seed")
-        col.prop(s, "variants")
-        col.prop(s, "bake_motion")
+        row.prop(s.bake, "frames")
+        row.prop(s.bake, "seed")
+        col.prop(s.bake, "variants")
+        col.prop(s.bake, "bake_motion")
         box = col.box()
         if s.bake_motion != "scenario" and s.pin_group:
             box.label(text="Pins: each variant drawn from the animation when it has one,")

@@ -16,11 +16,11 @@ class NEURAL_ROM_PT_tets(DeformableSub, bpy.types.Panel):
         obj = deformable(context)
         s = obj.neural_rom
         col = self.layout.column()
-        col.prop(s, "tet_size")
-        col.prop(s, "tet_quality")
-        col.prop(s, "embedding")
+        col.prop(s.tets, "tet_size")
+        col.prop(s.tets, "tet_quality")
+        col.prop(s.tets, "embedding")
         if s.embedding != "NEVER":
-            col.prop(s, "cage_resolution")
+            col.prop(s.tets, "cage_resolution")
         col.operator("neural_rom.tetrahedralize", icon="MESH_ICOSPHERE")
         if not s.tets_path:
             col.label(text="No tets yet", icon="INFO")
