@@ -16,7 +16,8 @@ out while :func:`.io.mesh.sampling` says so (the re-entry guard, here only). One
 failure stops that object's mode and says why (:func:`.simulate.frame_failed`), rather than
 raising inside Blender's frame change.
 
-On load the open bakes, drivers and comparisons of the previous file are forgotten and a
+On load an older file's settings move into their stage groups (:mod:`.props.migrate`),
+then the open bakes, drivers and comparisons of the previous file are forgotten and a
 cloth muted by us is muted again while driven; around a save every muted cloth is whole in
 the file (:mod:`.kinds.cloth.model`).
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 import bpy
 from bpy.app.handlers import persistent
 
-from . import simulate
+from . import props, simulate
 from .compare import bake as compare
 from .io import mesh as bm
 from .kinds.cloth import model as cloth
@@ -122,6 +123,7 @@ def _forget() -> None:
 
 @persistent
 def on_load(_filepath=None) -> None:
+    props.migrate.migrate_file()  # an older file's settings into their stage groups, first
     # bakes and embeddings of the previous file must not be reused by name
     _forget()
     cloth.on_load()  # a Cloth modifier muted by us: again while driven, else given back

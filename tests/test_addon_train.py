@@ -454,7 +454,7 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     bpy.ops.object.transform_apply(scale=True)
     s = obj.neural_rom
     s.role = "DEFORMABLE"
-    s.material = "rubber"
+    s.material_preset = "rubber"
     s.youngs_modulus = 2e5
     s.tet_size = 0.12
     s.frames = 11

@@ -40,7 +40,7 @@ def _describe(obj) -> list[str]:
     if settings is None:
         return []
     lines = []
-    for prop in settings.bl_rna.properties:
+    for prop in settings.flat_properties():
         key = prop.identifier
         if key in ("rna_type", "name") or prop.is_hidden or not settings.applies(key):
             continue

@@ -7,7 +7,7 @@ import bpy
 
 from ...addon.kinds.fem.bake import variants_image_name
 from ...core.bake.scenarios import describe
-from .common import DeformableSub, FemSub, deformable, format_bytes
+from .common import DeformableSub, deformable, format_bytes
 from .jobs import draw_jobs
 
 
@@ -21,19 +21,20 @@ class NEURAL_ROM_UL_bakes(bpy.types.UIList):
         row.label(text=f"{item.frames} fr")
 
 
-class NEURAL_ROM_PT_scenario(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_scenario(DeformableSub, bpy.types.Panel):
     bl_label = "Training Scenario"
     bl_idname = "NEURAL_ROM_PT_scenario"
+    stage = "scenario"
 
     def draw(self, context):
         s = deformable(context).neural_rom
         col = self.layout.column()
-        col.prop(s, "scenario")
+        col.prop(s.bake, "scenario")
         row = col.row(align=True)
-        row.prop(s, "frames")
-        row.prop(s, "seed")
-        col.prop(s, "variants")
-        col.prop(s, "bake_motion")
+        row.prop(s.bake, "frames")
+        row.prop(s.bake, "seed")
+        col.prop(s.bake, "variants")
+        col.prop(s.bake, "bake_motion")
         box = col.box()
         if s.bake_motion != "scenario" and s.pin_group:
             box.label(text="Pins: each variant drawn from the animation when it has one,")
@@ -56,9 +57,10 @@ class NEURAL_ROM_PT_scenario(FemSub, bpy.types.Panel):
         box.operator("neural_rom.reset_scenario_params", text="Reset", icon="LOOP_BACK")
 
 
-class NEURAL_ROM_PT_bake(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_bake(DeformableSub, bpy.types.Panel):
     bl_label = "Bake"
     bl_idname = "NEURAL_ROM_PT_bake"
+    stage = "bake"
 
     def draw(self, context):
         obj = deformable(context)
@@ -107,6 +109,7 @@ def draw_variants_picture(layout, obj) -> None:
 class NEURAL_ROM_PT_playback(DeformableSub, bpy.types.Panel):
     bl_label = "Playback and Export"
     bl_idname = "NEURAL_ROM_PT_playback"
+    stage = "playback"
 
     @classmethod
     def shows(cls, obj) -> bool:

@@ -3,6 +3,8 @@ place (View3D > N > Neural ROM), and the base classes of the Deformable object's
 
 from __future__ import annotations
 
+from . import kinds
+
 
 def active(context):
     obj = getattr(context, "object", None)
@@ -35,11 +37,13 @@ class Sidebar:
 
 
 class DeformableSub(Sidebar):
-    """A box under the main panel for the active Deformable mesh, when :meth:`shows` says."""
+    """A stage's box under the main panel for the active Deformable mesh, when :meth:`shows`
+    says: by default when the object's data kind shows the stage (:func:`.kinds.stages`: a
+    cloth has no tets, FEM bakes or scenario; a face trains on its face file)."""
 
     bl_parent_id = "NEURAL_ROM_PT_main"
-    #: Shown for a face too (a face trains on its face file: no tets, bakes or scenario).
-    for_faces = False
+    #: the stage the box is of (a name in the kinds' STAGES)
+    stage = ""
 
     @classmethod
     def poll(cls, context):
@@ -49,14 +53,5 @@ class DeformableSub(Sidebar):
     @classmethod
     def shows(cls, obj) -> bool:
         """Whether the panel shows for the Deformable mesh ``obj``."""
-        return cls.for_faces or obj.neural_rom.training_data_kind() != "face"
-
-
-class FemSub(DeformableSub):
-    """A panel of the FEM pipeline (material, tets, scenario, bake): only for an object that
-    trains on FEM bakes (not a cloth, whose data is Blender's own cloth:
-    :class:`NEURAL_ROM_PT_cloth_bake`; not a face)."""
-
-    @classmethod
-    def shows(cls, obj) -> bool:
-        return obj.neural_rom.training_data_kind() == "fem"
+        listed = kinds.stages(obj.neural_rom.training_data_kind())
+        return listed is None or cls.stage in listed

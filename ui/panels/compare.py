@@ -13,6 +13,7 @@ from .jobs import draw_jobs
 class NEURAL_ROM_PT_compare(DeformableSub, bpy.types.Panel):
     bl_label = "Compare with Bake"
     bl_idname = "NEURAL_ROM_PT_compare"
+    stage = "compare"
     bl_options = {"DEFAULT_CLOSED"}
 
     @classmethod

@@ -5,21 +5,22 @@ from __future__ import annotations
 import bpy
 
 from ...addon.kinds.fem.bake import scene_dt
-from .common import FemSub, deformable
+from .common import DeformableSub, deformable
 
 
-class NEURAL_ROM_PT_material(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_material(DeformableSub, bpy.types.Panel):
     bl_label = "Material"
     bl_idname = "NEURAL_ROM_PT_material"
+    stage = "material"
 
     def draw(self, context):
         s = deformable(context).neural_rom
         col = self.layout.column()
-        col.prop(s, "material_preset")
+        col.prop(s.material, "material_preset")
         if s.material_preset == "custom":
-            col.prop(s, "youngs_modulus")
-            col.prop(s, "poisson_ratio")
-            col.prop(s, "density")
+            col.prop(s.material, "youngs_modulus")
+            col.prop(s.material, "poisson_ratio")
+            col.prop(s.material, "density")
         else:
             try:
                 v = s.material_values()
@@ -32,24 +33,25 @@ class NEURAL_ROM_PT_material(FemSub, bpy.types.Panel):
             box.label(text=f"Density {v['density']:.0f} kg/m³")
 
 
-class NEURAL_ROM_PT_simulation(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_simulation(DeformableSub, bpy.types.Panel):
     bl_label = "Simulation"
     bl_idname = "NEURAL_ROM_PT_simulation"
+    stage = "simulation"
 
     def draw(self, context):
         obj = deformable(context)
         s = obj.neural_rom
         col = self.layout.column()
-        col.prop(s, "dt_from_scene")
+        col.prop(s.simulation, "dt_from_scene")
         if s.dt_from_scene:
             col.label(text=f"dt = {scene_dt(context.scene):.4f} s (scene frame rate)")
         else:
-            col.prop(s, "dt")
-        col.prop(s, "substeps")
-        col.prop(s, "damping_mass")
-        col.prop(s, "damping_stiffness")
+            col.prop(s.simulation, "dt")
+        col.prop(s.simulation, "substeps")
+        col.prop(s.simulation, "damping_mass")
+        col.prop(s.simulation, "damping_stiffness")
         col.separator()
-        col.prop_search(s, "pin_group", obj, "vertex_groups", icon="GROUP_VERTEX")
+        col.prop_search(s.simulation, "pin_group", obj, "vertex_groups", icon="GROUP_VERTEX")
         if s.pin_group and obj.vertex_groups.get(s.pin_group) is None:
             col.label(text=f"No vertex group '{s.pin_group}'", icon="ERROR")
-        col.prop(s, "require_pins")
+        col.prop(s.simulation, "require_pins")

@@ -9,6 +9,7 @@ from ...addon import training
 from ...addon.compare.methods import LINES_PROP, ROWS_PROP
 from ...addon.kinds.family.reference import runs_on_other_meshes
 from ...core import registry
+from . import kinds
 from .common import DeformableSub, deformable
 from .jobs import draw_jobs
 from .kinds.family import draw_family_model, draw_family_train
@@ -106,7 +107,7 @@ def draw_methods_table(layout, obj) -> None:
 class NEURAL_ROM_PT_model(DeformableSub, bpy.types.Panel):
     bl_label = "Reduced Model"
     bl_idname = "NEURAL_ROM_PT_model"
-    for_faces = True
+    stage = "model"
 
     def draw(self, context):
         obj = deformable(context)
@@ -122,7 +123,7 @@ class NEURAL_ROM_PT_model(DeformableSub, bpy.types.Panel):
         draw_family_train(layout, obj)
         draw_methods_table(layout, obj)
         if not can_train:
-            first = "Cloth Bake" if s.training_data_kind() == "cloth" else "Bake"
+            first = kinds.data_step(s.training_data_kind())
             layout.label(text=f"{first} first", icon="INFO")
         if not s.model.path:
             layout.label(text="Model: not trained yet", icon="INFO")

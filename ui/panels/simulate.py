@@ -15,6 +15,7 @@ from .kinds.family import draw_family_simulate
 class NEURAL_ROM_PT_simulate(DeformableSub, bpy.types.Panel):
     bl_label = "Simulate"
     bl_idname = "NEURAL_ROM_PT_simulate"
+    stage = "simulate"
 
     @classmethod
     def shows(cls, obj) -> bool:

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import bpy
 
-from .common import FemSub, deformable
+from .common import DeformableSub, deformable
 
 
-class NEURAL_ROM_PT_tets(FemSub, bpy.types.Panel):
+class NEURAL_ROM_PT_tets(DeformableSub, bpy.types.Panel):
     bl_label = "Tetrahedralize"
     bl_idname = "NEURAL_ROM_PT_tets"
+    stage = "tets"
 
     def draw(self, context):
         obj = deformable(context)
         s = obj.neural_rom
         col = self.layout.column()
-        col.prop(s, "tet_size")
-        col.prop(s, "tet_quality")
-        col.prop(s, "embedding")
+        col.prop(s.tets, "tet_size")
+        col.prop(s.tets, "tet_quality")
+        col.prop(s.tets, "embedding")
         if s.embedding != "NEVER":
-            col.prop(s, "cage_resolution")
+            col.prop(s.tets, "cage_resolution")
         col.operator("neural_rom.tetrahedralize", icon="MESH_ICOSPHERE")
         if not s.tets_path:
             col.label(text="No tets yet", icon="INFO")

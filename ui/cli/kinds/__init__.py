@@ -7,24 +7,9 @@ module without the hook, gets the stage's own words."""
 
 from __future__ import annotations
 
-import importlib
-
-from ....core import registry
-
-
-def module(kind: str):
-    """This package's module of the registered data kind ``kind`` (imported), or None."""
-    if kind not in {k.name for k in registry.kinds()}:
-        return None
-    name = f"{__name__}.{kind}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
+from ... import kinds
 
 
 def hook(kind: str, name: str):
-    """The function ``name`` of the kind's module, or None when it has none."""
-    return getattr(module(kind), name, None)
+    """The function ``name`` of the kind's module here, or None when it has none."""
+    return kinds.hook(__name__, kind, name)

@@ -9,6 +9,12 @@ from ....addon.kinds.cloth import model as cloth
 from ..common import DeformableSub, deformable
 from ..jobs import draw_jobs
 
+#: the stage boxes a cloth shows besides those that show whatever the kind (no tets, FEM
+#: bakes or scenario: its data is Blender's own cloth)
+STAGES = ("cloth_bake", "model")
+#: the button that makes a cloth's training data
+DATA_STEP = "Cloth Bake"
+
 
 def draw_cloth_bake(layout, obj, context) -> None:
     """The Cloth Bake panel of a Deformable mesh with a Cloth modifier."""
@@ -57,6 +63,7 @@ def draw_cloth_bake(layout, obj, context) -> None:
 class NEURAL_ROM_PT_cloth_bake(DeformableSub, bpy.types.Panel):
     bl_label = "Cloth Bake"
     bl_idname = "NEURAL_ROM_PT_cloth_bake"
+    stage = "cloth_bake"
 
     @classmethod
     def shows(cls, obj) -> bool:

@@ -8,6 +8,10 @@ import bpy
 from ....addon.kinds.face import face
 from ..jobs import draw_jobs
 
+#: the stage boxes a face shows besides its Face box and those that show whatever the kind
+#: (it trains on its face file: no tets, bakes or scenario)
+STAGES = ("model",)
+
 
 def _skin(context):
     """The active object when it is a Deformable mesh (a skin can be set up as a face)."""
