@@ -516,7 +516,6 @@ LONG_MODULES = {"fem.py": 1238, "cache.py": 1202, "sim.py": 861, "subspace.py": 
                 "scenarios.py": 874, "cubature.py": 834}  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="WP-D2: addon/kinds/face/face.py")
 def test_r6_no_module_over_800_lines():
     long = {}
     for f in package_files():
