@@ -336,6 +336,31 @@ def test_unknown_kind_names_the_known_ones(tmp_path):
     assert f"unknown job kind 'nonsense' (known: {known})" in job.message
 
 
+def test_the_job_table_takes_the_data_jobs_from_the_kind_records(monkeypatch):
+    """One table (issue 29): the built-in data kinds' data jobs are what their records'
+    ``handler`` names (a record changed, the table follows), none of them also in
+    OWN_JOBS; a kind registered outside the package adds none (the worker finds its
+    handler through the spec's data_kind and kind_origin)."""
+    from neural_rom.core import registry
+
+    built = [k for k in registry.kinds() if k.data_job]
+    assert [k.data_job for k in built] == ["bake", "cloth_bake", "face_setup"]
+    assert list(jobs.JOBS) == [k.data_job for k in built] + list(jobs.OWN_JOBS)
+    for k in built:
+        assert jobs.JOBS[k.data_job] == k.handler and k.data_job not in jobs.OWN_JOBS
+    monkeypatch.setattr(registry.get_kind("fem"), "handler", "core.jobs.selftest:run_selftest")
+    assert jobs.JOBS["bake"] == "core.jobs.selftest:run_selftest"
+    monkeypatch.undo()
+    clay = registry.DataKind(
+        "clay", "Clay", "clay", data_job="clay_bake", handler="core.jobs.selftest:run_selftest"
+    )
+    registry.register_kind(clay)
+    try:
+        assert "clay_bake" not in jobs.JOBS and len(jobs.JOBS) == len(built) + len(jobs.OWN_JOBS)
+    finally:
+        registry.unregister_kind("clay")
+
+
 def test_the_worker_keeps_its_old_names_of_the_handlers():
     """Scripts that used the handlers where they were before they moved to core/jobs/<kind>.py
     (``worker.run_bake``, ``worker.HANDLERS``) get the same functions; other names stay

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..errors import NeuralRomError
-from ..registry.kinds import data_job_handler
+from ..registry.kinds import data_job_handler, kinds
 from ..registry.plugins import resolve
 from .events import (
     EXIT_CANCELLED,
@@ -81,6 +81,7 @@ from .runner import (
 __all__ = [
     "CANCELLED",
     "JOBS",
+    "OWN_JOBS",
     "DONE",
     "EXIT_CANCELLED",
     "EXIT_CRASH",
@@ -108,26 +109,56 @@ __all__ = [
     "worker_path",
 ]
 
-#: Job kind (a spec's ``"kind"``) -> its handler, ``"module:function"`` under the package
-#: root. A handler is ``handler(spec: dict) -> dict`` (a JSON-able result); it reports
-#: through :mod:`.events` and raises :class:`~..errors.JobCancelled` (with an optional
-#: ``result``: what was committed) at a safe point when :func:`should_cancel` says so.
-#: ``worker.py`` imports a handler's module only when its kind runs, so a bake never imports
-#: torch (a train job's ``training.worker`` imports it when the method needs it).
-JOBS: dict[str, str] = {
-    "bake": "core.jobs.bake:run_bake",
-    "cloth_bake": "core.jobs.cloth:run_cloth_bake",
+#: The jobs that make no data kind's data: job kind (a spec's ``"kind"``) -> its handler,
+#: ``"module:function"`` under the package root. A handler is ``handler(spec: dict) -> dict``
+#: (a JSON-able result); it reports through :mod:`.events` and raises
+#: :class:`~..errors.JobCancelled` (with an optional ``result``: what was committed) at a
+#: safe point when :func:`should_cancel` says so. ``worker.py`` imports a handler's module
+#: only when its kind runs, so a bake never imports torch (a train job's
+#: ``training.worker`` imports it when the method needs it).
+OWN_JOBS: dict[str, str] = {
     "tetrahedralize": "core.jobs.tetrahedralize:run_tetrahedralize",
     "train": "core.jobs.train:run_train",
     "simulate": "core.jobs.simulate:run_simulate",
     "compare": "core.jobs.compare:run_compare",
     "compare_methods": "core.jobs.compare_methods:run_compare_methods",
-    "face_setup": "core.jobs.face:run_face_setup",
     "face_demo": "core.jobs.face:run_face_demo",
     "face_simulate": "core.jobs.face:run_face_simulate",
     "face_fit_key": "core.jobs.face:run_face_fit_key",
     "selftest": "core.jobs.selftest:run_selftest",
 }
+
+
+class _JobTable(Mapping):
+    """Job kind -> ``"module:function"`` of every job the worker runs: the built-in data
+    kinds' data jobs, each its record's ``handler`` (``bake``, ``cloth_bake``,
+    ``face_setup``: :mod:`core.kinds`), then :data:`OWN_JOBS`. One table, read from the
+    records, so the two never drift."""
+
+    def _table(self) -> dict[str, str]:
+        data = {
+            k.data_job: k.handler
+            for k in kinds()
+            if k.data_job and not k.origin and isinstance(k.handler, str)
+        }
+        return {**data, **OWN_JOBS}
+
+    def __getitem__(self, kind: str) -> str:
+        return self._table()[kind]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return repr(self._table())
+
+
+#: Job kind -> its handler (:class:`_JobTable`, a live view of the kind records and
+#: :data:`OWN_JOBS`).
+JOBS: Mapping[str, str] = _JobTable()
 
 
 def handler(kind: str, spec: Mapping | None = None) -> Callable[[dict], dict]:

@@ -44,7 +44,7 @@ class DataKind:
     handler : the worker's handler of ``data_job``, ``handler(spec) -> dict``: a callable,
         or ``"module:function"`` (relative to the package for ``core``, ``training`` and
         ``addon``), imported in the worker; None: the job table's entry of ``data_job``
-        (``core.jobs.JOBS``, which names the built-in kinds' handlers too)
+        (``core.jobs.JOBS``, which takes the built-in kinds' data jobs from their records)
     adapter : its frame adapter class (:class:`core.engine.engine.FrameAdapter`), or
         ``"module:Class"``; None: none yet (a face's frames are the add-on's face driver's)
     stepping : "timeline" (a frame is stepped from the one before) or "equilibrium" (each
