@@ -36,11 +36,12 @@ from collections.abc import Callable
 import bpy
 import numpy as np
 
+from ..core.engine.protocol import FrameInputs
+from ..core.engine.render import render_local, to_local_shown
 from ..core.engine.timeline import Timeline
+from ..core.engine.track import FrameReader, Track
 from ..core.errors import CacheError, NeuralRomError
-from ..core.jobs.simulate import FrameReader, Track, render_local, to_local_shown
 from ..core.physics.poke import Poke
-from ..core.physics.sim import FrameInputs
 from .io import mesh as bm
 from .io import paths
 from .kinds.cloth import model as cloth
