@@ -452,10 +452,8 @@ FORMER_METHOD_NAMES = {"pca": "linear", "hoda": "shen"}
 
 #: R3's allow-list: (file, string) -> why the string there does not name the method.
 R3_ALLOWED = {
-    ("core/jobs/compare_methods.py", "pca"): "Compare Methods' resumable state.json stores "
-    "the baseline under the key 'pca' (and its model as BASELINE_FILE 'pca.nrmodel'); files "
-    "on disk keep it",
-    ("addon/compare/methods.py", "pca"): "the same stored state key, handed to the job's spec",
+    ("core/jobs/compare_methods.py", "pca"): "OLD_BASELINE: Compare Methods' state.json files "
+    "written before issue 29 keep the baseline under the key 'pca', still read",
     ("training/autoencoder/trainer.py", "pca"): "the autoencoder's own PCA-layer fallback "
     "(PCA-r in its network's place), stored as the model's 'fallback' metadata",
     ("core/methods/active/settings.py", "linear"): "the stored enum value of active faces' "

@@ -125,7 +125,7 @@ def test_every_method_is_listed_with_a_reason_or_numbers(compared):
     state = mc.read_state(
         compared["folder"] / "neural_rom" / "Bar" / "compare_methods" / mc.STATE_FILE
     )
-    pca = state["pca"][str(linear["dofs"])]
+    pca = state[mc.BASELINE][str(linear["dofs"])]
     assert [r["step_ms"] for r in pca["replays"]] == [0.0] * len(pca["replays"])
     rec = table["recommendation"]
     assert rec["method"] in ASKED and rows[rec["method"]]["label"] in rec["reason"]
@@ -170,6 +170,34 @@ def test_table_numbers_are_each_methods_own_compare(compared):
                 assert r[ours] == pytest.approx(b[theirs], rel=1e-9, abs=1e-12)
             assert r["closest_max"] == pytest.approx(b["closest_shape_max_error_m"], rel=1e-9)
         assert rows[method]["max_m"] == pytest.approx(max(b["max_error_m"] for b in own), rel=1e-9)
+
+
+def test_a_state_file_from_before_issue_29_is_read(compared):
+    """State files written before issue 29 keep the baseline at equal DOFs under "pca": a
+    re-run reads it there and trains nothing again, the baseline's models included; the
+    autoencoder is planned without keeping the linear model (its record's
+    ``keeps_baseline_setting``), the table being that comparison."""
+    obj = compared["obj"]
+    job = _plan(obj)
+    plan = {e["method"]: e for e in job["methods"]}
+    assert plan["autoencoder"]["train"]["settings"]["keep_linear"] is False
+    assert Path(job[mc.BASELINE]["train"]["out"]).name == mc.BASELINE_FILE == "pca.nrmodel"
+    path = Path(job["state"])
+    state = json.loads(path.read_text(encoding="utf-8"))
+    assert mc.OLD_BASELINE not in state and state[mc.BASELINE]
+    state["pca"] = state.pop(mc.BASELINE)  # as an earlier version wrote it
+    path.write_text(json.dumps(state, indent=1), encoding="utf-8")
+
+    def no_training(spec):
+        raise AssertionError(f"{spec['out']} trained again")
+
+    result = mc.run_comparison(job, train=no_training, compare=_compare_in_process)
+    assert sorted(result["kept"]) == sorted(ASKED) and result["trained"] == []
+    for row in result["rows"]:
+        if row["method"] in ASKED:  # the baseline's closest shapes, read from "pca"
+            assert row["pca_max_m"] is not None and row["pca_mean_m"] is not None
+    linear = next(r for r in result["rows"] if r["method"] == "linear")
+    assert linear["pca_max_m"] == pytest.approx(linear["closest_max_m"], rel=1e-9)
 
 
 def test_a_cancelled_comparison_keeps_what_it_finished_and_resumes(compared):

@@ -7,6 +7,7 @@ whose load comes and goes (:func:`core.comparejob.interleaved_step_ms`), not by 
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -122,7 +123,7 @@ def _spec(tmp_path, lanes: dict[str, int]) -> dict:
                 "compares": [{"bake_name": "v1", "out": str(tmp_path / f"{name}_v1.npz")}],
             }
         )
-    return {"state": str(tmp_path / "state.json"), "methods": methods, "pca": None}
+    return {"state": str(tmp_path / "state.json"), "methods": methods, mc.BASELINE: None}
 
 
 def _compare(c: dict) -> dict:
@@ -195,6 +196,36 @@ def test_a_cancel_in_one_lane_keeps_what_the_lanes_finished(tmp_path):
     result = mc.run_comparison(spec, train=t, compare=_compare)
     assert t.calls == ["c"] and sorted(result["kept"]) == ["a", "b"]
     assert [r["status"] for r in result["rows"]] == [mc.DONE] * 3
+
+
+def test_the_baseline_kept_under_its_old_key_is_read(tmp_path):
+    """A state file written before issue 29 keeps the baseline at equal DOFs under "pca":
+    :func:`read_state` reads it as the baseline, and a re-run keeps its models (nothing
+    trains again) and shows their closest shapes."""
+    spec = _spec(tmp_path, {"a": 0})
+    spec[mc.BASELINE] = {
+        "train": {"method": "linear", "out": str(tmp_path / mc.BASELINE_FILE), "settings": {}},
+        "compares": [{"bake_name": "v1", "out": str(tmp_path / "v1.npz")}],
+    }
+
+    def compare(c: dict) -> dict:
+        return {**_compare(c), "closest_max": 0.015, "closest_mean": 0.005}
+
+    t = Trainer()
+    first = mc.run_comparison(spec, train=t, compare=compare)
+    assert t.calls == ["a", "linear"]  # the method, then the baseline at its 3 DOFs
+    assert first["rows"][0]["pca_max_m"] == 0.015
+    path = tmp_path / mc.STATE_FILE
+    state = json.loads(path.read_text(encoding="utf-8"))
+    assert list(state[mc.BASELINE]) == ["3"] and mc.OLD_BASELINE not in state
+    state[mc.OLD_BASELINE] = state.pop(mc.BASELINE)  # as an earlier version wrote it
+    path.write_text(json.dumps(state), encoding="utf-8")
+    assert mc.read_state(path)[mc.BASELINE] == state[mc.OLD_BASELINE]
+    assert mc.OLD_BASELINE not in mc.read_state(path)
+    t = Trainer()
+    again = mc.run_comparison(spec, train=t, compare=compare)
+    assert t.calls == [] and again["kept"] == ["a"]
+    assert again["rows"][0]["pca_max_m"] == 0.015 and again["rows"][0]["pca_mean_m"] == 0.005
 
 
 # ------------------------------------------------- a lane's training in its child worker

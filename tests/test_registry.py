@@ -134,6 +134,16 @@ def test_a_method_record_checks_its_inputs():
         Markers([0, 1], [[0, 0, 0]])
 
 
+def test_the_setting_that_keeps_the_baseline_is_a_record_flag():
+    # Compare Methods turns it off by the record (issue 29), naming no setting itself
+    assert [m.name for m in registry.methods() if m.keeps_baseline_setting] == ["autoencoder"]
+    ae = registry.get("autoencoder")
+    assert ae.setting(ae.keeps_baseline_setting).kind == "bool"
+    assert _toy().keeps_baseline_setting == ""
+    with pytest.raises(ValueError, match="keeps_baseline_setting 'keep' is not one of its"):
+        _toy(keeps_baseline_setting="keep")
+
+
 def _linear_model(tmp_path):
     X, T = grid_tetmesh((0.3, 0.1, 0.1), (3, 1, 1))
     from neural_rom.core.physics.fem import mass_matrix

@@ -9,8 +9,9 @@ whose train job refuses the bakes) is listed with the reason. Each trains with t
 settings of it (its defaults unless the user changed them), ``settings`` on top where the
 method has them, and its share of ``budget_s`` as its ``time_budget`` (planned across the
 methods and the cores: :func:`make_compare_methods_job`); a method that
-would keep the linear model in its place when that replays better (``keep_linear``) does
-not here, the table being that comparison.
+would keep the baseline's model in its place when that replays better (its record's
+``keeps_baseline_setting``, the autoencoder's ``keep_linear``) does not here, the table
+being that comparison.
 """
 
 from __future__ import annotations
@@ -101,7 +102,13 @@ def make_compare_methods_job(
     """
     from ...core.data.cache import BakeCache
     from ...core.jobs import usable_cores
-    from ...core.jobs.compare_methods import STATE_FILE, estimate_cost, plan_budget
+    from ...core.jobs.compare_methods import (
+        BASELINE,
+        BASELINE_FILE,
+        STATE_FILE,
+        estimate_cost,
+        plan_budget,
+    )
 
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -142,7 +149,7 @@ def make_compare_methods_job(
     state = folder / STATE_FILE
     by_path = {str(load_path(rec.path)): rec for rec in s.bakes}
     keep_pending = s.pending_train
-    plan, pca = [], None
+    plan, baseline = [], None
     try:
         for record in records:
             entry = {"method": record.name, "label": record.label}
@@ -151,8 +158,8 @@ def make_compare_methods_job(
                 continue
             names = {st.name for st in record.settings}
             own = {k: v for k, v in (settings or {}).items() if k in names}
-            if "keep_linear" in names:  # the table compares the methods: each keeps its own
-                own["keep_linear"] = False
+            if record.keeps_baseline_setting:  # the table compares the methods: each its own
+                own[record.keeps_baseline_setting] = False
             try:
                 job = training.make_train_job(
                     obj, scene, method=record.name, settings=own, device=device
@@ -185,13 +192,13 @@ def make_compare_methods_job(
                 }
             )
             if record.baseline:  # PCA at each method's size: the baseline with k = its DOFs
-                pca = {
-                    "train": {**job, "out": str(folder / "pca.nrmodel")},
+                baseline = {
+                    "train": {**job, "out": str(folder / BASELINE_FILE)},
                     "compares": [
                         {**c, "method": record.name} for c in compares if c["role"] != "shot"
                     ],
                 }
-                pca["train"]["settings"] = {**job["settings"], "tolerance": None}
+                baseline["train"]["settings"] = {**job["settings"], "tolerance": None}
     finally:
         s.pending_train = keep_pending  # the plan's train jobs are not this object's Train
     # the budget planned across the methods the data allows and the cores
@@ -238,7 +245,7 @@ def make_compare_methods_job(
         "state": str(state),
         "table": str(folder / TABLE_FILE),
         "methods": plan,
-        "pca": pca,
+        BASELINE: baseline,
         "log_dir": str(folder / "logs"),
     }
 

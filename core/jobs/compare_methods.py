@@ -56,6 +56,14 @@ from .train import run_train, train_in_child
 
 SCHEMA = 1
 STATE_FILE = "state.json"
+#: The state's section of the baseline at equal DOFs (:func:`.registry.baseline`, the PCA
+#: models), by DOF count; state files written before issue 29 name it :data:`OLD_BASELINE`,
+#: which :func:`read_state` still reads.
+BASELINE = "baseline"
+OLD_BASELINE = "pca"
+#: The baseline's train job's model file (its folder holds the ``pca_k<dofs>.nrmodel``
+#: models): a name on disk, kept.
+BASELINE_FILE = "pca.nrmodel"
 
 #: A method whose mean replay error is within this factor of the best one's counts as as
 #: good: the faster of them is recommended.
@@ -227,11 +235,13 @@ def read_state(path: str | os.PathLike) -> dict:
     try:
         state = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {"schema": SCHEMA, "methods": {}, "pca": {}}
+        return {"schema": SCHEMA, "methods": {}, BASELINE: {}}
     if not isinstance(state, dict) or state.get("schema") != SCHEMA:
-        return {"schema": SCHEMA, "methods": {}, "pca": {}}
+        return {"schema": SCHEMA, "methods": {}, BASELINE: {}}
     state.setdefault("methods", {})
-    state.setdefault("pca", {})
+    if OLD_BASELINE in state:  # written before issue 29
+        state.setdefault(BASELINE, state.pop(OLD_BASELINE))
+    state.setdefault(BASELINE, {})
     return state
 
 
@@ -304,7 +314,7 @@ def run_comparison(
     spec : ``state`` (the state file), ``lanes``, ``methods``: a list of ``{"method",
         "label", "status": "run" or "refused", "reason", "lane", "train": a train job spec,
         "compares": compare job specs, one per held-out bake and one for the user's shot
-        (``role`` "held out" or "shot")}``; ``pca``: ``{"train": a linear train job spec,
+        (``role`` "held out" or "shot")}``; ``baseline``: ``{"train": the baseline's train job spec,
         "compares": compare job specs}`` (the model and result paths are set per DOF count),
         or None
     train, compare : ``train(spec, progress=)`` and ``compare(spec)`` run one train /
@@ -462,10 +472,10 @@ def run_comparison(
         _write_state(state_path, state)
     if time_steps is not None:
         _time_steps(runnable, state, state_path, time_steps, say, trained, kept)
-    pca = spec.get("pca")
-    if pca:
-        _pca_at_equal_dofs(
-            pca, state, state_path, say, should_cancel, train, compare, trained, kept
+    baseline = spec.get(BASELINE)
+    if baseline:
+        _baseline_at_equal_dofs(
+            baseline, state, state_path, say, should_cancel, train, compare, trained, kept
         )
     rows = table_rows(plan, state)
     return {
@@ -519,18 +529,20 @@ def _dofs(entry: dict) -> int:
     return int(r.get("dofs") or r.get("latent_dim") or r.get("k") or 0)
 
 
-def _pca_at_equal_dofs(pca, state, state_path, say, should_cancel, train, compare, trained, kept):
+def _baseline_at_equal_dofs(
+    baseline, state, state_path, say, should_cancel, train, compare, trained, kept
+):
     """A linear model with ``k`` = each done method's DOFs: its closest shapes on the same
-    held-out bakes (kept in the state under ``pca``, by DOF count). Only its basis is used:
+    held-out bakes (kept in the state under :data:`BASELINE`, by DOF count). Only its basis is used:
     it is trained with one cubature element (:data:`PCA_SETTINGS`) and not replayed
     (``closest_only``)."""
     wanted = sorted({_dofs(e) for e in state["methods"].values() if e.get("status") == DONE} - {0})
-    folder = Path(pca["train"]["out"]).parent
+    folder = Path(baseline["train"]["out"]).parent
     for d in wanted:
         model = str(folder / f"pca_k{d}.nrmodel")
-        base = pca["train"]["settings"]
+        base = baseline["train"]["settings"]
         settings = {**base, **PCA_SETTINGS, "k": d, "max_k": max(int(base.get("max_k") or d), d)}
-        job = {**pca["train"], "out": model, "settings": settings, "quiet": True}
+        job = {**baseline["train"], "out": model, "settings": settings, "quiet": True}
         compares = [
             {
                 **c,
@@ -538,10 +550,10 @@ def _pca_at_equal_dofs(pca, state, state_path, say, should_cancel, train, compar
                 "out": str(folder / f"pca_k{d}_{Path(c['out']).name}"),
                 "closest_only": True,
             }
-            for c in pca["compares"]
+            for c in baseline["compares"]
         ]
         key = _key({"method": f"pca_k{d}", "train": job, "compares": compares})
-        if _finished(state, "pca", str(d), key) is not None:
+        if _finished(state, BASELINE, str(d), key) is not None:
             continue
         if should_cancel is not None and should_cancel():
             raise _cancelled(state_path, trained, kept)
@@ -552,10 +564,10 @@ def _pca_at_equal_dofs(pca, state, state_path, say, should_cancel, train, compar
         except JobCancelled as exc:
             raise _cancelled(state_path, trained, kept) from exc
         except NeuralRomError as exc:
-            state["pca"][str(d)] = {"key": key, "reason": str(exc)}
+            state[BASELINE][str(d)] = {"key": key, "reason": str(exc)}
             _write_state(state_path, state)
             continue
-        state["pca"][str(d)] = {
+        state[BASELINE][str(d)] = {
             "key": key,
             "model": model,
             "stamp": _stamp(model),
@@ -603,7 +615,7 @@ def table_rows(plan: list[dict], state: dict) -> list[dict]:
                 row["shot_max_m"] = summarize(shot)["max_m"]
                 row["shot_mean_m"] = summarize(shot)["mean_m"]
                 row["shot_replays"] = shot
-            pca = state.get("pca", {}).get(str(row["dofs"])) or {}
+            pca = state.get(BASELINE, {}).get(str(row["dofs"])) or {}
             shapes = summarize(pca["replays"]) if pca.get("replays") else {}
             row["pca_max_m"] = shapes.get("closest_max_m")
             row["pca_mean_m"] = shapes.get("closest_mean_m")

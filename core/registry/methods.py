@@ -47,6 +47,9 @@ class Method:
     baseline : the PCA baseline the other methods are measured against (one method: the
         linear one); its ``k`` setting is its DOFs, so a comparison trains it at each other
         method's DOFs (:func:`baseline`)
+    keeps_baseline_setting : the name of its bool setting that keeps the baseline's model in
+        place of its own when that replays better (the autoencoder's ``keep_linear``), or
+        "": Compare Methods sets it off, the table being that comparison
     setup_cost : the seconds its training takes beside its time budget (its PCA, cubature,
         rollout, the job's start), as a multiple of the linear method's whole training:
         what Compare Methods sets aside for it (:func:`core.jobs.compare_methods.estimate_cost`)
@@ -66,6 +69,7 @@ class Method:
     onnx: str | Callable | None = None
     order: int = 100
     baseline: bool = False
+    keeps_baseline_setting: str = ""
     setup_cost: float = 1.0
     origin: str = ""
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -86,6 +90,11 @@ class Method:
         self._by_name = {s.name: s for s in self.settings}
         if len(self._by_name) != len(self.settings):
             raise ValueError(f"method {self.name}: two settings share a name")
+        if self.keeps_baseline_setting and self.keeps_baseline_setting not in self._by_name:
+            raise ValueError(
+                f"method {self.name}: keeps_baseline_setting {self.keeps_baseline_setting!r} "
+                "is not one of its settings"
+            )
 
     @property
     def other_mesh(self) -> bool:

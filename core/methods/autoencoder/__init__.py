@@ -58,6 +58,7 @@ METHOD = Method(
     onnx=onnx_graph,
     order=10,
     setup_cost=2.0,  # measured 2.1-2.3x linear on a board and a tail (Compare Methods)
+    keeps_baseline_setting="keep_linear",
 )
 
 __all__ = [
