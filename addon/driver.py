@@ -27,8 +27,9 @@ import numpy as np
 
 from ..core import registry
 from ..core.engine.engine import Engine, MeshAdapter, Reading
+from ..core.engine.render import render_local
+from ..core.engine.track import FrameReader, Track
 from ..core.errors import CacheError, NeuralRomError
-from ..core.jobs.simulate import FrameReader, Track, render_local
 from ..core.kinds.cloth.adapter import ClothAdapter
 from ..core.physics.poke import Poke
 from ..core.registry import load_simulator

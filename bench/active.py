@@ -121,9 +121,9 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from neural_rom.bench.common import pin_this_process  # noqa: E402
+from neural_rom.core.engine.protocol import FrameInputs, Markers  # noqa: E402
 from neural_rom.core.kinds.face.rig import demo_head, make_shape_keys  # noqa: E402
 from neural_rom.core.methods.active import ActiveFace  # noqa: E402
-from neural_rom.core.physics.sim import FrameInputs, Markers  # noqa: E402
 
 
 def _err(P, T):

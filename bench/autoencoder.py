@@ -378,7 +378,7 @@ def rollout(sim, cache, record: list | None = None) -> dict:
     (``evals``).
     """
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     _, driver = replay_scenario(cache)
     full = cache.channel("positions")

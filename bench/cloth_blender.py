@@ -16,7 +16,7 @@ does, three ways, the fastest of ``--rounds`` rounds each:
 * **model**: Simulate on (the Cloth modifier muted by the add-on), split by timing wrappers
   on the real call path: ``driver`` (is the object's driver still good: ``driver_key``, the
   collider objects), ``inputs`` (:meth:`ClothDriver.inputs`: the matrices, the colliders'
-  shapes, the :class:`core.simjob.Track`, and the frame's digest), ``step``, ``decode``
+  shapes, the :class:`core.engine.track.Track`, and the frame's digest), ``step``, ``decode``
   (positions with the push-out and the pins, the frame cache), ``write`` (to local space, the
   mesh write), ``blender`` (the rest of ``frame_set``: Blender's frame change and depsgraph
   evaluation of the written mesh, and the handlers' own bookkeeping);

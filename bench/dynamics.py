@@ -409,7 +409,7 @@ def one_step_error(make_sim, cache) -> float:
     state and the closest shape of frame ``f + 1``, over the frames of ``cache`` (see the
     module docstring). Needs one substep a frame (the bakes' default)."""
     from neural_rom.core.bake import replay_scenario
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     sim = make_sim()
     if int(sim.settings.substeps) != 1:

@@ -4,8 +4,9 @@ Problem: a 1 m x 0.25 m x 0.25 m bar of linear tets (:func:`common.bar_for_tets`
 ``x = 0``, falling under gravity from rest; stable Neo-Hookean, Y = 1 MPa, nu = 0.45,
 rho = 1000 kg/m^3, lumped mass, h = 1/24 s, no damping.
 
-* ``ours``: :class:`neural_rom.core.sim.Simulation` as shipped (its Newton loop, per-element
-  analytic PSD projection, fixed-pattern assembly, :class:`neural_rom.core.linsolve.SPDSolver`).
+* ``ours``: :class:`neural_rom.core.physics.sim.Simulation` as shipped (its Newton loop,
+  per-element analytic PSD projection, fixed-pattern assembly,
+  :class:`neural_rom.core.physics.linsolve.SPDSolver`).
 * ``pbat``: pbatoolkit 0.0.11's C++ FEM (``pbat.fem.hyper_elastic_potential``: energy,
   gradient, element Hessians with per-element eigenvalue projection (12 x 12
   ``SelfAdjointEigenSolver``, ``HyperElasticSpdCorrection.Projection``) and CSR assembly, all

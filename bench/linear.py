@@ -3,11 +3,11 @@
 Problem: the 4:1:1 bar of ``bench/fullspace.py`` (clamped at x = 0, stable Neo-Hookean,
 E = 1 MPa, nu = 0.45, rho = 1000 kg/m^3, h = 1/24 s) hit by a scripted poke at its free end.
 
-* ``full``: :class:`neural_rom.core.sim.Simulation` (Newton, AMG-CG solves).
+* ``full``: :class:`neural_rom.core.physics.sim.Simulation` (Newton, AMG-CG solves).
 * ``reduced``: :class:`neural_rom.core.methods.linear.LinearSimulation` with a ``--modes``-vector basis
   of the 8 lowest linear vibration modes plus their modal derivatives (Barbic & James 2005,
-  :func:`neural_rom.core.subspace.modal_derivatives`; linear modes alone lock under the large
-  sag of this soft bar) and optimized cubature (An et al. 2008, at most ``--cubature``
+  :func:`neural_rom.core.reduced.subspace.modal_derivatives`; linear modes alone lock under
+  the large sag of this soft bar) and optimized cubature (An et al. 2008, at most ``--cubature``
   elements, relative error target 0.05) fitted on the full-space frames projected into the
   basis, as training fits it on bakes (so the error column is in-sample). The basis is
   data-free so the benchmark needs no long bake; a POD basis of the same size costs the same
@@ -70,9 +70,10 @@ def poke_forces(X: np.ndarray, mass: np.ndarray, frames: int) -> np.ndarray:
 
 
 def run(n_tets: int, modes: int, max_cubature: int, frames: int) -> dict:
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.methods.linear import LinearSimulation
     from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
-    from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+    from neural_rom.core.physics.sim import SimSettings, Simulation
     from neural_rom.core.reduced.cubature import optimized_cubature
     from neural_rom.core.reduced.subspace import modal_basis, modal_derivatives
 

@@ -55,7 +55,7 @@ def snp_round_trip(sim, bake: Path, frames: int):
     rollout of the bake's inputs played forward and back."""
     from neural_rom.core.bake import replay_scenario
     from neural_rom.core.data.cache import BakeCache
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     driver = replay_scenario(BakeCache.open(bake))[1]
     F = len(driver.forces)

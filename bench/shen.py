@@ -362,11 +362,12 @@ def speed(
     with random weights: the cost of a step depends on these sizes, not on what was learnt
     (the accuracy is measured by :func:`compare` on smaller meshes). The load is the scene's
     turning body load; ms per step are means over ``frames`` frames after the first."""
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.methods.autoencoder import AutoencoderSimulation
     from neural_rom.core.methods.linear import LinearSimulation
     from neural_rom.core.methods.shen import ShenSimulation
     from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
-    from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+    from neural_rom.core.physics.sim import SimSettings, Simulation
     from neural_rom.core.reduced.subspace import modal_basis
 
     X, T, pins = autoencoder.bar(divisions)

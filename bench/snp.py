@@ -161,8 +161,8 @@ def run(
     from neural_rom.core import bake as bk
     from neural_rom.core import registry
     from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.methods.snp import SNPBatch, SNPSimulation
-    from neural_rom.core.physics.sim import FrameInputs
 
     workdir = Path(workdir)
     X, T, spec = scene(n_tets, frames, variants)

@@ -224,9 +224,9 @@ def per_call(fn, reps: int, blocks: int = 5) -> float:
 def run(args, workdir: Path) -> dict:
     from neural_rom.core import jobs, registry
     from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.methods.snp import SNPBatch, VertexNormals, push_out
     from neural_rom.core.physics.colliders import Collider
-    from neural_rom.core.physics.sim import FrameInputs
 
     cape = args.scene == "cape"
     if cape:  # a 20 x 30 cape on a walking, turning torso (owner and capsule collider)

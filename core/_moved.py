@@ -11,6 +11,15 @@ package's own name, so it works wherever the package is loaded (``neural_rom``,
 ``MOVED`` maps old -> new, relative to ``core``. Names that stayed where they were but became
 packages (``core.bake``, ``core.jobs``, ``core.registry``, ``core.methods.<m>``) need no entry:
 the package's ``__init__`` holds the old module's body.
+
+Which old names are public and permanent (:data:`PUBLIC`, :data:`PUBLIC_ROOT`): the plug-in
+API (``core.sim.StepReport``, ``core.simulator.SimulatorBase``; ``core.registry`` never
+moved), the README's Python API before issue 29 (``from neural_rom.core import bake, cache,
+fem, mesher, surface``, ``cage``, ``core.sim.FrameInputs``) and the command line's old name,
+``neural_rom.addon.cli.main`` (:mod:`ui._moved`: farm templates of earlier releases, the
+README's headless use before, scripts). They stay for good. The other entries keep older
+scripts and monkeypatch targets working; the package, its tests (but those of the aliases
+themselves), bench and scripts use the new names only.
 """
 
 from __future__ import annotations
@@ -63,6 +72,11 @@ MOVED = {
     "methodcompare": "jobs.compare_methods",
     "prepare": "bake.prepare",
 }
+
+#: The public, permanent old names of core (module docstring), relative to ``core``.
+PUBLIC = ("cache", "cage", "fem", "mesher", "sim", "simulator", "surface")
+#: ... and of the UI layer, relative to the package root (:mod:`ui._moved`).
+PUBLIC_ROOT = ("addon.cli",)
 
 
 class AliasLoader(importlib.abc.Loader):

@@ -468,9 +468,9 @@ def face_data(work: Path, quick: bool) -> dict:
     """The small demo head of core/face.py and its seeded keys (the last held out), fitted
     by training.active.fit; a training key, its fit, a held-out key refitted (its code
     only, the whole skin) and the same key driven by 30 markers (reduced solve)."""
+    from neural_rom.core.engine.protocol import FrameInputs, Markers
     from neural_rom.core.kinds.face.rig import demo_head, make_shape_keys
     from neural_rom.core.methods.active import ActiveFace
-    from neural_rom.core.physics.sim import FrameInputs, Markers
     from neural_rom.training.active import fit
 
     _torch_one_thread()

@@ -89,8 +89,8 @@ def replay(sim, bake, *, colliders=True):
     and reference frame, from rest, as Simulate drives it; ``colliders`` False puts every
     collider at the world origin instead (the collider input zeroed: the sheet hangs 0.5 m
     above it, out of reach)."""
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.physics.colliders import Collider
-    from neural_rom.core.physics.sim import FrameInputs
 
     C = np.asarray(bake.channel("colliders"))
     R = np.asarray(bake.channel("reference_frame"))

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from neural_rom.core.data.modelfile import load_model
 from neural_rom.core.data.pc2 import read_pc2
+from neural_rom.core.engine.protocol import FrameInputs, Markers
 from neural_rom.core.errors import JobCancelled, NeuralRomError
 from neural_rom.core.kinds.face.rig import demo_head, make_shape_keys, save_face
 from neural_rom.core.methods.active import ActiveFace, play
 from neural_rom.core.physics.colliders import Collider
-from neural_rom.core.physics.sim import FrameInputs, Markers
 from neural_rom.core.registry import get, load_simulator
 from neural_rom.training.active import fit, skin_error
 from neural_rom.training.run import TrainingRun

@@ -108,8 +108,8 @@ def _by_hand(scene, frames):
     over ``frames``: the ball as a sphere of its bounding box, the sheet's world matrix as
     the reference frame (its owner's motion), read from the scene frame by frame."""
     from neural_rom.addon.io.paths import load_path
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.physics.colliders import Collider
-    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
 
     bpy, sheet = scene.bpy, scene.sheet
@@ -138,8 +138,8 @@ def _replay_errors(sheet, rec):
     colliders and reference frame, from the bake's positions."""
     from neural_rom.addon.io.paths import load_path
     from neural_rom.core.data.cache import BakeCache
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.physics.colliders import Collider
-    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
 
     bake = BakeCache.open(load_path(rec.path))
@@ -392,7 +392,7 @@ def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
         f"PC2 vs runtime by hand: {err:.2e} m; panel and headless PC2 equal: {np.array_equal(a, b)}"
     )
     assert start == 1 and a.shape == want.shape and err < 1e-5 and np.array_equal(a, b)
-    # the viewport reads each frame's inputs on its own path (core.simjob.FrameReader), Bake
+    # the viewport reads each frame's inputs on its own path (core.engine.track.FrameReader), Bake
     # Simulation from a track of every frame: the same mesh, to the bit
     assert bpy.ops.neural_rom.simulate(action="START") == {"FINISHED"}
     shown = []
@@ -411,7 +411,7 @@ def test_bake_simulation_and_headless_simulate_write_the_runtime(trained):
 def _former_mesh(sim, M):
     """The mesh the frame handler wrote before it was fused (float32 local positions):
     the decode, the pinned rows placed apart, the push-out and ``np.linalg.inv``'s local."""
-    from neural_rom.core.jobs.simulate import to_local
+    from neural_rom.core.engine.render import to_local
     from neural_rom.core.methods.snp import push_out
 
     pose = sim.poses[0]

@@ -276,7 +276,7 @@ def test_set_up_refuses_keys_of_another_vertex_count_and_slivers(tmp_path):
 
 def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
     from neural_rom.addon.kinds.face import face
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     bpy, skin = _open(env)
     scene = bpy.context.scene
@@ -321,7 +321,7 @@ def test_sliders_keyed_at_two_frames_give_the_runtime_faces(env):
 
 def test_fit_sliders_to_a_held_out_key(env):
     from neural_rom.addon.kinds.face import face
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     bpy, skin = _open(env)
     rig, keys = _face_file(bpy, skin)

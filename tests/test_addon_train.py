@@ -90,7 +90,7 @@ def straight_run(bpy, obj, frames, colliders=None):
     frame, with core alone: the reference the scrubbed driver must reproduce."""
     from neural_rom.addon.io import mesh as bm
     from neural_rom.addon.kinds.fem.tets import load_tets, render_world
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.registry import load_simulator
 
     sim, _ = load_simulator(bpy.path.abspath(obj.neural_rom.model.path))
@@ -441,7 +441,7 @@ def test_pinned_object_animation_drives_the_reduced_pins(addon, blend_file):
     from neural_rom.addon import simulate
     from neural_rom.addon.io import mesh as bm
     from neural_rom.addon.kinds.fem.tets import load_tets, render_world
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.registry import load_simulator
 
     bpy = addon.bpy

@@ -447,16 +447,16 @@ bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.5, location=(0.0,
 bpy.context.object.name = "Ball"
 bpy.ops.wm.save_as_mainfile(filepath=blend)
 
-codes = [neural_rom.addon.cli.main(["info", "--file", blend])]
+codes = [neural_rom.ui.cli.main(["info", "--file", blend])]
 # cli.main registered the extension: the object's settings exist for the rest of the script.
 ball = bpy.data.objects["Ball"]
 ball.neural_rom.role = "DEFORMABLE"
 ball.neural_rom.tet_size = 0.3
 ball.neural_rom.frames = 2
 bpy.ops.wm.save_as_mainfile(filepath=blend)
-codes.append(neural_rom.addon.cli.main(["tetrahedralize", "--file", blend, "--save"]))
+codes.append(neural_rom.ui.cli.main(["tetrahedralize", "--file", blend, "--save"]))
 codes.append(
-    neural_rom.addon.cli.main(["bake", "--file", blend, "--variants", "1", "--save"])
+    neural_rom.ui.cli.main(["bake", "--file", blend, "--variants", "1", "--save"])
 )
 print("codes", codes)
 sys.exit(max(codes))
@@ -464,7 +464,7 @@ sys.exit(max(codes))
 
 
 def test_a_plain_pypi_script_runs_the_cli_and_exits_cleanly(tmp_path):
-    """``import bpy, neural_rom; neural_rom.addon.cli.main([...])`` as the README shows:
+    """``import bpy, neural_rom; neural_rom.ui.cli.main([...])`` as the README shows:
     no ``register()`` of its own, and the interpreter exits 0 (it used to segfault at exit
     with the extension still registered)."""
     import subprocess

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from neural_rom.core import bake as bk
 from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.engine.replay import error_stats, replay_bake, vertex_errors
 from neural_rom.core.errors import JobCancelled, SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics import fem
 from neural_rom.core.physics.fem import Material
-from neural_rom.core.physics.sim import FrameInputs
 from neural_rom.core.reduced.subspace import mass_weighted_pod
 
 from .blender_fixtures import addon, blend_file  # noqa: F401 (pytest fixtures)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from neural_rom.core.bake import BakeSpec, default_scenario, impact_speed, setup_scenario
 from neural_rom.core.bake.prepare import prepare_body
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.geometry import surface
 from neural_rom.core.geometry.cage import (
@@ -23,7 +24,7 @@ from neural_rom.core.physics.colliders import (
     contact_energy,
     penalty_stiffness,
 )
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation, boundary_vertices
+from neural_rom.core.physics.sim import SimSettings, Simulation, boundary_vertices
 from neural_rom.core.reduced.model import subspace_arguments, subspace_payload, surface_sample
 
 from .test_reduced import full_basis

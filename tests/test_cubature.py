@@ -13,6 +13,7 @@ import itertools
 
 import numpy as np
 import pytest
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import CacheError, JobCancelled, NeuralRomError
 from neural_rom.core.geometry import grid
 from neural_rom.core.physics import fem as F
@@ -32,7 +33,7 @@ def _trajectory(X, T, mat, pinned, seed, gravity, frames=40):
         forces = np.zeros_like(X)
         if f % 10 < 3:  # a poke on a random vertex for 3 frames out of 10
             forces[rng.integers(len(X))] = rng.normal(size=3) * 3.0
-        s.step(sim.FrameInputs(forces=forces))
+        s.step(FrameInputs(forces=forces))
         out.append(s.x.copy())
     return np.array(out)
 

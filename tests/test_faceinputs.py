@@ -5,8 +5,9 @@ the whole scene."""
 
 import numpy as np
 import pytest
+from neural_rom.core.engine.render import to_local
+from neural_rom.core.engine.track import read_track, write_track
 from neural_rom.core.errors import MeshError, NeuralRomError
-from neural_rom.core.jobs.simulate import read_track, to_local, write_track
 from neural_rom.core.kinds.face import inputs as fi
 from neural_rom.core.physics.colliders import Collider
 

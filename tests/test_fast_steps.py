@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from neural_rom.core import bake as bk
 from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider
 from neural_rom.core.physics.fem import Material
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.physics.sim import SimSettings, Simulation
 
 from .test_reduced import full_basis
 

@@ -7,13 +7,14 @@ to solver tolerance (inertia, fictitious forces, mass damping, gravity, collider
 
 import numpy as np
 import pytest
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.autoencoder import AutoencoderSimulation
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.physics.sim import SimSettings, Simulation
 from neural_rom.core.reduced.nnet import MLP
 from neural_rom.core.reduced.pose import IDENTITY, Pose, fit_pose, interpolate, to_pin_frame
 from neural_rom.core.reduced.subspace import modal_basis

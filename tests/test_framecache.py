@@ -6,12 +6,13 @@ a changed input re-simulates from that frame), and no frame is stepped twice."""
 
 import numpy as np
 import pytest
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.engine.timeline import FrameCache, Timeline, frame_digest, inputs_digest
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.fem import Material, mass_matrix
 from neural_rom.core.physics.poke import Poke, poke_weights
-from neural_rom.core.physics.sim import FrameInputs, SimSettings
+from neural_rom.core.physics.sim import SimSettings
 
 START = 1
 
@@ -192,8 +193,8 @@ def test_a_poke_acts_from_the_state_each_step_starts_at():
 
 
 def test_frame_digest_sees_each_input():
+    from neural_rom.core.engine.protocol import Markers
     from neural_rom.core.physics.colliders import Collider
-    from neural_rom.core.physics.sim import Markers
 
     base = FrameInputs(colliders=[Collider("sphere", radius=0.2)])
     d = frame_digest(base)

@@ -5,6 +5,7 @@ trips, and the preconditioner's effect on L-BFGS iterations."""
 import numpy as np
 import pytest
 from neural_rom.core.data.files import mesh_hash
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import CacheError, SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.autoencoder import AutoencoderSimulation
@@ -12,7 +13,7 @@ from neural_rom.core.methods.autoencoder import save as save_autoencoder_model
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, boundary_vertices
+from neural_rom.core.physics.sim import SimSettings, boundary_vertices
 from neural_rom.core.reduced.cubature import Cubature
 from neural_rom.core.reduced.nnet import MLP
 from neural_rom.core.reduced.subspace import Subspace, modal_basis

@@ -13,6 +13,7 @@ import torch
 from neural_rom.core import bake as bk
 from neural_rom.core.data.cache import BakeCache
 from neural_rom.core.data.modelfile import load_model
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.engine.replay import replay_bake
 from neural_rom.core.errors import CacheError, JobCancelled, NeuralRomError, SimulationError
 from neural_rom.core.geometry import mesher, surface
@@ -20,7 +21,7 @@ from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.geometry.tetmesh import drop_unused_nodes
 from neural_rom.core.methods import licrom
 from neural_rom.core.physics.fem import Material, TetFEM
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.physics.sim import SimSettings, Simulation
 from neural_rom.core.reduced.nnet import MLP
 from neural_rom.core.reduced.subspace import mass_weighted_pod
 from neural_rom.core.registry import get, load_simulator

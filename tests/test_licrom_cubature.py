@@ -15,11 +15,11 @@ from neural_rom.core import bake as bk
 from neural_rom.core import registry
 from neural_rom.core.data.cache import BakeCache
 from neural_rom.core.data.modelfile import load_model
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.geometry.tetmesh import drop_unused_nodes
 from neural_rom.core.methods import licrom
 from neural_rom.core.physics.fem import TetFEM
-from neural_rom.core.physics.sim import FrameInputs
 from neural_rom.core.reduced.cubature import Cubature, cubature_error, optimized_cubature
 
 from . import test_licrom as base

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from neural_rom.core import registry
-from neural_rom.core.engine.protocol import SimulatorBase
-from neural_rom.core.physics.sim import StepReport
+from neural_rom.core.engine.protocol import SimulatorBase, StepReport
 from neural_rom.core.registry import Method, Setting
 
 NAME = "mean_shape"

@@ -24,10 +24,11 @@ from neural_rom.core import registry  # noqa: E402
 from neural_rom.core.data.files import mesh_hash  # noqa: E402
 from neural_rom.core.data.modelfile import save_model  # noqa: E402
 from neural_rom.core.data.onnx import OPSET, export_onnx  # noqa: E402
+from neural_rom.core.engine.protocol import FrameInputs  # noqa: E402
 from neural_rom.core.errors import NeuralRomError  # noqa: E402
 from neural_rom.core.geometry.grid import grid_tetmesh  # noqa: E402
 from neural_rom.core.methods import autoencoder, linear, shen, snp  # noqa: E402
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, boundary_vertices  # noqa: E402
+from neural_rom.core.physics.sim import SimSettings, boundary_vertices  # noqa: E402
 from neural_rom.core.reduced.cubature import Cubature  # noqa: E402
 from neural_rom.core.reduced.nnet import MLP  # noqa: E402
 from neural_rom.core.reduced.pose import IDENTITY  # noqa: E402

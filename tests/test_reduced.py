@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.physics.colliders import Collider, ContactPoints
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation
+from neural_rom.core.physics.sim import SimSettings, Simulation
 from neural_rom.core.reduced.model import surface_sample
 from neural_rom.core.reduced.subspace import modal_basis
 

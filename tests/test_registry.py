@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from neural_rom.core import registry
 from neural_rom.core.data.modelfile import save_model
-from neural_rom.core.engine.protocol import Simulator
+from neural_rom.core.engine.protocol import FrameInputs, Markers, Simulator
 from neural_rom.core.errors import CacheError, NeuralRomError, SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.methods.linear import save as save_linear
 from neural_rom.core.physics.fem import Material
-from neural_rom.core.physics.sim import FrameInputs, Markers, SimSettings
+from neural_rom.core.physics.sim import SimSettings
 from neural_rom.core.registry import Method, Setting
 
 K = Setting("k", "int", None, "Modes", "basis size", minimum=1, maximum=50, auto=True)

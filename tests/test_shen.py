@@ -6,12 +6,13 @@ nonlinear, state and model-file round trips, animated pins (the linear model's m
 import numpy as np
 import pytest
 from neural_rom.core.data.files import mesh_hash
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.methods.linear import LinearSimulation
 from neural_rom.core.methods.shen import ShenSimulation
 from neural_rom.core.methods.shen import save as save_shen_model
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.physics.sim import FrameInputs, SimSettings
+from neural_rom.core.physics.sim import SimSettings
 from neural_rom.core.reduced.nnet import MLP
 from neural_rom.core.reduced.subspace import modal_basis
 from neural_rom.core.registry import load_simulator

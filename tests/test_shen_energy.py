@@ -51,7 +51,7 @@ def bake(out: Path) -> list[Path]:
 
 def free_vibration(sim, frames: int = 120) -> dict:
     """Poke the tip hard for 6 frames, then ``frames`` free frames: energies and counts."""
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     rng = np.random.default_rng(3)
     tip = np.flatnonzero(sim.X[:, 0] > sim.X[:, 0].max() - 1e-9)

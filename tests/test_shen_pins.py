@@ -40,7 +40,7 @@ def test_shen_replays_a_held_out_bake_with_animated_pins(swing):
     replayed 301.9 mm (247.9 on numpy 2.4). The bound: no worse than PCA at equal DOFs (an
     11% margin here; two other trainings, each on its own held-out bake, 54 and 362 mm)."""
     from neural_rom.core import registry
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.registry import load_simulator
 
     settings = registry.get("shen").values(dict(

@@ -11,10 +11,10 @@ import torch
 from neural_rom.core import bake as bk
 from neural_rom.core import registry
 from neural_rom.core.data.modelfile import load_model
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import JobCancelled
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.physics.fem import Material
-from neural_rom.core.physics.sim import FrameInputs
 from neural_rom.core.registry import load_simulator
 from neural_rom.training.nets import sin_mlp
 

@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.physics.colliders import Collider, contact_energy
 from neural_rom.core.physics.fem import Material, deformation_gradient
-from neural_rom.core.physics.sim import FrameInputs, SimSettings, Simulation, boundary_vertices
+from neural_rom.core.physics.sim import SimSettings, Simulation, boundary_vertices
 
 
 def bar(div=(8, 2, 2), size=(1.0, 0.125, 0.125)):

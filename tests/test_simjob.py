@@ -16,7 +16,10 @@ from neural_rom.core.data.cache import BakeCache
 from neural_rom.core.data.files import mesh_hash
 from neural_rom.core.data.meshfile import write_tetmesh
 from neural_rom.core.data.pc2 import read_pc2, write_pc2
+from neural_rom.core.engine.protocol import FrameInputs
+from neural_rom.core.engine.render import read_render_map, to_world
 from neural_rom.core.engine.replay import replay_bake
+from neural_rom.core.engine.track import FrameReader, Track, read_track, write_track
 from neural_rom.core.errors import CacheError, JobCancelled
 from neural_rom.core.geometry.grid import grid_tetmesh
 from neural_rom.core.geometry.tetmesh import TetMesh
@@ -25,7 +28,7 @@ from neural_rom.core.jobs import simulate as simjob
 from neural_rom.core.methods.linear import save as save_linear
 from neural_rom.core.physics.colliders import Collider
 from neural_rom.core.physics.fem import Material, TetFEM, mass_matrix
-from neural_rom.core.physics.sim import FrameInputs, SimSettings
+from neural_rom.core.physics.sim import SimSettings
 from neural_rom.core.reduced.cubature import Cubature
 from neural_rom.core.reduced.subspace import modal_basis
 from neural_rom.core.registry import load_simulator
@@ -68,12 +71,12 @@ def scene(tmp_path):
     X_local, T = grid_tetmesh((0.4, 0.1, 0.1), (6, 2, 2))
     n = 9
     mats = np.stack([rigid(0.05 * k, (0.02 * k, 0.0, 1.0)) for k in range(n)])
-    X_world = simjob.to_world(X_local, mats[0])
+    X_world = to_world(X_local, mats[0])
     tets = tmp_path / "tets.npz"
     write_tetmesh(tets, TetMesh(X_local, T, len(X_local)))
     model = linear_model(tmp_path, X_world, T)
     sphere = np.stack([rigid(0.0, (0.45 - 0.02 * k, 0.05, 1.05)) for k in range(n)])
-    track = simjob.Track(
+    track = Track(
         frame0=1,
         object_matrix=mats,
         collider_kind=np.full((n, 1), "sphere"),
@@ -82,7 +85,7 @@ def scene(tmp_path):
         collider_friction=np.array([0.2]),
         collider_transform=sphere[:, None],
     )
-    inputs = simjob.write_track(tmp_path / "simulate.job" / simjob.TRACK_FILE, track)
+    inputs = write_track(tmp_path / "simulate.job" / simjob.TRACK_FILE, track)
     spec = {
         "kind": "simulate",
         "name": "Bar",
@@ -146,9 +149,9 @@ def test_the_engine_on_the_fem_adapter_shows_the_jobs_frames(scene):
 
     simjob.simulate_to_pc2(scene.spec)
     frames, _, _ = read_pc2(scene.spec["out"])  # scene frames 3..9
-    track = simjob.read_track(scene.spec["inputs"])
+    track = read_track(scene.spec["inputs"])
     sim, model = load_simulator(scene.spec["model"])
-    render_map = simjob.read_render_map(scene.spec, len(sim.rest_positions()))
+    render_map = read_render_map(scene.spec, len(sim.rest_positions()))
     adapter = registry.get_kind("fem").adapter_class().for_model(sim, model, render_map)
     engine = Engine(sim, adapter, track.frame0)
     needed = []
@@ -177,7 +180,7 @@ def test_the_engine_on_the_fem_adapter_shows_the_jobs_frames(scene):
 
 def test_the_gathered_inputs_round_trip_and_build_the_frame(tmp_path):
     n = 3
-    track = simjob.Track(
+    track = Track(
         frame0=5,
         object_matrix=np.broadcast_to(rigid(0.3, (1, 2, 3)), (n, 4, 4)),
         collider_kind=np.empty((n, 0), dtype=str),
@@ -190,7 +193,7 @@ def test_the_gathered_inputs_round_trip_and_build_the_frame(tmp_path):
         marker_positions=np.arange(6.0 * n).reshape(n, 2, 3),
         marker_weights=np.array([1.0, 0.5]),
     )
-    back = simjob.read_track(simjob.write_track(tmp_path / "inputs.npz", track))
+    back = read_track(write_track(tmp_path / "inputs.npz", track))
     assert back.frame0 == 5 and len(back) == n and back.reference_frame is None
     inp = back.inputs(2, pins_local=np.array([[1.0, 0.0, 0.0]]), ground_z=-0.25)
     np.testing.assert_allclose(inp.pin_targets, [[1 + np.cos(0.3), 2 + np.sin(0.3), 3]])
@@ -201,7 +204,7 @@ def test_the_gathered_inputs_round_trip_and_build_the_frame(tmp_path):
     (ground,) = inp.colliders
     assert ground.kind == "plane" and ground.transform[2, 3] == -0.25
     with pytest.raises(CacheError, match="cannot be read.*run Bake Simulation again"):
-        simjob.read_track(tmp_path / "gone.npz")
+        read_track(tmp_path / "gone.npz")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -219,7 +222,7 @@ def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
     kinds = ["capsule", "sphere", "plane", "capsule"]
     pins = rng.normal(size=(5, 3))
     for reference, plane_radius, ground in ((True, None, None), (False, 0.5, -0.3)):
-        reader = simjob.FrameReader(kinds, plane_radius=plane_radius, reference_frame=reference)
+        reader = FrameReader(kinds, plane_radius=plane_radius, reference_frame=reference)
         for i in range(50):
             mats = np.zeros((1 + len(kinds), 4, 4))
             mats[:, :3, :3] = rng.normal(size=(1 + len(kinds), 3, 3))  # scale and shear
@@ -245,7 +248,7 @@ def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
             )
             if plane_radius is not None:
                 radius[kind == "plane"] = plane_radius
-            track = simjob.Track(
+            track = Track(
                 0,
                 mats[None, 0],
                 kind,
@@ -263,9 +266,9 @@ def test_the_frame_reader_gives_a_one_frame_tracks_inputs_to_the_bit(seed):
                 a, b = getattr(fast, name), getattr(slow, name)
                 assert (a is None and b is None) or a.tobytes() == b.tobytes()
     # no collider: the ground the model learnt; a collider of zero size: refused by name
-    empty = simjob.FrameReader([]).inputs(np.eye(4)[None], [], ground_z=-0.25)
+    empty = FrameReader([]).inputs(np.eye(4)[None], [], ground_z=-0.25)
     assert [(c.kind, c.transform[2, 3]) for c in empty.colliders] == [("plane", -0.25)]
-    flat = simjob.FrameReader(["sphere"], ["Ball"])
+    flat = FrameReader(["sphere"], ["Ball"])
     with pytest.raises(NeuralRomError, match="'Ball' has zero size; scale it up"):
         flat.inputs(
             np.stack([np.eye(4), np.diag([0.0, 0.0, 0.0, 1.0])]), [(np.ones(3), np.zeros(3))]
@@ -313,7 +316,7 @@ def test_the_worker_simulates_with_progress_cancels_and_fails_with_a_message(sce
 
     # a long run cancelled mid-way: the previous cache is kept, nothing half-written
     n = 4000
-    long = simjob.Track(
+    long = Track(
         frame0=1,
         object_matrix=np.broadcast_to(scene.mats[0], (n, 4, 4)),
         collider_kind=np.empty((n, 0), dtype=str),
@@ -324,7 +327,7 @@ def test_the_worker_simulates_with_progress_cancels_and_fails_with_a_message(sce
     )
     spec = {
         **scene.spec,
-        "inputs": str(simjob.write_track(tmp_path / "long" / "inputs.npz", long)),
+        "inputs": str(write_track(tmp_path / "long" / "inputs.npz", long)),
         "frame_start": 1,
         "frame_end": n,
     }

@@ -21,13 +21,14 @@ torch = pytest.importorskip("torch")
 from neural_rom.core import bake as bk  # noqa: E402
 from neural_rom.core import registry  # noqa: E402
 from neural_rom.core.data.cache import BakeCache  # noqa: E402
+from neural_rom.core.engine.protocol import FrameInputs  # noqa: E402
 from neural_rom.core.engine.replay import closest_shapes, replay_bake  # noqa: E402
 from neural_rom.core.errors import JobCancelled, SimulationError  # noqa: E402
 from neural_rom.core.geometry.grid import grid_tetmesh  # noqa: E402
 from neural_rom.core.methods.snp import METHOD, SNPBatch, SNPSimulation  # noqa: E402
 from neural_rom.core.physics.colliders import Collider  # noqa: E402
 from neural_rom.core.physics.fem import Material  # noqa: E402
-from neural_rom.core.physics.sim import FrameInputs, SimSettings  # noqa: E402
+from neural_rom.core.physics.sim import SimSettings  # noqa: E402
 from neural_rom.training.nets import build_mlp  # noqa: E402
 from neural_rom.training.snp import fit_initial_model, rollout, window_loss  # noqa: E402
 

@@ -48,10 +48,10 @@ import numpy as np
 import pytest
 from neural_rom.core import jobs, registry
 from neural_rom.core.data.cache import BakeCache
+from neural_rom.core.engine.protocol import FrameInputs
 from neural_rom.core.errors import SimulationError
 from neural_rom.core.methods.snp import SNPSimulation
 from neural_rom.core.physics.colliders import Collider
-from neural_rom.core.physics.sim import FrameInputs
 from neural_rom.core.reduced.pose import IDENTITY
 
 from .cloth_scenes import build_sheet, replay

@@ -460,7 +460,7 @@ def test_a_network_worse_than_pca_falls_back_to_pca_with_a_warning(bakes, tmp_pa
     """Thirty epochs leave the network far less accurate than PCA with as many modes: the
     model holds PCA truncated to r instead, runs, and says so; without the fallback it keeps
     the network and says so too."""
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.registry import load_simulator
 
     out = tmp_path / "f.nrmodel"
@@ -492,8 +492,8 @@ def test_a_network_worse_than_pca_falls_back_to_pca_with_a_warning(bakes, tmp_pa
 
 
 def test_train_job_through_the_worker_process(bakes, tmp_path):
+    from neural_rom.core.engine.protocol import FrameInputs
     from neural_rom.core.jobs import Job
-    from neural_rom.core.physics.sim import FrameInputs
     from neural_rom.core.registry import load_simulator
 
     out = tmp_path / "job.nrmodel"

@@ -111,7 +111,7 @@ def test_model_runs_without_torch_and_matches(bakes, tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     sim, model = load_simulator(out, expect_mesh_hash=mesh_hash(bakes.X, bakes.T))
     assert model.method == "linear"
@@ -243,7 +243,7 @@ def test_train_on_bakes_with_swinging_pins_and_follow_them(tmp_path):
     assert roll["max_error_rel"] < 0.1, roll
     # the model follows the pins exactly, far from where they started
     sim, _ = load_simulator(out)
-    from neural_rom.core.physics.sim import FrameInputs
+    from neural_rom.core.engine.protocol import FrameInputs
 
     for f in range(1, frames + 1):
         sim.step(FrameInputs(pin_targets=path[f]))

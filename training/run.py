@@ -444,7 +444,8 @@ class TrainingRun:
         ----------
         save : ``save(path, *, mesh_hash, T, material, settings, metadata) -> Path``: the
             runtime module's ``save`` with the method's own arguments bound
-            (``functools.partial``); ``settings`` is the bakes' :class:`core.sim.SimSettings`
+            (``functools.partial``); ``settings`` is the bakes'
+            :class:`core.physics.sim.SimSettings`
         k : size of the PCA/POD basis
         dofs : reduced coordinates the runtime steps (``k`` for a linear model, the latent
             size of a latent one)

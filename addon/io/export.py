@@ -162,7 +162,8 @@ def make_simulation_job(
     dict: ``kind`` "simulate", the spec of :func:`..core.simjob.simulate_to_pc2`,
     ``folder`` (the job folder) and ``log_dir``.
     """
-    from ...core.jobs.simulate import TRACK_FILE, write_track
+    from ...core.engine.track import write_track
+    from ...core.jobs.simulate import TRACK_FILE
     from ..kinds.face import face
 
     scene = scene or scene_of(obj)

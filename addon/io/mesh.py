@@ -21,8 +21,8 @@ from itertools import chain
 import bpy
 import numpy as np
 
+from ...core.engine.render import to_local, to_world  # noqa: F401 (this module's callers use them)
 from ...core.errors import NeuralRomError
-from ...core.jobs.simulate import to_local, to_world  # noqa: F401 (this module's callers use them)
 from ...core.physics.colliders import box_colliders, split_scale
 
 REST_ATTRIBUTE = ".neural_rom_rest"

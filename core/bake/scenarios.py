@@ -65,10 +65,10 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ..engine.protocol import FrameInputs
 from ..errors import NeuralRomError
 from ..physics.colliders import Collider, colliders_from_dicts
 from ..physics.poke import poke_weights, share
-from ..physics.sim import FrameInputs
 
 SCENARIO_KINDS = ("gravity_drop", "random_pokes", "keyframed_colliders", "replay_forces")
 

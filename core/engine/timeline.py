@@ -10,7 +10,7 @@ start frame is the rest state. Every simulated frame is kept in a :class:`FrameC
 * a frame whose inputs changed since it was simulated (a collider moved, a poke started)
   is simulated again from the frame before it, and every later frame is forgotten.
 
-A step's inputs are the frame's :class:`~.sim.FrameInputs` and the running pokes
+A step's inputs are the frame's :class:`~.protocol.FrameInputs` and the running pokes
 (:class:`~.poke.Poke`), whose forces follow the body: they are computed from the positions
 the step starts from. The host (Blender's frame handler) gathers the inputs of a frame
 once and writes the positions it gets back; nothing here knows about Blender. Going

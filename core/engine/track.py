@@ -95,7 +95,7 @@ class Track:
     def inputs(
         self, k: int, *, pins_local: np.ndarray | None = None, ground_z: float | None = None
     ):
-        """The :class:`.sim.FrameInputs` of track frame ``k``.
+        """The :class:`.protocol.FrameInputs` of track frame ``k``.
 
         Parameters
         ----------
@@ -186,7 +186,7 @@ class FrameReader:
         pins_local: np.ndarray | None = None,
         ground_z: float | None = None,
     ):
-        """The :class:`.sim.FrameInputs` of one frame.
+        """The :class:`.protocol.FrameInputs` of one frame.
 
         Parameters
         ----------

@@ -25,11 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from ..data.files import ensure_writable_dir, write_npz
+from ..engine.render import read_render_map
 from ..errors import CacheError, JobCancelled, SimulationError
 from ..geometry.embedding import render_positions
 from ..kinds.cloth.source import is_cloth_bake, replay_cloth_bake
 from .events import frames_job
-from .simulate import load_model_for, read_render_map
+from .simulate import load_model_for
 
 _STATS = ("max", "mean", "rms", "per_frame_max", "per_frame_mean", "per_frame_rms")
 
@@ -46,7 +47,7 @@ def compare_with_bake(
     ----------
     spec : dict
         ``name`` (the object), ``model``, ``expect_mesh_hash``, ``method`` /
-        ``method_origin`` (as :func:`.simjob.simulate_to_pc2`), ``tets``, ``embedding``,
+        ``method_origin`` (as :func:`.simulate.simulate_to_pc2`), ``tets``, ``embedding``,
         ``bake`` (the bake folder) and ``bake_name``, ``bake_mesh_hash`` (the world mesh
         it recorded), ``out`` (the result ``.npz``) and ``key`` (a string stored with it);
         ``memory_steps`` (optional, Compare Methods): also measure the runtime's memory
@@ -193,8 +194,8 @@ def _step_inputs(cache, steps: int) -> tuple[list, tuple | None]:
     them (:func:`.compare.replay_bake`, :func:`.clothbake.replay_cloth_bake`), and the
     state they start from (``start_from``'s arguments; None: ``reset``)."""
     from ..bake import replay_scenario
+    from ..engine.protocol import FrameInputs
     from ..physics.colliders import Collider
-    from ..physics.sim import FrameInputs
 
     steps = max(1, min(int(steps), int(cache.n_frames) - 1))
     if is_cloth_bake(cache.meta):

@@ -1,7 +1,7 @@
 """Compare Methods: train every method an object's data allows, replay its held-out bakes
 with each model, and say which to use (no bpy, no torch).
 
-The add-on plans the comparison (:mod:`..addon.methodcompare`: which methods can take the
+The add-on plans the comparison (:mod:`addon.compare.methods`: which methods can take the
 object's data, each one's train job and compare jobs, as ``train`` and ``compare`` would
 make them); the worker runs it here as one job (:func:`run_comparison`), calling the same
 train and compare runners those commands' jobs call, so each method's numbers are its own
@@ -29,7 +29,7 @@ unchanged (a trained one not yet replayed is replayed) and trains only the other
 Step times: timed one method after another, each model met whatever else the machine ran
 in its own minute, and a jelly's Shen and LiCROM swapped places from run to run (2.43 vs
 1.43 ms, then 4.18 vs 11.3). After the replays every model is timed again with the others,
-in turns (:func:`..core.comparejob.step_times`: the least of several rounds, each round's
+in turns (:func:`.compare.step_times`: the least of several rounds, each round's
 median step); the table's ms/step is that.
 
 Recommendation (:func:`recommend`): among the methods that replayed, the lowest mean
@@ -75,7 +75,7 @@ CLEARLY_FASTER = 1.5
 #: replayed, which a re-run keeps and replays).
 DONE, REFUSED, FAILED, TRAINED = "done", "refused", "failed", "trained"
 
-#: Steps the runtime's memory is measured over (:func:`..core.comparejob.runtime_memory`).
+#: Steps the runtime's memory is measured over (:func:`.compare.runtime_memory`).
 MEMORY_STEPS = 10
 #: The trainings' part of the comparison's progress (the replays and PCA the rest).
 TRAINING = 0.8
@@ -298,7 +298,7 @@ def run_comparison(
     should_cancel: Callable[[], bool] | None = None,
     time_steps: Callable[[list[dict]], list[float]] | None = None,
 ) -> dict:
-    """Train and replay every method of the plan ``spec`` (from :mod:`..addon.methodcompare`),
+    """Train and replay every method of the plan ``spec`` (from :mod:`addon.compare.methods`),
     keeping finished ones from the state file.
 
     The trainings run first, ``spec["lanes"]`` at once (default 1): the methods of each lane
@@ -324,7 +324,7 @@ def run_comparison(
         (0..1), which goes into the comparison's, weighted by each method's planned share.
     say : ``say(fraction, message)``, the comparison's progress (0..1)
     time_steps : ``time_steps(compare specs) -> ms per step``, each model's step timed
-        with the others' in turns (:func:`..core.comparejob.step_times`), after every
+        with the others' in turns (:func:`.compare.step_times`), after every
         replay; the table's ms/step. None: each replay's own median step.
 
     Returns

@@ -199,7 +199,7 @@ def simulate_face_to_pc2(
     """Play a face model over a track and write its skin (the object's local space) as a PC2.
 
     Spec keys: ``name``, ``model``, ``expect_mesh_hash`` (the face's flesh), ``method`` /
-    ``method_origin``, ``inputs`` (:func:`core.simjob.write_track`: sliders or markers, the
+    ``method_origin``, ``inputs`` (:func:`core.engine.track.write_track`: sliders or markers, the
     jaw as ``reference_frame`` and colliders, all in the skin's local space), ``out``,
     ``frame_start`` .. ``frame_end``, ``solve`` and ``jaw`` (:func:`configure_face`). Each frame is solved with the frame's inputs, from the
     previous frame's state, as the viewport does. The PC2 is renamed into place once complete.

@@ -271,7 +271,7 @@ def box_colliders(
                 f"Collider '{name}' has zero size; scale it up or use a larger empty display size."
             )
         radius[:, j] = r
-    # the centre through each matrix (core.simjob.to_world of one point, its bits)
+    # the centre through each matrix (core.engine.render.to_world of one point, its bits)
     c = np.asarray(centre, dtype=np.float64).reshape(C, 1, 3)
     for j in range(C):  # (1, 3) @ (F, 3, 3) has to_world's bits; a (1, C, 1, 3) operand not
         A = mats[:, j, :3, :3]

@@ -1,7 +1,7 @@
 """Reduced (subspace) implicit Euler: backward Euler in a linear subspace with cubature.
 
 Positions live in a linear subspace ``x = X + U q`` (``U`` is (3n, k), zero on pinned
-DOFs). The backward Euler incremental potential of :mod:`core.sim` restricted to it
+DOFs). The backward Euler incremental potential of :mod:`core.physics.sim` restricted to it
 (Fulton et al. 2019, eq. 2 and eq. 8 with ``u = U q``)::
 
     q_{n+1} = argmin_q  1/(2h^2) |q - q_n - h qdot_n|^2_{M~} + V~(q) - q . U^T f_ext + C~(q) + D~(q)
@@ -26,9 +26,10 @@ import numpy as np
 from scipy.linalg.lapack import dpotrf as _potrf
 from scipy.linalg.lapack import dpotrs as _potrs
 
+from ..engine.protocol import FrameInputs, StepReport
 from ..physics import fem as _fem
 from ..physics.colliders import Collider, ContactPoints
-from ..physics.sim import FrameInputs, SimSettings, StepReport
+from ..physics.sim import SimSettings
 from .model import SubspaceModel, run_frame
 
 #: A Newton step solved with the last factorized Hessian (a chord step) is taken when it is at

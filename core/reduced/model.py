@@ -20,11 +20,11 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from ..data.modelfile import save_model
-from ..engine.protocol import SimulatorBase
+from ..engine.protocol import FrameInputs, SimulatorBase, StepReport
 from ..errors import SimulationError
 from ..physics import fem as _fem
 from ..physics.colliders import Collider, ContactPoints, penalty_stiffness
-from ..physics.sim import FrameInputs, SimSettings, StepReport, boundary_vertices, lerp_colliders
+from ..physics.sim import SimSettings, boundary_vertices, lerp_colliders
 from .cubature import Cubature
 from .onnx import ONNX_POSITIONS as ONNX_POSITIONS
 from .onnx import onnx_decoder_graph as onnx_decoder_graph
@@ -477,7 +477,7 @@ def run_frame(sim, inputs: FrameInputs | None, substep, what: str) -> StepReport
     """One frame of a subspace simulator: checks the inputs, interpolates the reduced forces,
     the pin targets and the collider transforms over ``settings.substeps`` calls of
     ``substep(h, f_ext, colliders, pose)`` (``pose``: the pins' frame at the end of the
-    substep, None when the pins do not move; colliders as :func:`core.sim.lerp_colliders`
+    substep, None when the pins do not move; colliders as :func:`core.physics.sim.lerp_colliders`
     moves them, like the full-space step), and restores the state if a substep diverges.
     Shared by the linear and the latent (autoencoder) runtimes.
     """
@@ -514,7 +514,7 @@ def run_frame(sim, inputs: FrameInputs | None, substep, what: str) -> StepReport
     f0, c0 = sim.f_ext, sim.colliders
     for i in range(n_sub):
         w = (i + 1) / n_sub
-        # colliders move between frames as in full space (core.sim.lerp_colliders)
+        # colliders move between frames as in full space (core.physics.sim.lerp_colliders)
         sub = substep(h, (1 - w) * f0 + w * f1, lerp_colliders(c0, cols, w), poses[i])
         report.merge(sub)
         if not (sub.converged or sub.line_search_ok):

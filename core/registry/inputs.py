@@ -1,7 +1,7 @@
 """The frame inputs a method can take, and those a bake can be driven by."""
 
-#: Frame inputs a method can take (:class:`core.sim.FrameInputs` fields, plus what the model
-#: can do beyond one frame). A record lists the ones it takes in ``inputs`` and the ones a
+#: Frame inputs a method can take (:class:`core.engine.protocol.FrameInputs` fields, plus what
+#: the model can do beyond one frame). A record lists the ones it takes in ``inputs`` and the ones a
 #: frame must carry in ``requires``.
 INPUTS = {
     "forces": "external forces per vertex (pokes, replayed forces)",

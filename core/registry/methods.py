@@ -52,7 +52,7 @@ class Method:
         "": Compare Methods sets it off, the table being that comparison
     setup_cost : the seconds its training takes beside its time budget (its PCA, cubature,
         rollout, the job's start), as a multiple of the linear method's whole training:
-        what Compare Methods sets aside for it (:func:`.methodcompare.estimate_cost`)
+        what Compare Methods sets aside for it (:func:`core.jobs.compare_methods.estimate_cost`)
     origin : the file that defined the record (set by :func:`register`)
     """
 
@@ -337,7 +337,7 @@ def load_simulator(
     expect_mesh_hash : refuse a model of another mesh (:class:`CacheError` says what to do);
         not checked when ``mesh`` is given to a method that runs on other meshes
     colliders : initial colliders (list of :class:`core.colliders.Collider`)
-    settings : :class:`core.sim.SimSettings` overriding the time step stored in the model
+    settings : :class:`core.physics.sim.SimSettings` overriding the time step stored in the model
     mesh : ``(X, T)``, rest positions (n, 3) and tets (m, 4), of a mesh other than the one the
         model was trained on, for a method that takes ``"other_mesh"``
         (:attr:`Method.other_mesh`); a model of another method is refused. ``(X, T, origin)``

@@ -41,8 +41,8 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ....core.engine.track import Track
 from ....core.errors import CacheError, NeuralRomError
-from ....core.jobs.simulate import Track
 from ....core.kinds.cloth import source as cb
 from ...io import mesh as bm
 from ...io.paths import load_path

@@ -40,9 +40,9 @@ import bpy
 import numpy as np
 
 from ....core.data.files import job_folder
+from ....core.engine.track import Track
 from ....core.errors import CacheError, MeshError, NeuralRomError
 from ....core.jobs import face as facejob
-from ....core.jobs.simulate import Track
 from ....core.kinds.face import inputs as fi
 from ...io import mesh as bm
 from ...io.paths import cache_dir, load_path, store_path
@@ -714,7 +714,8 @@ def make_face_simulation_job(
     :func:`gather_track`)."""
     from ....core import registry
     from ....core.data.modelfile import load_model
-    from ....core.jobs.simulate import TRACK_FILE, write_track
+    from ....core.engine.track import write_track
+    from ....core.jobs.simulate import TRACK_FILE
 
     s = obj.neural_rom
     model = check_face_model(obj)

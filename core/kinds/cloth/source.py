@@ -377,8 +377,8 @@ def replay_cloth_bake(
     (F, n, 3) float array: the model's world positions (m) of the bake's ``F`` frames; frame
     0 is the rest state.
     """
+    from ...engine.protocol import FrameInputs
     from ...physics.colliders import Collider
-    from ...physics.sim import FrameInputs
 
     n_frames, n = int(cache.n_frames), len(cache.X)
     if len(sim.rest_positions()) != n:

@@ -19,7 +19,7 @@ that it is tested here without Blender.
   markers solve it (:func:`head_markers_problem` says when they cannot).
 * **A frame's inputs and a track** (:func:`frame_inputs`, :func:`face_track`,
   :func:`track_signature`): one frame's values mapped into the skin's space, frames
-  stacked into a :class:`.simjob.Track`, and the bytes that say whether two tracks are
+  stacked into a :class:`core.engine.track.Track`, and the bytes that say whether two tracks are
   the same inputs (the viewport solves a frame again only when they change).
 
 Conventions shared with the face jobs (shape key names, the hinge): :mod:`.facejob`.
@@ -300,7 +300,7 @@ def frame_inputs(
 def face_track(
     frame0: int, rows: list[dict], *, marker_vertices=None, marker_weights=None
 ) -> Track:
-    """The :class:`.simjob.Track` of consecutive frames' :func:`frame_inputs` rows, the
+    """The :class:`core.engine.track.Track` of consecutive frames' :func:`frame_inputs` rows, the
     first at scene frame ``frame0``: the object matrix is the identity (everything is
     already in the skin's space); the sliders, or the markers (bound to skin vertices
     ``marker_vertices`` (p,) with ``marker_weights`` (p,)), and the jaw's reference frame

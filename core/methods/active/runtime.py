@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 import scipy.linalg as sla
 
-from ...engine.protocol import SimulatorBase
+from ...engine.protocol import FrameInputs, Markers, SimulatorBase, StepReport
 from ...errors import SimulationError
 from ...physics.fem import TetFEM
 from ...physics.quasistatic import QuasistaticSolver
-from ...physics.sim import FrameInputs, Markers, StepReport
 from ...reduced.nnet import MLP
 from .markers import MarkerFit, head_matrix
 from .model import ActiveModel

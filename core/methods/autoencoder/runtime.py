@@ -9,10 +9,11 @@ from collections import deque
 import numpy as np
 import scipy.linalg as sla
 
+from ...engine.protocol import FrameInputs, StepReport
 from ...errors import SimulationError
 from ...physics import fem as _fem
 from ...physics.colliders import Collider
-from ...physics.sim import FrameInputs, SimSettings, StepReport
+from ...physics.sim import SimSettings
 from ...reduced.model import (
     SubspaceModel,
     run_frame,

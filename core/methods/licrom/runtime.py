@@ -14,10 +14,11 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve, eigh
 from scipy.spatial import cKDTree
 
+from ...engine.protocol import FrameInputs, StepReport
 from ...errors import NeuralRomError, SimulationError
 from ...physics import fem as _fem
 from ...physics.colliders import Collider
-from ...physics.sim import FrameInputs, SimSettings, StepReport
+from ...physics.sim import SimSettings
 from ...reduced.integrator import SubspaceSimulation
 from ...reduced.model import run_frame
 from ...reduced.pose import Pose

@@ -9,10 +9,10 @@ import time
 
 import numpy as np
 
-from ...engine.protocol import SimulatorBase
+from ...engine.protocol import FrameInputs, SimulatorBase, StepReport
 from ...errors import SimulationError
 from ...physics.colliders import Collider
-from ...physics.sim import FrameInputs, SimSettings, StepReport
+from ...physics.sim import SimSettings
 from ...reduced.pose import IDENTITY, Pose
 from .features import (
     COLLIDER_FEATURES,
