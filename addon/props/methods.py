@@ -17,6 +17,8 @@ from bpy.props import (
     StringProperty,
 )
 
+from ...core import registry
+
 #: Setting units Blender can display natively; other units go into the field's name.
 _BLENDER_UNITS = {"m": "LENGTH", "s": "TIME_ABSOLUTE", "kg": "MASS", "rad": "ROTATION"}
 _INT32 = (-(2**31), 2**31 - 1)
@@ -34,8 +36,6 @@ def method_items(self=None, context=None) -> list:
     """The Train menu: one item per registered method that trains on what the object has
     (:meth:`NEURAL_ROM_PG_object.training_data_kind`; every method without an object), in
     menu order."""
-    from ...core import registry
-
     known = registry.methods() if self is None else _methods_for(self)
     # Blender keeps only the strings of the latest call alive: keep our own reference.
     global _METHOD_ITEMS
@@ -45,8 +45,6 @@ def method_items(self=None, context=None) -> list:
 
 def _methods_for(settings) -> list:
     """The methods that train on the object's data (every method when none does)."""
-    from ...core import registry
-
     return registry.methods_for(settings.training_data_kind()) or registry.methods()
 
 
@@ -64,8 +62,6 @@ def set_method_number(self, value: int) -> None:
 def chosen_method(settings):
     """The registry record of the method the object's panel says (the first method that
     trains on the object's data when the stored one is not registered or does not)."""
-    from ...core import registry
-
     name = settings.model_method_name
     known = (
         _methods_for(settings) if hasattr(settings, "training_data_kind") else registry.methods()
@@ -161,8 +157,6 @@ def sync_method_properties() -> None:
     """One property group per registered method, under ``Object.neural_rom.method_settings``:
     added for a new method, rebuilt for a changed one, removed for a removed one. Values
     stored in the .blend survive (they are kept by name)."""
-    from ...core import registry
-
     wanted = {}
     for method in registry.methods():
         if not method.name.isidentifier() or hasattr(bpy.types.PropertyGroup, method.name):

@@ -19,6 +19,10 @@ from bpy.props import (
     StringProperty,
 )
 
+from ...core import registry
+from ...core.bake.scenarios import default_scenario
+from ...core.physics import fem
+from ..kinds.cloth.model import data_kind
 from ..kinds.face.props import NEURAL_ROM_PG_face
 from ..prefs import REL_PATH
 from .bake import NEURAL_ROM_PG_bake, NEURAL_ROM_PG_cloth
@@ -139,8 +143,6 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
     def material_values(self) -> dict:
         """Young's modulus (Pa), Poisson ratio and density (kg/m^3) in effect."""
         if self.material_preset != "custom":
-            from ...core.physics import fem
-
             p = fem.PRESETS[self.material_preset]
             return {k: float(p[k]) for k in ("youngs_modulus", "poisson_ratio", "density")}
         return {
@@ -151,8 +153,6 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
 
     def scenario_dict(self) -> dict:
         """The scenario as core.scenarios takes it: defaults overlaid with the edited values."""
-        from ...core.bake.scenarios import default_scenario
-
         d = default_scenario(self.scenario)
         if self.scenario_params_kind == self.scenario:
             for p in self.scenario_params:
@@ -166,8 +166,6 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         cloth (:func:`.cloth.data_kind`), else "fem" (its bakes)."""
         if self.face.path:
             return "face"
-        from ..kinds.cloth.model import data_kind  # "cloth": a mesh whose data is Blender's cloth
-
         return data_kind(self.id_data)
 
     def method(self):
@@ -197,8 +195,6 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         return method.validate(self.method_values(method))
 
     def _record(self, method):
-        from ...core import registry
-
         if method is None:
             return self.method()
         return registry.get(method) if isinstance(method, str) else method

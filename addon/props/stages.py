@@ -20,6 +20,8 @@ from bpy.props import (
     StringProperty,
 )
 
+from ...core.bake.scenarios import default_scenario
+from ...core.physics import fem
 from ..prefs import REL_PATH
 from .bake import NEURAL_ROM_PG_scenario_param
 
@@ -54,8 +56,6 @@ SCENARIO_ITEMS = (
 def _material_update(self, context) -> None:
     # Switching to Custom starts from the preset that was shown, so values are never blank.
     if self.material_preset != "custom":
-        from ...core.physics import fem
-
         p = fem.PRESETS[self.material_preset]
         self["youngs_modulus"] = float(p["youngs_modulus"])
         self["poisson_ratio"] = float(p["poisson_ratio"])
@@ -69,8 +69,6 @@ def _scenario_update(self, context) -> None:
 def reset_scenario_params(settings) -> None:
     """Fill ``settings.scenario_params`` with the defaults of ``settings.scenario`` (the
     object's settings or their ``bake`` group)."""
-    from ...core.bake.scenarios import default_scenario
-
     settings.scenario_params.clear()
     for key, value in default_scenario(settings.scenario).items():
         if key == "kind":
