@@ -14,7 +14,10 @@ import bpy
 
 from ..core import registry
 from ..core.errors import NeuralRomError
+from . import simulate
 from .io.paths import cache_dir, load_path, store_path
+from .kinds.face.face import check_face, make_sliders
+from .kinds.family.reference import bake_entries
 from .kinds.fem.bake import open_bake
 from .kinds.fem.tets import load_tets
 from .prefs import get_preferences
@@ -85,15 +88,11 @@ def make_train_job(
     if device not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
     if kind == "face":  # missing, or the skin edited since Set Up Face: refused here
-        from .kinds.face.face import check_face
-
         paths, mesh_hash = [str(check_face(obj))], s.face.mesh_hash
     else:
         paths, mesh_hash = object_bakes(obj, scene, kind)
     bakes = paths
     if record.other_mesh and kind == "fem":  # a field over a space shared with other objects
-        from .kinds.family.reference import bake_entries
-
         bakes = bake_entries(obj, scene, paths)
     folder = cache_dir(obj) / MODELS_DIR
     folder.mkdir(exist_ok=True)
@@ -191,8 +190,6 @@ def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
     _forget_drivers(obj.name)
     record = next((r for r in registry.methods() if r.name == m.method), None)
     if record is not None and "sliders" in record.inputs:  # one keyable slider per latent
-        from .kinds.face.face import make_sliders
-
         make_sliders(obj, path, result)
     return True
 
@@ -267,8 +264,6 @@ def result_validation_error(result: dict) -> float:
 
 
 def _forget_drivers(name: str | None = None) -> None:
-    from . import simulate
-
     simulate.forget(name)
 
 
@@ -278,8 +273,6 @@ def clear_model(obj: bpy.types.Object, *, delete_file: bool = True) -> None:
     if not s.model.path:
         raise NeuralRomError(f"'{obj.name}' has no model to clear.")
     if s.simulate:
-        from . import simulate
-
         simulate.stop_simulation(obj)
     path = load_path(s.model.path)
     applied = bool(s.model.applied_from)  # another object's file: not this one's to delete

@@ -37,10 +37,13 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ...core.data.modelfile import read_metadata
 from ...core.errors import CacheError, NeuralRomError
-from .. import simulate
+from ...core.jobs.compare import read_result
+from .. import jobs, simulate
 from ..io import mesh as bm
 from ..io import paths
+from ..kinds.cloth.model import hold, release
 from ..kinds.fem import bake as bakes
 
 GHOST_SUFFIX = " (full space)"
@@ -200,8 +203,6 @@ def _model_split(obj: bpy.types.Object) -> tuple[list[Path], set[int]] | None:
     """The bakes the object's model was trained with (as recorded in the model file:
     ``bakes``) and the indices of those it held out (``validation_trajectories``); None
     when the model file records no split."""
-    from ...core.data.modelfile import read_metadata
-
     meta = read_metadata(paths.load_path(obj.neural_rom.model.path))
     given, held = meta.get("bakes"), meta.get("validation_trajectories")
     if not isinstance(given, list) or not isinstance(held, list):
@@ -287,8 +288,6 @@ def bakes_to_compare(
 
 
 def _read(obj: bpy.types.Object, rec, path: Path) -> Comparison:
-    from ...core.jobs.compare import read_result
-
     r = read_result(path)
     if r["key"] != _key(obj, rec):
         raise CacheError(
@@ -324,7 +323,6 @@ def on_compare_done(obj: bpy.types.Object, job: dict, result: dict) -> Compariso
         bakes.stop_playback(obj)
     bm.store_rest(obj.data)
     ghost = _make_ghost(obj, job["placement"], job["display"])
-    from ..kinds.cloth.model import hold
 
     hold(obj)  # a cloth object's Cloth modifier is muted while the comparison drives it
     st = c.stats
@@ -477,8 +475,6 @@ def start_comparison(
     :class:`..core.errors.JobCancelled`, the scene as it was); interactively the job runs
     on in the background and None is returned.
     """
-    from .. import jobs
-
     if jobs.active_jobs(obj.name):
         raise NeuralRomError(f"'{obj.name}' already has a job running; wait for it or cancel it.")
     job = make_compare_job(obj, scene, placement=placement, display=display, bake_path=bake_path)
@@ -515,7 +511,6 @@ def clear_comparison(obj: bpy.types.Object) -> bool:
     if is_comparing(obj):
         del obj[PROP]
     _results.pop(obj.name, None)
-    from ..kinds.cloth.model import release
 
     release(obj)
     return found

@@ -23,7 +23,17 @@ from pathlib import Path
 import bpy
 
 from ...core import registry
+from ...core.data.cache import BakeCache, BakeDataset
+from ...core.data.files import json_default, write_atomic
 from ...core.errors import NeuralRomError
+from ...core.jobs import check_interpreter, usable_cores
+from ...core.jobs.compare_methods import (
+    BASELINE,
+    BASELINE_FILE,
+    STATE_FILE,
+    estimate_cost,
+    plan_budget,
+)
 from .. import prefs, training
 from ..io.paths import cache_dir, load_path
 from . import bake as compare
@@ -43,8 +53,6 @@ def folder_of(obj: bpy.types.Object) -> Path:
 
 def _refusal(record, kind: str, python: str) -> str | None:
     """Why ``record`` cannot train on the object's data of ``kind`` in ``python``, or None."""
-    from ...core.jobs import check_interpreter
-
     try:
         record.check_trains_on(kind)
         check_interpreter(python, tuple(training.job_needs(record)))
@@ -56,8 +64,6 @@ def _refusal(record, kind: str, python: str) -> str | None:
 def _held_out(paths: list[str], settings: dict) -> list[int]:
     """The bakes the trainer will hold out (every trainer splits whole bakes the same way:
     :meth:`..core.cache.BakeDataset.split` with the method's validation fraction and seed)."""
-    from ...core.data.cache import BakeDataset
-
     ds = BakeDataset.open(paths)
     fraction = float(settings.get("validation_fraction", 0.2))
     return [int(i) for i in ds.split(fraction, int(settings.get("seed", 0)))[1]]
@@ -100,15 +106,6 @@ def make_compare_methods_job(
     Raises NeuralRomError (nothing changed) when the object is not deformable, trains on
     data without bakes (a face), or has fewer than two bakes (nothing held out).
     """
-    from ...core.data.cache import BakeCache
-    from ...core.jobs import usable_cores
-    from ...core.jobs.compare_methods import (
-        BASELINE,
-        BASELINE_FILE,
-        STATE_FILE,
-        estimate_cost,
-        plan_budget,
-    )
 
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -263,8 +260,6 @@ def on_compare_methods_done(
     its Train would have: "best" the recommended method, "none" none, or a method's name
     (when its row is done). Returns the method whose model was recorded (None when none
     was, or the job was cancelled)."""
-    from ...core.data.files import json_default, write_atomic
-
     if not result or result.get("cancelled") or "rows" not in result:
         return None
     done = {r["method"] for r in result["rows"] if r["status"] == "done"}

@@ -19,8 +19,12 @@ import bpy
 import numpy as np
 
 from ...core.data.files import job_folder
+from ...core.engine.track import write_track
 from ...core.errors import NeuralRomError
-from .. import simulate
+from ...core.jobs.simulate import TRACK_FILE
+from .. import jobs, simulate
+from ..kinds.cloth.model import place_after_cloth, track
+from ..kinds.face import face
 from ..kinds.fem.bake import RenderMap, find_bake, stop_playback
 from . import mesh as bm
 from .paths import cache_dir, scene_of, store_path
@@ -162,9 +166,6 @@ def make_simulation_job(
     dict: ``kind`` "simulate", the spec of :func:`..core.simjob.simulate_to_pc2`,
     ``folder`` (the job folder) and ``log_dir``.
     """
-    from ...core.engine.track import write_track
-    from ...core.jobs.simulate import TRACK_FILE
-    from ..kinds.face import face
 
     scene = scene or scene_of(obj)
     start = int(scene.frame_start if frame_start is None else frame_start)
@@ -200,8 +201,6 @@ def make_simulation_job(
         )
     folder = job_folder(cache_dir(obj), SIM_JOB_STEM)
     if obj.neural_rom.model.kind == "cloth":  # its colliders as baked, its own reference frame
-        from ..kinds.cloth.model import track
-
         inputs = write_track(folder / TRACK_FILE, track(obj, cols, mats, f0))
     else:
         inputs = write_track(folder / TRACK_FILE, simulate.gather_inputs(cols, mats, f0))
@@ -236,7 +235,6 @@ def on_simulation_done(obj: bpy.types.Object, result: dict) -> dict | None:
     if obj.neural_rom.playback:
         stop_playback(obj)
     wire_mesh_cache(obj, Path(result["path"]), int(result["frame_start"]), SIM_MODIFIER_NAME)
-    from ..kinds.cloth.model import place_after_cloth
 
     place_after_cloth(obj, SIM_MODIFIER_NAME)  # a cloth's frames show over its Cloth modifier
     return result
@@ -260,8 +258,6 @@ def export_simulation_pc2(
     with the previous PC2 intact) and stats has ``frames`` and ``step_ms`` (mean reduced
     step, ms). Interactively the job runs on in the background and stats is None.
     """
-    from .. import jobs
-
     if jobs.active_jobs(obj.name):
         raise NeuralRomError(f"'{obj.name}' already has a job running; wait for it or cancel it.")
     job = make_simulation_job(obj, scene, path, frame_start=frame_start, frame_end=frame_end)

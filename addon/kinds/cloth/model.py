@@ -41,6 +41,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ....core.data.cache import open_for_training
 from ....core.engine.track import Track
 from ....core.errors import CacheError, NeuralRomError
 from ....core.kinds.cloth import source as cb
@@ -103,8 +104,6 @@ def open_cloth_bake(obj: bpy.types.Object, rec):
     """Open a recorded cloth bake, refusing with "cloth-bake it again" one whose mesh is
     not the object's any more (:func:`surface_hash`), or that is missing or empty
     (:func:`..core.cache.open_for_training`)."""
-    from ....core.data.cache import open_for_training
-
     if is_stale(obj, rec):
         raise CacheError(
             f"'{obj.name}' was edited after cloth bake '{rec.name}' was made (its vertices or "

@@ -39,13 +39,17 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ....core.data.files import job_folder
-from ....core.engine.track import Track
+from ....core import registry
+from ....core.data.files import job_folder, write_npz
+from ....core.data.modelfile import load_model
+from ....core.engine.track import Track, write_track
 from ....core.errors import CacheError, MeshError, NeuralRomError
 from ....core.jobs import face as facejob
+from ....core.jobs.simulate import TRACK_FILE
 from ....core.kinds.face import inputs as fi
 from ...io import mesh as bm
-from ...io.paths import cache_dir, load_path, store_path
+from ...io.paths import cache_base, cache_dir, load_path, store_path
+from ..fem import bake as bakes
 
 SLIDER_PREFIX = "nrom_latent_"
 #: Custom properties of a marker empty: the skin object it drives, the skin vertex, a weight.
@@ -125,7 +129,6 @@ def make_setup_job(obj: bpy.types.Object, scene=None, *, spacing: float | None =
     pivot, axis = fi.jaw_hinge(J)
     folder = job_folder(cache_dir(obj), JOB_STEM)
     folder.mkdir(parents=True, exist_ok=True)
-    from ....core.data.files import write_npz
 
     inputs = folder / facejob.INPUTS_FILE
     write_npz(
@@ -231,8 +234,6 @@ def make_demo_job(
 ) -> dict:
     """The worker job that builds the procedural demo head with ``keys`` simulated
     expressions into ``<cache dir>/<name>/face.npz``."""
-    from ...io.paths import cache_base
-
     base = cache_base(scene)
     if base.startswith("//") and not bpy.data.filepath:
         raise NeuralRomError(
@@ -304,8 +305,6 @@ def make_sliders(obj: bpy.types.Object, model_path, result: dict | None = None) 
     ``model_path`` on ``obj`` (``nrom_latent_1`` ...), their soft range the spread of the
     training keys' codes; an existing slider keeps its value and keys, a slider beyond the
     latent size is removed. Returns the names."""
-    from ....core.data.modelfile import load_model
-
     codes = np.asarray(load_model(model_path).arrays["codes"], float)
     names = slider_names(codes.shape[1])
     lo, hi = fi.slider_ranges(codes)
@@ -373,7 +372,6 @@ def slider_values(obj: bpy.types.Object, count: int) -> np.ndarray:
 def training_codes(obj: bpy.types.Object) -> tuple[np.ndarray, list[str], np.ndarray]:
     """The latent codes of the training keys (N, d), their names and jaw angles (rad): the
     face file's keys not held out, in order."""
-    from ....core.data.modelfile import load_model
     from ....core.kinds.face.rig import load_face
 
     codes = np.asarray(load_model(load_path(obj.neural_rom.model.path)).arrays["codes"], float)
@@ -417,8 +415,6 @@ def pose_from_key(obj: bpy.types.Object, index: int) -> str:
 def make_fit_key_job(obj: bpy.types.Object, scene=None, *, key_name: str = "") -> dict:
     """The worker job that fits the sliders to a shape key (default: the active one), held
     out of training or not (:func:`..core.facejob.fit_key`); the object is not changed."""
-    from ....core import registry
-    from ....core.data.files import write_npz
 
     s = obj.neural_rom
     model = check_face_model(obj)
@@ -586,8 +582,6 @@ def gather_track(
     ``read_colliders(objects)`` gives the core colliders of collider objects now (world;
     :func:`.simulate.collider_inputs`: the layer above passes it in).
     """
-    from ..fem import bake as bakes
-
     colliders = bakes.scene_colliders(obj, scene)
     f = obj.neural_rom.face
     markers = markers_of(obj, scene) if f.drive == "MARKERS" else []
@@ -712,10 +706,6 @@ def make_face_simulation_job(
     a PC2 at ``path``, its gathered inputs in ``folder``: the Bake Simulation job of
     :func:`.export.make_simulation_job` for a face (``read_colliders``: see
     :func:`gather_track`)."""
-    from ....core import registry
-    from ....core.data.modelfile import load_model
-    from ....core.engine.track import write_track
-    from ....core.jobs.simulate import TRACK_FILE
 
     s = obj.neural_rom
     model = check_face_model(obj)

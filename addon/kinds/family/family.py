@@ -25,9 +25,20 @@ import numpy as np
 
 from ....core import registry
 from ....core.errors import CacheError, NeuralRomError
+from ....core.geometry.embedding import pull_back
+from ... import jobs, simulate, training
 from ...io import mesh as bm
 from ...io.paths import load_path, scene_of, store_path
-from ..fem.tets import load_tets, pins_name, world_mesh_hash
+from ...simulate import stop_simulation
+from ...training import clear_model_record
+from ..fem.tets import (
+    discard_tet_job,
+    load_tets,
+    make_tet_job,
+    on_tet_done,
+    pins_name,
+    world_mesh_hash,
+)
 from .reference import (
     bake_entries,
     mesh_edit_pending,
@@ -66,8 +77,6 @@ def make_family_train_job(
     ``obj`` (:func:`.training.on_train_done`), its family listed. Returns the job spec of
     :func:`.training.make_train_job` with the others' bakes added.
     """
-    from ... import training
-
     record = registry.get(method) if method else obj.neural_rom.method()
     others = [o for o in others if o is not obj]
     if not others:
@@ -126,8 +135,6 @@ def apply_model(
     dict: ``path``, ``method``, ``share_outside`` and ``max_distance_m`` (None for a method
     that reports no domain), ``warning`` (the message past the threshold, else "").
     """
-    from ...simulate import stop_simulation
-    from ...training import clear_model_record
 
     if source is not None:
         path = model_of(source)
@@ -224,8 +231,6 @@ def apply_mesh_edit(obj: bpy.types.Object, scene: bpy.types.Scene, *, context=No
     In ``--background`` the job runs to its end first: :func:`swap_to_tets`' dict.
     Interactively the job runs in the background and None is returned.
     """
-    from ... import jobs, simulate
-    from ..fem.tets import discard_tet_job, make_tet_job, on_tet_done
 
     s = obj.neural_rom
     if not s.simulate:
@@ -293,8 +298,6 @@ def edited_rest(obj: bpy.types.Object, scene: bpy.types.Scene, driver) -> np.nda
     the mesh's size keeps it exactly; the others (a Boolean's vertices from its cutter,
     which come with none: the origin) take the pulled-back one.
     """
-    from ....core.geometry.embedding import pull_back
-
     frame = int(getattr(driver, "shown", scene.frame_current))
     P = driver.positions_at(frame, obj, scene)
     t = driver.tets
@@ -338,8 +341,6 @@ def swap_to_tets(obj: bpy.types.Object, scene: bpy.types.Scene, frame: int) -> d
     ``kinetic_before`` and ``kinetic_after`` (J), ``share_outside``, ``max_distance_m``,
     ``pin_warning`` ("" when the edited mesh's pin group matches the model's family).
     """
-    from ... import simulate
-
     d = simulate._drivers.get(obj.name)
     if d is None or not obj.neural_rom.simulate:
         raise NeuralRomError(f"The simulation of '{obj.name}' stopped before the swap.")
@@ -398,6 +399,4 @@ def swap_text(name: str, info: dict) -> str:
 def edit_pending(obj: bpy.types.Object) -> bool:
     """Whether ``obj``'s running simulation waits for :func:`apply_mesh_edit`
     (:func:`.reference.mesh_edit_pending`)."""
-    from ... import simulate
-
     return mesh_edit_pending(obj, simulate._drivers.get(obj.name))

@@ -20,12 +20,21 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ....core import bake as core_bake
+from ....core.bake.motion import Perturbation, describe_draws, name_salt, plot_variants
+from ....core.bake.scenarios import validate_scenario
+from ....core.data.cache import BakeCache, open_for_training
+from ....core.data.files import mesh_hash as cache_mesh_hash
 from ....core.data.meshfile import write_tetmesh
 from ....core.errors import CacheError, NeuralRomError
 from ....core.geometry.embedding import render_positions
 from ....core.geometry.tetmesh import TetMesh
+from ....core.physics import fem
 from ...io import mesh as bm
+from ...io.animation import owner_animation
 from ...io.paths import cache_dir, load_path, scene_of, store_path
+from ..cloth import model as cloth
+from ..cloth.model import open_cloth_bake
 from .tets import load_tets, pinned_nodes
 
 BAKES_DIR = "bakes"
@@ -119,11 +128,7 @@ def make_bake_job(
     ``overwrite``, ``processes`` (see ``core.jobs.bake.run_bake``), ``warnings`` (for the user,
     not the worker: objects with a Collision modifier the bake ignores).
     """
-    from ....core import bake as core_bake
     from ....core.bake.prepare import prepare_body
-    from ....core.bake.scenarios import validate_scenario
-    from ....core.data.files import mesh_hash as cache_mesh_hash
-    from ....core.physics import fem
 
     s = obj.neural_rom
     if s.role != "DEFORMABLE":
@@ -255,8 +260,6 @@ def drawn_motion(obj: bpy.types.Object, scene: bpy.types.Scene, mode: str, start
     Raises NeuralRomError (nothing changed) for an unknown mode, or for "animation" on an
     object without pins or without animation.
     """
-    from ....core.bake.motion import Perturbation, name_salt
-    from ...io.animation import owner_animation
 
     if mode not in MOTIONS:
         raise NeuralRomError(f"Unknown bake motion {mode!r}: use {', '.join(MOTIONS)}.")
@@ -299,8 +302,6 @@ def on_bake_done(obj: bpy.types.Object, result: dict) -> list[str]:
     bakes of the pending job are found on disk. Every bake with committed frames is
     recorded, a cancelled bake's prefix included. Returns the recorded paths.
     """
-    from ....core.data.cache import BakeCache
-
     s = obj.neural_rom
     pending = json.loads(s.pending_bake) if s.pending_bake else {}
     paths = [Path(p) for p in (result or {}).get("paths", [])]
@@ -353,8 +354,6 @@ def variants_picture(obj: bpy.types.Object) -> Path | None:
     (:func:`core.motion.plot_variants`: one row per variant, in the bake list's order) to
     ``<cache dir>/<object>/variants.png`` and into an image the Bake panel shows; None (and
     no picture) when no bake of it draws its motion."""
-    from ....core.bake.motion import plot_variants
-    from ....core.data.cache import BakeCache
 
     tracks = []
     for rec in obj.neural_rom.bakes:
@@ -389,8 +388,6 @@ def variants_picture(obj: bpy.types.Object) -> Path | None:
 
 def motion_text(record: dict | None) -> str:
     """What a variant's drawn motion was (:func:`core.motion.describe_draws`), "" for none."""
-    from ....core.bake.motion import describe_draws
-
     if not record or "speed" not in record:
         return ""
     return describe_draws(record)
@@ -415,11 +412,7 @@ def find_bake(obj: bpy.types.Object, bake_path: str | os.PathLike | None = None)
 
 def open_bake(obj: bpy.types.Object, rec):
     """Open a recorded bake, refusing with "re-bake" when it no longer fits the mesh."""
-    from ....core.data.cache import open_for_training
-
     if rec.kind == "cloth":  # a bake of the mesh itself, by Blender's cloth: no tets
-        from ..cloth.model import open_cloth_bake
-
         return open_cloth_bake(obj, rec)
     s = obj.neural_rom
     if bm.surface_hash(obj) != s.source_hash or rec.source_hash != s.source_hash:
@@ -552,7 +545,6 @@ def start_playback(obj: bpy.types.Object, scene: bpy.types.Scene | None = None) 
     obj.neural_rom.simulate = False
     bm.store_rest(obj.data)
     obj.neural_rom.playback = True
-    from ..cloth import model as cloth  # (imports the simulation, which imports bakes)
 
     cloth.hold(obj)  # a cloth object's Cloth modifier is muted while the bake drives it
     apply_frame(obj, scene.frame_current, rm)
@@ -563,7 +555,6 @@ def stop_playback(obj: bpy.types.Object) -> None:
     obj.neural_rom.playback = False
     if obj.type == "MESH":
         bm.restore_rest(obj.data)
-    from ..cloth import model as cloth
 
     cloth.release(obj)
 

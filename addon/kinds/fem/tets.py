@@ -29,6 +29,7 @@ from ....core.geometry.embedding import Embedding, render_positions
 from ....core.geometry.surface import check_surface
 from ....core.geometry.tetmesh import TetMesh
 from ....core.jobs.tetrahedralize import read_result, write_request
+from ... import jobs
 from ...io import mesh as bm
 from ...io.paths import cache_dir, load_path, store_path
 
@@ -213,8 +214,6 @@ def tetrahedralize_object(obj: bpy.types.Object, *, settings=None, context=None)
     ``n_nodes``, ``embedded``, ``quality``, ``warnings``. Interactively the job runs in the
     background and None is returned; the tets are stored when it ends.
     """
-    from ... import jobs
-
     job = make_tet_job(obj, settings=settings)
     name, info = obj.name, {}
 
