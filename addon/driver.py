@@ -14,7 +14,8 @@ one call a frame (:meth:`Driver.positions_at`):
 
 What differs between the kinds is a :class:`FramePart` each (how the model is checked and
 loaded, what a frame reads, how the mesh is written), picked in order by what the object
-is (:data:`PARTS`: a face, a cloth model, else a tet mesh: fem and its families).
+is (:func:`parts`, from the kinds' records, :mod:`.kinds`: a face, a cloth model, a
+plug-in's, else a tet mesh: fem and its families).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..core.errors import CacheError, NeuralRomError
 from ..core.kinds.cloth.adapter import ClothAdapter
 from ..core.physics.poke import Poke
 from ..core.registry import load_simulator
+from . import kinds
 from .io import mesh as bm
 from .io import paths
 from .kinds.cloth import model as cloth
@@ -350,17 +352,31 @@ class FacePart(FramePart):
         d.engine.show(obj, P)
 
 
-#: the kinds' parts, asked in order (the first that claims the object drives it)
-PARTS = (FacePart(), ClothPart(), FramePart())
+#: part class -> its one instance (a part keeps no state: the driver does)
+_PARTS: dict = {}
+
+
+def parts() -> list[FramePart]:
+    """The kinds' parts, in the order their records are asked (:func:`.kinds.records`:
+    a face, a cloth model, a plug-in's, fem's last)."""
+    found = []
+    for k in kinds.records():
+        cls = k.part_class()
+        if cls is not None and cls not in _PARTS:
+            _PARTS[cls] = cls()
+        if cls is not None and _PARTS[cls] not in found:
+            found.append(_PARTS[cls])
+    return found
 
 
 def part_of(obj: bpy.types.Object) -> FramePart:
-    return next(p for p in PARTS if p.claims(obj))
+    """The part that drives ``obj``: the first that claims it."""
+    return next(p for p in parts() if p.claims(obj))
 
 
 class Driver:
     """The model of one object on the scene's timeline and its map to the mesh, whatever
-    its kind (:data:`PARTS`).
+    its kind (:func:`part_of`).
 
     Raises (on construction) a :class:`NeuralRomError` saying what to do when the object
     has no model, the model is missing or belongs to another mesh, or the mesh changed.

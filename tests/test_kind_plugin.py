@@ -9,6 +9,11 @@ The toy, "wave": a row of nodes whose height follows a slider with a lag (each f
 half of the height before it and adds the frame's slider), so only frames stepped in order
 from rest show the right heights. Its data job plays the sliders it is given from rest and
 writes the positions of every frame.
+
+Its Blender half (:class:`neural_rom.addon.kinds.BlenderKind`, registered from here too):
+an object with a "wave" custom property is a wave, its slider is its height (z location);
+the record names the toy's frame part, its sidebar box and its command module (this file:
+``wave-bake``), and the sidebar, the command line and Simulate take them from it.
 """
 
 from __future__ import annotations
@@ -101,6 +106,9 @@ if not __package__:
     # Imported by path: a worker finding the kind from the job's ``kind_origin`` registers
     # it as a studio's plug-in file would.
     registry.register_kind(toy_kind())
+else:
+    from .blender_fixtures import registered
+    from .test_addon_ui import draw_all, panels, texts
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -193,3 +201,151 @@ def test_the_toy_kinds_data_job_runs_in_the_worker_and_the_engine_plays_it(tmp_p
     other = engine.frame(5, 1.0)
     assert other[-1, 2] == np.float32(0.5 * baked[3, -1, 2] + 1.0)
     assert engine.frames_needed(9, read(9)) == range(6, 9)
+
+
+# ------------------------------------------------------------------------ its Blender half
+
+
+def draw_wave(layout, obj, context) -> None:
+    """The toy's sidebar box (the record's ``panel``)."""
+    layout.label(text=f"Wave of {len(obj.data.vertices)} nodes, height {obj.location.z:.2f}")
+
+
+def add_parser(sub, common) -> None:
+    """The toy's command (the record's ``cli``): ``wave-bake``."""
+    cmd = sub.add_parser("wave-bake", parents=[common], help="bake the toy wave (a test's kind)")
+    cmd.add_argument("--frames", type=int, default=8)
+    cmd.add_argument("--out", required=True)
+
+
+def run(args) -> int:
+    """``wave-bake``: the object's heights at frames 2.. as the sliders of the toy's data
+    job, run here."""
+    import bpy
+
+    obj = bpy.data.objects[args.objects[0]]
+    scene = bpy.context.scene
+    sliders = []
+    for frame in range(scene.frame_start + 1, scene.frame_start + 1 + args.frames):
+        scene.frame_set(frame)
+        sliders.append(float(obj.matrix_world[2][3]))
+    print(run_wave_bake({"sliders": sliders, "out": args.out}))
+    return 0
+
+
+def blender_kind():
+    """The toy's Blender record, its frame part a :class:`neural_rom.addon.driver.FramePart`
+    (the engine on the toy's simulator and adapter; the height read from the object's world
+    matrix, now or at a frame sampled on the way; the nodes written as the mesh)."""
+    from neural_rom.addon import driver
+    from neural_rom.addon.io import mesh as bm
+    from neural_rom.addon.kinds import BlenderKind
+
+    class WavePart(driver.FramePart):
+        name = NAME
+
+        @staticmethod
+        def claims(obj) -> bool:
+            return obj.get(NAME) is not None
+
+        def load(self, obj, scene) -> tuple:
+            sim = WaveSimulation(X)
+            return sim, None, None, Engine(sim, WaveAdapter(), int(scene.frame_start))
+
+        def now(self, d, obj, scene, colliders, mats=None) -> float:
+            m = bm.matrices([obj])[0] if mats is None else mats[0]
+            return float(m[2, 3])
+
+        def write(self, d, obj, P, matrix) -> None:
+            bm.set_positions(obj.data, d.engine.adapter.render(P, None))
+
+    return BlenderKind(NAME, WavePart.claims, WavePart, panel=f"{__name__}:draw_wave", cli=__name__)
+
+
+SLIDERS = [0.1, 0.3, -0.2, 0.0, 0.5, 0.25, -0.1, 0.05]  # scene frames 2..9
+
+
+@pytest.fixture(scope="module")
+def blender():
+    """The add-on registered, the toy's Blender record with it, a wave "Row" keyed at
+    heights 0, SLIDERS over frames 1..9 and a plain mesh "Plain"."""
+    from neural_rom.addon import kinds
+
+    with registered() as ns:
+        kinds.register(blender_kind())
+        bpy = ns.bpy
+        mesh = bpy.data.meshes.new("Row")
+        mesh.from_pydata(X.tolist(), [(i, i + 1) for i in range(len(X) - 1)], [])
+        obj = bpy.data.objects.new("Row", mesh)
+        bpy.context.scene.collection.objects.link(obj)
+        obj[NAME] = 1
+        for frame, z in enumerate([0.0, *SLIDERS], start=1):
+            obj.location.z = z
+            obj.keyframe_insert("location", index=2, frame=frame)
+        plain = bpy.data.objects.new("Plain", bpy.data.meshes.new("Plain"))
+        bpy.context.scene.collection.objects.link(plain)
+        bpy.context.scene.frame_set(1)
+        try:
+            yield ns
+        finally:
+            kinds.unregister(NAME)
+
+
+def wave_frames() -> np.ndarray:
+    """(10, 5, 3) the toy's frames 1..9 as its own data job plays SLIDERS (frame f: row f-1)."""
+    sim, frames = WaveSimulation(X), [X.copy()]
+    for value in SLIDERS:
+        sim.step(WaveAdapter().inputs(value))
+        frames.append(sim.positions())
+    return np.stack(frames)
+
+
+def test_the_toy_kinds_box_shows_in_the_sidebar_for_its_objects_only(blender):
+    from neural_rom.addon import kinds
+
+    bpy = blender.bpy
+    row, plain = bpy.data.objects["Row"], bpy.data.objects["Plain"]
+    for obj in (row, plain):
+        obj.neural_rom.role = "DEFORMABLE"
+    assert kinds.kind_of(row).name == NAME and kinds.kind_of(plain).name == "fem"
+    assert row.neural_rom.training_data_kind() == NAME
+    log = draw_all(bpy, row)
+    assert "NEURAL_ROM_PT_kind" in panels(log)
+    assert "Wave of 5 nodes, height 0.00" in texts(log)
+    log = draw_all(bpy, plain)
+    assert "NEURAL_ROM_PT_kind" not in panels(log) and "Wave of" not in texts(log)
+
+
+def test_the_toy_kinds_command_is_in_the_help_and_runs(blender, tmp_path, capsys):
+    from neural_rom.ui import cli
+
+    assert cli.main(["--help"]) == 0
+    assert "wave-bake" in capsys.readouterr().out
+    out = tmp_path / "row.npz"
+    assert cli.main(["wave-bake", "--object", "Row", "--out", str(out)]) == 0
+    with np.load(out, allow_pickle=False) as z:
+        np.testing.assert_allclose(z["positions"], wave_frames()[:9], atol=1e-6)
+
+
+def test_simulate_drives_a_toy_kinds_object_through_its_part(blender):
+    """Simulate picks the toy's frame part from its record; scrubbing the timeline shows,
+    at each frame, the toy's data job's frame (the frames on the way stepped from the
+    heights sampled there)."""
+    from neural_rom.addon import driver, simulate
+    from neural_rom.addon.io import mesh as bm
+
+    bpy = blender.bpy
+    scene, row = bpy.context.scene, bpy.data.objects["Row"]
+    assert type(driver.part_of(row)).__name__ == "WavePart"
+    assert type(driver.part_of(bpy.data.objects["Plain"])) is driver.FramePart
+    scene.frame_set(1)
+    simulate.start_simulation(row, scene)
+    try:
+        expected = wave_frames()
+        for frame in (6, 2, 9, 4, 1, 9):
+            scene.frame_set(frame)  # the one frame handler drives it
+            np.testing.assert_allclose(bm.get_positions(row.data), expected[frame - 1], atol=1e-6)
+        assert np.abs(expected[8, -1, 2]) > 0.1  # it moves
+    finally:
+        simulate.stop_simulation(row)
+    np.testing.assert_array_equal(bm.get_positions(row.data), X)

@@ -22,7 +22,7 @@ from bpy.props import (
 from ...core import registry
 from ...core.bake.scenarios import default_scenario
 from ...core.physics import fem
-from ..kinds.cloth.model import data_kind
+from ..kinds import kind_of
 from ..kinds.face.props import NEURAL_ROM_PG_face
 from ..prefs import REL_PATH
 from .bake import NEURAL_ROM_PG_bake, NEURAL_ROM_PG_cloth
@@ -161,12 +161,11 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
         return d
 
     def training_data_kind(self) -> str:
-        """What the object trains on (a key of :data:`core.registry.BAKE_KINDS`): "face" once
-        Set Up Face recorded a face, "cloth" for a mesh whose bakes are (or will be) Blender's
-        cloth (:func:`.cloth.data_kind`), else "fem" (its bakes)."""
-        if self.face.path:
-            return "face"
-        return data_kind(self.id_data)
+        """What the object trains on (a key of :data:`core.registry.BAKE_KINDS`): the first
+        kind whose record claims it (:func:`..kinds.kind_of`): "face" once Set Up Face
+        recorded a face, "cloth" for a mesh whose bakes are (or will be) Blender's cloth
+        (:func:`.cloth.data_kind`), a plug-in kind's, else "fem" (its bakes)."""
+        return kind_of(self.id_data).name
 
     def method(self):
         """The registry record of the chosen method."""

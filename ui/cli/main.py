@@ -12,6 +12,7 @@ import bpy
 
 from ...addon.prefs import job_python_override
 from ...core.errors import JobCancelled, NeuralRomError
+from ..kinds import cli_modules
 from . import bake, compare, export, info, simulate, tets, train
 from .common import (
     EXIT_CANCELLED,
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     common = common_parser()  # --file, --object, --python and --save
-    for stage in STAGES:
+    # and the commands of the kinds' records that are not a stage's (a plug-in kind's)
+    for stage in (*STAGES, *(m for m in cli_modules() if m not in STAGES)):
         known = set(sub.choices)
         stage.add_parser(sub, common)
         for name in sub.choices.keys() - known:

@@ -6,7 +6,7 @@ collapse state by its ``bl_idname``: ``CLASSES`` is the sidebar's order, top to 
 """
 
 from . import bake, compare, main, material, model, simulate, tets
-from .kinds import cloth, face
+from .kinds import cloth, face, plugin
 
 CLASSES = (
     bake.NEURAL_ROM_UL_bakes,
@@ -17,6 +17,7 @@ CLASSES = (
     bake.NEURAL_ROM_PT_scenario,
     bake.NEURAL_ROM_PT_bake,
     cloth.NEURAL_ROM_PT_cloth_bake,
+    plugin.NEURAL_ROM_PT_kind,
     bake.NEURAL_ROM_PT_playback,
     model.NEURAL_ROM_PT_model,
     simulate.NEURAL_ROM_PT_simulate,

@@ -79,6 +79,11 @@ def data_kind(obj: bpy.types.Object) -> str:
     return KIND if cloth_modifier(obj) is not None and not s.tets_path else "fem"
 
 
+def claims(obj: bpy.types.Object) -> bool:
+    """Whether ``obj`` trains on Blender's cloth (:class:`..BlenderKind`): :func:`data_kind`."""
+    return data_kind(obj) == KIND
+
+
 def is_cloth(obj: bpy.types.Object) -> bool:
     return obj is not None and obj.type == "MESH" and data_kind(obj) == KIND
 

@@ -65,6 +65,11 @@ JOB_STEM = "face"  # face-<8 hex>.job: a face job's gathered inputs, until it en
 FIT_PROP = "nrom_face_fit"
 
 
+def claims(obj) -> bool:
+    """Whether ``obj`` trains on its face (:class:`..BlenderKind`): Set Up Face recorded one."""
+    return bool(obj.neural_rom.face.path)
+
+
 def is_face(obj) -> bool:
     """Whether Set Up Face recorded a face on ``obj``."""
     s = getattr(obj, "neural_rom", None)
