@@ -31,15 +31,12 @@ from ..core.engine.engine import Engine, MeshAdapter, Reading
 from ..core.engine.render import render_local
 from ..core.engine.track import FrameReader, Track
 from ..core.errors import CacheError, NeuralRomError
-from ..core.kinds.cloth.adapter import ClothAdapter
 from ..core.physics.poke import Poke
 from ..core.registry import load_simulator
 from . import kinds
 from .io import mesh as bm
 from .io import paths
 from .kinds.cloth import model as cloth
-from .kinds.face import face
-from .kinds.face.engine import FaceEngine
 from .kinds.family import reference
 from .kinds.family.reference import runs_on_other_meshes
 from .kinds.fem import bake as bakes
@@ -104,15 +101,19 @@ def collider_inputs(colliders: list[bpy.types.Object], mats: np.ndarray | None =
 
 def check_model(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
     """What can be checked of an object's model without loading it, before it drives the
-    object here (:class:`Driver`) or in a job (Bake Simulation, Compare with Bake).
+    object here (:class:`Driver`) or in a job (Bake Simulation, Compare with Bake), as its
+    kind's part checks it (:meth:`FramePart.check`).
 
-    Returns (model path, the hash of the world tet mesh the model must belong to,
-    :class:`.tets.Tets`). Raises a :class:`NeuralRomError` saying what to do when the
-    object has no model, the model is missing, or the mesh or its tets changed.
+    Returns (model path, the hash of the mesh the model must belong to, :class:`.tets.Tets`
+    or None: a cloth's own vertices). Raises a :class:`NeuralRomError` saying what to do
+    when the object has no model, the model is missing, or the mesh or its tets changed.
     """
+    return part_of(obj).check(obj, scene)
+
+
+def check_tet_model(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple:
+    """:func:`check_model` of a model on the object's tets (fem, family, a face's)."""
     s = obj.neural_rom
-    if s.model.kind == "cloth":  # the mesh's own vertices: no tets
-        return (*cloth.check_model(obj), None)
     if not s.model.path:
         raise NeuralRomError(f"'{obj.name}' has no trained model; run Train first.")
     t = tets.load_tets(obj)  # missing or edited: re-tetrahedralize
@@ -241,9 +242,11 @@ def driver_key(
 
 
 class FramePart:
-    """What a data kind brings to a :class:`Driver` (the tet mesh's part; the others
-    below): ``load`` checks and loads the model, ``now`` reads a frame from Blender,
-    ``write`` puts the positions into the mesh."""
+    """What a data kind brings to a :class:`Driver` (the tet mesh's part; the others in
+    their kinds' packages: :mod:`.kinds.cloth.part`, :mod:`.kinds.face.part`): ``check``
+    and ``load`` check and load the model, ``show``/``hide`` prepare and restore the mesh
+    around a simulation, ``now`` reads a frame from Blender, ``write`` puts the positions
+    into the mesh."""
 
     name = "fem"
 
@@ -251,9 +254,31 @@ class FramePart:
     def claims(obj: bpy.types.Object) -> bool:
         return True
 
+    #: whether its frames show over the mesh's shape keys (a face's modifier)
+    over_shape_keys = False
+
+    def check(self, obj, scene) -> tuple:
+        """:func:`check_model` of the kind."""
+        return check_tet_model(obj, scene)
+
+    def track(self, obj, colliders: list, mats: np.ndarray, frame0: int) -> Track:
+        """The inputs of frames ``frame0``.. (``mats``: (F, 1 + colliders, 4, 4) world
+        matrices, the object's first), as a simulation job reads them
+        (:func:`gather_inputs`)."""
+        return gather_inputs(colliders, mats, frame0)
+
+    def show(self, obj) -> None:
+        """Before the first frame is written: the rest shape kept (:func:`.io.mesh.store_rest`)."""
+        bm.store_rest(obj.data)
+
+    def hide(self, obj) -> None:
+        """When the simulation stops: the rest shape back."""
+        if obj.type == "MESH":
+            bm.restore_rest(obj.data)
+
     def load(self, obj, scene) -> tuple:
         """``(sim, model, tets, engine)`` of the object's model."""
-        path, mesh_hash, t = check_model(obj, scene)
+        path, mesh_hash, t = self.check(obj, scene)
         try:
             sim, model = load_simulator(path, **reference.load_arguments(obj, scene, t, mesh_hash))
         except CacheError as e:
@@ -288,68 +313,6 @@ class FramePart:
 
     def write(self, d: Driver, obj, P: np.ndarray, matrix: np.ndarray | None) -> None:
         bm.set_positions(obj.data, d.local(P, bm.matrix(obj) if matrix is None else matrix))
-
-
-class ClothPart(FramePart):
-    """A cloth model: the mesh's own vertices (no tets), the colliders its bakes recorded,
-    its world matrix as the reference frame (:mod:`.kinds.cloth.model`)."""
-
-    name = "cloth"
-
-    @staticmethod
-    def claims(obj: bpy.types.Object) -> bool:
-        return obj.neural_rom.model.kind == "cloth"
-
-    def load(self, obj, scene) -> tuple:
-        path, mesh_hash = cloth.check_model(obj)
-        try:
-            sim, model = load_simulator(path, expect_mesh_hash=mesh_hash)
-        except CacheError as e:
-            raise CacheError(f"The model of '{obj.name}' cannot drive it: {e}.") from e
-        n = len(sim.rest_positions())
-        if n != len(obj.data.vertices):
-            raise CacheError(
-                f"The model of '{obj.name}' has {n} vertices but the mesh "
-                f"{len(obj.data.vertices)}; cloth-bake it again and re-train."
-            )
-        adapter = ClothAdapter.for_model(sim, model, (None, n, None))
-        return sim, model, None, Engine(sim, adapter, int(scene.frame_start))
-
-    def reader(self, d: Driver, obj, colliders: list) -> FrameReader:
-        """:meth:`FramePart.reader` of a cloth: :func:`.cloth.track`'s (the colliders as its
-        bakes recorded them), kept while the recording and the colliders' names stay (their
-        kinds follow from these)."""
-        key = (obj.neural_rom.cloth.colliders, tuple(col.name for col in colliders))
-        if d.read_key != key:
-            d.read_key = key
-            d.engine.adapter.reader_for(cloth.baked_kinds(obj, colliders), list(key[1]))
-        return d.engine.adapter.reader
-
-    @staticmethod
-    def friction(colliders: list) -> None:
-        return None  # a cloth bake records none
-
-
-class FacePart(FramePart):
-    """An active face: each frame the equilibrium of its sliders or markers
-    (:class:`.kinds.face.face.FaceEngine`), shown through a modifier."""
-
-    name = "face"
-
-    @staticmethod
-    def claims(obj: bpy.types.Object) -> bool:
-        return face.is_face(obj)
-
-    def load(self, obj, scene) -> tuple:
-        engine = FaceEngine(obj)
-        return engine.sim, engine.model, None, engine
-
-    def now(self, d: Driver, obj, scene, colliders: list, mats=None):
-        """The face's inputs now (``mats`` is not needed: it reads its own)."""
-        return d.engine.read(obj, scene, collider_inputs)
-
-    def write(self, d: Driver, obj, P: np.ndarray, matrix: np.ndarray | None) -> None:
-        d.engine.show(obj, P)
 
 
 #: part class -> its one instance (a part keeps no state: the driver does)

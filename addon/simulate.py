@@ -35,7 +35,15 @@ import bpy
 import numpy as np
 
 from ..core.errors import NeuralRomError
-from .driver import Driver, clear_poke, driver_key, frame_colliders, model_stamps, running_pokes
+from .driver import (
+    Driver,
+    clear_poke,
+    driver_key,
+    frame_colliders,
+    model_stamps,
+    part_of,
+    running_pokes,
+)
 from .driver import check_model as check_model  # the names of before: scripts, tests, bench
 from .driver import collider_inputs as collider_inputs
 from .driver import gather_inputs as gather_inputs
@@ -45,7 +53,6 @@ from .driver import set_poke as set_poke
 from .io import mesh as bm
 from .io import paths
 from .kinds.cloth import model as cloth
-from .kinds.face import face
 from .kinds.fem import bake as bakes
 
 # the running pokes and the model files' stamps (driver.py), by their names of before
@@ -115,7 +122,8 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     scene = scene or paths.scene_of(obj)
     if obj.type != "MESH":
         raise NeuralRomError(f"'{obj.name}' is not a mesh.")
-    if obj.data.shape_keys is not None and not face.is_face(obj):
+    part = part_of(obj)
+    if obj.data.shape_keys is not None and not part.over_shape_keys:
         raise NeuralRomError(
             f"'{obj.name}' has shape keys, which override the vertex positions the simulation "
             "writes; use Bake Simulation instead (its Mesh Cache modifier plays over shape keys)."
@@ -125,10 +133,7 @@ def start_simulation(obj: bpy.types.Object, scene: bpy.types.Scene | None = None
     d = driver(obj, scene)  # raises before anything changes
     if obj.neural_rom.playback:
         bakes.stop_playback(obj)
-    if face.is_face(obj):  # shown by a modifier: the shape keys stay as they are
-        face.show_simulation(obj)
-    else:
-        bm.store_rest(obj.data)
+    part.show(obj)  # a face: shown by a modifier, the shape keys stay as they are
     obj.neural_rom.simulate = True
     cloth.hold(obj)  # a cloth object's Cloth modifier is muted while the model drives it
     try:
@@ -144,10 +149,7 @@ def stop_simulation(obj: bpy.types.Object) -> None:
     obj.neural_rom.simulate = False
     clear_poke(obj.name)
     _drivers.pop(obj.name, None)
-    if face.is_face(obj):
-        face.hide_simulation(obj)
-    elif obj.type == "MESH":
-        bm.restore_rest(obj.data)
+    part_of(obj).hide(obj)
     cloth.release(obj)
 
 

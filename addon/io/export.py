@@ -23,7 +23,8 @@ from ...core.engine.track import write_track
 from ...core.errors import NeuralRomError
 from ...core.jobs.simulate import TRACK_FILE
 from .. import jobs, simulate
-from ..kinds.cloth.model import place_after_cloth, track
+from ..driver import part_of
+from ..kinds.cloth.model import place_after_cloth
 from ..kinds.face import face
 from ..kinds.fem.bake import RenderMap, find_bake, stop_playback
 from . import mesh as bm
@@ -200,10 +201,9 @@ def make_simulation_job(
             np.stack([bm.matrix(o) for o in [obj, *cols]]), (end + 1 - f0, 1 + len(cols), 4, 4)
         )
     folder = job_folder(cache_dir(obj), SIM_JOB_STEM)
-    if obj.neural_rom.model.kind == "cloth":  # its colliders as baked, its own reference frame
-        inputs = write_track(folder / TRACK_FILE, track(obj, cols, mats, f0))
-    else:
-        inputs = write_track(folder / TRACK_FILE, simulate.gather_inputs(cols, mats, f0))
+    # as its kind reads them (a cloth: its colliders as baked, its own reference frame)
+    track = part_of(obj).track(obj, cols, mats, f0)
+    inputs = write_track(folder / TRACK_FILE, track)
     return {
         "kind": "simulate",
         **fields,

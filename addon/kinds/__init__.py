@@ -69,14 +69,14 @@ _BUILTIN = (
     BlenderKind(
         "face",
         "addon.kinds.face.face:claims",
-        "addon.driver:FacePart",
+        "addon.kinds.face.part:FacePart",
         cli="ui.cli.kinds.face",
         order=10,
     ),
     BlenderKind(
         "cloth",
         "addon.kinds.cloth.model:claims",
-        "addon.driver:ClothPart",
+        "addon.kinds.cloth.part:ClothPart",
         panel="ui.panels.kinds.cloth:draw_cloth_bake",
         cli="ui.cli.kinds.cloth",
         order=20,

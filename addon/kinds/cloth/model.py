@@ -15,7 +15,7 @@ What differs from the FEM pipeline, and lives here:
   recorded on the object like FEM bakes, with the mesh hash of the cloth's surface
   (:func:`core.clothbake.surface_hash`: its local vertices and faces). A bake whose hash is
   not the mesh's any more is refused with "cloth-bake it again" (:func:`open_cloth_bake`).
-* **Simulate** (:class:`...driver.ClothPart`): no tets: the model's vertices are the mesh's; the
+* **Simulate** (:class:`.part.ClothPart`): no tets: the model's vertices are the mesh's; the
   frame's inputs are the colliders the bakes recorded (by name, with the shapes they were
   baked as, :func:`colliders`) and the object's own world matrix as the reference frame
   (its owner's motion, a parent's or a bone's, is in it), as the bake recorded them. The
