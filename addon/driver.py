@@ -36,7 +36,6 @@ from ..core.registry import load_simulator
 from . import kinds
 from .io import mesh as bm
 from .io import paths
-from .kinds.cloth import model as cloth
 from .kinds.family import reference
 from .kinds.family.reference import runs_on_other_meshes
 from .kinds.fem import bake as bakes
@@ -152,11 +151,7 @@ def model_job_fields(
         placement = reference.job_fields(obj, scene)
     else:
         path, method = model
-        if s.training_data_kind() == "cloth":  # the mesh's own vertices: no tets
-            t, mesh_hash = None, cloth.surface_hash(obj)
-        else:
-            t = tets.load_tets(obj)
-            mesh_hash = tets.world_mesh_hash(obj, scene)
+        t, mesh_hash = kinds.kind_of(obj).mesh_of_model(obj, scene)  # t None: the mesh's own
         other = registry.get(method).other_mesh
         placement = reference.job_fields(obj, scene, other_mesh=other)
     fields = {
@@ -176,11 +171,9 @@ def model_job_fields(
 
 
 def frame_colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
-    """The collider objects that are the model's inputs: the scene's colliders, or for a
-    cloth model the ones its cloth bakes recorded (:func:`.cloth.colliders`)."""
-    if obj.neural_rom.model.kind == "cloth":
-        return cloth.colliders(obj)
-    return bakes.scene_colliders(obj, scene)
+    """The collider objects that are the model's inputs (:meth:`FramePart.colliders` of the
+    part that drives the object)."""
+    return part_of(obj).colliders(obj, scene)
 
 
 # model path -> its stamp (modification time and size) when last stat-ed: on Start, on Reset
@@ -253,6 +246,16 @@ class FramePart:
     @staticmethod
     def claims(obj: bpy.types.Object) -> bool:
         return True
+
+    #: a job spec of its own for Bake Simulation (:func:`.io.export.make_simulation_job`),
+    #: ``simulation_job(obj, scene, path, folder, start=, end=, read_colliders=)``; None:
+    #: the model's (:func:`model_job_fields`)
+    simulation_job = None
+
+    @staticmethod
+    def colliders(obj: bpy.types.Object, scene: bpy.types.Scene) -> list[bpy.types.Object]:
+        """The collider objects that are the model's inputs: the scene's."""
+        return bakes.scene_colliders(obj, scene)
 
     #: whether its frames show over the mesh's shape keys (a face's modifier)
     over_shape_keys = False
@@ -351,7 +354,8 @@ class Driver:
         self.sim, self.model, self.tets, self.engine = self.part.load(obj, scene)
         self.n_nodes = len(self.sim.rest_positions())
         self.frame_start = int(scene.frame_start)
-        self.key = driver_key(obj, scene) if key is None else key
+        colliders = None if key is not None else self.part.colliders(obj, scene)
+        self.key = driver_key(obj, scene, colliders) if key is None else key
         self.read_key = None  # what the engine's collider reader was made for
 
     @property
@@ -423,7 +427,7 @@ class Driver:
         """
         frame = int(frame)
         if colliders is None:
-            colliders = frame_colliders(obj, scene)
+            colliders = self.part.colliders(obj, scene)
         if pokes is None:
             pokes = (running_pokes[self.name],) if self.name in running_pokes else ()
         if sample is not None:

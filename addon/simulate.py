@@ -39,13 +39,13 @@ from .driver import (
     Driver,
     clear_poke,
     driver_key,
-    frame_colliders,
     model_stamps,
     part_of,
     running_pokes,
 )
 from .driver import check_model as check_model  # the names of before: scripts, tests, bench
 from .driver import collider_inputs as collider_inputs
+from .driver import frame_colliders as frame_colliders
 from .driver import gather_inputs as gather_inputs
 from .driver import model_job_fields as model_job_fields
 from .driver import model_stamp as model_stamp
@@ -94,7 +94,7 @@ def driver(obj: bpy.types.Object, scene: bpy.types.Scene, colliders: list | None
     if d is not None and d.key == driver_key(obj, scene, colliders, fresh=fresh):
         return d
     _let_go_of_stopped()
-    d = Driver(obj, scene, key=driver_key(obj, scene, colliders))  # of the object's kind
+    d = Driver(obj, scene)  # of the object's kind, its key with that kind's colliders
     _drivers[obj.name] = d
     return d
 
@@ -104,8 +104,12 @@ def apply_frame(
 ) -> np.ndarray:
     """Write the simulated frame (default: the current one) into the mesh; returns the
     (n, 3) world tet-node positions."""
-    colliders = frame_colliders(obj, scene)
+    d = _drivers.get(obj.name)  # its kind resolved when its driver was built, not per frame
+    part = part_of(obj) if d is None else d.part
+    colliders = part.colliders(obj, scene)
     d = driver(obj, scene, colliders)
+    if d.part is not part:  # rebuilt for a model of another kind: that kind's colliders
+        colliders = d.part.colliders(obj, scene)
     frame = scene.frame_current if frame is None else frame
     mats = bm.matrices([obj, *colliders])  # read once: the inputs and the mesh's placement
     P = d.positions_at(frame, obj, scene, colliders=colliders, mats=mats)

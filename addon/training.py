@@ -14,12 +14,10 @@ import bpy
 
 from ..core import registry
 from ..core.errors import NeuralRomError
-from . import simulate
+from . import kinds, simulate
 from .io.paths import cache_dir, load_path, store_path
-from .kinds.face.face import check_face, make_sliders
-from .kinds.family.reference import bake_entries
-from .kinds.fem.bake import open_bake
-from .kinds.fem.tets import load_tets
+from .kinds.face.face import make_sliders
+from .kinds.fem.bake import object_bakes as object_bakes
 from .prefs import get_preferences
 
 MODELS_DIR = "models"
@@ -87,13 +85,7 @@ def make_train_job(
         device = str(get_preferences().device).lower()
     if device not in ("auto", "cpu", "cuda"):
         raise NeuralRomError(f"Unknown training device {device!r}: use auto, cpu or cuda.")
-    if kind == "face":  # missing, or the skin edited since Set Up Face: refused here
-        paths, mesh_hash = [str(check_face(obj))], s.face.mesh_hash
-    else:
-        paths, mesh_hash = object_bakes(obj, scene, kind)
-    bakes = paths
-    if record.other_mesh and kind == "fem":  # a field over a space shared with other objects
-        bakes = bake_entries(obj, scene, paths)
+    bakes, n_bakes, mesh_hash = kinds.get(kind).train_data(obj, scene, record)
     folder = cache_dir(obj) / MODELS_DIR
     folder.mkdir(exist_ok=True)
     out = folder / f"{record.name}.nrmodel"
@@ -104,7 +96,7 @@ def make_train_job(
             "mesh_hash": mesh_hash,
             "tets_hash": s.tets_hash,
             "source_hash": s.source_hash,
-            "bakes": len(paths) if kind != "face" else 0,
+            "bakes": n_bakes,
             "kind": kind,
         }
     )
@@ -119,33 +111,6 @@ def make_train_job(
         "mesh_hash": mesh_hash,
         "log_dir": str(folder / "logs"),
     }
-
-
-def object_bakes(
-    obj: bpy.types.Object, scene: bpy.types.Scene, kind: str = "fem"
-) -> tuple[list[str], str]:
-    """``(paths, mesh_hash)``: the absolute paths of ``obj``'s bakes of ``kind`` ("fem" or
-    "cloth") and the hash of the world mesh they simulate, each bake checked (tets fresh;
-    bakes fresh, not empty, all of one placement of the object), refused with what to do."""
-    s = obj.neural_rom
-    if not any((rec.kind or "fem") == kind for rec in s.bakes):
-        first = "Cloth Bake" if kind == "cloth" else "Bake"
-        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
-    if kind == "fem":
-        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
-    paths, hashes = [], set()
-    for rec in s.bakes:
-        if (rec.kind or "fem") != kind:
-            continue  # bakes of the other kind (FEM bakes of a cloth object)
-        cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
-        paths.append(str(load_path(rec.path).resolve()))
-        hashes.add(cache.mesh_hash)
-    if len(hashes) > 1:
-        raise NeuralRomError(
-            f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
-            "between bakes); clear the old bakes or re-bake them all, then train."
-        )
-    return paths, hashes.pop()
 
 
 def on_train_done(obj: bpy.types.Object, result: dict) -> bool:
@@ -230,9 +195,8 @@ def error_summary(m) -> str:
                 text += f", {1000 * m.projection_mean_error:.3g} mm mean"
             text += ")"
         return text
-    if m.kind == "face":
-        return f"held-out keys: largest vertex error {1000 * m.val_error:.3g} mm"
-    return f"held-out shape error {1000 * m.val_error:.3g} mm"
+    kind = kinds.get(m.kind) or kinds.get("fem")  # a model of before kinds: fem's
+    return f"{kind.error_label} {1000 * m.val_error:.3g} mm"
 
 
 def report_line(m) -> str:

@@ -176,7 +176,7 @@ def measure_model(bpy, sheet, frames: int, rounds: int) -> dict:
         simulate.reset_simulation(sheet, scene)
         t = Timers(clock)
         t.wrap(simulate, "driver_key", "driver")  # is the object's driver still good?
-        t.wrap(simulate, "frame_colliders", "driver")
+        t.wrap(d.part, "colliders", "driver")  # whose inputs the colliders are
         t.wrap(d, "inputs", "inputs")
         t.wrap(framecache, "frame_digest", "inputs")
         t.wrap(d.sim, "step", "step")

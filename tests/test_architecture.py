@@ -727,12 +727,7 @@ def test_kind_branches_are_seen(tmp_path):
 
 @pytest.mark.parametrize(
     "layer",
-    [
-        pytest.param(
-            "addon", marks=pytest.mark.xfail(strict=True, reason="WP-D2: addon's kind branches")
-        ),
-        "ui",
-    ],
+    ["addon", "ui"],
 )
 def test_r4_only_a_kinds_own_modules_branch_on_it(layer):
     # R4: code outside a data kind's own modules (addon/kinds/<k>/, ui/*/kinds/<k>.py) does

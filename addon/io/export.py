@@ -25,7 +25,6 @@ from ...core.jobs.simulate import TRACK_FILE
 from .. import jobs, simulate
 from ..driver import part_of
 from ..kinds.cloth.model import place_after_cloth
-from ..kinds.face import face
 from ..kinds.fem.bake import RenderMap, find_bake, stop_playback
 from . import mesh as bm
 from .paths import cache_dir, scene_of, store_path
@@ -178,12 +177,12 @@ def make_simulation_job(
             f"The simulation starts at rest at the scene's start frame {scene.frame_start}; "
             f"pick a start frame >= {scene.frame_start}."
         )
-    is_face = face.is_face(obj)  # the skin of a face model, from its sliders or markers
-    if not is_face:  # a face's job checks its own model
+    own_job = part_of(obj).simulation_job  # a face's, from its sliders or markers
+    if own_job is None:  # a kind with its own job checks its own model
         fields = simulate.model_job_fields(obj, scene)  # no model, stale, missing: raises here
     path = pc2_destination(obj, path, default_sim_pc2_path)
-    if is_face:
-        return face.make_face_simulation_job(
+    if own_job is not None:
+        return own_job(
             obj,
             scene,
             path,

@@ -39,6 +39,16 @@ class BlenderKind:
         face: Face), which keep their place in the sidebar
     cli : the module of its commands (``add_parser(sub, common)``, ``run(args)``), "" when
         it has none
+    training_data : ``training_data(obj, scene, method, kind) -> (data, bakes, mesh_hash)``,
+        what a train job of ``method`` (a registry record) reads for the object: the job's
+        ``bakes`` entries, how many bakes they are (0: none, a face file), the hash of the
+        mesh they simulate; or ``"module:function"`` (default: the object's bakes of the
+        kind, :func:`.fem.bake.training_data`)
+    model_mesh : ``model_mesh(obj, scene) -> (tets, mesh_hash)`` of a model of the
+        object's bakes not recorded on it (Compare Methods), tets None when the model's
+        vertices are the mesh's own (default: the object's tets, :func:`.fem.tets.model_mesh`)
+    stages : whether the FEM pipeline's stage settings apply to its objects
+    error_label : how the train report names a model's held-out shape error
     order : the order :attr:`claims` and :attr:`part` are asked in
     origin : the file that registered the record ("" for the built-in ones)
     """
@@ -48,6 +58,10 @@ class BlenderKind:
     part: str | type | None = None
     panel: str = ""
     cli: str = ""
+    training_data: str | Callable = "addon.kinds.fem.bake:training_data"
+    model_mesh: str | Callable = "addon.kinds.fem.tets:model_mesh"
+    stages: bool = False
+    error_label: str = "held-out shape error"
     order: int = 100
     origin: str = ""
 
@@ -57,6 +71,14 @@ class BlenderKind:
     def part_class(self):
         """The frame part's class, imported now (None: none)."""
         return None if self.part is None else resolve(self.part)
+
+    def train_data(self, obj, scene, method) -> tuple[list, int, str]:
+        """:attr:`training_data` of ``obj`` for ``method``, asked now."""
+        return resolve(self.training_data)(obj, scene, method, self.name)
+
+    def mesh_of_model(self, obj, scene) -> tuple:
+        """:attr:`model_mesh` of ``obj``, asked now."""
+        return resolve(self.model_mesh)(obj, scene)
 
 
 def _any(obj) -> bool:
@@ -71,6 +93,8 @@ _BUILTIN = (
         "addon.kinds.face.face:claims",
         "addon.kinds.face.part:FacePart",
         cli="ui.cli.kinds.face",
+        training_data="addon.kinds.face.face:training_data",
+        error_label="held-out keys: largest vertex error",
         order=10,
     ),
     BlenderKind(
@@ -79,10 +103,11 @@ _BUILTIN = (
         "addon.kinds.cloth.part:ClothPart",
         panel="ui.panels.kinds.cloth:draw_cloth_bake",
         cli="ui.cli.kinds.cloth",
+        model_mesh="addon.kinds.cloth.model:model_mesh",
         order=20,
     ),
     BlenderKind("family", None, None, panel="", order=30),
-    BlenderKind("fem", _any, "addon.driver:FramePart", order=1000),
+    BlenderKind("fem", _any, "addon.driver:FramePart", stages=True, order=1000),
 )
 
 _KINDS: dict[str, BlenderKind] = {k.name: k for k in _BUILTIN}

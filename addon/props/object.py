@@ -128,7 +128,7 @@ class NEURAL_ROM_PG_object(bpy.types.PropertyGroup):
             return name == "role" or name in self.COLLIDER_SETTINGS
         if name in self.COLLIDER_SETTINGS:
             return False
-        return name not in self.FEM_SETTINGS or self.training_data_kind() == "fem"
+        return name not in self.FEM_SETTINGS or kind_of(self.id_data).stages
 
     def flat_properties(self):
         """The RNA properties of these settings, each stage group's fields in its group's

@@ -100,6 +100,12 @@ def surface_hash(obj: bpy.types.Object) -> str:
     return cb.surface_hash(bm.rest_positions(obj.data), *bm.polygons(obj.data))
 
 
+def model_mesh(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple[None, str]:
+    """``(None, mesh_hash)`` a model of the object's cloth bakes runs on (its
+    :attr:`..BlenderKind.model_mesh`): the mesh's own vertices, no tets."""
+    return None, surface_hash(obj)
+
+
 # ------------------------------------------------------------------------------------------
 # Cloth bakes
 # ------------------------------------------------------------------------------------------

@@ -23,6 +23,11 @@ class ClothPart(FramePart):
     def claims(obj: bpy.types.Object) -> bool:
         return obj.neural_rom.model.kind == "cloth"
 
+    @staticmethod
+    def colliders(obj: bpy.types.Object, scene) -> list[bpy.types.Object]:
+        """The ones its cloth bakes recorded (:func:`.model.colliders`)."""
+        return cloth.colliders(obj)
+
     def check(self, obj, scene) -> tuple:
         return (*cloth.check_model(obj), None)  # the mesh's own vertices: no tets
 

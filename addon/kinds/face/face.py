@@ -211,6 +211,12 @@ def check_face(obj: bpy.types.Object) -> Path:
     return path
 
 
+def training_data(obj: bpy.types.Object, scene, method, kind: str) -> tuple[list, int, str]:
+    """What a train job reads for a face (its :attr:`..BlenderKind.training_data`): its
+    face file (missing, or the skin edited since Set Up Face: refused here), no bakes."""
+    return [str(check_face(obj))], 0, obj.neural_rom.face.mesh_hash
+
+
 def check_face_model(obj: bpy.types.Object) -> Path:
     """The model file of ``obj``'s face (:func:`check_face` first), refused with what to do
     when there is none or it is missing; it is not loaded."""

@@ -20,6 +20,9 @@ class FacePart(FramePart):
     def claims(obj: bpy.types.Object) -> bool:
         return face.is_face(obj)
 
+    #: its own Bake Simulation job (the face plays from its sliders or markers)
+    simulation_job = staticmethod(face.make_face_simulation_job)
+
     def load(self, obj, scene) -> tuple:
         engine = FaceEngine(obj)
         return engine.sim, engine.model, None, engine

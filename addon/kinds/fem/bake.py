@@ -35,6 +35,7 @@ from ...io.animation import owner_animation
 from ...io.paths import cache_dir, load_path, scene_of, store_path
 from ..cloth import model as cloth
 from ..cloth.model import open_cloth_bake
+from ..family.reference import bake_entries
 from .tets import load_tets, pinned_nodes
 
 BAKES_DIR = "bakes"
@@ -565,3 +566,42 @@ def apply_frame(obj: bpy.types.Object, scene_frame: int, rm: RenderMap | None = 
     k = rm.index(scene_frame)
     bm.set_positions(obj.data, rm.local(k, bm.matrix(obj)))
     return k
+
+
+def object_bakes(
+    obj: bpy.types.Object, scene: bpy.types.Scene, kind: str = "fem"
+) -> tuple[list[str], str]:
+    """``(paths, mesh_hash)``: the absolute paths of ``obj``'s bakes of ``kind`` ("fem" or
+    "cloth") and the hash of the world mesh they simulate, each bake checked (tets fresh;
+    bakes fresh, not empty, all of one placement of the object), refused with what to do."""
+    s = obj.neural_rom
+    if not any((rec.kind or "fem") == kind for rec in s.bakes):
+        first = "Cloth Bake" if kind == "cloth" else "Bake"
+        raise NeuralRomError(f"'{obj.name}' has no bakes to train on; run {first} first.")
+    if kind == "fem":
+        load_tets(obj)  # edited mesh or missing tets: refuse before opening bakes
+    paths, hashes = [], set()
+    for rec in s.bakes:
+        if (rec.kind or "fem") != kind:
+            continue  # bakes of the other kind (FEM bakes of a cloth object)
+        cache = open_bake(obj, rec)  # stale, missing or empty: "re-bake"
+        paths.append(str(load_path(rec.path).resolve()))
+        hashes.add(cache.mesh_hash)
+    if len(hashes) > 1:
+        raise NeuralRomError(
+            f"The bakes of '{obj.name}' simulate the mesh at different placements (it was moved "
+            "between bakes); clear the old bakes or re-bake them all, then train."
+        )
+    return paths, hashes.pop()
+
+
+def training_data(obj: bpy.types.Object, scene, method, kind: str) -> tuple[list, int, str]:
+    """What a train job of ``method`` reads for ``obj`` (the default
+    :attr:`..BlenderKind.training_data`): its bakes of ``kind`` (:func:`object_bakes`), for
+    a method whose field spans a space shared with other objects (fem's) each with its
+    placement (:func:`..family.reference.bake_entries`)."""
+    paths, mesh_hash = object_bakes(obj, scene, kind)
+    bakes = paths
+    if method.other_mesh and kind == "fem":  # a field over a space shared with other objects
+        bakes = bake_entries(obj, scene, paths)
+    return bakes, len(paths), mesh_hash

@@ -318,3 +318,9 @@ def world_mesh_hash(obj: bpy.types.Object, scene: bpy.types.Scene) -> str:
     tets = load_tets(obj)
     X_world = bm.to_world(np.asarray(tets.mesh.X, dtype=np.float64), start_matrix(obj, scene))
     return mesh_hash(X_world, tets.mesh.T)
+
+
+def model_mesh(obj: bpy.types.Object, scene: bpy.types.Scene) -> tuple[Tets, str]:
+    """``(tets, mesh_hash)`` a model of the object's FEM bakes runs on (its
+    :attr:`..BlenderKind.model_mesh`): its tets and world mesh."""
+    return load_tets(obj), world_mesh_hash(obj, scene)
