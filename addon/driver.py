@@ -354,8 +354,9 @@ class Driver:
         self.sim, self.model, self.tets, self.engine = self.part.load(obj, scene)
         self.n_nodes = len(self.sim.rest_positions())
         self.frame_start = int(scene.frame_start)
-        colliders = None if key is not None else self.part.colliders(obj, scene)
-        self.key = driver_key(obj, scene, colliders) if key is None else key
+        if key is None:  # its key with its own kind's colliders
+            key = driver_key(obj, scene, self.part.colliders(obj, scene))
+        self.key = key
         self.read_key = None  # what the engine's collider reader was made for
 
     @property
