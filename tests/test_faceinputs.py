@@ -217,3 +217,55 @@ def test_head_from_markers_gets_markers_where_the_skin_moves_with_the_skull():
     # without keys: the skin above the brow
     top = fi.rigid_region(V, None)
     assert V[top, 2].min() > V[:, 2].min() + fi.BROW * np.ptp(V[:, 2])
+
+
+class _Quasistatic:
+    """A stand-in face runtime: its equilibrium depends only on the sliders (and on the solve
+    it starts from, as a warm start would not), and it counts its solves."""
+
+    def __init__(self):
+        self.solves, self.theta = 0, 0.0
+
+    def reset(self):
+        self.theta = 0.0
+
+    def step(self, inputs):
+        self.solves += 1
+        self.P = np.outer(np.arange(4.0), inputs.sliders)[:, :3]
+        self.theta = float(inputs.sliders.sum())
+
+    def skin_positions(self):
+        return self.P.copy()
+
+    def head_transform(self):
+        return np.eye(4) * self.theta
+
+
+def test_a_face_frame_is_solved_once_per_inputs_and_again_when_they_change():
+    # issue 29: the face kind's equilibrium (core.kinds.face.equilibrium) is core's, the
+    # Blender driver only reads inputs and shows the result.
+    from neural_rom.core.kinds.face.equilibrium import FaceEquilibrium
+
+    sim = _Quasistatic()
+    eq = FaceEquilibrium(sim)
+    S = _rigid(3)
+
+    def track(values):
+        return fi.face_track(1, [fi.frame_inputs(S, [], name="Face", sliders=values)])
+
+    options = {"jaw": "sliders", "head": "object"}
+    P5, theta5, head5 = eq.solve(5, track([1.0, 2.0, 3.0]), options)
+    assert sim.solves == 1 and theta5 == 6.0 and head5 is None
+    assert np.array_equal(P5[2], [2.0, 4.0, 6.0])
+    # the same frame, the same inputs: from the cache (scrubbing back and forth)
+    eq.solve(9, track([0.0, 1.0, 0.0]), options)
+    again, theta, _ = eq.solve(5, track([1.0, 2.0, 3.0]), options)
+    assert sim.solves == 2 and theta == 6.0 and np.array_equal(again, P5)
+    # one slider moved by 1e-9, or other options: solved again
+    eq.solve(5, track([1.0, 2.0, 3.0 + 1e-9]), options)
+    assert sim.solves == 3
+    _, _, head = eq.solve(5, track([1.0, 2.0, 3.0 + 1e-9]), {**options, "head": "markers"})
+    assert sim.solves == 4 and np.array_equal(head, np.eye(4) * (6.0 + 1e-9))
+    assert len(eq.step_seconds) == 4 and sorted(eq.cache) == [5, 9]
+    eq.reset()
+    assert eq.cache == {} and sim.theta == 0.0

@@ -5,14 +5,12 @@ is not solved again."""
 
 from __future__ import annotations
 
-import time
-
 import bpy
 import numpy as np
 
 from ....core.errors import CacheError
 from ....core.jobs import face as facejob
-from ....core.kinds.face import inputs as fi
+from ....core.kinds.face.equilibrium import FaceEquilibrium
 from ....core.registry import load_simulator
 from . import face
 
@@ -43,13 +41,20 @@ class FaceEngine:
         facejob.configure_face(self.sim, face.runtime_options(obj))
         self.threads = facejob.tune_threads(self.sim)  # measured here, kept for every frame
         self.n_sliders = int(np.asarray(self.model.arrays["codes"]).shape[1])
-        self.cache: dict[int, tuple] = {}
-        self.step_seconds: list[float] = []
+        self.equilibrium = FaceEquilibrium(self.sim)
         self.jaw = None  # (angle, head) the markers solved for the jaw object, or None
 
+    @property
+    def cache(self) -> dict:
+        """The solved frames (:class:`...core.kinds.face.equilibrium.FaceEquilibrium`)."""
+        return self.equilibrium.cache
+
+    @property
+    def step_seconds(self) -> list[float]:
+        return self.equilibrium.step_seconds
+
     def reset(self) -> None:
-        self.cache.clear()
-        self.sim.reset()
+        self.equilibrium.reset()
 
     def read(self, obj, scene, read_colliders) -> tuple:
         """The frame's inputs read from Blender: the track of the current frame and how
@@ -70,17 +75,7 @@ class FaceEngine:
         solved = options["jaw"] == "markers"
         if solved:  # the markers turn the jaw: the jaw object's pose is an output, not an input
             track.reference_frame = None
-        sig = fi.track_signature(track) + repr(sorted(options.items())).encode()
-        hit = self.cache.get(int(frame))
-        if hit is not None and hit[0] == sig:
-            P, theta, head = hit[1], hit[2], hit[3]
-        else:
-            t0 = time.perf_counter()
-            self.sim.step(track.inputs(0))
-            self.step_seconds.append(time.perf_counter() - t0)
-            P, theta = self.sim.skin_positions(), float(self.sim.theta)
-            head = self.sim.head_transform() if options["head"] == "markers" else None
-            self.cache[int(frame)] = (sig, P, theta, head)
+        P, theta, head = self.equilibrium.solve(frame, track, options)
         self.jaw = (theta, head) if solved else None
         return P
 
